@@ -1,0 +1,135 @@
+/* maps.h - the filter's map inventory (docs/ARCHITECTURE.md lists the pin
+ * names). Sizes here are placeholders: user space sets max_entries from the
+ * load-time capacities before loading, and the matching masks below. */
+#ifndef TW_MAPS_H
+#define TW_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "types.h"
+#include "consts.h"
+
+/* Set before load. Exact tables are powers of two; counters are laid out
+ * [cpu][slot] so the data plane needs the slot count and the CPU count. */
+volatile const __u32 tw_ex4_slots = 1;
+volatile const __u32 tw_ex6_slots = 1;
+volatile const __u32 tw_pfx_cap = 1;
+volatile const __u32 tw_allow_cap = 1;
+volatile const __u32 tw_nr_cpus = 1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_exact4);
+	__uint(max_entries, 1);
+} tw_ex4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_exact6);
+	__uint(max_entries, 1);
+} tw_ex6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_ctr);
+	__uint(max_entries, 1);
+} tw_ex4_ctr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_ctr);
+	__uint(max_entries, 1);
+} tw_ex6_ctr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct tw_lpm4_key);
+	__type(value, struct tw_lpm_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+} tw_pfx4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct tw_lpm6_key);
+	__type(value, struct tw_lpm_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+} tw_pfx6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_ctr);
+	__uint(max_entries, 1);
+} tw_pfx_ctr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct tw_lpm4_key);
+	__type(value, struct tw_lpm_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+} tw_allow4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct tw_lpm6_key);
+	__type(value, struct tw_lpm_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+} tw_allow6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_ctr);
+	__uint(max_entries, 1);
+} tw_allow_ctr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, enum tw_reason);
+	__type(value, struct tw_ctr);
+	__uint(max_entries, TW_R_MAX);
+} tw_verdicts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_config);
+	__uint(max_entries, 1);
+} tw_cfg SEC(".maps");
+
+/* Feature buffers. The data plane fills whichever one tw_feat points at;
+ * user space swaps the pointer (the update waits for an RCU grace period,
+ * so no program still writes the old buffer) and drains the old one. */
+struct tw_feat_map {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__type(key, struct tw_feat_key);
+	__type(value, struct tw_feat_val);
+	__uint(max_entries, 1);
+};
+
+struct tw_feat_map tw_feat_a SEC(".maps");
+struct tw_feat_map tw_feat_b SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__type(key, __u32);
+	__uint(max_entries, 1);
+	__array(values, struct tw_feat_map);
+} tw_feat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_feat_stats);
+	__uint(max_entries, 1);
+} tw_fstats SEC(".maps");
+
+#endif

@@ -1,0 +1,172 @@
+/* parse.h - bounds-checked parsing from Ethernet to L4 for the filter.
+ * One function walks the headers and returns either TW_R_PASS (a
+ * well-formed IP packet, fields filled in) or the reason it stopped: non-IP
+ * or one of the malformed kinds of the policy table in ARCHITECTURE.md.
+ * Every read is checked against data_end for the verifier and against the
+ * IP length fields for correctness, so a lying length never reads past the
+ * datagram. */
+#ifndef TW_PARSE_H
+#define TW_PARSE_H
+
+#include <linux/types.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include "consts.h"
+
+#define TW_ETH_P_8021Q 0x8100
+#define TW_ETH_P_8021AD 0x88A8
+#define TW_IP_OFFMASK 0x1fff
+
+struct tw_pkt {
+	__u8 family;  /* 4 or 6 */
+	__u8 proto;   /* upper-layer protocol after extension headers */
+	__u8 syn;     /* TCP SYN without ACK */
+	__u8 nonfirst; /* non-first fragment: no L4 header here */
+	__u32 src4;
+	__u32 dst4;
+	__u32 src6[4];
+	__u32 dst6[4];
+};
+
+struct tw_vlan_hdr {
+	__be16 tci;
+	__be16 proto;
+};
+
+/* Reads the TCP flags or checks the UDP header of an unfragmented or first
+ * fragment. lim is the end of the datagram as the IP header declares it.
+ * A first fragment too short for the whole TCP header is the RFC 1858
+ * tiny-fragment trick: treated like any other truncated L4 header. */
+static __always_inline int tw_parse_l4(void *l4, void *lim, void *data_end,
+				       struct tw_pkt *p)
+{
+	if (p->nonfirst)
+		return TW_R_PASS;
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = l4;
+		if ((void *)(th + 1) > data_end || (void *)(th + 1) > lim)
+			return TW_R_L4_TRUNC;
+		p->syn = th->syn && !th->ack;
+	} else if (p->proto == IPPROTO_UDP) {
+		struct udphdr *uh = l4;
+		if ((void *)(uh + 1) > data_end || (void *)(uh + 1) > lim)
+			return TW_R_L4_TRUNC;
+	}
+	return TW_R_PASS;
+}
+
+static __always_inline int tw_parse_ipv4(void *l3, void *data_end,
+					 struct tw_pkt *p)
+{
+	struct iphdr *iph = l3;
+	if ((void *)(iph + 1) > data_end)
+		return TW_R_IP4_TRUNC;
+	if (iph->version != 4)
+		return TW_R_IP4_VERSION;
+	__u32 hlen = iph->ihl * 4;
+	if (hlen < sizeof(*iph) || l3 + hlen > data_end)
+		return TW_R_IP4_IHL;
+	__u32 tot = bpf_ntohs(iph->tot_len);
+	/* Frames may carry Ethernet padding after the datagram, never less. */
+	if (tot < hlen || l3 + tot > data_end)
+		return TW_R_IP4_LEN;
+
+	p->family = 4;
+	p->proto = iph->protocol;
+	p->src4 = iph->saddr;
+	p->dst4 = iph->daddr;
+	p->nonfirst = (bpf_ntohs(iph->frag_off) & TW_IP_OFFMASK) != 0;
+	return tw_parse_l4(l3 + hlen, l3 + tot, data_end, p);
+}
+
+static __always_inline int tw_is_ext(__u8 nh)
+{
+	return nh == IPPROTO_HOPOPTS || nh == IPPROTO_ROUTING ||
+	       nh == IPPROTO_FRAGMENT || nh == IPPROTO_DSTOPTS ||
+	       nh == IPPROTO_AH;
+}
+
+static __always_inline int tw_parse_ipv6(void *l3, void *data_end,
+					 struct tw_pkt *p)
+{
+	struct ipv6hdr *ip6 = l3;
+	if ((void *)(ip6 + 1) > data_end)
+		return TW_R_IP6_TRUNC;
+	if (ip6->version != 6)
+		return TW_R_IP6_VERSION;
+	void *cur = (void *)(ip6 + 1);
+	void *lim = cur + bpf_ntohs(ip6->payload_len);
+	if (lim > data_end)
+		return TW_R_IP6_LEN;
+
+	p->family = 6;
+	__builtin_memcpy(p->src6, &ip6->saddr, 16);
+	__builtin_memcpy(p->dst6, &ip6->daddr, 16);
+
+	__u8 nh = ip6->nexthdr;
+	for (int i = 0; i < TW_MAX_EXT; i++) {
+		if (!tw_is_ext(nh))
+			break;
+		__u8 *h = cur;
+		if ((void *)(h + 8) > data_end || (void *)(h + 8) > lim)
+			return TW_R_IP6_EXT_TRUNC;
+		__u32 len;
+		if (nh == IPPROTO_FRAGMENT) {
+			__u16 off = ((__u16)h[2] << 8 | h[3]) & 0xfff8;
+			if (off)
+				p->nonfirst = 1;
+			len = 8;
+		} else if (nh == IPPROTO_AH) {
+			len = ((__u32)h[1] + 2) * 4;
+		} else {
+			len = ((__u32)h[1] + 1) * 8;
+		}
+		if (cur + len > lim)
+			return TW_R_IP6_EXT_TRUNC;
+		nh = h[0];
+		cur += len;
+	}
+	if (tw_is_ext(nh))
+		return TW_R_IP6_EXT_LIMIT;
+	p->proto = nh;
+	if (cur > data_end)
+		return TW_R_IP6_EXT_TRUNC;
+	return tw_parse_l4(cur, lim, data_end, p);
+}
+
+static __always_inline int tw_parse(void *data, void *data_end,
+				    struct tw_pkt *p)
+{
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return TW_R_ETH_TRUNC;
+	void *cur = (void *)(eth + 1);
+	__be16 proto = eth->h_proto;
+
+	for (int i = 0; i < TW_MAX_VLAN; i++) {
+		if (proto != bpf_htons(TW_ETH_P_8021Q) &&
+		    proto != bpf_htons(TW_ETH_P_8021AD))
+			break;
+		struct tw_vlan_hdr *vh = cur;
+		if ((void *)(vh + 1) > data_end)
+			return TW_R_VLAN_TRUNC;
+		proto = vh->proto;
+		cur = (void *)(vh + 1);
+	}
+	if (proto == bpf_htons(TW_ETH_P_8021Q) ||
+	    proto == bpf_htons(TW_ETH_P_8021AD))
+		return TW_R_VLAN_DEPTH;
+
+	if (proto == bpf_htons(ETH_P_IP))
+		return tw_parse_ipv4(cur, data_end, p);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return tw_parse_ipv6(cur, data_end, p);
+	return TW_R_NON_IP;
+}
+
+#endif

@@ -1,0 +1,120 @@
+/* table.h - the exact-match source tables: open addressing with linear
+ * probing over a plain BPF array, keyed by a seeded hash that user space
+ * computes identically (internal/datapath/hash.go).
+ *
+ * Why not a BPF hash map: at 1M entries a htab lookup is two dependent
+ * cache misses (bucket, then element) and a per-CPU value is a third. Here
+ * the slot is one 16- or 32-byte read in a flat array, the per-rule counter
+ * address follows from the slot index alone, so the CPU can fetch both at
+ * once, and neighbouring probe slots share the cache line. */
+#ifndef TW_TABLE_H
+#define TW_TABLE_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "maps.h"
+
+static __always_inline __u32 tw_mix32(__u32 h)
+{
+	h ^= h >> 16;
+	h *= 0x7feb352d;
+	h ^= h >> 15;
+	h *= 0x846ca68b;
+	h ^= h >> 16;
+	return h;
+}
+
+static __always_inline __u32 tw_hash4(__u32 addr, __u32 seed)
+{
+	return tw_mix32(addr ^ seed);
+}
+
+/* Two independent 64-bit multiplies, then one 32-bit finaliser: cheaper
+ * than four chained rounds and still seeded end to end. */
+static __always_inline __u32 tw_hash6(const __u32 *a, __u32 seed)
+{
+	__u64 x = ((__u64)a[0] << 32 | a[1]) ^ ((__u64)seed << 32 | seed);
+	__u64 y = ((__u64)a[2] << 32 | a[3]) ^ ((__u64)~seed << 32 | seed);
+	__u64 h = x * 0x9E3779B97F4A7C15ULL + y * 0xC2B2AE3D27D4EB4FULL;
+	return tw_mix32((__u32)(h >> 32) ^ (__u32)h);
+}
+
+static __always_inline void tw_touch(__u64 *last_hit)
+{
+	__u64 now = bpf_ktime_get_coarse_ns();
+	if (now - *last_hit > TW_LAST_HIT_RES_NS)
+		*last_hit = now;
+}
+
+static __always_inline void tw_count(void *ctrmap, __u32 cpu, __u32 stride,
+				     __u32 idx, __u32 len)
+{
+	if (cpu >= tw_nr_cpus)
+		return;
+	__u32 k = cpu * stride + idx;
+	struct tw_ctr *c = bpf_map_lookup_elem(ctrmap, &k);
+	if (c) {
+		c->packets++;
+		c->bytes += len;
+	}
+}
+
+/* Returns 1 and counts the hit when addr is blocked. */
+static __always_inline int tw_exact4_hit(__u32 addr, __u32 seed, __u32 cpu,
+					 __u32 len)
+{
+	__u32 h = tw_hash4(addr, seed);
+	for (__u32 i = 0; i < TW_MAX_PROBE; i++) {
+		__u32 idx = (h + i) & (tw_ex4_slots - 1);
+		struct tw_exact4 *e = bpf_map_lookup_elem(&tw_ex4, &idx);
+		if (!e)
+			return 0;
+		__u32 st = *(volatile __u32 *)&e->state;
+		if (st == TW_SLOT_EMPTY)
+			return 0;
+		if (st == TW_SLOT_USED && e->addr == addr) {
+			tw_count(&tw_ex4_ctr, cpu, tw_ex4_slots, idx, len);
+			tw_touch(&e->last_hit);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static __always_inline int tw_exact6_hit(const __u32 *a, __u32 seed, __u32 cpu,
+					 __u32 len)
+{
+	__u32 h = tw_hash6(a, seed);
+	for (__u32 i = 0; i < TW_MAX_PROBE; i++) {
+		__u32 idx = (h + i) & (tw_ex6_slots - 1);
+		struct tw_exact6 *e = bpf_map_lookup_elem(&tw_ex6, &idx);
+		if (!e)
+			return 0;
+		__u32 st = *(volatile __u32 *)&e->state;
+		if (st == TW_SLOT_EMPTY)
+			return 0;
+		const __u32 *k = (const __u32 *)e->addr;
+		if (st == TW_SLOT_USED && k[0] == a[0] && k[1] == a[1] &&
+		    k[2] == a[2] && k[3] == a[3]) {
+			tw_count(&tw_ex6_ctr, cpu, tw_ex6_slots, idx, len);
+			tw_touch(&e->last_hit);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Longest-prefix match in an LPM trie; counts against the entry's id. */
+static __always_inline int tw_lpm_hit(void *trie, void *key, void *ctrmap,
+				      __u32 cap, __u32 cpu, __u32 len)
+{
+	struct tw_lpm_val *v = bpf_map_lookup_elem(trie, key);
+	if (!v)
+		return 0;
+	if (v->id < cap)
+		tw_count(ctrmap, cpu, cap, v->id, len);
+	tw_touch(&v->last_hit);
+	return 1;
+}
+
+#endif

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: GPL-2.0
+/* xdp_filter.c - tierwall's software tier: drop packets whose source is on
+ * the blocklist (exact /32 and /128 first, then prefixes), let allowlisted
+ * sources through whatever else matches, and count what passes into the
+ * feature buffers for detection. */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "lib/consts.h"
+#include "lib/types.h"
+#include "lib/maps.h"
+#include "lib/parse.h"
+#include "lib/table.h"
+#include "lib/stats.h"
+#include "lib/features.h"
+
+SEC("xdp")
+int tw_filter(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 len = data_end - data;
+	struct tw_pkt p = {};
+
+	int r = tw_parse(data, data_end, &p);
+	if (r != TW_R_PASS)
+		return tw_verdict(r, len);
+
+	__u32 zero = 0;
+	struct tw_config *cfg = bpf_map_lookup_elem(&tw_cfg, &zero);
+	if (!cfg)
+		return tw_verdict(TW_R_PASS, len);
+	__u32 cpu = bpf_get_smp_processor_id();
+
+	if (p.family == 4) {
+		if (cfg->allow4_n) {
+			struct tw_lpm4_key k = { .prefixlen = 32, .addr = p.src4 };
+			if (tw_lpm_hit(&tw_allow4, &k, &tw_allow_ctr, tw_allow_cap, cpu, len))
+				return tw_verdict(TW_R_ALLOW, len);
+		}
+		if (cfg->exact4_n && tw_exact4_hit(p.src4, cfg->seed, cpu, len))
+			return tw_verdict(TW_R_DROP_EXACT, len);
+		if (cfg->pfx4_n) {
+			struct tw_lpm4_key k = { .prefixlen = 32, .addr = p.src4 };
+			if (tw_lpm_hit(&tw_pfx4, &k, &tw_pfx_ctr, tw_pfx_cap, cpu, len))
+				return tw_verdict(TW_R_DROP_PREFIX, len);
+		}
+	} else {
+		struct tw_lpm6_key k = { .prefixlen = 128 };
+		__builtin_memcpy(k.addr, p.src6, 16);
+		if (cfg->allow6_n &&
+		    tw_lpm_hit(&tw_allow6, &k, &tw_allow_ctr, tw_allow_cap, cpu, len))
+			return tw_verdict(TW_R_ALLOW, len);
+		if (cfg->exact6_n && tw_exact6_hit(p.src6, cfg->seed, cpu, len))
+			return tw_verdict(TW_R_DROP_EXACT, len);
+		if (cfg->pfx6_n &&
+		    tw_lpm_hit(&tw_pfx6, &k, &tw_pfx_ctr, tw_pfx_cap, cpu, len))
+			return tw_verdict(TW_R_DROP_PREFIX, len);
+	}
+
+	if (cfg->features)
+		tw_features(&p, len);
+	return tw_verdict(TW_R_PASS, len);
+}
+
+char _license[] SEC("license") = "GPL";

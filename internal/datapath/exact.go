@@ -1,0 +1,269 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+)
+
+// maxProbe matches TW_MAX_PROBE: the data plane gives up after this many
+// slots, so user space never stores a rule further from its home slot.
+const maxProbe = 32
+
+const (
+	slotEmpty = uint32(filterTwSlotStateTW_SLOT_EMPTY)
+	slotUsed  = uint32(filterTwSlotStateTW_SLOT_USED)
+	slotTomb  = uint32(filterTwSlotStateTW_SLOT_TOMB)
+)
+
+// slot is one exact-table entry, family-independent.
+type slot struct {
+	addr    netip.Addr
+	state   uint32
+	lastHit uint64
+}
+
+// exactTable is the user-space side of one open-addressing table
+// (bpf/lib/table.h). All mutations happen under the interface lock; the
+// data plane reads concurrently, so every write keeps each probe run
+// valid at every instant:
+//   - insert writes the key with the slot's old state first and flips the
+//     state to USED second, so a reader never sees USED with a half-written
+//     key;
+//   - delete only turns USED into a tombstone, which probe runs skip, and
+//     turns trailing tombstones into EMPTY only where a run ends anyway.
+//
+// Counters are [cpu][slot]; they are zeroed before a slot gets a new rule.
+type exactTable struct {
+	v6    bool
+	slots uint32
+	ncpu  uint32
+	seed  uint32
+	keys  *ebpf.Map
+	ctrs  *ebpf.Map
+}
+
+func (t *exactTable) home(a netip.Addr) uint32 {
+	if t.v6 {
+		return hash6(a, t.seed)
+	}
+	return hash4(a, t.seed)
+}
+
+func (t *exactTable) get(i uint32) (slot, error) {
+	if t.v6 {
+		var e filterTwExact6
+		if err := t.keys.Lookup(i, &e); err != nil {
+			return slot{}, fmt.Errorf("reading slot %d: %w", i, err)
+		}
+		return slot{netip.AddrFrom16(e.Addr), uint32(e.State), e.LastHit}, nil
+	}
+	var e filterTwExact4
+	if err := t.keys.Lookup(i, &e); err != nil {
+		return slot{}, fmt.Errorf("reading slot %d: %w", i, err)
+	}
+	return slot{addr4(e.Addr), uint32(e.State), e.LastHit}, nil
+}
+
+func (t *exactTable) put(i uint32, s slot) error {
+	var err error
+	if t.v6 {
+		err = t.keys.Put(i, &filterTwExact6{Addr: s.addr.As16(), State: filterTwSlotState(s.state), LastHit: s.lastHit})
+	} else {
+		err = t.keys.Put(i, &filterTwExact4{Addr: word4(s.addr), State: filterTwSlotState(s.state), LastHit: s.lastHit})
+	}
+	if err != nil {
+		return fmt.Errorf("writing slot %d: %w", i, err)
+	}
+	return nil
+}
+
+func addr4(w uint32) netip.Addr {
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], w)
+	return netip.AddrFrom4(b)
+}
+
+func word4(a netip.Addr) uint32 {
+	b := a.As4()
+	return binary.NativeEndian.Uint32(b[:])
+}
+
+// find returns the slot holding a, or -1.
+func (t *exactTable) find(a netip.Addr) (int64, error) {
+	h := t.home(a)
+	for i := uint32(0); i < maxProbe; i++ {
+		idx := (h + i) & (t.slots - 1)
+		s, err := t.get(idx)
+		if err != nil {
+			return -1, err
+		}
+		if s.state == slotEmpty {
+			return -1, nil
+		}
+		if s.state == slotUsed && s.addr == a {
+			return int64(idx), nil
+		}
+	}
+	return -1, nil
+}
+
+// insert adds a; it reports false when a was already there.
+func (t *exactTable) insert(a netip.Addr) (bool, error) {
+	h := t.home(a)
+	free := int64(-1)
+	var freeState uint32
+probe:
+	for i := uint32(0); i < maxProbe; i++ {
+		idx := (h + i) & (t.slots - 1)
+		s, err := t.get(idx)
+		if err != nil {
+			return false, err
+		}
+		switch s.state {
+		case slotUsed:
+			if s.addr == a {
+				return false, nil
+			}
+		case slotTomb:
+			if free < 0 {
+				free, freeState = int64(idx), slotTomb
+			}
+		default:
+			if free < 0 {
+				free, freeState = int64(idx), slotEmpty
+			}
+			break probe
+		}
+	}
+	if free < 0 {
+		return false, fmt.Errorf("%w: no free slot within %d of %s's home slot", ErrTableFull, maxProbe, a)
+	}
+	idx := uint32(free)
+	if err := t.zeroCounters(idx); err != nil {
+		return false, err
+	}
+	if err := t.put(idx, slot{addr: a, state: freeState}); err != nil {
+		return false, err
+	}
+	if err := t.put(idx, slot{addr: a, state: slotUsed}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// remove deletes a; it reports false when a was not there.
+func (t *exactTable) remove(a netip.Addr) (bool, error) {
+	at, err := t.find(a)
+	if err != nil || at < 0 {
+		return false, err
+	}
+	idx := uint32(at)
+	if err := t.put(idx, slot{addr: a, state: slotTomb}); err != nil {
+		return false, err
+	}
+	// A tombstone followed by EMPTY ends every run that reaches it anyway:
+	// clear it, and the tombstones before it, to keep misses short.
+	next, err := t.get((idx + 1) & (t.slots - 1))
+	if err != nil || next.state != slotEmpty {
+		return true, err
+	}
+	for i := uint32(0); i < t.slots; i++ {
+		j := (idx - i) & (t.slots - 1)
+		s, err := t.get(j)
+		if err != nil {
+			return true, err
+		}
+		if s.state != slotTomb {
+			break
+		}
+		if err := t.put(j, slot{state: slotEmpty}); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+func (t *exactTable) zeroCounters(idx uint32) error {
+	keys := make([]uint32, t.ncpu)
+	vals := make([]filterTwCtr, t.ncpu)
+	for c := range keys {
+		keys[c] = uint32(c)*t.slots + idx
+	}
+	if _, err := t.ctrs.BatchUpdate(keys, vals, nil); err != nil {
+		return fmt.Errorf("zeroing counters of slot %d: %w", idx, err)
+	}
+	return nil
+}
+
+// all returns every used slot with its index and summed counters.
+func (t *exactTable) all() ([]slotRule, error) {
+	var out []slotRule
+	var ctr []filterTwCtr
+	ctr, err := readArray[filterTwCtr](t.ctrs)
+	if err != nil {
+		return nil, fmt.Errorf("reading counters: %w", err)
+	}
+	add := func(i uint32, s slot) {
+		r := slotRule{slot: s}
+		for c := uint32(0); c < t.ncpu; c++ {
+			r.packets += ctr[c*t.slots+i].Packets
+			r.bytes += ctr[c*t.slots+i].Bytes
+		}
+		out = append(out, r)
+	}
+	if t.v6 {
+		es, err := readArray[filterTwExact6](t.keys)
+		if err != nil {
+			return nil, fmt.Errorf("reading table: %w", err)
+		}
+		for i, e := range es {
+			if uint32(e.State) == slotUsed {
+				add(uint32(i), slot{netip.AddrFrom16(e.Addr), slotUsed, e.LastHit})
+			}
+		}
+		return out, nil
+	}
+	es, err := readArray[filterTwExact4](t.keys)
+	if err != nil {
+		return nil, fmt.Errorf("reading table: %w", err)
+	}
+	for i, e := range es {
+		if uint32(e.State) == slotUsed {
+			add(uint32(i), slot{addr4(e.Addr), slotUsed, e.LastHit})
+		}
+	}
+	return out, nil
+}
+
+type slotRule struct {
+	slot
+	packets, bytes uint64
+}
+
+// readArray reads a whole BPF array in batches.
+func readArray[V any](m *ebpf.Map) ([]V, error) {
+	n := int(m.MaxEntries())
+	out := make([]V, 0, n)
+	const chunk = 1 << 16
+	keys := make([]uint32, chunk)
+	vals := make([]V, chunk)
+	var cursor ebpf.MapBatchCursor
+	for len(out) < n {
+		got, err := m.BatchLookup(&cursor, keys, vals, nil)
+		out = append(out, vals[:got]...)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("read %d of %d entries", len(out), n)
+	}
+	return out, nil
+}

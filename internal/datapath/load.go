@@ -1,0 +1,601 @@
+package datapath
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Mode is how the XDP program is attached.
+type Mode uint32
+
+const (
+	// ModeNative runs XDP in the driver (the default, and the fast path).
+	ModeNative Mode = 1
+	// ModeGeneric runs XDP after skb allocation; works on any interface.
+	ModeGeneric Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeNative:
+		return "native"
+	case ModeGeneric:
+		return "generic"
+	}
+	return fmt.Sprintf("mode(%d)", uint32(m))
+}
+
+// ParseMode accepts "native" or "generic".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "native", "":
+		return ModeNative, nil
+	case "generic":
+		return ModeGeneric, nil
+	}
+	return 0, fmt.Errorf("%w: attach mode %q (want native or generic)", ErrInvalid, s)
+}
+
+// Defaults for Options fields left zero when creating new state.
+const (
+	DefaultExactCapacity   = 1 << 20
+	DefaultPrefixCapacity  = 1 << 16
+	DefaultAllowCapacity   = 1 << 12
+	DefaultFeatureCapacity = 1 << 19
+)
+
+// Options size the maps when state is created. When pinned state is
+// re-adopted, zero fields take the pinned values and non-zero fields must
+// match them: capacities never change silently under a running filter.
+type Options struct {
+	Mode            Mode // zero: native, falling back to generic with a warning
+	ExactCapacity4  int  // IPv4 /32 rules
+	ExactCapacity6  int  // IPv6 /128 rules
+	PrefixCapacity  int  // prefix rules, IPv4 and IPv6 together
+	AllowCapacity   int  // allowlist prefixes, IPv4 and IPv6 together
+	FeatureCapacity int  // (source, destination, protocol) keys per snapshot
+	// PinRoot overrides the bpffs mount (tests); empty means /sys/fs/bpf.
+	PinRoot string
+}
+
+// sizes is what the maps and the program constants are derived from.
+type sizes struct {
+	exact4, exact6 uint32 // rule capacities
+	slots4, slots6 uint32 // table slots: a power of two >= 1.5x capacity
+	pfx, allow     uint32
+	feat           uint32
+	ncpu           uint32
+}
+
+// tableSlots keeps the load factor at or below 2/3, where linear probing
+// runs stay short enough that TW_MAX_PROBE is essentially never reached.
+func tableSlots(capacity uint32) uint32 {
+	n := uint64(capacity) + uint64(capacity)/2
+	if n < 64 {
+		n = 64
+	}
+	return uint32(1) << bits.Len64(n-1)
+}
+
+func (o Options) sizes(ncpu int) (sizes, error) {
+	def := func(v, d int) int {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	s := sizes{
+		exact4: uint32(def(o.ExactCapacity4, DefaultExactCapacity)),
+		exact6: uint32(def(o.ExactCapacity6, DefaultExactCapacity)),
+		pfx:    uint32(def(o.PrefixCapacity, DefaultPrefixCapacity)),
+		allow:  uint32(def(o.AllowCapacity, DefaultAllowCapacity)),
+		feat:   uint32(def(o.FeatureCapacity, DefaultFeatureCapacity)),
+		ncpu:   uint32(ncpu),
+	}
+	for name, v := range map[string]int{"exact IPv4 capacity": o.ExactCapacity4, "exact IPv6 capacity": o.ExactCapacity6,
+		"prefix capacity": o.PrefixCapacity, "allow capacity": o.AllowCapacity, "feature capacity": o.FeatureCapacity} {
+		if v < 0 || v > 1<<26 {
+			return s, fmt.Errorf("%w: %s %d out of range 1..%d", ErrInvalid, name, v, 1<<26)
+		}
+	}
+	s.slots4, s.slots6 = tableSlots(s.exact4), tableSlots(s.exact6)
+	return s, nil
+}
+
+// apply sets map sizes and program constants in a fresh spec.
+func (s sizes) apply(spec *ebpf.CollectionSpec) error {
+	m := spec.Maps
+	m["tw_ex4"].MaxEntries = s.slots4
+	m["tw_ex6"].MaxEntries = s.slots6
+	m["tw_ex4_ctr"].MaxEntries = s.slots4 * s.ncpu
+	m["tw_ex6_ctr"].MaxEntries = s.slots6 * s.ncpu
+	m["tw_pfx4"].MaxEntries = s.pfx
+	m["tw_pfx6"].MaxEntries = s.pfx
+	m["tw_pfx_ctr"].MaxEntries = s.pfx * s.ncpu
+	m["tw_allow4"].MaxEntries = s.allow
+	m["tw_allow6"].MaxEntries = s.allow
+	m["tw_allow_ctr"].MaxEntries = s.allow * s.ncpu
+	m["tw_feat_a"].MaxEntries = s.feat
+	m["tw_feat_b"].MaxEntries = s.feat
+	m["tw_feat"].InnerMap.MaxEntries = s.feat
+	for name, v := range map[string]uint32{"tw_ex4_slots": s.slots4, "tw_ex6_slots": s.slots6,
+		"tw_pfx_cap": s.pfx, "tw_allow_cap": s.allow, "tw_nr_cpus": s.ncpu} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// pinnedNames are the maps that hold state; .rodata belongs to one load of
+// the program and is rebuilt from the sizes each time.
+func pinnedNames(spec *ebpf.CollectionSpec) []string {
+	var names []string
+	for name := range spec.Maps {
+		if !strings.HasPrefix(name, ".") {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+const linkPin = "link"
+
+// Datapath is the filter on one interface: its pinned maps and, when this
+// process attached it, the program and link.
+type Datapath struct {
+	Iface string
+	Dir   string
+	// Warnings says what was done differently from what was asked, e.g. a
+	// fallback to generic mode.
+	Warnings []string
+
+	maps  filterMaps
+	prog  *ebpf.Program
+	sizes sizes
+	ex4   *exactTable
+	ex6   *exactTable
+}
+
+// Close releases this process's handles. Pinned state, and so the filter,
+// stays in place.
+func (d *Datapath) Close() error {
+	if d.prog != nil {
+		d.prog.Close()
+	}
+	return d.maps.Close()
+}
+
+func stateDir(ifname, root string) (string, error) {
+	if root == "" {
+		var err error
+		if root, err = bpffsRoot(); err != nil {
+			return "", err
+		}
+	}
+	return pinDir(root, ifname), nil
+}
+
+// Attach loads the filter onto ifname. Existing pinned state for the
+// interface is re-adopted with its rules and counters; otherwise new maps
+// are created and published under the pin directory in one rename.
+func Attach(ifname string, o Options) (*Datapath, error) {
+	ifc, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoInterface, ifname)
+	}
+	if o.Mode != 0 && o.Mode != ModeNative && o.Mode != ModeGeneric {
+		return nil, fmt.Errorf("%w: attach mode %d", ErrInvalid, o.Mode)
+	}
+	dir, err := stateDir(ifname, o.PinRoot)
+	if err != nil {
+		return nil, err
+	}
+	lk, err := lockFor(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.unlock()
+
+	if exists(dir) {
+		return adopt(ifc, dir, o)
+	}
+	return create(ifc, dir, o)
+}
+
+// load creates fresh maps and the program bound to them, with the config
+// initialised, without attaching or pinning anything.
+func load(o Options) (_ *Datapath, _ *ebpf.CollectionSpec, err error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, nil, fmt.Errorf("counting CPUs: %w", err)
+	}
+	sz, err := o.sizes(ncpu)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec, err := loadFilter()
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading filter spec: %w", err)
+	}
+	if err := sz.apply(spec); err != nil {
+		return nil, nil, err
+	}
+	d := &Datapath{sizes: sz}
+	var objs filterObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return nil, nil, fmt.Errorf("loading filter: %w", err)
+	}
+	d.maps, d.prog = objs.filterMaps, objs.TwFilter
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	var seed [4]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, nil, fmt.Errorf("seeding hash: %w", err)
+	}
+	cfg := filterTwConfig{
+		Layout:    layoutVersion,
+		Seed:      binary.NativeEndian.Uint32(seed[:]),
+		Features:  1,
+		XdpMode:   uint32(o.Mode),
+		Exact4Cap: sz.exact4,
+		Exact6Cap: sz.exact6,
+		FeatSince: monoNow(),
+	}
+	if err := d.maps.TwCfg.Put(uint32(0), &cfg); err != nil {
+		return nil, nil, fmt.Errorf("writing config: %w", err)
+	}
+	if err := d.maps.TwFeat.Put(uint32(0), d.maps.TwFeatA); err != nil {
+		return nil, nil, fmt.Errorf("activating feature buffer: %w", err)
+	}
+	d.initTables(cfg.Seed)
+	return d, spec, nil
+}
+
+// LoadDetached loads the filter with fresh maps and attaches it nowhere:
+// for BPF_PROG_TEST_RUN tests and benchmarks. Close releases everything.
+func LoadDetached(o Options) (*Datapath, error) {
+	d, _, err := load(o)
+	return d, err
+}
+
+// Program is the loaded filter program (nil for a Datapath from Open).
+func (d *Datapath) Program() *ebpf.Program { return d.prog }
+
+func create(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) {
+	d, spec, err := load(o)
+	if err != nil {
+		return nil, err
+	}
+	d.Iface, d.Dir = ifc.Name, dir
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+
+	// Pin into a private directory, attach, then publish with one rename:
+	// a crash at any step leaves either nothing or a complete state.
+	tmp := filepath.Join(filepath.Dir(dir), fmt.Sprintf(".tmp-%s-%d", ifc.Name, os.Getpid()))
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", tmp, err)
+	}
+	defer os.RemoveAll(tmp)
+	all := d.mapsByName()
+	for _, name := range pinnedNames(spec) {
+		if err := all[name].Pin(filepath.Join(tmp, name)); err != nil {
+			return nil, fmt.Errorf("pinning %s: %w", name, err)
+		}
+	}
+	lnk, mode, warn, err := attachXDP(d.prog, ifc, o.Mode)
+	if err != nil {
+		return nil, err
+	}
+	defer lnk.Close()
+	d.Warnings = append(d.Warnings, warn...)
+	if err := d.updateConfig(func(c *filterTwConfig) { c.XdpMode = uint32(mode) }); err != nil {
+		return nil, err
+	}
+	if err := lnk.Pin(filepath.Join(tmp, linkPin)); err != nil {
+		return nil, fmt.Errorf("pinning link: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, fmt.Errorf("publishing %s: %w", dir, err)
+	}
+	return d, nil
+}
+
+func attachXDP(prog *ebpf.Program, ifc *net.Interface, want Mode) (link.Link, Mode, []string, error) {
+	mode := want
+	if mode == 0 {
+		mode = ModeNative
+	}
+	flags := link.XDPDriverMode
+	if mode == ModeGeneric {
+		flags = link.XDPGenericMode
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifc.Index, Flags: flags})
+	if err == nil {
+		return l, mode, nil, nil
+	}
+	if want == 0 && mode == ModeNative {
+		l, gerr := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifc.Index, Flags: link.XDPGenericMode})
+		if gerr == nil {
+			return l, ModeGeneric, []string{fmt.Sprintf("native XDP unavailable on %s (%v); attached in generic mode, which is much slower", ifc.Name, err)}, nil
+		}
+	}
+	return nil, 0, nil, fmt.Errorf("attaching XDP in %s mode to %s: %w", mode, ifc.Name, err)
+}
+
+// openPinned loads every pinned map of dir and the sizes they were made
+// with, after checking the layout version.
+func openPinned(dir string) (map[string]*ebpf.Map, filterTwConfig, error) {
+	var cfg filterTwConfig
+	spec, err := loadFilter()
+	if err != nil {
+		return nil, cfg, fmt.Errorf("loading filter spec: %w", err)
+	}
+	pinned := map[string]*ebpf.Map{}
+	closeAll := func() {
+		for _, m := range pinned {
+			m.Close()
+		}
+	}
+	for _, name := range pinnedNames(spec) {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			closeAll()
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, cfg, fmt.Errorf("%w: %s has no map %s (remove it with detach)", ErrIncompatible, dir, name)
+			}
+			return nil, cfg, fmt.Errorf("opening pinned %s: %w", name, err)
+		}
+		pinned[name] = m
+	}
+	if err := pinned["tw_cfg"].Lookup(uint32(0), &cfg); err != nil {
+		closeAll()
+		return nil, cfg, fmt.Errorf("reading pinned config: %w", err)
+	}
+	if cfg.Layout != layoutVersion {
+		closeAll()
+		return nil, cfg, fmt.Errorf("%w: layout %d, this tierwall uses %d (detach to recreate)", ErrIncompatible, cfg.Layout, layoutVersion)
+	}
+	return pinned, cfg, nil
+}
+
+// pinnedSizes recovers the sizes pinned state was created with.
+func pinnedSizes(pinned map[string]*ebpf.Map, cfg filterTwConfig) sizes {
+	return sizes{
+		exact4: cfg.Exact4Cap, exact6: cfg.Exact6Cap,
+		slots4: pinned["tw_ex4"].MaxEntries(), slots6: pinned["tw_ex6"].MaxEntries(),
+		pfx: pinned["tw_pfx4"].MaxEntries(), allow: pinned["tw_allow4"].MaxEntries(),
+		feat: pinned["tw_feat_a"].MaxEntries(),
+		ncpu: pinned["tw_ex4_ctr"].MaxEntries() / pinned["tw_ex4"].MaxEntries(),
+	}
+}
+
+func (o Options) matches(s sizes) error {
+	var diffs []string
+	check := func(name string, asked int, have uint32) {
+		if asked != 0 && uint32(asked) != have {
+			diffs = append(diffs, fmt.Sprintf("%s %d (pinned %d)", name, asked, have))
+		}
+	}
+	check("exact IPv4 capacity", o.ExactCapacity4, s.exact4)
+	check("exact IPv6 capacity", o.ExactCapacity6, s.exact6)
+	check("prefix capacity", o.PrefixCapacity, s.pfx)
+	check("allow capacity", o.AllowCapacity, s.allow)
+	check("feature capacity", o.FeatureCapacity, s.feat)
+	if len(diffs) > 0 {
+		return fmt.Errorf("%w: asked for %s; detach first to resize", ErrIncompatible, strings.Join(diffs, ", "))
+	}
+	return nil
+}
+
+// loadPinned builds a Datapath over pinned maps; withProg also loads a
+// new copy of the program bound to them.
+func loadPinned(ifname, dir string, withProg bool) (_ *Datapath, err error) {
+	pinned, cfg, err := openPinned(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, m := range pinned {
+			m.Close() // LoadAndAssign took its own references
+		}
+	}()
+	sz := pinnedSizes(pinned, cfg)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("counting CPUs: %w", err)
+	}
+	if sz.ncpu != uint32(ncpu) {
+		return nil, fmt.Errorf("%w: pinned for %d CPUs, machine has %d (detach to recreate)", ErrIncompatible, sz.ncpu, ncpu)
+	}
+	spec, err := loadFilter()
+	if err != nil {
+		return nil, fmt.Errorf("loading filter spec: %w", err)
+	}
+	if err := sz.apply(spec); err != nil {
+		return nil, err
+	}
+	d := &Datapath{Iface: ifname, Dir: dir, sizes: sz}
+	opts := &ebpf.CollectionOptions{MapReplacements: pinned}
+	if withProg {
+		var objs filterObjects
+		if err := spec.LoadAndAssign(&objs, opts); err != nil {
+			return nil, fmt.Errorf("%w: loading filter over pinned maps: %w", ErrIncompatible, err)
+		}
+		d.maps, d.prog = objs.filterMaps, objs.TwFilter
+	} else if err := spec.LoadAndAssign(&d.maps, opts); err != nil {
+		return nil, fmt.Errorf("%w: opening pinned maps: %w", ErrIncompatible, err)
+	}
+	d.initTables(cfg.Seed)
+	return d, nil
+}
+
+func adopt(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) {
+	d, err := loadPinned(ifc.Name, dir, true)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if err := o.matches(d.sizes); err != nil {
+		return nil, err
+	}
+	cfg, err := d.config()
+	if err != nil {
+		return nil, err
+	}
+	if o.Mode != 0 && uint32(o.Mode) != cfg.XdpMode {
+		return nil, fmt.Errorf("%w: attached in %s mode, asked for %s; detach first", ErrIncompatible, Mode(cfg.XdpMode), o.Mode)
+	}
+
+	// The pinned link keeps the old program running until Update swaps in
+	// the new one atomically: no packet goes unfiltered during an upgrade.
+	lp := filepath.Join(dir, linkPin)
+	if old, err := link.LoadPinnedLink(lp, nil); err == nil {
+		info, ierr := old.Info()
+		if ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == ifc.Index {
+			uerr := old.Update(d.prog)
+			old.Close()
+			if uerr != nil {
+				return nil, fmt.Errorf("replacing program on pinned link: %w", uerr)
+			}
+			return d, nil
+		}
+		// The interface went away and came back: the old link is defunct.
+		old.Unpin()
+		old.Close()
+		d.Warnings = append(d.Warnings, fmt.Sprintf("pinned link of %s was defunct (interface recreated); attached anew", ifc.Name))
+	}
+	lnk, mode, warn, err := attachXDP(d.prog, ifc, Mode(cfg.XdpMode))
+	if err != nil {
+		return nil, err
+	}
+	defer lnk.Close()
+	d.Warnings = append(d.Warnings, warn...)
+	if err := lnk.Pin(lp); err != nil {
+		return nil, fmt.Errorf("pinning link: %w", err)
+	}
+	if err := d.updateConfig(func(c *filterTwConfig) { c.XdpMode = uint32(mode) }); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Open gives access to the pinned state of an attached interface without
+// touching the program: what every CLI verb but attach and detach uses.
+func Open(ifname, pinRoot string) (*Datapath, error) {
+	dir, err := stateDir(ifname, pinRoot)
+	if err != nil {
+		return nil, err
+	}
+	if !exists(dir) {
+		return nil, fmt.Errorf("%w: %s (run tierwall attach %s)", ErrNotAttached, ifname, ifname)
+	}
+	return loadPinned(ifname, dir, false)
+}
+
+// Detach removes the filter from ifname and deletes its pinned state,
+// rules and counters included.
+func Detach(ifname, pinRoot string) error {
+	dir, err := stateDir(ifname, pinRoot)
+	if err != nil {
+		return err
+	}
+	lk, err := lockFor(dir)
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	if !exists(dir) {
+		return fmt.Errorf("%w: %s", ErrNotAttached, ifname)
+	}
+	if l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil); err == nil {
+		if err := l.Unpin(); err != nil {
+			l.Close()
+			return fmt.Errorf("unpinning link: %w", err)
+		}
+		l.Close() // last reference: the program leaves the interface here
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Attached lists the interfaces with pinned state in this network namespace.
+func Attached(pinRoot string) ([]string, error) {
+	dir, err := stateDir("", pinRoot)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", dir, err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && !strings.HasPrefix(e.Name(), "ns:") {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+func (d *Datapath) mapsByName() map[string]*ebpf.Map {
+	m := d.maps
+	return map[string]*ebpf.Map{
+		"tw_ex4": m.TwEx4, "tw_ex6": m.TwEx6, "tw_ex4_ctr": m.TwEx4Ctr, "tw_ex6_ctr": m.TwEx6Ctr,
+		"tw_pfx4": m.TwPfx4, "tw_pfx6": m.TwPfx6, "tw_pfx_ctr": m.TwPfxCtr,
+		"tw_allow4": m.TwAllow4, "tw_allow6": m.TwAllow6, "tw_allow_ctr": m.TwAllowCtr,
+		"tw_verdicts": m.TwVerdicts, "tw_cfg": m.TwCfg, "tw_feat": m.TwFeat,
+		"tw_feat_a": m.TwFeatA, "tw_feat_b": m.TwFeatB, "tw_fstats": m.TwFstats,
+	}
+}
+
+func (d *Datapath) config() (filterTwConfig, error) {
+	var c filterTwConfig
+	if err := d.maps.TwCfg.Lookup(uint32(0), &c); err != nil {
+		return c, fmt.Errorf("reading config: %w", err)
+	}
+	return c, nil
+}
+
+// updateConfig is a read-modify-write of the single config entry; callers
+// hold the interface lock.
+func (d *Datapath) updateConfig(f func(*filterTwConfig)) error {
+	c, err := d.config()
+	if err != nil {
+		return err
+	}
+	f(&c)
+	if err := d.maps.TwCfg.Put(uint32(0), &c); err != nil {
+		return fmt.Errorf("writing config: %w", err)
+	}
+	return nil
+}
+
+// lock takes the interface's lock for a state change.
+func (d *Datapath) lock() (*fileLock, error) { return lockFor(d.Dir) }

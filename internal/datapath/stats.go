@@ -1,0 +1,117 @@
+package datapath
+
+import (
+	"fmt"
+	"strings"
+)
+
+const layoutVersion = filterTwLayoutTW_LAYOUT_VERSION
+
+// Counter is a packets/bytes pair summed over CPUs.
+type Counter struct {
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// reasonNames names the verdict reasons as metrics and the CLI show them,
+// indexed by the generated tw_reason constants.
+var reasonNames = map[filterTwReason]string{
+	filterTwReasonTW_R_PASS:         "pass",
+	filterTwReasonTW_R_DROP_EXACT:   "drop_exact",
+	filterTwReasonTW_R_DROP_PREFIX:  "drop_prefix",
+	filterTwReasonTW_R_ALLOW:        "allowlisted",
+	filterTwReasonTW_R_NON_IP:       "non_ip",
+	filterTwReasonTW_R_ETH_TRUNC:    "malformed_eth_trunc",
+	filterTwReasonTW_R_VLAN_TRUNC:   "malformed_vlan_trunc",
+	filterTwReasonTW_R_VLAN_DEPTH:   "malformed_vlan_depth",
+	filterTwReasonTW_R_IP4TRUNC:     "malformed_ip4_trunc",
+	filterTwReasonTW_R_IP4VERSION:   "malformed_ip4_version",
+	filterTwReasonTW_R_IP4IHL:       "malformed_ip4_ihl",
+	filterTwReasonTW_R_IP4LEN:       "malformed_ip4_len",
+	filterTwReasonTW_R_IP6TRUNC:     "malformed_ip6_trunc",
+	filterTwReasonTW_R_IP6VERSION:   "malformed_ip6_version",
+	filterTwReasonTW_R_IP6LEN:       "malformed_ip6_len",
+	filterTwReasonTW_R_IP6EXT_TRUNC: "malformed_ip6_ext_trunc",
+	filterTwReasonTW_R_IP6EXT_LIMIT: "malformed_ip6_ext_limit",
+	filterTwReasonTW_R_L4TRUNC:      "malformed_l4_trunc",
+}
+
+// Reasons lists every verdict reason name in data-plane order.
+func Reasons() []string {
+	out := make([]string, filterTwReasonTW_R_MAX)
+	for r := filterTwReason(0); r < filterTwReasonTW_R_MAX; r++ {
+		out[r] = reasonNames[r]
+	}
+	return out
+}
+
+// IsDrop tells whether packets counted under a reason were dropped.
+func IsDrop(reason string) bool {
+	switch reason {
+	case "pass", "allowlisted", "non_ip":
+		return false
+	}
+	return true
+}
+
+// Occupancy is how full one table is.
+type Occupancy struct {
+	Entries  uint32 `json:"entries"`
+	Capacity uint32 `json:"capacity"`
+}
+
+// Stats is the data plane's global state: one counter per verdict reason
+// and the occupancy of every table.
+type Stats struct {
+	Interface       string               `json:"interface"`
+	Mode            string               `json:"mode"`
+	Verdicts        map[string]Counter   `json:"verdicts"`
+	Tables          map[string]Occupancy `json:"tables"`
+	FeatureOverflow uint64               `json:"feature_overflow_packets"`
+}
+
+// Stats reads the verdict counters and table occupancy.
+func (d *Datapath) Stats() (*Stats, error) {
+	cfg, err := d.config()
+	if err != nil {
+		return nil, err
+	}
+	s := &Stats{Interface: d.Iface, Mode: Mode(cfg.XdpMode).String(), Verdicts: map[string]Counter{}}
+	for r := filterTwReason(0); r < filterTwReasonTW_R_MAX; r++ {
+		var per []filterTwCtr
+		if err := d.maps.TwVerdicts.Lookup(r, &per); err != nil {
+			return nil, fmt.Errorf("reading verdict %s: %w", reasonNames[r], err)
+		}
+		var c Counter
+		for _, v := range per {
+			c.Packets += v.Packets
+			c.Bytes += v.Bytes
+		}
+		s.Verdicts[reasonNames[r]] = c
+	}
+	s.Tables = map[string]Occupancy{
+		"exact4":  {cfg.Exact4N, cfg.Exact4Cap},
+		"exact6":  {cfg.Exact6N, cfg.Exact6Cap},
+		"prefix":  {cfg.Pfx4N + cfg.Pfx6N, d.sizes.pfx},
+		"allow":   {cfg.Allow4N + cfg.Allow6N, d.sizes.allow},
+		"feature": {0, d.sizes.feat},
+	}
+	var fs []filterTwFeatStats
+	if err := d.maps.TwFstats.Lookup(uint32(0), &fs); err != nil {
+		return nil, fmt.Errorf("reading feature stats: %w", err)
+	}
+	for _, v := range fs {
+		s.FeatureOverflow += v.Overflow
+	}
+	return s, nil
+}
+
+// reasonByName is the inverse of reasonNames, for tests and tools.
+func reasonByName(name string) (filterTwReason, bool) {
+	for r, n := range reasonNames {
+		if strings.EqualFold(n, name) {
+			return r, true
+		}
+	}
+	return 0, false
+}
