@@ -180,7 +180,7 @@ func (t *exactTable) remove(a netip.Addr) (bool, error) {
 		if s.state != slotTomb {
 			break
 		}
-		if err := t.put(j, slot{state: slotEmpty}); err != nil {
+		if err := t.put(j, slot{addr: s.addr, state: slotEmpty}); err != nil {
 			return true, err
 		}
 	}

@@ -241,7 +241,6 @@ func malformed() []fixture {
 
 	// Layer 2 kinds, independent of the source.
 	eth := pkt.Frame{DstMAC: dstMAC, SrcMAC: srcMAC, Src: netip.MustParseAddr("192.0.2.1"), Dst: dst4, Proto: pkt.ProtoUDP}
-	full := eth.Build()
 	three := eth
 	three.VLANs = []uint16{1, 2, 3}
 	add("vlan-depth-3", three.Build(), "malformed_vlan_depth")

@@ -1,0 +1,207 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/tierwall/tierwall/internal/pkt"
+)
+
+func TestHashSpreads(t *testing.T) {
+	// Pure Go: sequential addresses must not pile into neighbouring slots.
+	const slots = 1 << 12
+	seen := map[uint32]int{}
+	for i := 0; i < slots/2; i++ {
+		a := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
+		seen[hash4(a, 12345)&(slots-1)]++
+	}
+	if len(seen) < slots/2*7/10 {
+		t.Fatalf("only %d distinct home slots for %d addresses", len(seen), slots/2)
+	}
+}
+
+func TestCheckPrefix(t *testing.T) {
+	for _, s := range []string{"10.0.0.1/8", "::ffff:1.2.3.4/128", "fe80::1%eth0/128"} {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			continue // zoned prefixes do not even parse
+		}
+		if err := CheckPrefix(p); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", s, err)
+		}
+	}
+	if err := CheckPrefix(netip.MustParsePrefix("10.0.0.0/8")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestExactInsertDeleteFull(t *testing.T) {
+	d := loadTestDatapath(t)
+	var ps []netip.Prefix
+	for i := 0; i < 1024; i++ {
+		ps = append(ps, netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)}), 32))
+	}
+	if err := d.Block(ps...); err != nil {
+		t.Fatal(err)
+	}
+	// One more is over capacity: refused, and nothing changed.
+	extra := []netip.Prefix{netip.MustParsePrefix("100.65.0.1/32"), netip.MustParsePrefix("100.65.0.2/32")}
+	if err := d.Block(extra...); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("got %v, want ErrTableFull", err)
+	}
+	rules, err := d.Blocked()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rules) != 1024 {
+		t.Fatalf("%d rules after refused add, want 1024", len(rules))
+	}
+	// Every stored rule is found by the data plane.
+	for _, i := range []int{0, 1, 511, 1023} {
+		f := frameFor(ps[i].Addr(), encaps[0])
+		f.Proto = pkt.ProtoUDP
+		if ret := run(t, d.Program(), fixture{frame: f.Build()}); ret != xdpDrop {
+			t.Errorf("%s not dropped", ps[i])
+		}
+	}
+	// Delete half, re-add others through the tombstones, all still found.
+	if err := d.Unblock(ps[:512]...); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Unblock(ps[0]); !errors.Is(err, ErrNoRule) {
+		t.Fatalf("deleting a missing rule: %v, want ErrNoRule", err)
+	}
+	var more []netip.Prefix
+	for i := 0; i < 512; i++ {
+		more = append(more, netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 66, byte(i >> 8), byte(i)}), 32))
+	}
+	if err := d.Block(more...); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range append(ps[512:], more...) {
+		f := frameFor(p.Addr(), encaps[0])
+		f.Proto = pkt.ProtoUDP
+		if ret := run(t, d.Program(), fixture{frame: f.Build()}); ret != xdpDrop {
+			t.Fatalf("%s not dropped after churn", p)
+		}
+	}
+	for _, p := range ps[:512] {
+		f := frameFor(p.Addr(), encaps[0])
+		f.Proto = pkt.ProtoUDP
+		if ret := run(t, d.Program(), fixture{frame: f.Build()}); ret != xdpPass {
+			t.Fatalf("%s still dropped after unblock", p)
+		}
+	}
+	s, err := d.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Tables["exact4"].Entries; got != 1024 {
+		t.Fatalf("exact4 entries %d, want 1024", got)
+	}
+}
+
+func TestBlockAllOrNothing(t *testing.T) {
+	d := loadTestDatapath(t)
+	// 64 prefix capacity: 70 prefixes must be refused before any is added.
+	var ps []netip.Prefix
+	for i := 0; i < 70; i++ {
+		ps = append(ps, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 16))
+	}
+	if err := d.Block(ps...); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("got %v, want ErrTableFull", err)
+	}
+	if rules, _ := d.Blocked(); len(rules) != 0 {
+		t.Fatalf("%d rules left after a refused batch", len(rules))
+	}
+	// A batch with one invalid entry changes nothing either.
+	bad := []netip.Prefix{netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("10.0.0.1/8")}
+	if err := d.Block(bad...); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("got %v, want ErrInvalid", err)
+	}
+	if rules, _ := d.Blocked(); len(rules) != 0 {
+		t.Fatalf("%d rules left after an invalid batch", len(rules))
+	}
+	// Unblock of a batch with one missing rule removes none.
+	if err := d.Block(netip.MustParsePrefix("10.0.0.1/32")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Unblock(netip.MustParsePrefix("10.0.0.1/32"), netip.MustParsePrefix("10.0.0.2/32")); !errors.Is(err, ErrNoRule) {
+		t.Fatalf("got %v, want ErrNoRule", err)
+	}
+	if rules, _ := d.Blocked(); len(rules) != 1 {
+		t.Fatalf("%d rules, want the 1 untouched", len(rules))
+	}
+}
+
+func TestSnapshotCountsPassedTraffic(t *testing.T) {
+	d := loadTestDatapath(t)
+	if err := d.Block(netip.MustParsePrefix("192.0.2.1/32")); err != nil {
+		t.Fatal(err)
+	}
+	send := func(src string, proto, flags uint8, n int) int {
+		f := frameFor(netip.MustParseAddr(src), encaps[0])
+		f.Proto, f.TCPFlags = proto, flags
+		b := f.Build()
+		for i := 0; i < n; i++ {
+			run(t, d.Program(), fixture{frame: b})
+		}
+		return len(b)
+	}
+	if _, err := d.Snapshot(); err != nil { // start a clean interval
+		t.Fatal(err)
+	}
+	l1 := send("10.1.1.1", pkt.ProtoTCP, pkt.TCPFlagSYN, 5)
+	send("10.1.1.1", pkt.ProtoTCP, pkt.TCPFlagACK, 3)
+	l3 := send("2001:db8:c1ea::1", pkt.ProtoUDP, 0, 4)
+	send("192.0.2.1", pkt.ProtoUDP, 0, 7) // dropped: never a feature
+
+	s, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Flow{}
+	for _, f := range s.Flows {
+		got[fmt.Sprintf("%s>%s/%d", f.Src, f.Dst, f.Proto)] = f
+	}
+	if len(got) != 2 {
+		t.Fatalf("flows %v, want 2", got)
+	}
+	tcp := got["10.1.1.1>192.168.77.1/6"]
+	if tcp.Packets != 8 || tcp.SYNs != 5 || tcp.Bytes != uint64(8*l1) {
+		t.Errorf("tcp flow %+v, want 8 packets, 5 SYNs, %d bytes", tcp, 8*l1)
+	}
+	udp := got["2001:db8:c1ea::1>fd00:77::1/17"]
+	if udp.Packets != 4 || udp.Bytes != uint64(4*l3) {
+		t.Errorf("udp flow %+v", udp)
+	}
+	// The next snapshot starts empty: the drained buffer was emptied.
+	s, err = d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Flows) != 0 {
+		t.Fatalf("second snapshot has %d flows", len(s.Flows))
+	}
+}
+
+func TestFeatureOverflowCounted(t *testing.T) {
+	d := loadTestDatapath(t) // 4096 feature entries
+	if _, err := d.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4200; i++ {
+		f := frameFor(netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}), encaps[0])
+		f.Proto = pkt.ProtoUDP
+		run(t, d.Program(), fixture{frame: f.Build()})
+	}
+	s, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Flows) != 4096 || s.Overflow != 4200-4096 {
+		t.Fatalf("%d flows, overflow %d; want 4096 and %d", len(s.Flows), s.Overflow, 4200-4096)
+	}
+}
