@@ -289,7 +289,8 @@ func create(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) 
 
 	// Pin into a private directory, attach, then publish with one rename:
 	// a crash at any step leaves either nothing or a complete state.
-	tmp := filepath.Join(filepath.Dir(dir), fmt.Sprintf(".tmp-%s-%d", ifc.Name, os.Getpid()))
+	// "tmp:" cannot be an interface's directory: ':' is not allowed there.
+	tmp := filepath.Join(filepath.Dir(dir), fmt.Sprintf("tmp:%s:%d", pinName(ifc.Name), os.Getpid()))
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", tmp, err)
 	}
@@ -548,6 +549,7 @@ func Attached(pinRoot string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	dir = strings.TrimSuffix(dir, "/")
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -557,8 +559,8 @@ func Attached(pinRoot string) ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && !strings.HasPrefix(e.Name(), "ns:") {
-			out = append(out, e.Name())
+		if e.IsDir() && !strings.HasPrefix(e.Name(), "tmp:") && !strings.HasPrefix(e.Name(), "ns:") {
+			out = append(out, ifaceFromPin(e.Name()))
 		}
 	}
 	return out, nil

@@ -19,20 +19,24 @@ const DefaultBPFFS = "/sys/fs/bpf"
 // mount namespace of the host contend on the same file.
 const lockDir = "/run/tierwall"
 
-// bpffsRoot returns a bpffs mount that outlives this process. Under
-// `ip netns exec` /sys is a fresh sysfs without bpffs; a bpffs mounted
-// there would vanish with the mount namespace and take the pinned link,
-// and so the filter, with it. The host's mount is reached through PID 1's
-// root instead, and only when there is none is a new one mounted.
+// runBPFFS is a bind mount of the host's bpffs that tierwall keeps under
+// /run. `ip netns exec` replaces /sys with a fresh sysfs (no bpffs) but
+// keeps /run, so through this path a CLI run that way sees the same pins
+// as one run with --netns or from the host.
+const runBPFFS = lockDir + "/bpffs"
+
+// bpffsRoot returns a bpffs mount that outlives this process, mounting
+// bpffs on /sys/fs/bpf when there is none. A bpffs mounted inside the
+// private mount namespace of `ip netns exec` would vanish with it, taking
+// the pinned link, and so the filter, along: runBPFFS avoids that whenever
+// tierwall has run in the host's mount namespace before.
 func bpffsRoot() (string, error) {
 	if isBPFFS(DefaultBPFFS) {
+		exposeOnRun()
 		return DefaultBPFFS, nil
 	}
-	if !sameMountNS() {
-		host := "/proc/1/root" + DefaultBPFFS
-		if isBPFFS(host) {
-			return host, nil
-		}
+	if isBPFFS(runBPFFS) {
+		return runBPFFS, nil
 	}
 	if err := os.MkdirAll(DefaultBPFFS, 0o700); err != nil {
 		return "", fmt.Errorf("creating %s: %w", DefaultBPFFS, err)
@@ -40,7 +44,19 @@ func bpffsRoot() (string, error) {
 	if err := unix.Mount("bpf", DefaultBPFFS, "bpf", 0, "mode=0700"); err != nil {
 		return "", fmt.Errorf("mounting bpffs on %s: %w", DefaultBPFFS, err)
 	}
+	exposeOnRun()
 	return DefaultBPFFS, nil
+}
+
+// exposeOnRun bind-mounts /sys/fs/bpf on runBPFFS; best effort, since only
+// `ip netns exec` users need it.
+func exposeOnRun() {
+	if isBPFFS(runBPFFS) {
+		return
+	}
+	if err := os.MkdirAll(runBPFFS, 0o700); err == nil {
+		_ = unix.Mount(DefaultBPFFS, runBPFFS, "", unix.MS_BIND, "")
+	}
 }
 
 func isBPFFS(path string) bool {
@@ -49,12 +65,6 @@ func isBPFFS(path string) bool {
 		return false
 	}
 	return st.Type == unix.BPF_FS_MAGIC
-}
-
-func sameMountNS() bool {
-	self, err1 := os.Readlink("/proc/self/ns/mnt")
-	init, err2 := os.Readlink("/proc/1/ns/mnt")
-	return err1 != nil || err2 != nil || self == init
 }
 
 // netnsTag names the network namespace this process is in, for pin paths:
@@ -83,10 +93,18 @@ func netnsTag() string {
 // and /sys/fs/bpf/tierwall/ns:<name>/<ifname> in any other.
 func pinDir(root, ifname string) string {
 	if tag := netnsTag(); tag != "" {
-		return filepath.Join(root, "tierwall", tag, ifname)
+		return filepath.Join(root, "tierwall", pinName(tag), pinName(ifname))
 	}
-	return filepath.Join(root, "tierwall", ifname)
+	return filepath.Join(root, "tierwall", pinName(ifname))
 }
+
+// pinName escapes a name for bpffs, which refuses '.' in names (VLAN
+// interfaces such as eth0.100 have one). ':' stands in for it: interface
+// names cannot contain ':', so the mapping cannot collide.
+func pinName(s string) string { return strings.ReplaceAll(s, ".", ":") }
+
+// ifaceFromPin undoes pinName.
+func ifaceFromPin(s string) string { return strings.ReplaceAll(s, ":", ".") }
 
 // fileLock is an exclusive flock held while state is changed.
 type fileLock struct{ f *os.File }

@@ -75,6 +75,9 @@ func (f Frame) Build() []byte {
 		return append(b, f.Payload...)
 	}
 	l4 := f.l4()
+	if f.FragOffset == 0 && !f.MoreFragments && len(f.Ext) == 0 && (f.Proto == ProtoUDP || f.Proto == ProtoTCP) {
+		f.l4Checksum(l4)
+	}
 	if f.Src.Is4() {
 		return append(b, f.ipv4(l4)...)
 	}
@@ -173,6 +176,32 @@ func (f Frame) ipv6(l4 []byte) []byte {
 	copy(h[24:], d[:])
 	h = append(h, ext...)
 	return append(h, l4...)
+}
+
+// l4Checksum fills the TCP or UDP checksum over the pseudo-header, so the
+// receiving stack accepts the datagram (IPv6 UDP must carry one).
+func (f Frame) l4Checksum(l4 []byte) {
+	var ph []byte
+	if f.Src.Is4() {
+		s, d := f.Src.As4(), f.Dst.As4()
+		ph = append(append(ph, s[:]...), d[:]...)
+		ph = append(ph, 0, f.Proto)
+		ph = binary.BigEndian.AppendUint16(ph, uint16(len(l4)))
+	} else {
+		s, d := f.Src.As16(), f.Dst.As16()
+		ph = append(append(ph, s[:]...), d[:]...)
+		ph = binary.BigEndian.AppendUint32(ph, uint32(len(l4)))
+		ph = append(ph, 0, 0, 0, f.Proto)
+	}
+	off := 6
+	if f.Proto == ProtoTCP {
+		off = 16
+	}
+	c := Checksum(append(ph, l4...))
+	if c == 0 && f.Proto == ProtoUDP {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(l4[off:], c)
 }
 
 // Checksum is the Internet checksum (RFC 1071) of b.

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/tierwall/tierwall/internal/datapath"
+)
+
+func newAttach() *cobra.Command {
+	var mode string
+	var o datapath.Options
+	c := &cobra.Command{
+		Use:   "attach IFACE",
+		Short: "Attach the filter to IFACE, or re-adopt its pinned rules and counters",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if cmd.Flags().Changed("mode") {
+				m, err := datapath.ParseMode(mode)
+				if err != nil {
+					return err
+				}
+				o.Mode = m
+			}
+			o.PinRoot = g.pinRoot
+			d, err := datapath.Attach(a[0], o)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			for _, w := range d.Warnings {
+				fmt.Fprintln(os.Stderr, "tierwall: warning:", w)
+			}
+			s, err := d.Stats()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("attached to %s (%s mode), state in %s\n", d.Iface, s.Mode, d.Dir)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&mode, "mode", "native", "XDP mode: native or generic (default native, generic as a fallback with a warning)")
+	f.IntVar(&o.ExactCapacity4, "exact4-capacity", 0, fmt.Sprintf("IPv4 /32 rules (default %d)", datapath.DefaultExactCapacity))
+	f.IntVar(&o.ExactCapacity6, "exact6-capacity", 0, fmt.Sprintf("IPv6 /128 rules (default %d)", datapath.DefaultExactCapacity))
+	f.IntVar(&o.PrefixCapacity, "prefix-capacity", 0, fmt.Sprintf("prefix rules (default %d)", datapath.DefaultPrefixCapacity))
+	f.IntVar(&o.AllowCapacity, "allow-capacity", 0, fmt.Sprintf("allowlist prefixes (default %d)", datapath.DefaultAllowCapacity))
+	f.IntVar(&o.FeatureCapacity, "feature-capacity", 0, fmt.Sprintf("flow keys per snapshot (default %d)", datapath.DefaultFeatureCapacity))
+	return c
+}
+
+func newDetach() *cobra.Command {
+	return &cobra.Command{
+		Use:   "detach IFACE",
+		Short: "Remove the filter from IFACE and delete its rules and counters",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if err := datapath.Detach(a[0], g.pinRoot); err != nil {
+				return err
+			}
+			fmt.Printf("detached from %s\n", a[0])
+			return nil
+		},
+	}
+}

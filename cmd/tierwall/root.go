@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/tierwall/tierwall/internal/datapath"
+	"golang.org/x/sys/unix"
+)
+
+type globals struct {
+	iface   string
+	netns   string
+	pinRoot string
+	json    bool
+}
+
+var g globals
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "tierwall",
+		Short:         "XDP DDoS filter and flow feature extraction, across NIC, kernel and user space",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if g.netns != "" {
+				return enterNetns(g.netns)
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVarP(&g.netns, "netns", "n", "", "run in the named network namespace (from /run/netns)")
+	pf.StringVar(&g.pinRoot, "bpffs", "", "bpffs mount to pin under (default /sys/fs/bpf, mounted if missing)")
+	_ = pf.MarkHidden("bpffs")
+	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop())
+	return root
+}
+
+func enterNetns(name string) error {
+	f, err := os.Open("/run/netns/" + name)
+	if err != nil {
+		return fmt.Errorf("%w: network namespace %q: %v", datapath.ErrInvalid, name, err)
+	}
+	defer f.Close()
+	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("entering network namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// args checks the positional argument count, as a usage error.
+func args(n func(*cobra.Command, []string) error) cobra.PositionalArgs {
+	return func(c *cobra.Command, a []string) error {
+		if err := n(c, a); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+func addIfaceFlag(c *cobra.Command) {
+	c.Flags().StringVarP(&g.iface, "iface", "i", "", "interface (default: the only attached one)")
+}
+
+func addJSONFlag(c *cobra.Command) {
+	c.Flags().BoolVar(&g.json, "json", false, "print JSON")
+}
+
+// open finds the interface to work on and opens its pinned state.
+func open() (*datapath.Datapath, error) {
+	name := g.iface
+	if name == "" {
+		names, err := datapath.Attached(g.pinRoot)
+		if err != nil {
+			return nil, err
+		}
+		switch len(names) {
+		case 0:
+			return nil, fmt.Errorf("%w: no interface (run tierwall attach IFACE)", datapath.ErrNotAttached)
+		case 1:
+			name = names[0]
+		default:
+			return nil, fmt.Errorf("%w: several interfaces attached (%s); pick one with -i", datapath.ErrInvalid, strings.Join(names, ", "))
+		}
+	}
+	return datapath.Open(name, g.pinRoot)
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

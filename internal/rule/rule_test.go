@@ -1,0 +1,38 @@
+package rule
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tierwall/tierwall/internal/datapath"
+)
+
+func TestParse(t *testing.T) {
+	good := map[string]string{
+		"192.0.2.1": "192.0.2.1/32", "2001:db8::1": "2001:db8::1/128",
+		"198.51.100.0/24": "198.51.100.0/24", " 10.0.0.0/8 ": "10.0.0.0/8", "2001:db8::/32": "2001:db8::/32",
+	}
+	for in, want := range good {
+		p, err := Parse(in)
+		if err != nil || p.String() != want {
+			t.Errorf("Parse(%q) = %v, %v; want %s", in, p, err, want)
+		}
+	}
+	for _, in := range []string{"", "10.0.0", "10.0.0.1/33", "2001:db8::/129", "10.0.0.1/8", "::ffff:10.0.0.1", "fe80::1%eth0", "host.example", "1.2.3.4/-1"} {
+		if _, err := Parse(in); !errors.Is(err, datapath.ErrInvalid) {
+			t.Errorf("Parse(%q): %v, want ErrInvalid", in, err)
+		}
+	}
+}
+
+func TestReadList(t *testing.T) {
+	ps, err := ReadList(strings.NewReader("# feed\n192.0.2.1\n\n198.51.100.0/24 # net\n"), "feed")
+	if err != nil || len(ps) != 2 {
+		t.Fatalf("%v %v", ps, err)
+	}
+	_, err = ReadList(strings.NewReader("192.0.2.1\nbogus\n"), "feed")
+	if err == nil || !strings.Contains(err.Error(), "feed:2") {
+		t.Fatalf("error %v does not name line 2", err)
+	}
+}

@@ -1,0 +1,349 @@
+// Package e2e runs the tierwall binary against real packets over veth in
+// network namespaces: blocked and clean IPv4/IPv6 sources, what arrives at
+// a socket versus what the counters say, persistence after the attaching
+// process is gone, and re-adoption on the next attach.
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/testutil"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	nsTx   = "twe2e-tx"
+	nsRx   = "twe2e-rx"
+	ifTx   = "twe2e-a"
+	ifRx   = "twe2e-b"
+	port   = 9999
+	perSrc = 50
+)
+
+var (
+	rx4 = netip.MustParseAddr("10.200.0.2")
+	rx6 = netip.MustParseAddr("fd00:200::2")
+)
+
+func sh(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tierwall-e2e")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "tierwall")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/tierwall").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building tierwall: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func buildTierwall(t *testing.T) string { return bin }
+
+// tw runs the CLI in the receiver namespace; it returns output and exit code.
+func tw(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(buildTierwall(t), append([]string{"--netns", nsRx}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func mustTw(t *testing.T, args ...string) string {
+	t.Helper()
+	out, code := tw(t, args...)
+	if code != 0 {
+		t.Fatalf("tierwall %s: exit %d\n%s", strings.Join(args, " "), code, out)
+	}
+	return out
+}
+
+func setup(t *testing.T) {
+	testutil.RequireRoot(t)
+	cleanup := func() {
+		exec.Command("ip", "netns", "del", nsTx).Run()
+		exec.Command("ip", "netns", "del", nsRx).Run()
+		os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsRx)
+	}
+	cleanup()
+	t.Cleanup(cleanup)
+	sh(t, "ip", "netns", "add", nsTx)
+	sh(t, "ip", "netns", "add", nsRx)
+	sh(t, "ip", "link", "add", ifTx, "netns", nsTx, "type", "veth", "peer", "name", ifRx, "netns", nsRx)
+	sh(t, "ip", "-n", nsRx, "addr", "add", rx4.String()+"/24", "dev", ifRx)
+	sh(t, "ip", "-n", nsRx, "addr", "add", rx6.String()+"/64", "dev", ifRx, "nodad")
+	for _, a := range [][]string{{nsTx, ifTx}, {nsRx, ifRx}} {
+		sh(t, "ip", "-n", a[0], "link", "set", a[1], "up")
+		sh(t, "ip", "-n", a[0], "link", "set", "lo", "up")
+	}
+	// Spoofed sources must reach the socket when nothing blocks them.
+	sh(t, "ip", "netns", "exec", nsRx, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf."+ifRx+".rp_filter=0")
+}
+
+// inNS runs f with the calling thread in the named network namespace.
+func inNS(t *testing.T, name string, f func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.GetFromName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if err := netns.Set(ns); err != nil {
+		t.Fatal(err)
+	}
+	defer netns.Set(orig)
+	f()
+}
+
+type receiver struct {
+	c4, c6 *net.UDPConn
+}
+
+func listen(t *testing.T) *receiver {
+	r := &receiver{}
+	inNS(t, nsRx, func() {
+		var err error
+		if r.c4, err = net.ListenUDP("udp4", &net.UDPAddr{IP: rx4.AsSlice(), Port: port}); err != nil {
+			t.Fatal(err)
+		}
+		if r.c6, err = net.ListenUDP("udp6", &net.UDPAddr{IP: rx6.AsSlice(), Port: port}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(func() { r.c4.Close(); r.c6.Close() })
+	return r
+}
+
+// drain counts datagrams per source until the sockets stay quiet.
+func (r *receiver) drain() map[netip.Addr]int {
+	got := map[netip.Addr]int{}
+	buf := make([]byte, 2048)
+	for _, c := range []*net.UDPConn{r.c4, r.c6} {
+		for {
+			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			_, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				break
+			}
+			got[from.Addr().Unmap()]++
+		}
+	}
+	return got
+}
+
+func send(t *testing.T, srcs []netip.Addr, n int) {
+	t.Helper()
+	rxMAC := hwaddr(t, nsRx, ifRx)
+	inNS(t, nsTx, func() {
+		ifc, err := net.InterfaceByName(ifTx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		sa := &unix.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6}
+		copy(sa.Addr[:], rxMAC)
+		for _, src := range srcs {
+			dst := rx4
+			if src.Is6() {
+				dst = rx6
+			}
+			f := pkt.Frame{DstMAC: [6]byte(rxMAC), SrcMAC: [6]byte(ifc.HardwareAddr), Src: src, Dst: dst,
+				Proto: pkt.ProtoUDP, SrcPort: 5555, DstPort: port, Payload: []byte("e2e")}
+			b := f.Build()
+			for i := 0; i < n; i++ {
+				if err := unix.Sendto(fd, b, 0, sa); err != nil {
+					t.Fatalf("sending from %s: %v", src, err)
+				}
+			}
+		}
+	})
+}
+
+func hwaddr(t *testing.T, ns, ifname string) net.HardwareAddr {
+	var mac net.HardwareAddr
+	inNS(t, ns, func() {
+		ifc, err := net.InterfaceByName(ifname)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mac = ifc.HardwareAddr
+	})
+	return mac
+}
+
+type rule struct {
+	Prefix  string `json:"prefix"`
+	Kind    string `json:"kind"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+func rules(t *testing.T) map[string]rule {
+	var rs []rule
+	if err := json.Unmarshal([]byte(mustTw(t, "block", "list", "--json")), &rs); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]rule{}
+	for _, r := range rs {
+		out[r.Prefix] = r
+	}
+	return out
+}
+
+type stats struct {
+	Verdicts map[string]struct{ Packets uint64 } `json:"verdicts"`
+}
+
+func verdicts(t *testing.T) map[string]uint64 {
+	var s stats
+	if err := json.Unmarshal([]byte(mustTw(t, "stats", "--json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for k, v := range s.Verdicts {
+		out[k] = v.Packets
+	}
+	return out
+}
+
+func TestBlockOverVeth(t *testing.T) {
+	setup(t)
+	r := listen(t)
+	mustTw(t, "attach", ifRx)
+	mustTw(t, "block", "add", "192.0.2.1", "198.51.100.0/24", "2001:db8::1", "2001:db8:bad::/48")
+	mustTw(t, "allow", "add", "198.51.100.64/26")
+
+	blocked := []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("198.51.100.9"),
+		netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8:bad::77")}
+	clean := []netip.Addr{netip.MustParseAddr("10.200.0.1"), netip.MustParseAddr("192.0.2.2"),
+		netip.MustParseAddr("198.51.100.70"), netip.MustParseAddr("fd00:200::1"), netip.MustParseAddr("2001:db8::2")}
+
+	// The attaching process has exited: the pinned link keeps filtering.
+	send(t, append(append([]netip.Addr{}, blocked...), clean...), perSrc)
+	got := r.drain()
+	for _, s := range blocked {
+		if got[s] != 0 {
+			t.Errorf("%d packets from blocked %s arrived", got[s], s)
+		}
+	}
+	for _, s := range clean {
+		if got[s] != perSrc {
+			t.Errorf("%d of %d packets from clean %s arrived", got[s], perSrc, s)
+		}
+	}
+	rs := rules(t)
+	for _, p := range []string{"192.0.2.1/32", "198.51.100.0/24", "2001:db8::1/128", "2001:db8:bad::/48"} {
+		if rs[p].Packets != perSrc {
+			t.Errorf("rule %s counted %d packets, want %d", p, rs[p].Packets, perSrc)
+		}
+	}
+	v := verdicts(t)
+	if v["drop_exact"] != 2*perSrc || v["drop_prefix"] != 2*perSrc || v["allowlisted"] != perSrc {
+		t.Errorf("verdicts %v", v)
+	}
+
+	// Attach again: same rules, same counters, still dropping.
+	mustTw(t, "attach", ifRx)
+	if after := rules(t); fmt.Sprint(after) != fmt.Sprint(rs) {
+		t.Fatalf("rules changed across re-attach:\n%v\n%v", rs, after)
+	}
+	send(t, blocked[:1], perSrc)
+	if got := r.drain(); got[blocked[0]] != 0 {
+		t.Errorf("blocked source got through after re-attach")
+	}
+	if n := rules(t)["192.0.2.1/32"].Packets; n != 2*perSrc {
+		t.Errorf("counter after re-attach %d, want %d", n, 2*perSrc)
+	}
+
+	// Unblock: traffic flows again.
+	mustTw(t, "block", "del", "192.0.2.1")
+	send(t, blocked[:1], perSrc)
+	if got := r.drain(); got[blocked[0]] != perSrc {
+		t.Errorf("%d of %d packets arrived after unblock", got[blocked[0]], perSrc)
+	}
+
+	// Detach: everything passes and the pinned state is gone.
+	mustTw(t, "detach", ifRx)
+	send(t, blocked[1:2], perSrc)
+	if got := r.drain(); got[blocked[1]] != perSrc {
+		t.Errorf("%d of %d packets arrived after detach", got[blocked[1]], perSrc)
+	}
+	if _, code := tw(t, "stats"); code != 2 {
+		t.Errorf("stats after detach: exit %d, want 2", code)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	setup(t)
+	mustTw(t, "attach", ifRx, "--exact4-capacity", "2")
+	mustTw(t, "block", "add", "192.0.2.1")
+	before := mustTw(t, "block", "list", "--json")
+	for _, c := range [][]string{
+		{"block", "add", "192.0.2.9", "not-an-address"},
+		{"block", "add", "10.0.0.0/33"},
+		{"block", "add", "10.1.2.3/8"},
+		{"block", "add", "192.0.2.7", "192.0.2.8"}, // one over capacity
+		{"block", "del", "192.0.2.77"},
+		{"block", "add", "-i", "nosuch0", "192.0.2.9"},
+		{"attach", "nosuch0"},
+		{"attach", ifRx, "--mode", "turbo"},
+		{"attach", ifRx, "--exact4-capacity", "9"},
+		{"block"},
+		{"block", "add"},
+		{"stats", "--bogus"},
+	} {
+		out, code := tw(t, c...)
+		if code != 2 {
+			t.Errorf("tierwall %s: exit %d, want 2\n%s", strings.Join(c, " "), code, out)
+		}
+		if c[0] != "block" || len(c) > 1 {
+			if !strings.Contains(out, "tierwall:") && c[0] != "block" {
+				t.Errorf("tierwall %s printed no error: %s", strings.Join(c, " "), out)
+			}
+		}
+	}
+	if after := mustTw(t, "block", "list", "--json"); after != before {
+		t.Fatalf("rules changed by failed commands:\n%s\n%s", before, after)
+	}
+	mustTw(t, "detach", ifRx)
+}
