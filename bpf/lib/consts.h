@@ -19,7 +19,7 @@ enum tw_layout {
 /* Longest linear-probe run the data plane walks in an exact table. User
  * space refuses an insert that would need a longer run ("table full"), so a
  * rule is never stored where the data plane would not find it. */
-#define TW_MAX_PROBE 32
+#define TW_MAX_PROBE 128
 
 /* last_hit is shared by all CPUs; it is only rewritten when older than this,
  * so a flood does not bounce the cache line between cores. */

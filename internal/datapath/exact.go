@@ -11,7 +11,7 @@ import (
 
 // maxProbe matches TW_MAX_PROBE: the data plane gives up after this many
 // slots, so user space never stores a rule further from its home slot.
-const maxProbe = 32
+const maxProbe = 128
 
 const (
 	slotEmpty = uint32(filterTwSlotStateTW_SLOT_EMPTY)

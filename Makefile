@@ -1,0 +1,43 @@
+# tierwall — every target installs what it needs first (scripts/deps.sh).
+GO      ?= go
+BIN     := bin
+export GOTOOLCHAIN ?= auto
+
+.PHONY: all deps generate check-generated build test bench demo lint clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+# Regenerates the BPF objects and their Go bindings (committed).
+generate: deps
+	$(GO) generate ./internal/datapath
+
+# CI: regenerating must not change what is committed.
+check-generated: generate
+	@git diff --exit-code --stat -- internal/datapath || \
+		{ echo "generated BPF files differ from the committed ones: run make generate and commit" >&2; exit 1; }
+
+build: deps
+	$(GO) build -o $(BIN)/tierwall ./cmd/tierwall
+	$(GO) build -o $(BIN)/tierwall-bench ./cmd/tierwall-bench
+
+# All tests. Privileged ones need root; with CI=true they fail instead of
+# skipping. -p 1: the BPF and netns tests share the machine's namespaces.
+test: build
+	$(GO) vet ./...
+	$(GO) test -count=1 -p 1 ./...
+
+bench: build
+	$(BIN)/tierwall-bench -out docs/BENCHMARKS.md
+
+demo: build
+	bash scripts/demo.sh
+
+lint: deps
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l cmd internal test)" || { gofmt -l cmd internal test; exit 1; }
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,271 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/tierwall/tierwall/internal/pkt"
+)
+
+// The filter benchmark (docs/BENCHMARKS.md): per-packet cost through
+// BPF_PROG_TEST_RUN with the source varying on every repetition. A
+// wrapper program (bpf/bench_wrap.c) writes the next source from a sample
+// table into the packet and tail-calls the program under test: the filter,
+// a plain-hash baseline, or an empty program. All three are measured in
+// rounds, interleaved, in one process; ratios are of medians.
+
+// Dist is how the sources of the benchmark traffic are drawn.
+type Dist string
+
+const (
+	Uniform Dist = "uniform"
+	Zipf1   Dist = "zipf-s1"
+)
+
+// FilterBenchResult is one (rules, distribution) cell.
+type FilterBenchResult struct {
+	Rules    int
+	Dist     Dist
+	Filter   []float64 // ns/packet per round
+	Baseline []float64
+	Empty    []float64
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// Median returns the medians of the three programs in ns/packet.
+func (r FilterBenchResult) Median() (filter, baseline, empty float64) {
+	return median(r.Filter), median(r.Baseline), median(r.Empty)
+}
+
+const benchSamples = 1 << 20
+
+// sampleAddrs draws benchSamples sources from addrs: uniformly, or Zipf
+// with exponent 1 by inverse CDF (math/rand's Zipf needs s > 1).
+func sampleAddrs(addrs []netip.Addr, d Dist, rng *rand.Rand) []netip.Addr {
+	out := make([]netip.Addr, benchSamples)
+	if d == Uniform {
+		for i := range out {
+			out[i] = addrs[rng.IntN(len(addrs))]
+		}
+		return out
+	}
+	cdf := make([]float64, len(addrs))
+	sum := 0.0
+	for i := range cdf {
+		sum += 1 / float64(i+1)
+		cdf[i] = sum
+	}
+	for i := range out {
+		u := rng.Float64() * sum
+		out[i] = addrs[sort.SearchFloat64s(cdf, u)]
+	}
+	return out
+}
+
+func randomAddrs4(n int, rng *rand.Rand) []netip.Addr {
+	seen := make(map[uint32]bool, n)
+	out := make([]netip.Addr, 0, n)
+	for len(out) < n {
+		w := rng.Uint32()
+		if w>>24 == 0 || w>>24 >= 224 || seen[w] {
+			continue
+		}
+		seen[w] = true
+		out = append(out, netip.AddrFrom4([4]byte{byte(w >> 24), byte(w >> 16), byte(w >> 8), byte(w)}))
+	}
+	return out
+}
+
+// BlockBulk inserts many exact IPv4/IPv6 rules without the per-call
+// bookkeeping of Block (no batch rollback); for benchmarks and tests that
+// build large tables. It refuses to go past capacity.
+func (d *Datapath) BlockBulk(addrs []netip.Addr) error {
+	lk, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	var n4, n6 uint32
+	for _, a := range addrs {
+		t := d.ex6
+		if a.Is4() {
+			t = d.ex4
+		}
+		added, err := t.insert(a)
+		if err != nil {
+			return err
+		}
+		if added && a.Is4() {
+			n4++
+		} else if added {
+			n6++
+		}
+	}
+	return d.updateConfig(func(c *filterTwConfig) { c.Exact4N += n4; c.Exact6N += n6 })
+}
+
+// BenchFilter measures one cell: rules exact IPv4 rules, sources drawn
+// with dist, rounds interleaved rounds of repeat packets per program.
+func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*FilterBenchResult, error) {
+	rng := rand.New(rand.NewPCG(seed, uint64(rules)))
+	addrs := randomAddrs4(rules, rng)
+	samples := sampleAddrs(addrs, dist, rng)
+
+	d, err := LoadDetached(Options{ExactCapacity4: max(rules, 64), ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 1024})
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	if err := d.BlockBulk(addrs); err != nil {
+		return nil, fmt.Errorf("filling exact table: %w", err)
+	}
+
+	var base benchbaseObjects
+	bspec, err := loadBenchbase()
+	if err != nil {
+		return nil, err
+	}
+	bspec.Maps["bl_hash"].MaxEntries = uint32(max(rules, 1))
+	if err := bspec.LoadAndAssign(&base, nil); err != nil {
+		return nil, fmt.Errorf("loading baseline: %w", err)
+	}
+	defer base.Close()
+	keys := make([]uint32, len(addrs))
+	vals := make([]uint64, len(addrs))
+	for i, a := range addrs {
+		keys[i] = word4(a)
+	}
+	if _, err := base.BlHash.BatchUpdate(keys, vals, nil); err != nil {
+		return nil, fmt.Errorf("filling baseline hash: %w", err)
+	}
+
+	var wrap benchwrapObjects
+	wspec, err := loadBenchwrap()
+	if err != nil {
+		return nil, err
+	}
+	wspec.Maps["bw_samples4"].MaxEntries = benchSamples
+	if err := wspec.Variables["bw_mask"].Set(uint32(benchSamples - 1)); err != nil {
+		return nil, err
+	}
+	if err := wspec.LoadAndAssign(&wrap, nil); err != nil {
+		return nil, fmt.Errorf("loading wrapper: %w", err)
+	}
+	defer wrap.Close()
+	sk := make([]uint32, benchSamples)
+	sv := make([]uint32, benchSamples)
+	for i, a := range samples {
+		sk[i], sv[i] = uint32(i), word4(a)
+	}
+	if _, err := wrap.BwSamples4.BatchUpdate(sk, sv, nil); err != nil {
+		return nil, fmt.Errorf("filling samples: %w", err)
+	}
+
+	frame := pkt.Frame{DstMAC: [6]byte{2, 0, 0, 0, 0, 1}, SrcMAC: [6]byte{2, 0, 0, 0, 0, 2},
+		Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
+		Proto: pkt.ProtoUDP, SrcPort: 1, DstPort: 2, Payload: make([]byte, 18)}.Build() // 64 bytes
+
+	measure := func(p *ebpf.Program, want uint32) (float64, error) {
+		if err := wrap.BwNext.Put(uint32(0), p); err != nil {
+			return 0, fmt.Errorf("installing program: %w", err)
+		}
+		ret, dur, err := wrap.BwWrap4.Benchmark(frame, repeat, nil)
+		if err != nil {
+			return 0, err
+		}
+		if ret != want {
+			return 0, fmt.Errorf("program returned %d, want %d: the benchmark is not measuring drops", ret, want)
+		}
+		return float64(dur.Nanoseconds()), nil
+	}
+	r := &FilterBenchResult{Rules: rules, Dist: dist}
+	for i := 0; i < rounds; i++ {
+		for _, step := range []struct {
+			p   *ebpf.Program
+			out *[]float64
+		}{{d.Program(), &r.Filter}, {base.BlHashLookup, &r.Baseline}, {base.BlEmpty, &r.Empty}} {
+			ns, err := measure(step.p, 1 /* XDP_DROP */)
+			if err != nil {
+				return nil, err
+			}
+			*step.out = append(*step.out, ns)
+		}
+	}
+	// Sanity: every sampled source was a hit (one drop per packet).
+	s, err := d.Stats()
+	if err != nil {
+		return nil, err
+	}
+	if got, want := s.Verdicts["drop_exact"].Packets, uint64(rounds*repeat); got != want {
+		return nil, fmt.Errorf("filter dropped %d of %d packets as exact hits", got, want)
+	}
+	return r, nil
+}
+
+// BenchSnapshot fills the active feature buffer with entries keys spread
+// over all CPUs' slots and times Snapshot (swap plus drain), per round.
+func BenchSnapshot(entries, rounds int) ([]time.Duration, error) {
+	d, err := LoadDetached(Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: entries + entries/4})
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ncpu := int(d.sizes.ncpu)
+	keys := make([]filterTwFeatKey, entries)
+	vals := make([]filterTwFeatVal, entries*ncpu)
+	for i := range keys {
+		keys[i] = filterTwFeatKey{Family: 4, Proto: 17, Src: [16]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}, Dst: [16]byte{192, 168, 0, 1}}
+		for c := 0; c < ncpu; c++ {
+			vals[i*ncpu+c] = filterTwFeatVal{Packets: 3, Bytes: 192}
+		}
+	}
+	var out []time.Duration
+	for r := 0; r < rounds; r++ {
+		var active ebpf.MapID
+		if err := d.maps.TwFeat.Lookup(uint32(0), &active); err != nil {
+			return nil, err
+		}
+		m := d.maps.TwFeatA
+		if info, err := m.Info(); err == nil {
+			if id, _ := info.ID(); id != active {
+				m = d.maps.TwFeatB
+			}
+		}
+		if _, err := m.BatchUpdate(keys, vals, nil); err != nil {
+			return nil, fmt.Errorf("filling feature buffer: %w", err)
+		}
+		start := time.Now()
+		s, err := d.Snapshot()
+		el := time.Since(start)
+		if err != nil {
+			return nil, err
+		}
+		if len(s.Flows) != entries {
+			return nil, fmt.Errorf("snapshot has %d flows, want %d", len(s.Flows), entries)
+		}
+		out = append(out, el)
+	}
+	return out, nil
+}
+
+var errNaN = errors.New("no data")
+
+// Ratio of medians, guarded.
+func Ratio(a, b float64) (float64, error) {
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return 0, errNaN
+	}
+	return a / b, nil
+}

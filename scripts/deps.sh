@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building, testing and the demo need on Debian 12, only the
+# packages that are missing. Safe to run again; needs root to install.
+set -euo pipefail
+
+pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev iproute2 ethtool gcc make git)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "deps: missing ${missing[*]}; run as root (or: apt-get install ${missing[*]})" >&2
+		exit 1
+	fi
+	echo "deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v go >/dev/null 2>&1; then
+	echo "deps: Go is not installed; tierwall needs Go >= 1.24 (go.mod pins 1.26, fetched by GOTOOLCHAIN=auto)" >&2
+	exit 1
+fi
