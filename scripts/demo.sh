@@ -13,6 +13,7 @@ cleanup() {
 	ip netns del twdemo-host 2>/dev/null || true
 }
 trap cleanup EXIT
+[ "${TWDEMO_KEEP:-}" = 1 ] && trap - EXIT
 cleanup
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
