@@ -58,7 +58,7 @@ int tw_filter(struct xdp_md *ctx)
 	}
 
 	if (cfg->features)
-		tw_features(&p, len);
+		tw_features(&p, len, cpu);
 	return tw_verdict(TW_R_PASS, len);
 }
 

@@ -8,7 +8,7 @@
  * refuses to re-adopt pinned state written under another layout. An enum
  * so that bpf2go exports it. */
 enum tw_layout {
-	TW_LAYOUT_VERSION = 1,
+	TW_LAYOUT_VERSION = 2,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad outer); eight
@@ -20,6 +20,11 @@ enum tw_layout {
  * space refuses an insert that would need a longer run ("table full"), so a
  * rule is never stored where the data plane would not find it. */
 #define TW_MAX_PROBE 128
+
+/* Longest probe run in a feature buffer region. Regions have at least
+ * twice as many slots as the capacity, so runs stay short; a longer one is
+ * counted as overflow like a full region. */
+#define TW_FEAT_PROBE 32
 
 /* last_hit is shared by all CPUs; it is only rewritten when older than this,
  * so a flood does not bounce the cache line between cores. */

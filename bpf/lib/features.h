@@ -1,7 +1,8 @@
 /* features.h - the paper's feature extraction: per (source, destination,
  * protocol) packet, byte and SYN counts of traffic that passed the filter,
- * in whichever per-CPU buffer tw_feat currently points at. A full buffer
- * costs one failed insert and a counter bump, never a stall. */
+ * in this CPU's region of whichever buffer tw_feat currently points at
+ * (layout in maps.h). A full region costs a bounded probe and a counter
+ * bump, never a stall. */
 #ifndef TW_FEATURES_H
 #define TW_FEATURES_H
 
@@ -9,25 +10,45 @@
 #include <bpf/bpf_helpers.h>
 #include "maps.h"
 #include "parse.h"
+#include "table.h"
 
-#define TW_EEXIST 17
-
-static __always_inline void tw_feat_add(struct tw_feat_val *v,
-					const struct tw_pkt *p, __u32 len)
+static __always_inline __u32 tw_feat_hash(const struct tw_feat_key *k)
 {
-	v->packets++;
-	v->bytes += len;
-	v->syns += p->syn;
+	const __u64 *w = (const __u64 *)k;
+	/* key: 4 bytes family/proto/pad, then src, dst: hash all 36 bytes. */
+	__u64 a = w[0] ^ (w[2] * 0x9E3779B97F4A7C15ULL);
+	__u64 b = w[1] ^ (w[3] * 0xC2B2AE3D27D4EB4FULL);
+	__u32 c = *(const __u32 *)((const __u8 *)k + 32);
+	__u64 h = a * 0xFF51AFD7ED558CCDULL + b + c;
+	return tw_mix32((__u32)(h >> 32) ^ (__u32)h);
 }
 
-static __always_inline void tw_features(const struct tw_pkt *p, __u32 len)
+static __always_inline int tw_feat_eq(const struct tw_feat_key *a,
+				      const struct tw_feat_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] &&
+	       *(const __u32 *)((const __u8 *)a + 32) ==
+		       *(const __u32 *)((const __u8 *)b + 32);
+}
+
+static __always_inline void tw_feat_overflow(void)
+{
+	__u32 zero = 0;
+	struct tw_feat_stats *s = bpf_map_lookup_elem(&tw_fstats, &zero);
+	if (s)
+		s->overflow++;
+}
+
+static __always_inline void tw_features(const struct tw_pkt *p, __u32 len,
+					__u32 cpu)
 {
 	__u32 zero = 0;
 	void *buf = bpf_map_lookup_elem(&tw_feat, &zero);
-	if (!buf)
+	if (!buf || cpu >= tw_nr_cpus)
 		return;
 
-	struct tw_feat_key k = {};
+	struct tw_feat_key k __attribute__((aligned(8))) = {};
 	k.family = p->family;
 	k.proto = p->proto;
 	if (p->family == 4) {
@@ -38,25 +59,33 @@ static __always_inline void tw_features(const struct tw_pkt *p, __u32 len)
 		__builtin_memcpy(k.dst, p->dst6, 16);
 	}
 
-	struct tw_feat_val *v = bpf_map_lookup_elem(buf, &k);
-	if (v) {
-		tw_feat_add(v, p, len);
-		return;
+	__u32 h = tw_feat_hash(&k);
+	__u32 base = cpu * tw_feat_slots;
+	for (__u32 i = 0; i < TW_FEAT_PROBE; i++) {
+		__u32 idx = base + ((h + i) & (tw_feat_slots - 1));
+		struct tw_feat_slot *s = bpf_map_lookup_elem(buf, &idx);
+		if (!s)
+			return;
+		if (s->key.family == 0) {
+			__u32 hi = tw_nr_cpus * tw_feat_slots + cpu;
+			struct tw_feat_slot *hdr = bpf_map_lookup_elem(buf, &hi);
+			if (!hdr || hdr->packets >= tw_feat_cap)
+				break;
+			hdr->packets++;
+			s->key = k;
+			s->packets = 1;
+			s->bytes = len;
+			s->syns = p->syn;
+			return;
+		}
+		if (tw_feat_eq(&s->key, &k)) {
+			s->packets++;
+			s->bytes += len;
+			s->syns += p->syn;
+			return;
+		}
 	}
-	struct tw_feat_val nv = { .packets = 1, .bytes = len, .syns = p->syn };
-	long err = bpf_map_update_elem(buf, &k, &nv, BPF_NOEXIST);
-	if (!err)
-		return;
-	if (err == -TW_EEXIST) {
-		/* Another CPU inserted the key first; this CPU's slot is ours. */
-		v = bpf_map_lookup_elem(buf, &k);
-		if (v)
-			tw_feat_add(v, p, len);
-		return;
-	}
-	struct tw_feat_stats *s = bpf_map_lookup_elem(&tw_fstats, &zero);
-	if (s)
-		s->overflow++;
+	tw_feat_overflow();
 }
 
 #endif

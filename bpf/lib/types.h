@@ -62,6 +62,8 @@ struct tw_config {
 	__u32 exact4_cap; /* rule capacity; the table has more slots than this */
 	__u32 exact6_cap;
 	__u64 feat_since; /* CLOCK_MONOTONIC ns the active feature buffer started */
+	__u32 feat_cap;   /* feature keys per CPU region per interval */
+	__u32 _pad2;
 };
 
 /* Feature-extraction key: one per (family, source, destination, protocol). */
@@ -73,7 +75,12 @@ struct tw_feat_key {
 	__u8 dst[16];
 };
 
-struct tw_feat_val {
+/* One slot of a feature buffer: exactly one cache line. family == 0 marks
+ * a free slot. The last slot of each CPU's region is its header instead
+ * (used = keys stored this interval, in packets). */
+struct tw_feat_slot {
+	struct tw_feat_key key;
+	__u32 _pad;
 	__u64 packets;
 	__u64 bytes;
 	__u64 syns; /* TCP SYN without ACK */
@@ -87,6 +94,7 @@ _Static_assert(sizeof(struct tw_exact4) == 16, "exact4 slot size");
 _Static_assert(sizeof(struct tw_exact6) == 32, "exact6 slot size");
 _Static_assert(sizeof(struct tw_ctr) == 16, "counter size");
 _Static_assert(sizeof(struct tw_feat_key) == 36, "feature key size");
-_Static_assert(sizeof(struct tw_config) == 56, "config size");
+_Static_assert(sizeof(struct tw_config) == 64, "config size");
+_Static_assert(sizeof(struct tw_feat_slot) == 64, "feature slot size");
 
 #endif

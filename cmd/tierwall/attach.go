@@ -46,7 +46,7 @@ func newAttach() *cobra.Command {
 	f.IntVar(&o.ExactCapacity6, "exact6-capacity", 0, fmt.Sprintf("IPv6 /128 rules (default %d)", datapath.DefaultExactCapacity))
 	f.IntVar(&o.PrefixCapacity, "prefix-capacity", 0, fmt.Sprintf("prefix rules (default %d)", datapath.DefaultPrefixCapacity))
 	f.IntVar(&o.AllowCapacity, "allow-capacity", 0, fmt.Sprintf("allowlist prefixes (default %d)", datapath.DefaultAllowCapacity))
-	f.IntVar(&o.FeatureCapacity, "feature-capacity", 0, fmt.Sprintf("flow keys per snapshot (default %d)", datapath.DefaultFeatureCapacity))
+	f.IntVar(&o.FeatureCapacity, "feature-capacity", 0, fmt.Sprintf("flow keys per CPU per snapshot (default %d)", datapath.DefaultFeatureCapacity))
 	return c
 }
 

@@ -214,22 +214,29 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*Filter
 	return r, nil
 }
 
-// BenchSnapshot fills the active feature buffer with entries keys spread
-// over all CPUs' slots and times Snapshot (swap plus drain), per round.
+// BenchSnapshot fills the active feature buffer with entries keys in every
+// CPU's region (the worst case: each key is merged across all CPUs), at
+// scattered slots as the data plane's hash would place them, and times
+// Snapshot (swap plus drain), per round.
 func BenchSnapshot(entries, rounds int) ([]time.Duration, error) {
-	d, err := LoadDetached(Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: entries + entries/4})
+	d, err := LoadDetached(Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: entries})
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	ncpu := int(d.sizes.ncpu)
-	keys := make([]filterTwFeatKey, entries)
-	vals := make([]filterTwFeatVal, entries*ncpu)
-	for i := range keys {
-		keys[i] = filterTwFeatKey{Family: 4, Proto: 17, Src: [16]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}, Dst: [16]byte{192, 168, 0, 1}}
-		for c := 0; c < ncpu; c++ {
-			vals[i*ncpu+c] = filterTwFeatVal{Packets: 3, Bytes: 192}
+	ncpu, slots := int(d.sizes.ncpu), int(d.sizes.featSlots)
+	img := make([]filterTwFeatSlot, d.sizes.featEntries())
+	for c := 0; c < ncpu; c++ {
+		for i := 0; i < entries; i++ {
+			k := filterTwFeatKey{Family: 4, Proto: 17, Src: [16]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}, Dst: [16]byte{192, 168, 0, 1}}
+			// Where tw_features would put it: hash home, then linear probe.
+			slot := int(featHash(&k)) & (slots - 1)
+			for img[c*slots+slot].Key.Family != 0 {
+				slot = (slot + 1) & (slots - 1)
+			}
+			img[c*slots+slot] = filterTwFeatSlot{Key: k, Packets: 3, Bytes: 192}
 		}
+		img[ncpu*slots+c].Packets = uint64(entries)
 	}
 	var out []time.Duration
 	for r := 0; r < rounds; r++ {
@@ -243,9 +250,11 @@ func BenchSnapshot(entries, rounds int) ([]time.Duration, error) {
 				m = d.maps.TwFeatB
 			}
 		}
-		if _, err := m.BatchUpdate(keys, vals, nil); err != nil {
-			return nil, fmt.Errorf("filling feature buffer: %w", err)
+		buf, err := d.featureSlots(m)
+		if err != nil {
+			return nil, err
 		}
+		copy(buf, img)
 		start := time.Now()
 		s, err := d.Snapshot()
 		el := time.Since(start)
@@ -254,6 +263,11 @@ func BenchSnapshot(entries, rounds int) ([]time.Duration, error) {
 		}
 		if len(s.Flows) != entries {
 			return nil, fmt.Errorf("snapshot has %d flows, want %d", len(s.Flows), entries)
+		}
+		for _, f := range s.Flows {
+			if f.Packets != uint64(3*ncpu) {
+				return nil, fmt.Errorf("flow %v has %d packets, want %d", f.Src, f.Packets, 3*ncpu)
+			}
 		}
 		out = append(out, el)
 	}

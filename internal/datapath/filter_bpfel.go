@@ -28,6 +28,8 @@ type filterTwConfig struct {
 	Exact4Cap uint32
 	Exact6Cap uint32
 	FeatSince uint64
+	FeatCap   uint32
+	Pad2      uint32
 }
 
 type filterTwCtr struct {
@@ -60,22 +62,24 @@ type filterTwFeatKey struct {
 	Dst    [16]uint8
 }
 
-type filterTwFeatStats struct {
-	_        structs.HostLayout
-	Overflow uint64
-}
-
-type filterTwFeatVal struct {
+type filterTwFeatSlot struct {
 	_       structs.HostLayout
+	Key     filterTwFeatKey
+	Pad     uint32
 	Packets uint64
 	Bytes   uint64
 	Syns    uint64
 }
 
+type filterTwFeatStats struct {
+	_        structs.HostLayout
+	Overflow uint64
+}
+
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 1
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 2
 )
 
 type filterTwLpm4Key struct {
@@ -133,28 +137,30 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	filterMapTwAllow4   = "tw_allow4"
-	filterMapTwAllow6   = "tw_allow6"
-	filterMapTwAllowCtr = "tw_allow_ctr"
-	filterMapTwCfg      = "tw_cfg"
-	filterMapTwEx4      = "tw_ex4"
-	filterMapTwEx4Ctr   = "tw_ex4_ctr"
-	filterMapTwEx6      = "tw_ex6"
-	filterMapTwEx6Ctr   = "tw_ex6_ctr"
-	filterMapTwFeat     = "tw_feat"
-	filterMapTwFeatA    = "tw_feat_a"
-	filterMapTwFeatB    = "tw_feat_b"
-	filterMapTwFstats   = "tw_fstats"
-	filterMapTwPfx4     = "tw_pfx4"
-	filterMapTwPfx6     = "tw_pfx6"
-	filterMapTwPfxCtr   = "tw_pfx_ctr"
-	filterMapTwVerdicts = "tw_verdicts"
-	filterProgTwFilter  = "tw_filter"
-	filterVarTwAllowCap = "tw_allow_cap"
-	filterVarTwEx4Slots = "tw_ex4_slots"
-	filterVarTwEx6Slots = "tw_ex6_slots"
-	filterVarTwNrCpus   = "tw_nr_cpus"
-	filterVarTwPfxCap   = "tw_pfx_cap"
+	filterMapTwAllow4    = "tw_allow4"
+	filterMapTwAllow6    = "tw_allow6"
+	filterMapTwAllowCtr  = "tw_allow_ctr"
+	filterMapTwCfg       = "tw_cfg"
+	filterMapTwEx4       = "tw_ex4"
+	filterMapTwEx4Ctr    = "tw_ex4_ctr"
+	filterMapTwEx6       = "tw_ex6"
+	filterMapTwEx6Ctr    = "tw_ex6_ctr"
+	filterMapTwFeat      = "tw_feat"
+	filterMapTwFeatA     = "tw_feat_a"
+	filterMapTwFeatB     = "tw_feat_b"
+	filterMapTwFstats    = "tw_fstats"
+	filterMapTwPfx4      = "tw_pfx4"
+	filterMapTwPfx6      = "tw_pfx6"
+	filterMapTwPfxCtr    = "tw_pfx_ctr"
+	filterMapTwVerdicts  = "tw_verdicts"
+	filterProgTwFilter   = "tw_filter"
+	filterVarTwAllowCap  = "tw_allow_cap"
+	filterVarTwEx4Slots  = "tw_ex4_slots"
+	filterVarTwEx6Slots  = "tw_ex6_slots"
+	filterVarTwFeatCap   = "tw_feat_cap"
+	filterVarTwFeatSlots = "tw_feat_slots"
+	filterVarTwNrCpus    = "tw_nr_cpus"
+	filterVarTwPfxCap    = "tw_pfx_cap"
 )
 
 // loadFilter returns the embedded CollectionSpec for filter.
@@ -228,11 +234,13 @@ type filterMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type filterVariableSpecs struct {
-	TwAllowCap *ebpf.VariableSpec `ebpf:"tw_allow_cap"`
-	TwEx4Slots *ebpf.VariableSpec `ebpf:"tw_ex4_slots"`
-	TwEx6Slots *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
-	TwNrCpus   *ebpf.VariableSpec `ebpf:"tw_nr_cpus"`
-	TwPfxCap   *ebpf.VariableSpec `ebpf:"tw_pfx_cap"`
+	TwAllowCap  *ebpf.VariableSpec `ebpf:"tw_allow_cap"`
+	TwEx4Slots  *ebpf.VariableSpec `ebpf:"tw_ex4_slots"`
+	TwEx6Slots  *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
+	TwFeatCap   *ebpf.VariableSpec `ebpf:"tw_feat_cap"`
+	TwFeatSlots *ebpf.VariableSpec `ebpf:"tw_feat_slots"`
+	TwNrCpus    *ebpf.VariableSpec `ebpf:"tw_nr_cpus"`
+	TwPfxCap    *ebpf.VariableSpec `ebpf:"tw_pfx_cap"`
 }
 
 // filterObjects contains all objects after they have been loaded into the kernel.
@@ -298,11 +306,13 @@ func (m *filterMaps) Close() error {
 //
 // It can be passed to loadFilterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type filterVariables struct {
-	TwAllowCap *ebpf.Variable `ebpf:"tw_allow_cap"`
-	TwEx4Slots *ebpf.Variable `ebpf:"tw_ex4_slots"`
-	TwEx6Slots *ebpf.Variable `ebpf:"tw_ex6_slots"`
-	TwNrCpus   *ebpf.Variable `ebpf:"tw_nr_cpus"`
-	TwPfxCap   *ebpf.Variable `ebpf:"tw_pfx_cap"`
+	TwAllowCap  *ebpf.Variable `ebpf:"tw_allow_cap"`
+	TwEx4Slots  *ebpf.Variable `ebpf:"tw_ex4_slots"`
+	TwEx6Slots  *ebpf.Variable `ebpf:"tw_ex6_slots"`
+	TwFeatCap   *ebpf.Variable `ebpf:"tw_feat_cap"`
+	TwFeatSlots *ebpf.Variable `ebpf:"tw_feat_slots"`
+	TwNrCpus    *ebpf.Variable `ebpf:"tw_nr_cpus"`
+	TwPfxCap    *ebpf.Variable `ebpf:"tw_pfx_cap"`
 }
 
 // filterPrograms contains all programs after they have been loaded into the kernel.

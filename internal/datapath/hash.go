@@ -33,3 +33,19 @@ func hash6(a netip.Addr, seed uint32) uint32 {
 	h := x*0x9E3779B97F4A7C15 + y*0xC2B2AE3D27D4EB4F
 	return mix32(uint32(h>>32) ^ uint32(h))
 }
+
+// featHash mirrors tw_feat_hash in bpf/lib/features.h. Snapshot merging
+// uses it to walk its index in the order the regions are laid out, which
+// keeps the merge of a 300K-key buffer sequential in memory.
+func featHash(k *filterTwFeatKey) uint32 {
+	var b [36]byte
+	b[0], b[1] = k.Family, k.Proto
+	binary.NativeEndian.PutUint16(b[2:], k.Pad)
+	copy(b[4:20], k.Src[:])
+	copy(b[20:36], k.Dst[:])
+	w := func(i int) uint64 { return binary.NativeEndian.Uint64(b[8*i:]) }
+	a := w(0) ^ (w(2) * 0x9E3779B97F4A7C15)
+	c := w(1) ^ (w(3) * 0xC2B2AE3D27D4EB4F)
+	h := a*0xFF51AFD7ED558CCD + c + uint64(binary.NativeEndian.Uint32(b[32:]))
+	return mix32(uint32(h>>32) ^ uint32(h))
+}

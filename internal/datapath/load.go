@@ -51,7 +51,7 @@ const (
 	DefaultExactCapacity   = 1 << 20
 	DefaultPrefixCapacity  = 1 << 16
 	DefaultAllowCapacity   = 1 << 12
-	DefaultFeatureCapacity = 1 << 19
+	DefaultFeatureCapacity = 1 << 18
 )
 
 // Options size the maps when state is created. When pinned state is
@@ -63,7 +63,7 @@ type Options struct {
 	ExactCapacity6  int  // IPv6 /128 rules
 	PrefixCapacity  int  // prefix rules, IPv4 and IPv6 together
 	AllowCapacity   int  // allowlist prefixes, IPv4 and IPv6 together
-	FeatureCapacity int  // (source, destination, protocol) keys per snapshot
+	FeatureCapacity int  // (source, destination, protocol) keys per CPU per snapshot
 	// PinRoot overrides the bpffs mount (tests); empty means /sys/fs/bpf.
 	PinRoot string
 }
@@ -73,9 +73,24 @@ type sizes struct {
 	exact4, exact6 uint32 // rule capacities
 	slots4, slots6 uint32 // table slots: a power of two >= 1.5x capacity
 	pfx, allow     uint32
-	feat           uint32
+	feat           uint32 // feature keys per CPU region
+	featSlots      uint32 // slots per CPU region: a power of two >= 2x feat
 	ncpu           uint32
 }
+
+// featSlots keeps feature regions at most half full, so a probe run stays
+// far below TW_FEAT_PROBE; memory is 2 buffers x ncpu x slots x 64 bytes.
+func featSlots(capacity uint32) uint32 {
+	n := 2 * uint64(capacity)
+	if n < 64 {
+		n = 64
+	}
+	return uint32(1) << bits.Len64(n-1)
+}
+
+// featEntries is the array size of one feature buffer: the CPU regions,
+// then one header slot per CPU.
+func (s sizes) featEntries() uint32 { return s.ncpu*s.featSlots + s.ncpu }
 
 // tableSlots keeps the load factor at or below 2/3, where linear probing
 // runs stay short enough that TW_MAX_PROBE is essentially never reached.
@@ -109,6 +124,10 @@ func (o Options) sizes(ncpu int) (sizes, error) {
 		}
 	}
 	s.slots4, s.slots6 = tableSlots(s.exact4), tableSlots(s.exact6)
+	s.featSlots = featSlots(s.feat)
+	if uint64(s.featSlots)*uint64(s.ncpu+1) >= 1<<32 {
+		return s, fmt.Errorf("%w: feature capacity %d too large for %d CPUs", ErrInvalid, s.feat, s.ncpu)
+	}
 	return s, nil
 }
 
@@ -125,11 +144,12 @@ func (s sizes) apply(spec *ebpf.CollectionSpec) error {
 	m["tw_allow4"].MaxEntries = s.allow
 	m["tw_allow6"].MaxEntries = s.allow
 	m["tw_allow_ctr"].MaxEntries = s.allow * s.ncpu
-	m["tw_feat_a"].MaxEntries = s.feat
-	m["tw_feat_b"].MaxEntries = s.feat
-	m["tw_feat"].InnerMap.MaxEntries = s.feat
+	m["tw_feat_a"].MaxEntries = s.featEntries()
+	m["tw_feat_b"].MaxEntries = s.featEntries()
+	m["tw_feat"].InnerMap.MaxEntries = s.featEntries()
 	for name, v := range map[string]uint32{"tw_ex4_slots": s.slots4, "tw_ex6_slots": s.slots6,
-		"tw_pfx_cap": s.pfx, "tw_allow_cap": s.allow, "tw_nr_cpus": s.ncpu} {
+		"tw_pfx_cap": s.pfx, "tw_allow_cap": s.allow, "tw_nr_cpus": s.ncpu,
+		"tw_feat_slots": s.featSlots, "tw_feat_cap": s.feat} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
 		}
@@ -165,6 +185,9 @@ type Datapath struct {
 	sizes sizes
 	ex4   *exactTable
 	ex6   *exactTable
+	// feature buffers mapped into this process, by map, kept across
+	// snapshots so their pages are faulted in once
+	featMem map[*ebpf.Map][]filterTwFeatSlot
 }
 
 // Close releases this process's handles. Pinned state, and so the filter,
@@ -173,6 +196,7 @@ func (d *Datapath) Close() error {
 	if d.prog != nil {
 		d.prog.Close()
 	}
+	d.unmapFeatures()
 	return d.maps.Close()
 }
 
@@ -253,6 +277,7 @@ func load(o Options) (_ *Datapath, _ *ebpf.CollectionSpec, err error) {
 		XdpMode:   uint32(o.Mode),
 		Exact4Cap: sz.exact4,
 		Exact6Cap: sz.exact6,
+		FeatCap:   sz.feat,
 		FeatSince: monoNow(),
 	}
 	if err := d.maps.TwCfg.Put(uint32(0), &cfg); err != nil {
@@ -379,12 +404,15 @@ func openPinned(dir string) (map[string]*ebpf.Map, filterTwConfig, error) {
 
 // pinnedSizes recovers the sizes pinned state was created with.
 func pinnedSizes(pinned map[string]*ebpf.Map, cfg filterTwConfig) sizes {
+	ncpu := pinned["tw_ex4_ctr"].MaxEntries() / pinned["tw_ex4"].MaxEntries()
 	return sizes{
 		exact4: cfg.Exact4Cap, exact6: cfg.Exact6Cap,
 		slots4: pinned["tw_ex4"].MaxEntries(), slots6: pinned["tw_ex6"].MaxEntries(),
 		pfx: pinned["tw_pfx4"].MaxEntries(), allow: pinned["tw_allow4"].MaxEntries(),
-		feat: pinned["tw_feat_a"].MaxEntries(),
-		ncpu: pinned["tw_ex4_ctr"].MaxEntries() / pinned["tw_ex4"].MaxEntries(),
+		feat: cfg.FeatCap,
+		ncpu: ncpu,
+		// featEntries = ncpu*featSlots + ncpu
+		featSlots: pinned["tw_feat_a"].MaxEntries()/ncpu - 1,
 	}
 }
 

@@ -4,7 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/pkt"
 )
@@ -192,16 +196,101 @@ func TestFeatureOverflowCounted(t *testing.T) {
 	if _, err := d.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 4200; i++ {
-		f := frameFor(netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}), encaps[0])
-		f.Proto = pkt.ProtoUDP
-		run(t, d.Program(), fixture{frame: f.Build()})
-	}
+	// Capacity is per CPU region: keep every packet on one CPU.
+	onCPU(t, 0, func() {
+		for i := 0; i < 4200; i++ {
+			f := frameFor(netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}), encaps[0])
+			f.Proto = pkt.ProtoUDP
+			run(t, d.Program(), fixture{frame: f.Build()})
+		}
+	})
 	s, err := d.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(s.Flows) != 4096 || s.Overflow != 4200-4096 {
 		t.Fatalf("%d flows, overflow %d; want 4096 and %d", len(s.Flows), s.Overflow, 4200-4096)
+	}
+}
+
+// onCPU runs f on an OS thread pinned to cpu, so test runs land in that
+// CPU's feature region.
+func onCPU(t *testing.T, cpu int, f func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		// Sent even when f stops the goroutine through t.Fatal.
+		defer func() { done <- err }()
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		var set unix.CPUSet
+		set.Set(cpu)
+		if err = unix.SchedSetaffinity(0, &set); err != nil {
+			return
+		}
+		f()
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("pinning to CPU %d: %v", cpu, err)
+	}
+}
+
+func TestFeatureRegionsHashAndMerge(t *testing.T) {
+	d := loadTestDatapath(t)
+	if _, err := d.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	ncpu := int(d.sizes.ncpu)
+	f := frameFor(netip.MustParseAddr("10.9.8.7"), encaps[0])
+	f.Proto = pkt.ProtoUDP
+	frame := f.Build()
+	sent := 0
+	for cpu := 0; cpu < min(ncpu, 2); cpu++ {
+		onCPU(t, cpu, func() {
+			for i := 0; i <= cpu+2; i++ {
+				run(t, d.Program(), fixture{frame: frame})
+				sent++
+			}
+		})
+	}
+	// Before draining: the key sits at the home slot Go computes for it,
+	// in the region of every CPU that saw it, and each header counts it.
+	var active ebpf.MapID
+	if err := d.maps.TwFeat.Lookup(uint32(0), &active); err != nil {
+		t.Fatal(err)
+	}
+	m := d.maps.TwFeatA
+	if info, _ := m.Info(); info != nil {
+		if id, _ := info.ID(); id != active {
+			m = d.maps.TwFeatB
+		}
+	}
+	buf, err := d.featureSlots(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := int(d.sizes.featSlots)
+	key := filterTwFeatKey{Family: 4, Proto: pkt.ProtoUDP, Src: [16]byte{10, 9, 8, 7}, Dst: [16]byte{192, 168, 77, 1}}
+	home := int(featHash(&key)) & (slots - 1)
+	for cpu := 0; cpu < min(ncpu, 2); cpu++ {
+		s := buf[cpu*slots+home]
+		if s.Key != key || s.Packets != uint64(cpu+3) {
+			t.Errorf("CPU %d home slot %d holds %+v, want the key with %d packets", cpu, home, s, cpu+3)
+		}
+		if h := buf[ncpu*slots+cpu].Packets; h != 1 {
+			t.Errorf("CPU %d header counts %d keys, want 1", cpu, h)
+		}
+	}
+	s, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Flows) != 1 || s.Flows[0].Packets != uint64(sent) || s.Flows[0].Bytes != uint64(sent*len(frame)) {
+		t.Fatalf("flows %+v, want one with %d packets", s.Flows, sent)
+	}
+	for i := range buf {
+		if buf[i] != (filterTwFeatSlot{}) {
+			t.Fatalf("drained buffer slot %d not cleared: %+v", i, buf[i])
+		}
 	}
 }
