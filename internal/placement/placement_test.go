@@ -1,0 +1,172 @@
+package placement
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func src(kr ...any) []Source[string] {
+	var s []Source[string]
+	for i := 0; i < len(kr); i += 2 {
+		s = append(s, Source[string]{kr[i].(string), float64(kr[i+1].(int))})
+	}
+	return s
+}
+
+func sorted(s []string) []string { s = slices.Clone(s); slices.Sort(s); return s }
+
+func TestListing1SwapsWeakestForStrongest(t *testing.T) {
+	// K=3, table holds a(100) b(5) c(1); d(50) and e(20) are blocked in
+	// XDP. Saturated: threshold 2.5. Candidates by rate: d, e; evictable
+	// ascending: c, b. d/c = 50 >= 2.5 swap; e/b = 4 >= 2.5 swap.
+	all := src("a", 100, "b", 5, "c", 1, "d", 50, "e", 20)
+	p := Params{K: 3, MaxRate: 100}
+	plan := Decide(all, []string{"a", "b", "c"}, p)
+	if got, want := plan.Install, []string{"d", "e"}; !slices.Equal(got, want) {
+		t.Errorf("install %v, want %v", got, want)
+	}
+	if got, want := plan.Remove, []string{"c", "b"}; !slices.Equal(got, want) {
+		t.Errorf("remove %v, want %v (weakest first)", got, want)
+	}
+	if plan.Threshold != 2.5 || plan.Volume != 176 {
+		t.Errorf("threshold %v volume %v", plan.Threshold, plan.Volume)
+	}
+}
+
+func TestListing1SkipsBelowThreshold(t *testing.T) {
+	// d/c = 2 < 2.5: no swap although d is in the top-K and c is not.
+	all := src("a", 100, "b", 90, "c", 10, "d", 20)
+	plan := Decide(all, []string{"a", "b", "c"}, Params{K: 3, MaxRate: 100})
+	if plan.Updates() != 0 {
+		t.Fatalf("plan %+v, want no change", plan)
+	}
+	// Candidates are all tried against the same weakest entry (line 7):
+	// a lighter one after a refused one is refused too.
+	all = src("a", 100, "b", 90, "c", 10, "d", 20, "e", 15)
+	if plan := Decide(all, []string{"a", "b", "c"}, Params{K: 3, MaxRate: 100}); plan.Updates() != 0 {
+		t.Fatalf("plan %+v, want no change", plan)
+	}
+}
+
+func TestHysteresisFollowsVolume(t *testing.T) {
+	p := Params{MaxRate: 1000}
+	if got := p.Threshold(2000); got != 2.5 {
+		t.Errorf("threshold above saturation %v, want the minimum 2.5", got)
+	}
+	if got := p.Threshold(500); got != 5 {
+		t.Errorf("threshold at half load %v, want 5", got)
+	}
+	if got := p.Threshold(0); got != 1000 {
+		t.Errorf("threshold with no attack %v, want the cap", got)
+	}
+	// The same 4x gain swaps near saturation and not at 10% load.
+	all := src("a", 400, "b", 100)
+	hi := Decide(all, []string{"b"}, Params{K: 1, MaxRate: 500})
+	lo := Decide(all, []string{"b"}, Params{K: 1, MaxRate: 5000})
+	if hi.Updates() != 2 || lo.Updates() != 0 {
+		t.Errorf("updates at high load %d (want 2), at low load %d (want 0)", hi.Updates(), lo.Updates())
+	}
+}
+
+func TestBudgetLimitsUpdates(t *testing.T) {
+	// 10 ms interval, 2 ms per update, half the interval: 2 updates.
+	p := Params{K: 10, MaxRate: 1, Interval: 10 * time.Millisecond, UpdateLatency: 2 * time.Millisecond}
+	if p.Budget() != 2 {
+		t.Fatalf("budget %d, want 2", p.Budget())
+	}
+	all := src("a", 9, "b", 8, "c", 7, "d", 6)
+	plan := Decide(all, nil, p)
+	if !slices.Equal(plan.Install, []string{"a", "b"}) || plan.Skipped != 2 {
+		t.Errorf("plan %+v, want the two heaviest and 2 skipped", plan)
+	}
+	// A swap costs two updates: with a budget of 3, one swap then stop.
+	p.UpdateLatency = 10 * time.Millisecond / 6 // budget 3
+	all = src("a", 100, "b", 90, "x", 1, "y", 1)
+	plan = Decide(all, []string{"x", "y"}, Params{K: 2, MaxRate: 1, Interval: p.Interval, UpdateLatency: p.UpdateLatency})
+	if plan.Updates() != 2 || plan.Skipped != 1 {
+		t.Errorf("plan %+v, want one swap and one skipped", plan)
+	}
+}
+
+func TestTiesAreDeterministic(t *testing.T) {
+	all := src("a", 5, "b", 5, "c", 5, "d", 5)
+	first := Decide(all, nil, Params{K: 2, MaxRate: 1})
+	for i := 0; i < 20; i++ {
+		if again := Decide(all, nil, Params{K: 2, MaxRate: 1}); !slices.Equal(again.Install, first.Install) {
+			t.Fatalf("ties resolved differently: %v then %v", first.Install, again.Install)
+		}
+	}
+	// Equal rates never swap: the gain is 1.
+	if plan := Decide(all, []string{"c", "d"}, Params{K: 2, MaxRate: 1}); plan.Updates() != 0 {
+		t.Errorf("swapped equals: %+v", plan)
+	}
+}
+
+func TestDisappearedSourcesLeaveHardware(t *testing.T) {
+	// "gone" was unblocked: it leaves the table even with no budget left,
+	// and its slot is refilled.
+	all := src("a", 10, "b", 3)
+	p := Params{K: 2, MaxRate: 1, Interval: time.Millisecond, UpdateLatency: time.Millisecond} // budget 0
+	plan := Decide(all, []string{"a", "gone"}, p)
+	if !slices.Equal(plan.Remove, []string{"gone"}) || len(plan.Install) != 0 {
+		t.Errorf("plan %+v, want gone removed and nothing installed (no budget)", plan)
+	}
+	plan = Decide(all, []string{"a", "gone"}, Params{K: 2, MaxRate: 1})
+	if !slices.Equal(plan.Remove, []string{"gone"}) || !slices.Equal(plan.Install, []string{"b"}) {
+		t.Errorf("plan %+v, want gone out and b in", plan)
+	}
+}
+
+func TestKLargerThanBlacklist(t *testing.T) {
+	all := src("a", 1, "b", 2, "c", 0)
+	plan := Decide(all, nil, Params{K: 512, MaxRate: 1})
+	if got := sorted(plan.Install); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("install %v, want every source with traffic", got)
+	}
+	if plan := Decide(all, []string{"a", "b"}, Params{K: 512, MaxRate: 1}); plan.Updates() != 0 {
+		t.Errorf("stable table changed: %+v", plan)
+	}
+	if plan := Decide(all, nil, Params{K: 0, MaxRate: 1}); plan.Updates() != 0 {
+		t.Errorf("K=0 installed %+v", plan)
+	}
+}
+
+func TestOracleShare(t *testing.T) {
+	if got := OracleShare([]float64{1, 5, 3, 1}, 2); got != 0.8 {
+		t.Errorf("oracle %v, want 0.8", got)
+	}
+	if got := OracleShare([]float64{1, 1}, 5); got != 1 {
+		t.Errorf("oracle %v, want 1", got)
+	}
+	if got := OracleShare(nil, 5); got != 0 {
+		t.Errorf("oracle of nothing %v", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, p := range []Params{{K: -1, MaxRate: 1}, {K: 1}, {K: 1, MaxRate: 1, MinThreshold: 0.5}, {K: 1, MaxRate: 1, BudgetShare: 2}} {
+		if p.Validate() == nil {
+			t.Errorf("%+v accepted", p)
+		}
+	}
+	if err := (Params{K: 512, MaxRate: 1e6}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSimulationBeatsNaiveOnUpdates(t *testing.T) {
+	// Correctness of the scoring, not speed: Listing 1 never beats the
+	// oracle, and the naive policy never updates less than nothing.
+	l, n, err := Simulate(Scenario{Sources: 2000, K: 64, Intervals: 30, ZipfS: 1, Load: 1, MaxRate: 1e6,
+		Swing: 0.9, MinPeriod: 10, MaxPeriod: 40, Jitter: 0.25, Interval: time.Second, Latency: 2 * time.Millisecond, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.HWShare > l.OracleShare+1e-9 || n.HWShare > n.OracleShare+1e-9 {
+		t.Errorf("a policy beat the oracle: %+v %+v", l, n)
+	}
+	if l.Updates >= n.Updates || l.HWShare <= 0 {
+		t.Errorf("listing-1 %+v vs naive %+v", l, n)
+	}
+}
