@@ -31,6 +31,9 @@ struct tw_pkt {
 	__u32 dst4;
 	__u32 src6[4];
 	__u32 dst6[4];
+	__be16 sport; /* TCP/UDP ports of a first fragment, else 0 */
+	__be16 dport;
+	__u32 l3len;  /* frame bytes from the IP header on (what NICs count) */
 };
 
 struct tw_vlan_hdr {
@@ -52,10 +55,14 @@ static __always_inline int tw_parse_l4(void *l4, void *lim, void *data_end,
 		if ((void *)(th + 1) > data_end || (void *)(th + 1) > lim)
 			return TW_R_L4_TRUNC;
 		p->syn = th->syn && !th->ack;
+		p->sport = th->source;
+		p->dport = th->dest;
 	} else if (p->proto == IPPROTO_UDP) {
 		struct udphdr *uh = l4;
 		if ((void *)(uh + 1) > data_end || (void *)(uh + 1) > lim)
 			return TW_R_L4_TRUNC;
+		p->sport = uh->source;
+		p->dport = uh->dest;
 	}
 	return TW_R_PASS;
 }
@@ -162,6 +169,7 @@ static __always_inline int tw_parse(void *data, void *data_end,
 	    proto == bpf_htons(TW_ETH_P_8021AD))
 		return TW_R_VLAN_DEPTH;
 
+	p->l3len = data_end - cur;
 	if (proto == bpf_htons(ETH_P_IP))
 		return tw_parse_ipv4(cur, data_end, p);
 	if (proto == bpf_htons(ETH_P_IPV6))

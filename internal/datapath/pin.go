@@ -72,7 +72,7 @@ func isBPFFS(path string) bool {
 // otherwise. ':' cannot appear in an interface name, so the tag never
 // collides with one.
 func netnsTag() string {
-	self, err := os.Stat("/proc/self/ns/net")
+	self, err := os.Stat("/proc/thread-self/ns/net")
 	if err != nil {
 		return ""
 	}

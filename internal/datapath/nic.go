@@ -1,0 +1,520 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierwall/tierwall/internal/hwtable"
+)
+
+// The emulated SmartNIC (bpf/xdp_nic.c): a bump-in-the-wire XDP stage with
+// an exact-match table of capacity K, attached to the wire-facing port of
+// a "nic" network namespace and redirecting what it does not drop to the
+// host-facing port. Its control path enforces a per-update latency, like a
+// NIC's firmware, so placement meets the same budget as on real hardware.
+
+// NIC defaults: the paper's card held 512-2K rules at ~2 ms per update.
+const (
+	DefaultNICCapacity = 512
+	DefaultNICLatency  = 2 * time.Millisecond
+)
+
+// NICOptions configure a new emulated NIC; when pinned state is re-adopted
+// zero fields take the pinned values.
+type NICOptions struct {
+	Capacity      int
+	UpdateLatency time.Duration
+	PinRoot       string // bpffs mount override (tests)
+}
+
+// NIC is a handle on an emulated NIC stage.
+type NIC struct {
+	Iface string // wire-facing port the stage is attached to
+	Dir   string
+
+	mu      sync.Mutex
+	objs    nicObjects
+	cap     int
+	latency time.Duration
+	ids     map[hwtable.Match]uint32
+	free    []uint32
+}
+
+var nicPinned = []string{"tw_nic_rules", "tw_nic_ctr", "tw_nic_stats", "tw_nic_cfg"}
+
+// nicDir keeps NIC stages apart from filters: a separate tree, so no
+// interface name can make the two collide.
+func nicDir(root, ifname string) string {
+	d := pinDir(root, ifname)
+	rel, _ := filepath.Rel(filepath.Join(root, "tierwall"), d)
+	return filepath.Join(root, "tierwall-nic", rel)
+}
+
+// LoadNICDetached loads the NIC stage with fresh maps, attached nowhere and
+// passing misses up (host port 0): for BPF_PROG_TEST_RUN.
+func LoadNICDetached(o NICOptions) (*NIC, error) {
+	return loadNIC(o, 0)
+}
+
+func loadNIC(o NICOptions, hostIndex int) (*NIC, error) {
+	if o.Capacity == 0 {
+		o.Capacity = DefaultNICCapacity
+	}
+	if o.UpdateLatency == 0 {
+		o.UpdateLatency = DefaultNICLatency
+	}
+	if o.Capacity < 1 || o.Capacity > 1<<16 {
+		return nil, fmt.Errorf("%w: NIC capacity %d out of range 1..65536", ErrInvalid, o.Capacity)
+	}
+	if o.UpdateLatency < 0 || o.UpdateLatency > time.Second {
+		return nil, fmt.Errorf("%w: NIC update latency %v out of range 0..1s", ErrInvalid, o.UpdateLatency)
+	}
+	spec, err := loadNic()
+	if err != nil {
+		return nil, fmt.Errorf("loading NIC spec: %w", err)
+	}
+	spec.Maps["tw_nic_rules"].MaxEntries = uint32(o.Capacity)
+	spec.Maps["tw_nic_ctr"].MaxEntries = uint32(o.Capacity)
+	n := &NIC{cap: o.Capacity, latency: o.UpdateLatency}
+	if err := spec.LoadAndAssign(&n.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading NIC stage: %w", err)
+	}
+	cfg := nicTwNicConfig{HostIfindex: uint32(hostIndex), Capacity: uint32(o.Capacity), LatencyUs: uint32(o.UpdateLatency / time.Microsecond)}
+	if err := n.objs.TwNicCfg.Put(uint32(0), &cfg); err != nil {
+		n.objs.Close()
+		return nil, fmt.Errorf("writing NIC config: %w", err)
+	}
+	n.initIDs(nil)
+	return n, nil
+}
+
+func (n *NIC) initIDs(used map[uint32]bool) {
+	n.ids = map[hwtable.Match]uint32{}
+	n.free = n.free[:0]
+	for id := n.cap - 1; id >= 0; id-- {
+		if !used[uint32(id)] {
+			n.free = append(n.free, uint32(id))
+		}
+	}
+}
+
+// AttachNIC puts the NIC stage on wire, redirecting misses to host (both
+// in the current network namespace). Pinned state is re-adopted with its
+// rules and counters.
+func AttachNIC(wire, host string, o NICOptions) (_ *NIC, err error) {
+	wi, err := net.InterfaceByName(wire)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoInterface, wire)
+	}
+	hi, err := net.InterfaceByName(host)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoInterface, host)
+	}
+	root := o.PinRoot
+	if root == "" {
+		if root, err = bpffsRoot(); err != nil {
+			return nil, err
+		}
+	}
+	dir := nicDir(root, wire)
+	lk, err := lockFor(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.unlock()
+	if exists(dir) {
+		return adoptNIC(wi, hi, dir, o)
+	}
+
+	n, err := loadNIC(o, hi.Index)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	n.Iface, n.Dir = wire, dir
+	tmp := filepath.Join(filepath.Dir(dir), fmt.Sprintf("tmp:%s:%d", pinName(wire), os.Getpid()))
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", tmp, err)
+	}
+	defer os.RemoveAll(tmp)
+	for name, m := range n.mapsByName() {
+		if err := m.Pin(filepath.Join(tmp, name)); err != nil {
+			return nil, fmt.Errorf("pinning %s: %w", name, err)
+		}
+	}
+	// Native XDP: veth supports it, and redirecting xdp_frames from it is
+	// what makes the stage cost what a NIC's fast path would.
+	lnk, err := link.AttachXDP(link.XDPOptions{Program: n.objs.TwNic, Interface: wi.Index, Flags: link.XDPDriverMode})
+	if err != nil {
+		return nil, fmt.Errorf("attaching NIC stage to %s: %w", wire, err)
+	}
+	defer lnk.Close()
+	if err := lnk.Pin(filepath.Join(tmp, linkPin)); err != nil {
+		return nil, fmt.Errorf("pinning NIC link: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, fmt.Errorf("publishing %s: %w", dir, err)
+	}
+	return n, nil
+}
+
+func (n *NIC) mapsByName() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{"tw_nic_rules": n.objs.TwNicRules, "tw_nic_ctr": n.objs.TwNicCtr,
+		"tw_nic_stats": n.objs.TwNicStats, "tw_nic_cfg": n.objs.TwNicCfg}
+}
+
+func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err error) {
+	pinned := map[string]*ebpf.Map{}
+	defer func() {
+		if err != nil {
+			for _, m := range pinned {
+				m.Close()
+			}
+		}
+	}()
+	for _, name := range nicPinned {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: loading pinned %s: %v (detach the NIC stage to recreate)", ErrIncompatible, name, err)
+		}
+		pinned[name] = m
+	}
+	var cfg nicTwNicConfig
+	if err := pinned["tw_nic_cfg"].Lookup(uint32(0), &cfg); err != nil {
+		return nil, fmt.Errorf("reading pinned NIC config: %w", err)
+	}
+	if o.Capacity != 0 && uint32(o.Capacity) != cfg.Capacity {
+		return nil, fmt.Errorf("%w: NIC capacity %d asked, %d pinned; detach first", ErrIncompatible, o.Capacity, cfg.Capacity)
+	}
+	spec, err := loadNic()
+	if err != nil {
+		return nil, fmt.Errorf("loading NIC spec: %w", err)
+	}
+	spec.Maps["tw_nic_rules"].MaxEntries = cfg.Capacity
+	spec.Maps["tw_nic_ctr"].MaxEntries = cfg.Capacity
+	n := &NIC{Iface: wi.Name, Dir: dir, cap: int(cfg.Capacity), latency: time.Duration(cfg.LatencyUs) * time.Microsecond}
+	if o.UpdateLatency != 0 {
+		n.latency = o.UpdateLatency
+	}
+	if err := spec.LoadAndAssign(&n.objs, &ebpf.CollectionOptions{MapReplacements: pinned}); err != nil {
+		return nil, fmt.Errorf("%w: pinned NIC maps do not fit this tierwall: %v", ErrIncompatible, err)
+	}
+	for _, m := range pinned {
+		m.Close() // the objects hold their own references now
+	}
+	pinned = nil
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	cfg.HostIfindex = uint32(hi.Index)
+	cfg.LatencyUs = uint32(n.latency / time.Microsecond)
+	if err := n.objs.TwNicCfg.Put(uint32(0), &cfg); err != nil {
+		return nil, fmt.Errorf("writing NIC config: %w", err)
+	}
+	if err := n.loadIDs(); err != nil {
+		return nil, err
+	}
+	lp := filepath.Join(dir, linkPin)
+	if old, err := link.LoadPinnedLink(lp, nil); err == nil {
+		info, ierr := old.Info()
+		if ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == wi.Index {
+			uerr := old.Update(n.objs.TwNic)
+			old.Close()
+			if uerr != nil {
+				return nil, fmt.Errorf("replacing NIC program on pinned link: %w", uerr)
+			}
+			return n, nil
+		}
+		old.Unpin()
+		old.Close()
+	}
+	lnk, err := link.AttachXDP(link.XDPOptions{Program: n.objs.TwNic, Interface: wi.Index, Flags: link.XDPDriverMode})
+	if err != nil {
+		return nil, fmt.Errorf("attaching NIC stage to %s: %w", wi.Name, err)
+	}
+	defer lnk.Close()
+	if err := lnk.Pin(lp); err != nil {
+		return nil, fmt.Errorf("pinning NIC link: %w", err)
+	}
+	return n, nil
+}
+
+// loadIDs rebuilds the rule-id allocation from the pinned rules.
+func (n *NIC) loadIDs() error {
+	used := map[uint32]bool{}
+	var k nicTwNicKey
+	var r nicTwNicRule
+	matches := map[hwtable.Match]uint32{}
+	it := n.objs.TwNicRules.Iterate()
+	for it.Next(&k, &r) {
+		used[r.Id] = true
+		matches[nicMatch(k)] = r.Id
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading NIC rules: %w", err)
+	}
+	n.initIDs(used)
+	n.ids = matches
+	return nil
+}
+
+// DetachNIC removes the NIC stage from wire and its pinned state.
+func DetachNIC(wire, pinRoot string) error {
+	root := pinRoot
+	if root == "" {
+		var err error
+		if root, err = bpffsRoot(); err != nil {
+			return err
+		}
+	}
+	dir := nicDir(root, wire)
+	lk, err := lockFor(dir)
+	if err != nil {
+		return err
+	}
+	defer lk.unlock()
+	if !exists(dir) {
+		return fmt.Errorf("%w: no NIC stage on %s", ErrNotAttached, wire)
+	}
+	if l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil); err == nil {
+		l.Unpin()
+		l.Close()
+	}
+	return os.RemoveAll(dir)
+}
+
+// Program is the NIC stage's program (for BPF_PROG_TEST_RUN).
+func (n *NIC) Program() *ebpf.Program { return n.objs.TwNic }
+
+// Capacity is K.
+func (n *NIC) Capacity() int { return n.cap }
+
+// UpdateLatency is the emulated per-update latency.
+func (n *NIC) UpdateLatency() time.Duration { return n.latency }
+
+// Close releases this process's handles; the stage keeps running.
+func (n *NIC) Close() error { return n.objs.Close() }
+
+func nicKey(m hwtable.Match) nicTwNicKey {
+	var k nicTwNicKey
+	if m.Src.Is4() {
+		k.Family = 4
+		a := m.Src.As4()
+		copy(k.Src[:], a[:])
+		if m.IsFlow() {
+			d := m.Dst.As4()
+			copy(k.Dst[:], d[:])
+		}
+	} else {
+		k.Family = 6
+		k.Src = m.Src.As16()
+		if m.IsFlow() {
+			k.Dst = m.Dst.As16()
+		}
+	}
+	if m.IsFlow() {
+		k.Proto = m.Proto
+		k.Sport, k.Dport = htons(m.SrcPort), htons(m.DstPort)
+	}
+	return k
+}
+
+func nicMatch(k nicTwNicKey) hwtable.Match {
+	var m hwtable.Match
+	if k.Family == 4 {
+		m.Src = netipFrom4(k.Src)
+		if k.Proto != 0 {
+			m.Dst = netipFrom4(k.Dst)
+		}
+	} else {
+		m.Src = netipFrom16(k.Src)
+		if k.Proto != 0 {
+			m.Dst = netipFrom16(k.Dst)
+		}
+	}
+	if k.Proto != 0 {
+		m.Proto = k.Proto
+		m.SrcPort, m.DstPort = htons(k.Sport), htons(k.Dport)
+	}
+	return m
+}
+
+// htons swaps to network order as the data plane stores ports (this is a
+// little-endian-only build: bpf2go targets bpfel).
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// Insert writes a rule after the emulated update latency and confirms it
+// by reading it back. Installing a rule that is already there with the same
+// action is a no-op.
+func (n *NIC) Insert(r hwtable.Rule) (time.Duration, error) {
+	if err := r.Validate(); err != nil {
+		return 0, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	start := time.Now()
+	k := nicKey(r.Match)
+	var cur nicTwNicRule
+	if err := n.objs.TwNicRules.Lookup(&k, &cur); err == nil {
+		if cur.Action == nicTwNicAction(r.Action) {
+			return 0, nil
+		}
+		time.Sleep(n.latency)
+		cur.Action = nicTwNicAction(r.Action)
+		if err := n.objs.TwNicRules.Update(&k, &cur, ebpf.UpdateExist); err != nil {
+			return 0, fmt.Errorf("changing NIC rule %s: %w", r.Match, err)
+		}
+		return time.Since(start), nil
+	}
+	if len(n.free) == 0 {
+		return 0, fmt.Errorf("%w: %d of %d rules in use", hwtable.ErrTableFull, n.cap-len(n.free), n.cap)
+	}
+	id := n.free[len(n.free)-1]
+	time.Sleep(n.latency)
+	// Fresh counters first, so the rule never shows its predecessor's.
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, err
+	}
+	if err := n.objs.TwNicCtr.Put(id, make([]nicTwCtr, ncpu)); err != nil {
+		return 0, fmt.Errorf("resetting NIC counters: %w", err)
+	}
+	rule := nicTwNicRule{Action: nicTwNicAction(r.Action), Id: id}
+	if err := n.objs.TwNicRules.Update(&k, &rule, ebpf.UpdateNoExist); err != nil {
+		if errors.Is(err, ebpf.ErrKeyExist) || isE2BIG(err) {
+			return 0, fmt.Errorf("%w: %v", hwtable.ErrTableFull, err)
+		}
+		return 0, fmt.Errorf("installing NIC rule %s: %w", r.Match, err)
+	}
+	var back nicTwNicRule
+	if err := n.objs.TwNicRules.Lookup(&k, &back); err != nil || back != rule {
+		return 0, fmt.Errorf("%w: %s (read back: %v)", hwtable.ErrNotInHardware, r.Match, err)
+	}
+	n.free = n.free[:len(n.free)-1]
+	n.ids[r.Match] = id
+	if r.Match.IsFlow() {
+		if err := n.bumpFlows(1); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+// Delete removes the rule for m after the emulated update latency and
+// returns its counters as read after the removal: nothing it dropped is
+// lost from the accounting.
+func (n *NIC) Delete(m hwtable.Match) (hwtable.Counters, time.Duration, error) {
+	var last hwtable.Counters
+	if err := m.Validate(); err != nil {
+		return last, 0, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	start := time.Now()
+	k := nicKey(m)
+	var cur nicTwNicRule
+	if err := n.objs.TwNicRules.Lookup(&k, &cur); err != nil {
+		return last, 0, fmt.Errorf("%w: %s", hwtable.ErrNoRule, m)
+	}
+	time.Sleep(n.latency)
+	if err := n.objs.TwNicRules.Delete(&k); err != nil {
+		return last, 0, fmt.Errorf("removing NIC rule %s: %w", m, err)
+	}
+	lat := time.Since(start)
+	n.free = append(n.free, cur.Id)
+	delete(n.ids, m)
+	if m.IsFlow() {
+		if err := n.bumpFlows(-1); err != nil {
+			return last, lat, err
+		}
+	}
+	var cs []nicTwCtr
+	if err := n.objs.TwNicCtr.Lookup(cur.Id, &cs); err != nil {
+		return last, lat, fmt.Errorf("reading removed rule's counters: %w", err)
+	}
+	for _, c := range cs {
+		last.Packets += c.Packets
+		last.Bytes += c.Bytes
+	}
+	return last, lat, nil
+}
+
+func (n *NIC) bumpFlows(d int) error {
+	var cfg nicTwNicConfig
+	if err := n.objs.TwNicCfg.Lookup(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("reading NIC config: %w", err)
+	}
+	cfg.FlowsN = uint32(int(cfg.FlowsN) + d)
+	if err := n.objs.TwNicCfg.Put(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("writing NIC config: %w", err)
+	}
+	return nil
+}
+
+// Rules lists the table with summed per-CPU counters.
+func (n *NIC) Rules() ([]hwtable.Entry, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []hwtable.Entry
+	var k nicTwNicKey
+	var r nicTwNicRule
+	it := n.objs.TwNicRules.Iterate()
+	for it.Next(&k, &r) {
+		var cs []nicTwCtr
+		if err := n.objs.TwNicCtr.Lookup(r.Id, &cs); err != nil {
+			return nil, fmt.Errorf("reading NIC counters: %w", err)
+		}
+		e := hwtable.Entry{Rule: hwtable.Rule{Match: nicMatch(k), Action: hwtable.Action(r.Action)}, HasCounters: true}
+		for _, c := range cs {
+			e.Counters.Packets += c.Packets
+			e.Counters.Bytes += c.Bytes
+		}
+		out = append(out, e)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("reading NIC rules: %w", err)
+	}
+	return out, nil
+}
+
+// NICVerdicts names the stage's verdict counters.
+var NICVerdicts = []string{"hit_drop", "hit_forward", "miss", "unhandled", "tx_error"}
+
+// Stats returns the stage's per-verdict counters, summed over CPUs.
+func (n *NIC) Stats() (map[string]Counter, error) {
+	out := map[string]Counter{}
+	for i, name := range NICVerdicts {
+		var cs []nicTwCtr
+		if err := n.objs.TwNicStats.Lookup(nicTwNicVerdict(i), &cs); err != nil {
+			return nil, fmt.Errorf("reading NIC stats: %w", err)
+		}
+		var c Counter
+		for _, v := range cs {
+			c.Packets += v.Packets
+			c.Bytes += v.Bytes
+		}
+		out[name] = c
+	}
+	return out, nil
+}
+
+func netipFrom4(b [16]uint8) netip.Addr  { return netip.AddrFrom4([4]byte(b[:4])) }
+func netipFrom16(b [16]uint8) netip.Addr { return netip.AddrFrom16(b) }
+
+func isE2BIG(err error) bool { return errors.Is(err, unix.E2BIG) }
