@@ -25,9 +25,9 @@ type Scenario struct {
 	MinPeriod, MaxPeriod float64
 	// Jitter is the sigma of a per-source, per-interval log-normal factor:
 	// bots are bursty, so a source's rate is never the same twice.
-	Jitter float64
-	Interval, Latency    time.Duration
-	Seed                 uint64
+	Jitter            float64
+	Interval, Latency time.Duration
+	Seed              uint64
 	// MinThreshold is passed to Params (zero: its default).
 	MinThreshold float64
 }
