@@ -11,7 +11,10 @@ import (
 	"runtime"
 
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/hwtable"
 )
+
+var errorsIs = errors.Is
 
 func init() {
 	// --netns switches the network namespace of this thread only; keep the
@@ -40,7 +43,8 @@ func (u usageError) Unwrap() error { return u.error }
 func exitCode(err error) int {
 	var u usageError
 	for _, s := range []error{datapath.ErrInvalid, datapath.ErrTableFull, datapath.ErrNoInterface,
-		datapath.ErrNotAttached, datapath.ErrNoRule, datapath.ErrIncompatible} {
+		datapath.ErrNotAttached, datapath.ErrNoRule, datapath.ErrIncompatible,
+		hwtable.ErrInvalid, hwtable.ErrTableFull, hwtable.ErrNoRule} {
 		if errors.Is(err, s) {
 			return exitUsage
 		}

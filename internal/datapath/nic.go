@@ -518,3 +518,41 @@ func netipFrom4(b [16]uint8) netip.Addr  { return netip.AddrFrom4([4]byte(b[:4])
 func netipFrom16(b [16]uint8) netip.Addr { return netip.AddrFrom16(b) }
 
 func isE2BIG(err error) bool { return errors.Is(err, unix.E2BIG) }
+
+// OpenNIC gives access to the pinned state of an attached NIC stage
+// without touching its program: for CLI verbs and the daemon.
+func OpenNIC(wire, pinRoot string) (_ *NIC, err error) {
+	root := pinRoot
+	if root == "" {
+		if root, err = bpffsRoot(); err != nil {
+			return nil, err
+		}
+	}
+	dir := nicDir(root, wire)
+	if !exists(dir) {
+		return nil, fmt.Errorf("%w: no NIC stage on %s (run tierwall nic attach)", ErrNotAttached, wire)
+	}
+	n := &NIC{Iface: wire, Dir: dir}
+	defer func() {
+		if err != nil {
+			n.objs.nicMaps.Close()
+		}
+	}()
+	for name, dst := range map[string]**ebpf.Map{"tw_nic_rules": &n.objs.TwNicRules, "tw_nic_ctr": &n.objs.TwNicCtr,
+		"tw_nic_stats": &n.objs.TwNicStats, "tw_nic_cfg": &n.objs.TwNicCfg} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: loading pinned %s: %v", ErrIncompatible, name, err)
+		}
+		*dst = m
+	}
+	var cfg nicTwNicConfig
+	if err := n.objs.TwNicCfg.Lookup(uint32(0), &cfg); err != nil {
+		return nil, fmt.Errorf("reading NIC config: %w", err)
+	}
+	n.cap, n.latency = int(cfg.Capacity), time.Duration(cfg.LatencyUs)*time.Microsecond
+	if err := n.loadIDs(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}

@@ -39,46 +39,46 @@ const (
 	tcaKind    = 1
 	tcaOptions = 2
 
-	flowerAct          = 3
-	flowerKeyEthType   = 8
-	flowerKeyIPProto   = 9
-	flowerKeyIPv4Src   = 10
-	flowerKeyIPv4SrcM  = 11
-	flowerKeyIPv4Dst   = 12
-	flowerKeyIPv4DstM  = 13
-	flowerKeyIPv6Src   = 14
-	flowerKeyIPv6SrcM  = 15
-	flowerKeyIPv6Dst   = 16
-	flowerKeyIPv6DstM  = 17
-	flowerKeyTCPSrc    = 18
-	flowerKeyTCPDst    = 19
-	flowerKeyUDPSrc    = 20
-	flowerKeyUDPDst    = 21
-	flowerFlags        = 22
-	flowerInHWCount    = 86
-	clsFlagsSkipSW     = 1 << 1
-	clsFlagsInHW       = 1 << 2
-	actKind            = 1
-	actOptions         = 2
-	actStats           = 4
-	actCookie          = 6
-	gactParms          = 2
-	tcActOK            = 0
-	tcActShot          = 2
-	statsBasic         = 1
-	statsBasicHW       = 7
-	parentIngress      = 0xFFFFFFF2 // TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)
-	parentClsact       = 0xFFFFFFF1
-	clsactHandle       = 0xFFFF0000
-	tcmsgLen           = 20
-	ethPIP             = 0x0800
-	ethPIPv6           = 0x86DD
-	nlaFNested         = 0x8000
-	actPrio            = 1
-	defaultFlowerCap   = 1024
-	probeHandle        = 0xFFFFFF
-	firstHandle        = 1
-	maxHandle          = probeHandle - 1
+	flowerAct         = 3
+	flowerKeyEthType  = 8
+	flowerKeyIPProto  = 9
+	flowerKeyIPv4Src  = 10
+	flowerKeyIPv4SrcM = 11
+	flowerKeyIPv4Dst  = 12
+	flowerKeyIPv4DstM = 13
+	flowerKeyIPv6Src  = 14
+	flowerKeyIPv6SrcM = 15
+	flowerKeyIPv6Dst  = 16
+	flowerKeyIPv6DstM = 17
+	flowerKeyTCPSrc   = 18
+	flowerKeyTCPDst   = 19
+	flowerKeyUDPSrc   = 20
+	flowerKeyUDPDst   = 21
+	flowerFlags       = 22
+	flowerInHWCount   = 86
+	clsFlagsSkipSW    = 1 << 1
+	clsFlagsInHW      = 1 << 2
+	actKind           = 1
+	actOptions        = 2
+	actStats          = 4
+	actCookie         = 6
+	gactParms         = 2
+	tcActOK           = 0
+	tcActShot         = 2
+	statsBasic        = 1
+	statsBasicHW      = 7
+	parentIngress     = 0xFFFFFFF2 // TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)
+	parentClsact      = 0xFFFFFFF1
+	clsactHandle      = 0xFFFF0000
+	tcmsgLen          = 20
+	ethPIP            = 0x0800
+	ethPIPv6          = 0x86DD
+	nlaFNested        = 0x8000
+	actPrio           = 1
+	defaultFlowerCap  = 1024
+	probeHandle       = 0xFFFFFF
+	firstHandle       = 1
+	maxHandle         = probeHandle - 1
 )
 
 // nest encodes a nested attribute the way tc does: without setting
@@ -425,6 +425,12 @@ func (t *Table) add(handle uint32, r hwtable.Rule) (time.Duration, error) {
 	if _, err := t.execute(unix.RTM_NEWTFILTER, netlink.Create|netlink.Excl, body); err != nil {
 		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.E2BIG) {
 			return 0, fmt.Errorf("%w: %v", hwtable.ErrTableFull, err)
+		}
+		if errors.Is(err, unix.ENOENT) {
+			return 0, fmt.Errorf("kernel has no flower classifier (cls_flower): %w", err)
+		}
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			return 0, fmt.Errorf("driver cannot offload this filter (skip_sw): %w", err)
 		}
 		return 0, fmt.Errorf("adding flower filter for %s: %w", r.Match, err)
 	}

@@ -22,7 +22,9 @@ import (
 
 // Golden messages were captured from iproute2's tc on a veth with
 // ifindex 6 (testdata/*.cmd has each command), with
-//   strace -f -e trace=sendmsg -e write=3 tc filter ...
+//
+//	strace -f -e trace=sendmsg -e write=3 tc filter ...
+//
 // tc sent them although this kernel then refused them (no flower here).
 const goldenIfindex = 6
 

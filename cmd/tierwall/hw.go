@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/hwtable"
+	"github.com/tierwall/tierwall/internal/hwtable/emunic"
+	"github.com/tierwall/tierwall/internal/hwtable/probe"
+)
+
+// newHW is `tierwall hw`: the NIC tier of a real interface.
+func newHW() *cobra.Command {
+	c := &cobra.Command{Use: "hw", Short: "Inspect the hardware tier of a real NIC (tc flower, ethtool n-tuple)"}
+	var o probe.Options
+	p := &cobra.Command{
+		Use:   "probe IFACE",
+		Short: "Say which hardware-table backend works on IFACE, or that tierwall runs XDP-only there",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			t, err := probe.Backend(a[0], o)
+			type result struct {
+				Caps    *hwtable.Caps `json:"caps,omitempty"`
+				XDPOnly bool          `json:"xdp_only"`
+				Reason  string        `json:"reason,omitempty"`
+			}
+			var r result
+			if err != nil {
+				if !isUnsupported(err) {
+					return err
+				}
+				r = result{XDPOnly: true, Reason: err.Error()}
+			} else {
+				caps := t.Caps()
+				t.Close()
+				r = result{Caps: &caps}
+			}
+			if g.json {
+				return printJSON(r)
+			}
+			if r.XDPOnly {
+				fmt.Println("no hardware tier:", r.Reason)
+				return nil
+			}
+			fmt.Printf("%s: %s backend, %d rules, counters %v, flows %v\n", a[0], r.Caps.Backend, r.Caps.Capacity, r.Caps.Counters, r.Caps.Flows)
+			return nil
+		},
+	}
+	p.Flags().IntVar(&o.Capacity, "capacity", 0, "rules the NIC holds (flower cannot report it; default 1024)")
+	p.Flags().BoolVar(&g.json, "json", false, "print JSON")
+	p.Flags().Uint32Var(&o.NtupleBase, "ntuple-base", 0, "first n-tuple rule location tierwall may use")
+	c.AddCommand(p)
+	return c
+}
+
+func isUnsupported(err error) bool { return errorsIs(err, hwtable.ErrUnsupported) }
+
+// newNIC is `tierwall nic`: the emulated SmartNIC stage.
+func newNIC() *cobra.Command {
+	c := &cobra.Command{Use: "nic", Short: "Drive the emulated SmartNIC stage (a bump-in-the-wire XDP hardware table)"}
+	var o datapath.NICOptions
+	at := &cobra.Command{
+		Use:   "attach WIRE HOST",
+		Short: "Attach the NIC stage to WIRE, forwarding what it does not drop to HOST",
+		Args:  args(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			o.PinRoot = g.pinRoot
+			t, err := emunic.Attach(a[0], a[1], o)
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			caps := t.Caps()
+			fmt.Printf("emulated NIC on %s: %d-rule table, %v per update\n", a[0], caps.Capacity, t.NIC().UpdateLatency())
+			return nil
+		},
+	}
+	at.Flags().IntVar(&o.Capacity, "capacity", 0, fmt.Sprintf("hardware table size K (default %d)", datapath.DefaultNICCapacity))
+	at.Flags().DurationVar(&o.UpdateLatency, "latency", 0, fmt.Sprintf("emulated time per rule update (default %v)", datapath.DefaultNICLatency))
+	de := &cobra.Command{
+		Use:   "detach WIRE",
+		Short: "Remove the NIC stage and its rules from WIRE",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return datapath.DetachNIC(a[0], g.pinRoot)
+		},
+	}
+	var action string
+	add := &cobra.Command{
+		Use:   "add WIRE SOURCE...",
+		Short: "Install source rules in the NIC table (each waits for the update latency)",
+		Args:  args(cobra.MinimumNArgs(2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return nicChange(a[0], a[1:], true, action)
+		},
+	}
+	add.Flags().StringVar(&action, "action", "drop", "drop or forward")
+	del := &cobra.Command{
+		Use:   "del WIRE SOURCE...",
+		Short: "Remove source rules from the NIC table",
+		Args:  args(cobra.MinimumNArgs(2)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return nicChange(a[0], a[1:], false, "")
+		},
+	}
+	ls := &cobra.Command{
+		Use:   "list WIRE",
+		Short: "List the NIC table with hardware counters, and the stage's verdicts",
+		Args:  args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			n, err := datapath.OpenNIC(a[0], g.pinRoot)
+			if err != nil {
+				return err
+			}
+			defer n.Close()
+			es, err := n.Rules()
+			if err != nil {
+				return err
+			}
+			st, err := n.Stats()
+			if err != nil {
+				return err
+			}
+			if g.json {
+				type rule struct {
+					Match   string           `json:"match"`
+					Action  string           `json:"action"`
+					Counter hwtable.Counters `json:"counters"`
+				}
+				out := struct {
+					Capacity int                         `json:"capacity"`
+					Rules    []rule                      `json:"rules"`
+					Verdicts map[string]datapath.Counter `json:"verdicts"`
+				}{Capacity: n.Capacity(), Rules: []rule{}, Verdicts: st}
+				for _, e := range es {
+					out.Rules = append(out.Rules, rule{e.Rule.Match.String(), e.Rule.Action.String(), e.Counters})
+				}
+				return printJSON(out)
+			}
+			fmt.Printf("%d of %d rules\n", len(es), n.Capacity())
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "MATCH\tACTION\tPACKETS\tL3 BYTES")
+			for _, e := range es {
+				fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", e.Rule.Match, e.Rule.Action, e.Counters.Packets, e.Counters.Bytes)
+			}
+			w.Flush()
+			fmt.Println()
+			for _, v := range datapath.NICVerdicts {
+				fmt.Printf("%-12s %d packets\n", v, st[v].Packets)
+			}
+			return nil
+		},
+	}
+	ls.Flags().BoolVar(&g.json, "json", false, "print JSON")
+	c.AddCommand(at, de, add, del, ls)
+	return c
+}
+
+// nicChange validates every source first, so bad input changes nothing.
+func nicChange(wire string, srcs []string, add bool, action string) error {
+	act := hwtable.Drop
+	switch action {
+	case "", "drop":
+	case "forward":
+		act = hwtable.Forward
+	default:
+		return fmt.Errorf("%w: action %q (want drop or forward)", datapath.ErrInvalid, action)
+	}
+	var ms []hwtable.Match
+	for _, s := range srcs {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("%w: %q is not an address", datapath.ErrInvalid, s)
+		}
+		m := hwtable.SourceMatch(a.Unmap())
+		if err := m.Validate(); err != nil {
+			return err
+		}
+		ms = append(ms, m)
+	}
+	n, err := datapath.OpenNIC(wire, g.pinRoot)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	t := emunic.New(n)
+	if add {
+		if have, _ := n.Rules(); len(have)+len(ms) > n.Capacity() {
+			return fmt.Errorf("%w: %d rules in use of %d, %d more asked", hwtable.ErrTableFull, len(have), n.Capacity(), len(ms))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, m := range ms {
+		var lat time.Duration
+		if add {
+			lat, err = t.Install(ctx, hwtable.Rule{Match: m, Action: act})
+		} else {
+			_, lat, err = t.Remove(ctx, m)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s %s (%v)\n", map[bool]string{true: "installed", false: "removed"}[add], m, lat.Round(time.Microsecond))
+	}
+	return nil
+}
