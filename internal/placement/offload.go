@@ -28,6 +28,11 @@ type Offloader struct {
 
 	last    map[netip.Addr][2]uint64 // cumulative packets: [software, hardware]
 	retired map[netip.Addr]uint64    // hardware packets of rules since removed
+	// frozen holds, for tables without per-rule counters (n-tuple), the
+	// rate a source had in software when it was offloaded: its hardware
+	// drops leave no trace, so that rate stands until it is evicted (by a
+	// candidate that beats it by the threshold) and measured again in XDP.
+	frozen map[netip.Addr]float64
 	lastAt  time.Time
 	latency time.Duration // EWMA of measured install/remove latency
 }
@@ -52,10 +57,14 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 		return nil, fmt.Errorf("reading hardware table: %w", err)
 	}
 	hwCnt := map[netip.Addr]uint64{}
+	blind := map[netip.Addr]bool{} // in hardware without counters
 	var inHW []netip.Addr
 	for _, e := range entries {
 		if e.Rule.Action != hwtable.Drop || e.Rule.Match.IsFlow() {
 			continue
+		}
+		if !e.HasCounters {
+			blind[e.Rule.Match.Src] = true
 		}
 		hwCnt[e.Rule.Match.Src] = e.Counters.Packets
 		inHW = append(inHW, e.Rule.Match.Src)
@@ -91,6 +100,9 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 		if !first && dt > 0 {
 			r = float64(d[0]+d[1]) / dt.Seconds()
 		}
+		if f, ok := o.frozen[b.Src]; ok && blind[b.Src] {
+			r = f
+		}
 		rep.Rates[b.Src] = r
 		all = append(all, Source[netip.Addr]{Key: b.Src, Rate: r})
 	}
@@ -120,11 +132,18 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 				o.retired = map[netip.Addr]uint64{}
 			}
 			o.retired[k] += last.Packets
+			delete(o.frozen, k)
 		}
 	}
 	for _, k := range rep.Plan.Install {
 		lat, err := o.Table.Install(ctx, hwtable.Rule{Match: hwtable.SourceMatch(k), Action: hwtable.Drop})
 		o.record(rep, lat, err)
+		if err == nil && !o.Table.Caps().Counters {
+			if o.frozen == nil {
+				o.frozen = map[netip.Addr]float64{}
+			}
+			o.frozen[k] = rep.Rates[k]
+		}
 		if errors.Is(err, hwtable.ErrTableFull) {
 			break
 		}
