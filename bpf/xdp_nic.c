@@ -35,6 +35,53 @@ static __always_inline int tw_nic_out(struct tw_nic_config *cfg, __u32 v,
 	return r;
 }
 
+/* The NIC CPU is slower than the host: at most cpu_rate_pps packets per
+ * second reach the filter there, split evenly over the CPUs (per-CPU
+ * buckets: no atomics), with a 1 ms burst. */
+static __always_inline int tw_nic_cpu_admit(struct tw_nic_config *cfg)
+{
+	if (!cfg->cpu_rate_pps)
+		return 1;
+	__u32 zero = 0;
+	struct tw_nic_bucket *b = bpf_map_lookup_elem(&tw_nic_bucket, &zero);
+	if (!b)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 per_cpu = cfg->cpu_rate_pps / (tw_nic_ncpu ? tw_nic_ncpu : 1);
+	if (!per_cpu)
+		per_cpu = 1;
+	__u64 burst = 1000000000ULL * (per_cpu / 1000 + 1);
+	__u64 dt = now - b->last_ns;
+	b->last_ns = now;
+	/* dt * per_cpu overflows after ~5 s at 1 Mpps: clamp dt first. */
+	if (dt > 1000000000ULL)
+		dt = 1000000000ULL;
+	__u64 credit = b->credit + dt * per_cpu;
+	if (credit > burst)
+		credit = burst;
+	if (credit < 1000000000ULL) {
+		b->credit = credit;
+		return 0;
+	}
+	b->credit = credit - 1000000000ULL;
+	return 1;
+}
+
+/* Hands the packet to the filter on the NIC CPU; returns only when that
+ * is not possible (no filter loaded, or over the CPU's rate). */
+static __always_inline int tw_nic_to_cpu(struct xdp_md *ctx,
+					 struct tw_nic_config *cfg, __u32 bytes)
+{
+	if (!tw_nic_cpu_admit(cfg)) {
+		tw_nic_count(&tw_nic_stats, TW_NV_CPU_OVERLOAD, bytes);
+		return XDP_DROP;
+	}
+	tw_nic_count(&tw_nic_stats, TW_NV_CPU, bytes);
+	bpf_tail_call(ctx, &tw_nic_cpu, 0);
+	/* Slot empty (filter not loaded yet): forward unfiltered, counted. */
+	return tw_nic_out(cfg, TW_NV_MISS, bytes);
+}
+
 SEC("xdp")
 int tw_nic(struct xdp_md *ctx)
 {
@@ -44,8 +91,16 @@ int tw_nic(struct xdp_md *ctx)
 	__u32 zero = 0;
 	struct tw_nic_config *cfg = bpf_map_lookup_elem(&tw_nic_cfg, &zero);
 
-	if (tw_parse(data, data_end, &p) != TW_R_PASS)
+	int cpu_path = cfg && (cfg->flags & TW_NIC_F_CPU);
+	if (tw_parse(data, data_end, &p) != TW_R_PASS) {
+		/* The filter's malformed-packet policy applies on the NIC CPU. */
+		if (cpu_path)
+			return tw_nic_to_cpu(ctx, cfg, data_end - data);
 		return tw_nic_out(cfg, TW_NV_UNHANDLED, data_end - data);
+	}
+	if (cfg && !(cfg->flags & TW_NIC_F_TABLE))
+		return cpu_path ? tw_nic_to_cpu(ctx, cfg, p.l3len) :
+				  tw_nic_out(cfg, TW_NV_MISS, p.l3len);
 
 	struct tw_nic_key k = { .family = p.family };
 	if (p.family == 4) {
@@ -70,8 +125,11 @@ int tw_nic(struct xdp_md *ctx)
 		__builtin_memset(k.dst, 0, sizeof(k.dst));
 		r = bpf_map_lookup_elem(&tw_nic_rules, &k);
 	}
-	if (!r)
+	if (!r) {
+		if (cpu_path)
+			return tw_nic_to_cpu(ctx, cfg, p.l3len);
 		return tw_nic_out(cfg, TW_NV_MISS, p.l3len);
+	}
 
 	tw_nic_count(&tw_nic_ctr, r->id, p.l3len);
 	if (r->action == TW_NIC_DROP) {

@@ -39,7 +39,16 @@ enum tw_nic_verdict {
 	TW_NV_MISS = 2,      /* IP, no rule: passed to the host */
 	TW_NV_UNHANDLED = 3, /* not parsed (non-IP, malformed): passed on */
 	TW_NV_TX_ERROR = 4,  /* redirect to the host port failed: dropped */
-	TW_NV_MAX = 5,
+	TW_NV_CPU = 5,       /* handed to the filter on the NIC CPU */
+	TW_NV_CPU_OVERLOAD = 6, /* over the NIC CPU's rate: dropped unfiltered */
+	TW_NV_MAX = 7,
+};
+
+/* What the stage does besides forwarding (tw_nic_config.flags): the
+ * paper's four approaches are combinations of these. */
+enum tw_nic_flags {
+	TW_NIC_F_TABLE = 1, /* match the hardware table */
+	TW_NIC_F_CPU = 2,   /* run the XDP filter on the NIC CPU (tail call) */
 };
 
 struct tw_nic_config {
@@ -47,9 +56,38 @@ struct tw_nic_config {
 	__u32 flows_n;      /* 5-tuple rules installed: skip that lookup at 0 */
 	__u32 capacity;     /* K, kept for re-adoption */
 	__u32 latency_us;   /* emulated per-update latency, kept likewise */
+	enum tw_nic_flags flags;
+	__u32 _pad;
+	__u64 cpu_rate_pps; /* NIC CPU capacity, shared by all CPUs; 0: none */
 };
 
 _Static_assert(sizeof(struct tw_nic_key) == 40, "nic key size");
+_Static_assert(sizeof(struct tw_nic_config) == 32, "nic config size");
+
+/* Set before load: CPUs sharing the NIC CPU rate. */
+volatile const __u32 tw_nic_ncpu = 1;
+
+/* The filter program the NIC CPU runs (slot 0), loaded with its own maps
+ * by internal/datapath and inserted here instead of attached to a link. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} tw_nic_cpu SEC(".maps");
+
+/* Per-CPU token bucket for cpu_rate_pps: credit in nanopackets. */
+struct tw_nic_bucket {
+	__u64 credit;
+	__u64 last_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_nic_bucket);
+	__uint(max_entries, 1);
+} tw_nic_bucket SEC(".maps");
 
 /* Capacity K is the map size: the kernel itself refuses rule K+1. */
 struct {

@@ -41,7 +41,7 @@ func newAttach() *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&mode, "mode", "native", "XDP mode: native or generic (default native, generic as a fallback with a warning)")
+	f.StringVar(&mode, "mode", "native", "XDP mode: native or generic (default native, generic as a fallback with a warning), or nic-cpu to run on the emulated NIC of this interface")
 	f.IntVar(&o.ExactCapacity4, "exact4-capacity", 0, fmt.Sprintf("IPv4 /32 rules (default %d)", datapath.DefaultExactCapacity))
 	f.IntVar(&o.ExactCapacity6, "exact6-capacity", 0, fmt.Sprintf("IPv6 /128 rules (default %d)", datapath.DefaultExactCapacity))
 	f.IntVar(&o.PrefixCapacity, "prefix-capacity", 0, fmt.Sprintf("prefix rules (default %d)", datapath.DefaultPrefixCapacity))

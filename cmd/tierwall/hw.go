@@ -78,12 +78,21 @@ func newNIC() *cobra.Command {
 			}
 			defer t.Close()
 			caps := t.Caps()
-			fmt.Printf("emulated NIC on %s: %d-rule table, %v per update\n", a[0], caps.Capacity, t.NIC().UpdateLatency())
+			mode, err := t.NIC().Mode()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("emulated NIC on %s (%s): %d-rule table, %v per update\n", a[0], mode, caps.Capacity, t.NIC().UpdateLatency())
+			if mode == datapath.NICHW || mode == datapath.NICCPU {
+				fmt.Printf("run the filter on its CPU with: tierwall attach %s --mode nic-cpu (in this namespace)\n", a[0])
+			}
 			return nil
 		},
 	}
 	at.Flags().IntVar(&o.Capacity, "capacity", 0, fmt.Sprintf("hardware table size K (default %d)", datapath.DefaultNICCapacity))
 	at.Flags().DurationVar(&o.UpdateLatency, "latency", 0, fmt.Sprintf("emulated time per rule update (default %v)", datapath.DefaultNICLatency))
+	at.Flags().StringVar((*string)(&o.Mode), "mode", "", "hybrid (table, misses to the host; default), nic-hw (table, misses to the filter on the NIC CPU), nic (all through the NIC CPU), wire (pass everything)")
+	at.Flags().Uint64Var(&o.CPURate, "cpu-rate", 0, "packets/s the NIC CPU can filter (nic, nic-hw); 0: no cap")
 	de := &cobra.Command{
 		Use:   "detach WIRE",
 		Short: "Remove the NIC stage and its rules from WIRE",

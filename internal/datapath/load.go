@@ -23,6 +23,9 @@ const (
 	ModeNative Mode = 1
 	// ModeGeneric runs XDP after skb allocation; works on any interface.
 	ModeGeneric Mode = 2
+	// ModeNIC runs the filter on the emulated NIC's CPU: the program is
+	// tail-called by the NIC stage on the same interface, not linked.
+	ModeNIC Mode = 3
 )
 
 func (m Mode) String() string {
@@ -31,6 +34,8 @@ func (m Mode) String() string {
 		return "native"
 	case ModeGeneric:
 		return "generic"
+	case ModeNIC:
+		return "nic-cpu"
 	}
 	return fmt.Sprintf("mode(%d)", uint32(m))
 }
@@ -42,8 +47,10 @@ func ParseMode(s string) (Mode, error) {
 		return ModeNative, nil
 	case "generic":
 		return ModeGeneric, nil
+	case "nic-cpu":
+		return ModeNIC, nil
 	}
-	return 0, fmt.Errorf("%w: attach mode %q (want native or generic)", ErrInvalid, s)
+	return 0, fmt.Errorf("%w: attach mode %q (want native, generic or nic-cpu)", ErrInvalid, s)
 }
 
 // Defaults for Options fields left zero when creating new state.
@@ -218,7 +225,7 @@ func Attach(ifname string, o Options) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoInterface, ifname)
 	}
-	if o.Mode != 0 && o.Mode != ModeNative && o.Mode != ModeGeneric {
+	if o.Mode != 0 && o.Mode != ModeNative && o.Mode != ModeGeneric && o.Mode != ModeNIC {
 		return nil, fmt.Errorf("%w: attach mode %d", ErrInvalid, o.Mode)
 	}
 	dir, err := stateDir(ifname, o.PinRoot)
@@ -325,6 +332,19 @@ func create(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) 
 		if err := all[name].Pin(filepath.Join(tmp, name)); err != nil {
 			return nil, fmt.Errorf("pinning %s: %w", name, err)
 		}
+	}
+	if o.Mode == ModeNIC {
+		if err := d.updateConfig(func(c *filterTwConfig) { c.XdpMode = uint32(ModeNIC) }); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			return nil, fmt.Errorf("publishing %s: %w", dir, err)
+		}
+		if err := chainFilter(nicDirFor(dir), d.prog); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		return d, nil
 	}
 	lnk, mode, warn, err := attachXDP(d.prog, ifc, o.Mode)
 	if err != nil {
@@ -497,6 +517,10 @@ func adopt(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) {
 		return nil, fmt.Errorf("%w: attached in %s mode, asked for %s; detach first", ErrIncompatible, Mode(cfg.XdpMode), o.Mode)
 	}
 
+	if Mode(cfg.XdpMode) == ModeNIC {
+		// The prog-array slot swaps atomically too.
+		return d, chainFilter(nicDirFor(dir), d.prog)
+	}
 	// The pinned link keeps the old program running until Update swaps in
 	// the new one atomically: no packet goes unfiltered during an upgrade.
 	lp := filepath.Join(dir, linkPin)
@@ -557,6 +581,16 @@ func Detach(ifname, pinRoot string) error {
 	defer lk.unlock()
 	if !exists(dir) {
 		return fmt.Errorf("%w: %s", ErrNotAttached, ifname)
+	}
+	var cfg filterTwConfig
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "tw_cfg"), nil); err == nil {
+		_ = m.Lookup(uint32(0), &cfg)
+		m.Close()
+	}
+	if Mode(cfg.XdpMode) == ModeNIC {
+		if err := chainFilter(nicDirFor(dir), nil); err != nil && !errors.Is(err, ErrNotAttached) {
+			return err
+		}
 	}
 	if l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil); err == nil {
 		if err := l.Unpin(); err != nil {

@@ -29,12 +29,60 @@ const (
 	DefaultNICLatency  = 2 * time.Millisecond
 )
 
+// NICMode is what the emulated NIC does with a packet, one per approach
+// of the paper's evaluation (the host side decides whether its own XDP
+// filter runs):
+//
+//	hybrid  hardware table, misses to the host's XDP filter (the paper's best)
+//	nic-hw  hardware table, misses to the filter on the NIC CPU
+//	nic     everything through the filter on the NIC CPU
+//	wire    nothing: a plain wire (the "host" approach: XDP only)
+type NICMode string
+
+const (
+	NICHybrid NICMode = "hybrid"
+	NICHW     NICMode = "nic-hw"
+	NICCPU    NICMode = "nic"
+	NICWire   NICMode = "wire"
+)
+
+func (m NICMode) flags() (nicTwNicFlags, error) {
+	switch m {
+	case NICHybrid, "":
+		return nicTwNicFlagsTW_NIC_F_TABLE, nil
+	case NICHW:
+		return nicTwNicFlagsTW_NIC_F_TABLE | nicTwNicFlagsTW_NIC_F_CPU, nil
+	case NICCPU:
+		return nicTwNicFlagsTW_NIC_F_CPU, nil
+	case NICWire:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%w: NIC mode %q (want hybrid, nic-hw, nic or wire)", ErrInvalid, m)
+}
+
+func nicModeOf(f nicTwNicFlags) NICMode {
+	switch f {
+	case nicTwNicFlagsTW_NIC_F_TABLE:
+		return NICHybrid
+	case nicTwNicFlagsTW_NIC_F_TABLE | nicTwNicFlagsTW_NIC_F_CPU:
+		return NICHW
+	case nicTwNicFlagsTW_NIC_F_CPU:
+		return NICCPU
+	}
+	return NICWire
+}
+
 // NICOptions configure a new emulated NIC; when pinned state is re-adopted
 // zero fields take the pinned values.
 type NICOptions struct {
 	Capacity      int
 	UpdateLatency time.Duration
-	PinRoot       string // bpffs mount override (tests)
+	Mode          NICMode
+	// CPURate caps the packets per second the NIC CPU path (modes nic and
+	// nic-hw) can filter, modelling a NIC CPU slower than the host; 0: no
+	// cap. Packets over it are dropped unfiltered and counted.
+	CPURate uint64
+	PinRoot string // bpffs mount override (tests)
 }
 
 // NIC is a handle on an emulated NIC stage.
@@ -50,7 +98,7 @@ type NIC struct {
 	free    []uint32
 }
 
-var nicPinned = []string{"tw_nic_rules", "tw_nic_ctr", "tw_nic_stats", "tw_nic_cfg"}
+var nicPinned = []string{"tw_nic_rules", "tw_nic_ctr", "tw_nic_stats", "tw_nic_cfg", "tw_nic_cpu", "tw_nic_bucket"}
 
 // nicDir keeps NIC stages apart from filters: a separate tree, so no
 // interface name can make the two collide.
@@ -58,6 +106,18 @@ func nicDir(root, ifname string) string {
 	d := pinDir(root, ifname)
 	rel, _ := filepath.Rel(filepath.Join(root, "tierwall"), d)
 	return filepath.Join(root, "tierwall-nic", rel)
+}
+
+// nicDirFor maps a filter's pin directory to the NIC stage's on the same
+// interface (same namespace tag and escaped name, the other tree).
+func nicDirFor(filterDir string) string {
+	root := filepath.Dir(filterDir)
+	var parts []string
+	for filepath.Base(root) != "tierwall" && root != "/" {
+		parts = append([]string{filepath.Base(root)}, parts...)
+		root = filepath.Dir(root)
+	}
+	return filepath.Join(append([]string{filepath.Dir(root), "tierwall-nic"}, append(parts, filepath.Base(filterDir))...)...)
 }
 
 // LoadNICDetached loads the NIC stage with fresh maps, attached nowhere and
@@ -79,23 +139,44 @@ func loadNIC(o NICOptions, hostIndex int) (*NIC, error) {
 	if o.UpdateLatency < 0 || o.UpdateLatency > time.Second {
 		return nil, fmt.Errorf("%w: NIC update latency %v out of range 0..1s", ErrInvalid, o.UpdateLatency)
 	}
-	spec, err := loadNic()
+	flags, err := o.Mode.flags()
 	if err != nil {
-		return nil, fmt.Errorf("loading NIC spec: %w", err)
+		return nil, err
 	}
-	spec.Maps["tw_nic_rules"].MaxEntries = uint32(o.Capacity)
-	spec.Maps["tw_nic_ctr"].MaxEntries = uint32(o.Capacity)
+	spec, err := nicSpec(uint32(o.Capacity))
+	if err != nil {
+		return nil, err
+	}
 	n := &NIC{cap: o.Capacity, latency: o.UpdateLatency}
 	if err := spec.LoadAndAssign(&n.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading NIC stage: %w", err)
 	}
-	cfg := nicTwNicConfig{HostIfindex: uint32(hostIndex), Capacity: uint32(o.Capacity), LatencyUs: uint32(o.UpdateLatency / time.Microsecond)}
+	cfg := nicTwNicConfig{HostIfindex: uint32(hostIndex), Capacity: uint32(o.Capacity), LatencyUs: uint32(o.UpdateLatency / time.Microsecond),
+		Flags: flags, CpuRatePps: o.CPURate}
 	if err := n.objs.TwNicCfg.Put(uint32(0), &cfg); err != nil {
 		n.objs.Close()
 		return nil, fmt.Errorf("writing NIC config: %w", err)
 	}
 	n.initIDs(nil)
 	return n, nil
+}
+
+// nicSpec is the NIC program's spec sized for capacity K.
+func nicSpec(capacity uint32) (*ebpf.CollectionSpec, error) {
+	spec, err := loadNic()
+	if err != nil {
+		return nil, fmt.Errorf("loading NIC spec: %w", err)
+	}
+	spec.Maps["tw_nic_rules"].MaxEntries = capacity
+	spec.Maps["tw_nic_ctr"].MaxEntries = capacity
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["tw_nic_ncpu"].Set(uint32(ncpu)); err != nil {
+		return nil, fmt.Errorf("setting tw_nic_ncpu: %w", err)
+	}
+	return spec, nil
 }
 
 func (n *NIC) initIDs(used map[uint32]bool) {
@@ -174,7 +255,8 @@ func AttachNIC(wire, host string, o NICOptions) (_ *NIC, err error) {
 
 func (n *NIC) mapsByName() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{"tw_nic_rules": n.objs.TwNicRules, "tw_nic_ctr": n.objs.TwNicCtr,
-		"tw_nic_stats": n.objs.TwNicStats, "tw_nic_cfg": n.objs.TwNicCfg}
+		"tw_nic_stats": n.objs.TwNicStats, "tw_nic_cfg": n.objs.TwNicCfg, "tw_nic_cpu": n.objs.TwNicCpu,
+		"tw_nic_bucket": n.objs.TwNicBucket}
 }
 
 func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err error) {
@@ -200,12 +282,20 @@ func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err erro
 	if o.Capacity != 0 && uint32(o.Capacity) != cfg.Capacity {
 		return nil, fmt.Errorf("%w: NIC capacity %d asked, %d pinned; detach first", ErrIncompatible, o.Capacity, cfg.Capacity)
 	}
-	spec, err := loadNic()
-	if err != nil {
-		return nil, fmt.Errorf("loading NIC spec: %w", err)
+	if o.Mode != "" {
+		f, err := o.Mode.flags()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Flags = f
 	}
-	spec.Maps["tw_nic_rules"].MaxEntries = cfg.Capacity
-	spec.Maps["tw_nic_ctr"].MaxEntries = cfg.Capacity
+	if o.CPURate != 0 {
+		cfg.CpuRatePps = o.CPURate
+	}
+	spec, err := nicSpec(cfg.Capacity)
+	if err != nil {
+		return nil, err
+	}
 	n := &NIC{Iface: wi.Name, Dir: dir, cap: int(cfg.Capacity), latency: time.Duration(cfg.LatencyUs) * time.Microsecond}
 	if o.UpdateLatency != 0 {
 		n.latency = o.UpdateLatency
@@ -494,7 +584,37 @@ func (n *NIC) Rules() ([]hwtable.Entry, error) {
 }
 
 // NICVerdicts names the stage's verdict counters.
-var NICVerdicts = []string{"hit_drop", "hit_forward", "miss", "unhandled", "tx_error"}
+var NICVerdicts = []string{"hit_drop", "hit_forward", "miss", "unhandled", "tx_error", "to_nic_cpu", "nic_cpu_overload"}
+
+// Mode is the NIC's approach (hybrid, nic-hw, nic, wire).
+func (n *NIC) Mode() (NICMode, error) {
+	var cfg nicTwNicConfig
+	if err := n.objs.TwNicCfg.Lookup(uint32(0), &cfg); err != nil {
+		return "", fmt.Errorf("reading NIC config: %w", err)
+	}
+	return nicModeOf(cfg.Flags), nil
+}
+
+// chainFilter makes prog the filter the NIC CPU runs for the NIC stage
+// pinned under dir (replacing any earlier one atomically), or removes it
+// when prog is nil.
+func chainFilter(dir string, prog *ebpf.Program) error {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "tw_nic_cpu"), nil)
+	if err != nil {
+		return fmt.Errorf("%w: no NIC stage to run the filter on (%v); run tierwall nic attach first", ErrNotAttached, err)
+	}
+	defer m.Close()
+	if prog == nil {
+		if err := m.Delete(uint32(0)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing filter from NIC CPU: %w", err)
+		}
+		return nil
+	}
+	if err := m.Put(uint32(0), prog); err != nil {
+		return fmt.Errorf("installing filter on NIC CPU: %w", err)
+	}
+	return nil
+}
 
 // Stats returns the stage's per-verdict counters, summed over CPUs.
 func (n *NIC) Stats() (map[string]Counter, error) {
@@ -539,7 +659,8 @@ func OpenNIC(wire, pinRoot string) (_ *NIC, err error) {
 		}
 	}()
 	for name, dst := range map[string]**ebpf.Map{"tw_nic_rules": &n.objs.TwNicRules, "tw_nic_ctr": &n.objs.TwNicCtr,
-		"tw_nic_stats": &n.objs.TwNicStats, "tw_nic_cfg": &n.objs.TwNicCfg} {
+		"tw_nic_stats": &n.objs.TwNicStats, "tw_nic_cfg": &n.objs.TwNicCfg, "tw_nic_cpu": &n.objs.TwNicCpu,
+		"tw_nic_bucket": &n.objs.TwNicBucket} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
 			return nil, fmt.Errorf("%w: loading pinned %s: %v", ErrIncompatible, name, err)

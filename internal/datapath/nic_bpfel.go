@@ -26,13 +26,29 @@ const (
 	nicTwNicActionTW_NIC_FORWARD nicTwNicAction = 2
 )
 
+type nicTwNicBucket struct {
+	_      structs.HostLayout
+	Credit uint64
+	LastNs uint64
+}
+
 type nicTwNicConfig struct {
 	_           structs.HostLayout
 	HostIfindex uint32
 	FlowsN      uint32
 	Capacity    uint32
 	LatencyUs   uint32
+	Flags       nicTwNicFlags
+	Pad         uint32
+	CpuRatePps  uint64
 }
+
+type nicTwNicFlags uint32
+
+const (
+	nicTwNicFlagsTW_NIC_F_TABLE nicTwNicFlags = 1
+	nicTwNicFlagsTW_NIC_F_CPU   nicTwNicFlags = 2
+)
 
 type nicTwNicKey struct {
 	_      structs.HostLayout
@@ -54,23 +70,28 @@ type nicTwNicRule struct {
 type nicTwNicVerdict uint32
 
 const (
-	nicTwNicVerdictTW_NV_HIT_DROP    nicTwNicVerdict = 0
-	nicTwNicVerdictTW_NV_HIT_FORWARD nicTwNicVerdict = 1
-	nicTwNicVerdictTW_NV_MISS        nicTwNicVerdict = 2
-	nicTwNicVerdictTW_NV_UNHANDLED   nicTwNicVerdict = 3
-	nicTwNicVerdictTW_NV_TX_ERROR    nicTwNicVerdict = 4
-	nicTwNicVerdictTW_NV_MAX         nicTwNicVerdict = 5
+	nicTwNicVerdictTW_NV_HIT_DROP     nicTwNicVerdict = 0
+	nicTwNicVerdictTW_NV_HIT_FORWARD  nicTwNicVerdict = 1
+	nicTwNicVerdictTW_NV_MISS         nicTwNicVerdict = 2
+	nicTwNicVerdictTW_NV_UNHANDLED    nicTwNicVerdict = 3
+	nicTwNicVerdictTW_NV_TX_ERROR     nicTwNicVerdict = 4
+	nicTwNicVerdictTW_NV_CPU          nicTwNicVerdict = 5
+	nicTwNicVerdictTW_NV_CPU_OVERLOAD nicTwNicVerdict = 6
+	nicTwNicVerdictTW_NV_MAX          nicTwNicVerdict = 7
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	nicMapTwNicCfg   = "tw_nic_cfg"
-	nicMapTwNicCtr   = "tw_nic_ctr"
-	nicMapTwNicRules = "tw_nic_rules"
-	nicMapTwNicStats = "tw_nic_stats"
-	nicProgTwNic     = "tw_nic"
+	nicMapTwNicBucket = "tw_nic_bucket"
+	nicMapTwNicCfg    = "tw_nic_cfg"
+	nicMapTwNicCpu    = "tw_nic_cpu"
+	nicMapTwNicCtr    = "tw_nic_ctr"
+	nicMapTwNicRules  = "tw_nic_rules"
+	nicMapTwNicStats  = "tw_nic_stats"
+	nicProgTwNic      = "tw_nic"
+	nicVarTwNicNcpu   = "tw_nic_ncpu"
 )
 
 // loadNic returns the embedded CollectionSpec for nic.
@@ -122,16 +143,19 @@ type nicProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type nicMapSpecs struct {
-	TwNicCfg   *ebpf.MapSpec `ebpf:"tw_nic_cfg"`
-	TwNicCtr   *ebpf.MapSpec `ebpf:"tw_nic_ctr"`
-	TwNicRules *ebpf.MapSpec `ebpf:"tw_nic_rules"`
-	TwNicStats *ebpf.MapSpec `ebpf:"tw_nic_stats"`
+	TwNicBucket *ebpf.MapSpec `ebpf:"tw_nic_bucket"`
+	TwNicCfg    *ebpf.MapSpec `ebpf:"tw_nic_cfg"`
+	TwNicCpu    *ebpf.MapSpec `ebpf:"tw_nic_cpu"`
+	TwNicCtr    *ebpf.MapSpec `ebpf:"tw_nic_ctr"`
+	TwNicRules  *ebpf.MapSpec `ebpf:"tw_nic_rules"`
+	TwNicStats  *ebpf.MapSpec `ebpf:"tw_nic_stats"`
 }
 
 // nicVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type nicVariableSpecs struct {
+	TwNicNcpu *ebpf.VariableSpec `ebpf:"tw_nic_ncpu"`
 }
 
 // nicObjects contains all objects after they have been loaded into the kernel.
@@ -154,15 +178,19 @@ func (o *nicObjects) Close() error {
 //
 // It can be passed to loadNicObjects or ebpf.CollectionSpec.LoadAndAssign.
 type nicMaps struct {
-	TwNicCfg   *ebpf.Map `ebpf:"tw_nic_cfg"`
-	TwNicCtr   *ebpf.Map `ebpf:"tw_nic_ctr"`
-	TwNicRules *ebpf.Map `ebpf:"tw_nic_rules"`
-	TwNicStats *ebpf.Map `ebpf:"tw_nic_stats"`
+	TwNicBucket *ebpf.Map `ebpf:"tw_nic_bucket"`
+	TwNicCfg    *ebpf.Map `ebpf:"tw_nic_cfg"`
+	TwNicCpu    *ebpf.Map `ebpf:"tw_nic_cpu"`
+	TwNicCtr    *ebpf.Map `ebpf:"tw_nic_ctr"`
+	TwNicRules  *ebpf.Map `ebpf:"tw_nic_rules"`
+	TwNicStats  *ebpf.Map `ebpf:"tw_nic_stats"`
 }
 
 func (m *nicMaps) Close() error {
 	return _NicClose(
+		m.TwNicBucket,
 		m.TwNicCfg,
+		m.TwNicCpu,
 		m.TwNicCtr,
 		m.TwNicRules,
 		m.TwNicStats,
@@ -173,6 +201,7 @@ func (m *nicMaps) Close() error {
 //
 // It can be passed to loadNicObjects or ebpf.CollectionSpec.LoadAndAssign.
 type nicVariables struct {
+	TwNicNcpu *ebpf.Variable `ebpf:"tw_nic_ncpu"`
 }
 
 // nicPrograms contains all programs after they have been loaded into the kernel.

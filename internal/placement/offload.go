@@ -32,7 +32,7 @@ type Offloader struct {
 	// rate a source had in software when it was offloaded: its hardware
 	// drops leave no trace, so that rate stands until it is evicted (by a
 	// candidate that beats it by the threshold) and measured again in XDP.
-	frozen map[netip.Addr]float64
+	frozen  map[netip.Addr]float64
 	lastAt  time.Time
 	latency time.Duration // EWMA of measured install/remove latency
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/hwtable"
 	"github.com/tierwall/tierwall/internal/hwtable/emunic"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/placement"
@@ -40,6 +41,7 @@ func setupNIC(t *testing.T) {
 		}
 		os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsNHost)
 		os.RemoveAll("/sys/fs/bpf/tierwall-nic/ns:" + nsNic)
+		os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsNic)
 	}
 	cleanup()
 	t.Cleanup(cleanup)
@@ -47,6 +49,9 @@ func setupNIC(t *testing.T) {
 		sh(t, "ip", "netns", "add", ns)
 		sh(t, "ip", "-n", ns, "link", "set", "lo", "up")
 	}
+	// No IPv6 autoconfiguration chatter from the attacker side: every
+	// packet the NIC stage counts is one the test sent.
+	sh(t, "ip", "netns", "exec", nsNTx, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
 	sh(t, "ip", "link", "add", ifNTx, "netns", nsNTx, "type", "veth", "peer", "name", ifWire, "netns", nsNic)
 	sh(t, "ip", "link", "add", ifHPort, "netns", nsNic, "type", "veth", "peer", "name", ifHost, "netns", nsNHost)
 	sh(t, "ip", "-n", nsNHost, "addr", "add", hostAddr.String()+"/24", "dev", ifHost)
@@ -313,5 +318,135 @@ func TestEmulatedNICOffloadsTopK(t *testing.T) {
 	}
 	if delivered[clean] == 0 {
 		t.Error("clean source never reached the socket through the NIC stage")
+	}
+}
+
+// TestNICModes runs the paper's nic-hw and nic approaches: the filter runs
+// on the emulated NIC's CPU (tail-called by the NIC stage) and what it
+// passes is bridged to the host, which runs no filter at all.
+func TestNICModes(t *testing.T) {
+	setupNIC(t)
+	// XDP_PASS on the NIC's wire port goes up the NIC's stack: bridge the
+	// two ports so what the NIC CPU passes reaches the host.
+	sh(t, "ip", "-n", nsNic, "link", "add", "twn-br", "type", "bridge")
+	sh(t, "ip", "-n", nsNic, "link", "set", ifWire, "master", "twn-br")
+	sh(t, "ip", "-n", nsNic, "link", "set", ifHPort, "master", "twn-br")
+	sh(t, "ip", "-n", nsNic, "link", "set", "twn-br", "up")
+
+	var nic *emunic.Table
+	var d *datapath.Datapath
+	var err error
+	inNS(t, nsNic, func() {
+		if nic, err = emunic.Attach(ifWire, ifHPort, datapath.NICOptions{Capacity: 4, Mode: datapath.NICHW}); err != nil {
+			return
+		}
+		d, err = datapath.Attach(ifWire, datapath.Options{Mode: datapath.ModeNIC, ExactCapacity4: 256, ExactCapacity6: 256, PrefixCapacity: 16, AllowCapacity: 16, FeatureCapacity: 256})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nic.Close()
+	defer d.Close()
+
+	var recv *net.UDPConn
+	inNS(t, nsNHost, func() {
+		recv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: hostAddr.AsSlice(), Port: port})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	count := func() map[netip.Addr]int {
+		got := map[netip.Addr]int{}
+		buf := make([]byte, 2048)
+		for {
+			recv.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			_, from, err := recv.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return got
+			}
+			got[from.Addr().Unmap()]++
+		}
+	}
+
+	var blocked []netip.Addr
+	for i := 1; i <= 10; i++ {
+		a := netip.AddrFrom4([4]byte{10, 88, 0, byte(i)})
+		blocked = append(blocked, a)
+		if err := d.Block(netip.PrefixFrom(a, 32)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range blocked[:4] {
+		if _, err := nic.Install(context.Background(), hwtable.Rule{Match: hwtable.SourceMatch(a), Action: hwtable.Drop}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clean := netip.MustParseAddr("10.88.1.1")
+	b := newBlaster(t)
+	for _, a := range blocked {
+		b.send(t, a, 20)
+	}
+	b.send(t, clean, 20)
+	got := count()
+
+	// nic-hw: the table drops the 4, the NIC CPU's filter the other 6;
+	// only the clean source reaches the host.
+	hw := map[netip.Addr]uint64{}
+	es, _ := nic.List(context.Background())
+	for _, e := range es {
+		hw[e.Rule.Match.Src] = e.Counters.Packets
+	}
+	sw := map[netip.Addr]uint64{}
+	rs, _ := d.Blocked()
+	for _, r := range rs {
+		sw[r.Prefix.Addr()] = r.Packets
+	}
+	for i, a := range blocked {
+		if got[a] != 0 {
+			t.Errorf("blocked %s reached the host %d times", a, got[a])
+		}
+		want := [2]uint64{0, 20}
+		if i < 4 {
+			want = [2]uint64{20, 0}
+		}
+		if hw[a] != want[0] || sw[a] != want[1] {
+			t.Errorf("%s: NIC table %d, NIC CPU filter %d; want %v", a, hw[a], sw[a], want)
+		}
+	}
+	if got[clean] != 20 {
+		t.Errorf("clean source delivered %d of 20 through the NIC CPU", got[clean])
+	}
+	st, err := nic.NIC().Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st["to_nic_cpu"].Packets != 6*20+20 || st["hit_drop"].Packets != 4*20 {
+		t.Errorf("NIC verdicts %+v", st)
+	}
+
+	// nic, with the NIC CPU capped at 200 pps: a burst from a clean source
+	// mostly dies of overload before any filter sees it, and what is not
+	// dropped is delivered.
+	inNS(t, nsNic, func() {
+		var n2 *emunic.Table
+		n2, err = emunic.Attach(ifWire, ifHPort, datapath.NICOptions{Mode: datapath.NICCPU, CPURate: 200})
+		if err == nil {
+			n2.Close()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := nic.NIC().Stats()
+	b.send(t, clean, 2000)
+	got = count()
+	after, _ := nic.NIC().Stats()
+	over := after["nic_cpu_overload"].Packets - before["nic_cpu_overload"].Packets
+	if over == 0 || uint64(got[clean])+over != 2000 {
+		t.Errorf("capped NIC CPU: %d delivered + %d overload != 2000 sent", got[clean], over)
+	}
+	if m, _ := nic.NIC().Mode(); m != datapath.NICCPU {
+		t.Errorf("mode after re-attach %q", m)
 	}
 }
