@@ -36,6 +36,9 @@ type FilterBenchResult struct {
 	Filter   []float64 // ns/packet per round
 	Baseline []float64
 	Empty    []float64
+	// Floor: one random cache-line read in an array as large as the
+	// filter's exact table (bl_one_line).
+	Floor []float64
 }
 
 func median(xs []float64) float64 {
@@ -138,6 +141,11 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*Filter
 		return nil, err
 	}
 	bspec.Maps["bl_hash"].MaxEntries = uint32(max(rules, 1))
+	lines := d.sizes.slots4 * 16 / 64 // the exact table's footprint in cache lines
+	bspec.Maps["bl_lines"].MaxEntries = lines
+	if err := bspec.Variables["bl_lines_mask"].Set(lines - 1); err != nil {
+		return nil, err
+	}
 	if err := bspec.LoadAndAssign(&base, nil); err != nil {
 		return nil, fmt.Errorf("loading baseline: %w", err)
 	}
@@ -195,7 +203,7 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*Filter
 		for _, step := range []struct {
 			p   *ebpf.Program
 			out *[]float64
-		}{{d.Program(), &r.Filter}, {base.BlHashLookup, &r.Baseline}, {base.BlEmpty, &r.Empty}} {
+		}{{d.Program(), &r.Filter}, {base.BlHashLookup, &r.Baseline}, {base.BlEmpty, &r.Empty}, {base.BlOneLine, &r.Floor}} {
 			ns, err := measure(step.p, 1 /* XDP_DROP */)
 			if err != nil {
 				return nil, err

@@ -8,17 +8,26 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type benchbaseBlLine struct {
+	_ structs.HostLayout
+	W [8]uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	benchbaseMapBlHash        = "bl_hash"
+	benchbaseMapBlLines       = "bl_lines"
 	benchbaseProgBlEmpty      = "bl_empty"
 	benchbaseProgBlHashLookup = "bl_hash_lookup"
+	benchbaseProgBlOneLine    = "bl_one_line"
+	benchbaseVarBlLinesMask   = "bl_lines_mask"
 )
 
 // loadBenchbase returns the embedded CollectionSpec for benchbase.
@@ -65,19 +74,22 @@ type benchbaseSpecs struct {
 type benchbaseProgramSpecs struct {
 	BlEmpty      *ebpf.ProgramSpec `ebpf:"bl_empty"`
 	BlHashLookup *ebpf.ProgramSpec `ebpf:"bl_hash_lookup"`
+	BlOneLine    *ebpf.ProgramSpec `ebpf:"bl_one_line"`
 }
 
 // benchbaseMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchbaseMapSpecs struct {
-	BlHash *ebpf.MapSpec `ebpf:"bl_hash"`
+	BlHash  *ebpf.MapSpec `ebpf:"bl_hash"`
+	BlLines *ebpf.MapSpec `ebpf:"bl_lines"`
 }
 
 // benchbaseVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchbaseVariableSpecs struct {
+	BlLinesMask *ebpf.VariableSpec `ebpf:"bl_lines_mask"`
 }
 
 // benchbaseObjects contains all objects after they have been loaded into the kernel.
@@ -100,12 +112,14 @@ func (o *benchbaseObjects) Close() error {
 //
 // It can be passed to loadBenchbaseObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchbaseMaps struct {
-	BlHash *ebpf.Map `ebpf:"bl_hash"`
+	BlHash  *ebpf.Map `ebpf:"bl_hash"`
+	BlLines *ebpf.Map `ebpf:"bl_lines"`
 }
 
 func (m *benchbaseMaps) Close() error {
 	return _BenchbaseClose(
 		m.BlHash,
+		m.BlLines,
 	)
 }
 
@@ -113,6 +127,7 @@ func (m *benchbaseMaps) Close() error {
 //
 // It can be passed to loadBenchbaseObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchbaseVariables struct {
+	BlLinesMask *ebpf.Variable `ebpf:"bl_lines_mask"`
 }
 
 // benchbasePrograms contains all programs after they have been loaded into the kernel.
@@ -121,12 +136,14 @@ type benchbaseVariables struct {
 type benchbasePrograms struct {
 	BlEmpty      *ebpf.Program `ebpf:"bl_empty"`
 	BlHashLookup *ebpf.Program `ebpf:"bl_hash_lookup"`
+	BlOneLine    *ebpf.Program `ebpf:"bl_one_line"`
 }
 
 func (p *benchbasePrograms) Close() error {
 	return _BenchbaseClose(
 		p.BlEmpty,
 		p.BlHashLookup,
+		p.BlOneLine,
 	)
 }
 
