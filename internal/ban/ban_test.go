@@ -1,0 +1,136 @@
+package ban
+
+import (
+	"errors"
+	"os"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/detect"
+)
+
+var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func det(p string, rate float64) detect.Detection {
+	return detect.Detection{Prefix: netip.MustParsePrefix(p), Detector: "rate", Reason: "test", Rate: rate}
+}
+
+func TestRailsRefuseAllowedAndProtected(t *testing.T) {
+	s := NewStore(Rails{Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		Protected: []netip.Prefix{netip.MustParsePrefix("192.0.2.53/32")}}, time.Hour)
+	// The heaviest senders are our own: still never banned.
+	added, refused, _ := s.Propose(t0, []detect.Detection{det("10.1.2.3/32", 1e6), det("192.0.2.0/24", 5e5), det("198.51.100.1/32", 10)}, nil)
+	if len(added) != 1 || added[0].Prefix.String() != "198.51.100.1/32" || len(refused) != 2 {
+		t.Fatalf("added %+v refused %+v", added, refused)
+	}
+	if !strings.Contains(refused[1].Why, "protected") {
+		t.Errorf("refusal reason %q", refused[1].Why)
+	}
+	if _, err := s.Add(t0, netip.MustParsePrefix("10.9.0.0/16"), "op", 0); !errors.Is(err, ErrRefused) {
+		t.Errorf("operator ban of allowlisted space: %v", err)
+	}
+}
+
+func TestLimitsMonitorOnlyAndBreaker(t *testing.T) {
+	ds := []detect.Detection{det("198.51.100.1/32", 10), det("198.51.100.2/32", 30), det("198.51.100.3/32", 20)}
+	s := NewStore(Rails{MaxNewPerInterval: 2}, 0)
+	added, refused, _ := s.Propose(t0, ds, nil)
+	if len(added) != 2 || added[0].Rate != 30 || added[1].Rate != 20 || len(refused) != 1 {
+		t.Fatalf("per-interval limit: added %+v refused %+v", added, refused)
+	}
+	s = NewStore(Rails{MaxTotal: 1}, 0)
+	if added, _, _ := s.Propose(t0, ds, nil); len(added) != 1 || s.Len() != 1 {
+		t.Fatalf("total limit: %+v", added)
+	}
+	s = NewStore(Rails{MonitorOnly: true}, 0)
+	if added, refused, _ := s.Propose(t0, ds, nil); len(added) != 0 || len(refused) != 3 || s.Len() != 0 {
+		t.Fatalf("monitor-only banned: %+v", added)
+	}
+	s = NewStore(Rails{MaxTrafficShare: 0.5}, 0)
+	added, _, breaker := s.Propose(t0, ds, func(netip.Prefix) float64 { return 0.2 })
+	if !breaker || len(added) != 0 {
+		t.Fatalf("breaker: %v %+v", breaker, added)
+	}
+}
+
+func TestRateMonitorAndExpiry(t *testing.T) {
+	s := NewStore(Rails{}, 10*time.Minute)
+	s.Propose(t0, []detect.Detection{det("198.51.100.1/32", 1000), det("198.51.100.2/32", 1000)}, nil)
+	p1, p2 := netip.MustParsePrefix("198.51.100.1/32"), netip.MustParsePrefix("198.51.100.2/32")
+	// p1 goes quiet, p2 keeps sending.
+	rates := map[netip.Prefix]float64{p1: 5, p2: 900}
+	if un := s.Monitor(t0.Add(time.Second), rates, 50, 30*time.Second); len(un) != 0 {
+		t.Fatalf("unbanned before the hold time: %+v", un)
+	}
+	// A burst resets the quiet clock.
+	rates[p1] = 500
+	s.Monitor(t0.Add(10*time.Second), rates, 50, 30*time.Second)
+	rates[p1] = 5
+	s.Monitor(t0.Add(35*time.Second), rates, 50, 30*time.Second) // quiet again from 35 s
+	// Without the burst, quiet since 1 s would have ended the ban at 31 s.
+	if un := s.Monitor(t0.Add(40*time.Second), rates, 50, 30*time.Second); len(un) != 0 {
+		t.Fatalf("hold not restarted by the burst: %+v", un)
+	}
+	un := s.Monitor(t0.Add(65*time.Second), rates, 50, 30*time.Second)
+	if len(un) != 1 || un[0].Ban.Prefix != p1 {
+		t.Fatalf("unbans %+v, want p1", un)
+	}
+	// p2 still sends, but its ban expires after the TTL (from its last
+	// detection, t0): gone at t0+10m.
+	if un := s.Monitor(t0.Add(10*time.Minute), rates, 50, time.Hour); len(un) != 1 || un[0].Why != "expired" {
+		t.Fatalf("expiry: %+v", un)
+	}
+}
+
+func TestOperatorBansOnlyExpire(t *testing.T) {
+	s := NewStore(Rails{}, time.Minute)
+	p := netip.MustParsePrefix("203.0.113.0/24")
+	if _, err := s.Add(t0, p, "abuse report", 0); err != nil {
+		t.Fatal(err)
+	}
+	if un := s.Monitor(t0.Add(time.Hour), nil, 50, time.Second); len(un) != 0 {
+		t.Fatalf("operator ban lifted: %+v", un)
+	}
+	// A detection inside it adds nothing: already covered.
+	if added, _, _ := s.Propose(t0, []detect.Detection{det("203.0.113.7/32", 1e5)}, nil); len(added) != 0 {
+		t.Fatalf("covered detection added: %+v", added)
+	}
+}
+
+func TestStateSurvivesRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state", "bans.json")
+	s := NewStore(Rails{}, time.Hour)
+	s.Propose(t0, []detect.Detection{det("198.51.100.1/32", 1000)}, nil)
+	s.Add(t0, netip.MustParsePrefix("2001:db8:bad::/48"), "feed", 0)
+	short := NewStore(Rails{}, time.Minute)
+	short.Propose(t0, []detect.Detection{det("198.51.100.9/32", 1)}, nil)
+	if err := s.Save(path, t0); err != nil {
+		t.Fatal(err)
+	}
+	r := NewStore(Rails{}, time.Hour)
+	gone, err := r.Load(path, t0.Add(30*time.Minute))
+	if err != nil || len(gone) != 0 || r.Len() != 2 {
+		t.Fatalf("reload: %v gone %+v, %d bans", err, gone, r.Len())
+	}
+	b, _ := r.Get(netip.MustParsePrefix("198.51.100.1/32"))
+	if b.Detector != "rate" || !b.FirstSeen.Equal(t0) || b.PeakRate != 1000 {
+		t.Errorf("metadata lost: %+v", b)
+	}
+	// Two hours later the automatic ban expired while down; the operator's stays.
+	gone, _ = r.Load(path, t0.Add(2*time.Hour))
+	if len(gone) != 1 || r.Len() != 1 {
+		t.Fatalf("expiry on load: gone %+v, %d left", gone, r.Len())
+	}
+	// A corrupt file is an error, not an empty ban list.
+	if err := writeFile(path, "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Load(path, t0); err == nil {
+		t.Fatal("corrupt state accepted")
+	}
+}
+
+func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o600) }
