@@ -2,8 +2,8 @@ package ban
 
 import (
 	"errors"
-	"os"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
