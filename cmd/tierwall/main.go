@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/hwtable"
 )
@@ -44,7 +45,7 @@ func exitCode(err error) int {
 	var u usageError
 	for _, s := range []error{datapath.ErrInvalid, datapath.ErrTableFull, datapath.ErrNoInterface,
 		datapath.ErrNotAttached, datapath.ErrNoRule, datapath.ErrIncompatible,
-		hwtable.ErrInvalid, hwtable.ErrTableFull, hwtable.ErrNoRule} {
+		hwtable.ErrInvalid, hwtable.ErrTableFull, hwtable.ErrNoRule, config.ErrInvalid} {
 		if errors.Is(err, s) {
 			return exitUsage
 		}

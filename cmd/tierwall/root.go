@@ -38,7 +38,7 @@ func newRoot() *cobra.Command {
 	pf.StringVarP(&g.netns, "netns", "n", "", "run in the named network namespace (from /run/netns)")
 	pf.StringVar(&g.pinRoot, "bpffs", "", "bpffs mount to pin under (default /sys/fs/bpf, mounted if missing)")
 	_ = pf.MarkHidden("bpffs")
-	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC())
+	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun())
 	return root
 }
 

@@ -48,10 +48,12 @@ type Rails struct {
 	MaxTotal          int
 	// MonitorOnly: detect and report, ban nothing.
 	MonitorOnly bool
-	// MaxTrafficShare trips a circuit breaker when the new bans of one
-	// interval would cover more than this share of the passed traffic
-	// (0 = off): a detector gone wrong must not black-hole the service.
-	MaxTrafficShare float64
+	// MaxEstablishedShare trips a circuit breaker when the new bans of one
+	// interval would cover more than this share of the established sources
+	// (seen for several intervals before: the regular clients), 0 = off. A
+	// detector gone wrong must not black-hole the service. Packet share
+	// would not do: in a flood the attack is most of the packets.
+	MaxEstablishedShare float64
 }
 
 // Refusal is a detection that did not become a ban.
@@ -91,8 +93,8 @@ func (s *Store) guarded(p netip.Prefix) string {
 }
 
 // Propose turns one interval's detections into bans, through the rails.
-// share(p) is the fraction of the interval's passed traffic prefix p
-// carried (for the circuit breaker). Existing bans are refreshed.
+// share(p) is the fraction of the established sources inside prefix p (for
+// the circuit breaker). Existing bans are refreshed.
 func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.Prefix) float64) (added []Ban, refused []Refusal, breaker bool) {
 	var fresh []detect.Detection
 	for _, d := range ds {
@@ -122,14 +124,14 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 		}
 		return nil, refused, false
 	}
-	if s.Rails.MaxTrafficShare > 0 && share != nil {
+	if s.Rails.MaxEstablishedShare > 0 && share != nil {
 		var total float64
 		for _, d := range fresh {
 			total += share(d.Prefix)
 		}
-		if total > s.Rails.MaxTrafficShare {
+		if total > s.Rails.MaxEstablishedShare {
 			for _, d := range fresh {
-				refused = append(refused, Refusal{d, fmt.Sprintf("circuit breaker: new bans would cover %.0f%% of traffic (limit %.0f%%)", 100*total, 100*s.Rails.MaxTrafficShare)})
+				refused = append(refused, Refusal{d, fmt.Sprintf("circuit breaker: new bans would cover %.0f%% of the established sources (limit %.0f%%)", 100*total, 100*s.Rails.MaxEstablishedShare)})
 			}
 			return nil, refused, true
 		}

@@ -49,7 +49,7 @@ func TestLimitsMonitorOnlyAndBreaker(t *testing.T) {
 	if added, refused, _ := s.Propose(t0, ds, nil); len(added) != 0 || len(refused) != 3 || s.Len() != 0 {
 		t.Fatalf("monitor-only banned: %+v", added)
 	}
-	s = NewStore(Rails{MaxTrafficShare: 0.5}, 0)
+	s = NewStore(Rails{MaxEstablishedShare: 0.5}, 0)
 	added, _, breaker := s.Propose(t0, ds, func(netip.Prefix) float64 { return 0.2 })
 	if !breaker || len(added) != 0 {
 		t.Fatalf("breaker: %v %+v", breaker, added)

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierwall/tierwall/internal/api"
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/daemon"
+)
+
+func newRun() *cobra.Command {
+	var path string
+	c := &cobra.Command{
+		Use:   "run --config FILE",
+		Short: "Run the daemon: detection, bans, rate monitor and placement every interval, with the HTTP API",
+		Long: `Runs in the foreground until SIGINT or SIGTERM. SIGHUP reloads the configuration
+(a bad one is refused and the running one kept). Bans live in the pinned data plane:
+they keep being enforced after the daemon exits, and the next start reconciles them
+with the state file.`,
+		Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			cfg, err := config.Load(path)
+			if err != nil {
+				return err
+			}
+			log := newLogger(cfg.Log)
+			// The loop runs on this goroutine: the one locked to the main
+			// thread, in the namespace --netns chose.
+			d, err := daemon.New(cfg, path, log)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			reload := make(chan struct{}, 1)
+			go func() {
+				for range hup {
+					select {
+					case reload <- struct{}{}:
+					default:
+					}
+				}
+			}()
+			srv := &api.Server{D: d, MaxBody: cfg.API.MaxBody, Token: cfg.API.Token}
+			if cfg.API.Socket != "" {
+				l, err := api.ListenUnix(cfg.API.Socket)
+				if err != nil {
+					return fmt.Errorf("api socket: %w", err)
+				}
+				defer os.Remove(cfg.API.Socket)
+				go func() {
+					if err := api.Serve(ctx, l, srv.Handler()); err != nil {
+						log.Error("api socket stopped", "err", err)
+					}
+				}()
+				log.Info("api listening", "socket", cfg.API.Socket)
+			}
+			if cfg.API.TCP != "" {
+				l, err := net.Listen("tcp", cfg.API.TCP)
+				if err != nil {
+					return fmt.Errorf("api tcp: %w", err)
+				}
+				go func() {
+					if err := api.Serve(ctx, l, srv.Authenticated(srv.Handler())); err != nil {
+						log.Error("api tcp stopped", "err", err)
+					}
+				}()
+				log.Info("api listening", "tcp", cfg.API.TCP)
+			}
+			return d.Run(ctx, reload)
+		},
+	}
+	c.Flags().StringVarP(&path, "config", "c", "/etc/tierwall/tierwall.yaml", "configuration file")
+	return c
+}
+
+func newLogger(c config.Log) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Level))
+	o := &slog.HandlerOptions{Level: lvl}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, o))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, o))
+}

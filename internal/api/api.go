@@ -1,0 +1,337 @@
+// Package api is the daemon's HTTP API: JSON over a unix socket (mode
+// 0600: file permissions are the authentication) and, optionally, over TCP
+// on localhost with a bearer token. Every error is a JSON object with a
+// 4xx or 5xx status; bodies are size-limited and unknown fields refused.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"gopkg.in/yaml.v3"
+
+	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/rule"
+)
+
+//go:embed openapi.json
+var openAPI []byte
+
+// Server serves the API for one daemon.
+type Server struct {
+	D       *daemon.Daemon
+	MaxBody int64
+	Token   string // required on the TCP listener
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func fail(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		code = http.StatusRequestEntityTooLarge
+	case errors.Is(err, daemon.ErrBadRequest):
+		code = http.StatusBadRequest
+	case errors.Is(err, daemon.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, context.DeadlineExceeded):
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, apiError{err.Error()})
+}
+
+// decode reads a JSON body strictly.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return fmt.Errorf("%w: content type %q, want application/json", daemon.ErrBadRequest, ct)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.MaxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return fmt.Errorf("%w: body: %v", daemon.ErrBadRequest, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: body holds more than one JSON value", daemon.ErrBadRequest)
+	}
+	return nil
+}
+
+func prefixParam(r *http.Request) (netip.Prefix, error) {
+	raw := r.PathValue("prefix")
+	// Prefixes travel in the path with '/' escaped or as addr_len.
+	raw = strings.Replace(raw, "_", "/", 1)
+	p, err := rule.Parse(raw)
+	if err != nil {
+		return p, fmt.Errorf("%w: %v", daemon.ErrBadRequest, err)
+	}
+	return p, nil
+}
+
+type ruleRequest struct {
+	Prefix string `json:"prefix"`
+	Reason string `json:"reason"`
+	TTL    string `json:"ttl"` // Go duration; empty: no expiry
+}
+
+type allowRequest struct {
+	Prefix string `json:"prefix"`
+}
+
+func ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), 10*time.Second)
+}
+
+// Handler is the API without authentication (unix socket).
+func (s *Server) Handler() http.Handler {
+	if s.MaxBody == 0 {
+		s.MaxBody = 64 << 10
+	}
+	m := http.NewServeMux()
+	m.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		c, cancel := ctx(r)
+		defer cancel()
+		st, err := s.D.Status(c)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	m.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, r *http.Request) {
+		c, cancel := ctx(r)
+		defer cancel()
+		rs, err := s.D.Rules(c)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, rs)
+	})
+	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
+		var req ruleRequest
+		if err := s.decode(w, r, &req); err != nil {
+			fail(w, err)
+			return
+		}
+		p, err := rule.Parse(req.Prefix)
+		if err != nil {
+			fail(w, fmt.Errorf("%w: prefix: %v", daemon.ErrBadRequest, err))
+			return
+		}
+		var ttl time.Duration
+		if req.TTL != "" {
+			if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl < 0 {
+				fail(w, fmt.Errorf("%w: ttl %q is not a positive duration", daemon.ErrBadRequest, req.TTL))
+				return
+			}
+		}
+		if req.Reason == "" {
+			req.Reason = "operator"
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		b, err := s.D.AddRule(c, p, req.Reason, ttl)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, b)
+	})
+	m.HandleFunc("DELETE /v1/rules/{prefix...}", func(w http.ResponseWriter, r *http.Request) {
+		p, err := prefixParam(r)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		if err := s.D.DeleteRule(c, p); err != nil {
+			fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	m.HandleFunc("GET /v1/allowlist", func(w http.ResponseWriter, r *http.Request) {
+		c, cancel := ctx(r)
+		defer cancel()
+		a, err := s.D.Allowlist(c)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, a)
+	})
+	m.HandleFunc("POST /v1/allowlist", func(w http.ResponseWriter, r *http.Request) {
+		var req allowRequest
+		if err := s.decode(w, r, &req); err != nil {
+			fail(w, err)
+			return
+		}
+		p, err := rule.Parse(req.Prefix)
+		if err != nil {
+			fail(w, fmt.Errorf("%w: prefix: %v", daemon.ErrBadRequest, err))
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		if err := s.D.SetAllow(c, p, true); err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, map[string]string{"prefix": p.String()})
+	})
+	m.HandleFunc("DELETE /v1/allowlist/{prefix...}", func(w http.ResponseWriter, r *http.Request) {
+		p, err := prefixParam(r)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		if err := s.D.SetAllow(c, p, false); err != nil {
+			fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	m.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		var kinds []string
+		if k := r.URL.Query().Get("kind"); k != "" {
+			kinds = strings.Split(k, ",")
+		}
+		writeJSON(w, http.StatusOK, s.D.Events(kinds...))
+	})
+	m.HandleFunc("GET /v1/detections", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.D.Events("ban", "refused", "breaker"))
+	})
+	m.HandleFunc("GET /v1/top", func(w http.ResponseWriter, r *http.Request) {
+		c, cancel := ctx(r)
+		defer cancel()
+		t, err := s.D.Top(c)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, t)
+	})
+	m.HandleFunc("GET /v1/tiers", func(w http.ResponseWriter, r *http.Request) {
+		c, cancel := ctx(r)
+		defer cancel()
+		t, err := s.D.Tiers(c)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, t)
+	})
+	m.HandleFunc("GET /v1/config", func(w http.ResponseWriter, r *http.Request) {
+		c, cancel := ctx(r)
+		defer cancel()
+		cfg, err := s.D.Config(c)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		// Through YAML so field names match the config file (and the
+		// token, tagged "-", never leaves).
+		y, err := yaml.Marshal(cfg)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		var out map[string]any
+		if err := yaml.Unmarshal(y, &out); err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	m.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(openAPI)
+	})
+	m.Handle("GET /metrics", promhttp.HandlerFor(s.D.Metrics.Registry, promhttp.HandlerOpts{}))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)})
+	})
+	return m
+}
+
+// Authenticated wraps h with a bearer-token check (for TCP).
+func (s *Server) Authenticated(h http.Handler) http.Handler {
+	want := []byte("Bearer " + s.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if s.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tierwall"`)
+			writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong bearer token"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// ListenUnix opens the unix socket with mode 0600, replacing a stale one
+// (but refusing to take over a socket another daemon still answers on).
+func ListenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another tierwall daemon is listening on %s", path)
+	}
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Serve runs h on l until ctx ends.
+func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,302 @@
+// Package config is the daemon's YAML configuration: parsing (unknown
+// fields are errors), defaults, and validation whose errors name the field
+// and the value, so an operator sees at once what to fix.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tierwall/tierwall/internal/rule"
+)
+
+// ErrInvalid wraps every configuration error.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Config is the daemon's configuration.
+type Config struct {
+	Interface string        `yaml:"interface"` // host interface carrying the XDP filter
+	Interval  time.Duration `yaml:"interval"`  // control-loop period, 100ms..1m (default 1s)
+	StateFile string        `yaml:"state_file"`
+	Log       Log           `yaml:"log"`
+	Capacity  Capacity      `yaml:"capacity"`
+	Hardware  Hardware      `yaml:"hardware"`
+	Detectors Detectors     `yaml:"detectors"`
+	Bans      Bans          `yaml:"bans"`
+	Rails     Rails         `yaml:"rails"`
+	API       API           `yaml:"api"`
+}
+
+type Log struct {
+	Format string `yaml:"format"` // text or json
+	Level  string `yaml:"level"`  // debug, info, warn, error
+}
+
+// Capacity sizes the maps when the daemon attaches a fresh filter.
+type Capacity struct {
+	Exact4   int `yaml:"exact4"`
+	Exact6   int `yaml:"exact6"`
+	Prefix   int `yaml:"prefix"`
+	Allow    int `yaml:"allow"`
+	Features int `yaml:"features"`
+}
+
+// Hardware selects the NIC tier.
+type Hardware struct {
+	// Backend: none (XDP only), auto (probe flower then n-tuple on
+	// Interface), flower, ntuple, or emulated.
+	Backend  string        `yaml:"backend"`
+	Capacity int           `yaml:"capacity"` // K; flower cannot report it
+	MaxRate  float64       `yaml:"max_rate_pps"`
+	Emulated EmulatedNIC   `yaml:"emulated"`
+	Latency  time.Duration `yaml:"update_latency"` // initial estimate for the budget
+}
+
+// EmulatedNIC locates the emulated NIC stage.
+type EmulatedNIC struct {
+	Netns string `yaml:"netns"` // namespace holding both NIC ports
+	Wire  string `yaml:"wire"`  // wire-facing port (the stage's interface)
+	Host  string `yaml:"host"`  // host-facing port
+}
+
+type Detectors struct {
+	Rate    RateDetector    `yaml:"rate"`
+	Entropy EntropyDetector `yaml:"entropy"`
+	Lists   ListDetector    `yaml:"lists"`
+}
+
+type RateDetector struct {
+	Enabled        bool              `yaml:"enabled"`
+	PPS            float64           `yaml:"pps"`
+	BPS            float64           `yaml:"bps"`
+	SYNPPS         float64           `yaml:"syn_pps"`
+	PerProto       map[uint8]float64 `yaml:"per_proto_pps"`
+	LearnIntervals int               `yaml:"learn_intervals"`
+	Margin         float64           `yaml:"margin"`
+	MinPPS         float64           `yaml:"min_pps"`
+}
+
+type EntropyDetector struct {
+	Enabled bool    `yaml:"enabled"`
+	History int     `yaml:"history"`
+	K       float64 `yaml:"k"`
+	MinPPS  float64 `yaml:"min_pps"`
+	Prefix4 int     `yaml:"prefix4"`
+	Prefix6 int     `yaml:"prefix6"`
+}
+
+type ListDetector struct {
+	Enabled bool     `yaml:"enabled"`
+	Paths   []string `yaml:"paths"`
+}
+
+type Bans struct {
+	TTL time.Duration `yaml:"ttl"` // automatic bans end this long after the last detection (0: never)
+	// Hold: a ban is lifted after its rate stayed below UnbanPPS this long.
+	Hold time.Duration `yaml:"hold"`
+	// UnbanPPS: the rate monitor's threshold; 0 takes the rate detector's
+	// learned threshold, else its static pps, else 100.
+	UnbanPPS float64 `yaml:"unban_pps"`
+}
+
+type Rails struct {
+	Allow               []string `yaml:"allow"`
+	Protected           []string `yaml:"protected"`
+	MaxNewPerInterval   int      `yaml:"max_new_per_interval"`
+	MaxTotal            int      `yaml:"max_total"`
+	MonitorOnly         bool     `yaml:"monitor_only"`
+	MaxEstablishedShare float64  `yaml:"max_established_share"`
+
+	AllowPrefixes     []netip.Prefix `yaml:"-"`
+	ProtectedPrefixes []netip.Prefix `yaml:"-"`
+}
+
+type API struct {
+	Socket    string `yaml:"socket"`     // unix socket, mode 0600 ("" disables)
+	TCP       string `yaml:"tcp"`        // optional localhost address, needs a token
+	TokenFile string `yaml:"token_file"` // bearer token for TCP
+	MaxBody   int64  `yaml:"max_body"`   // bytes (default 64 KiB)
+
+	Token string `yaml:"-"`
+}
+
+// Load reads and validates path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return Parse(b)
+}
+
+// Parse decodes YAML, applies defaults and validates.
+func Parse(b []byte) (*Config, error) {
+	c := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) { // empty file: defaults
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Default is the configuration every field starts from.
+func Default() *Config {
+	return &Config{
+		Interval:  time.Second,
+		StateFile: "/var/lib/tierwall/state.json",
+		Log:       Log{Format: "text", Level: "info"},
+		Hardware:  Hardware{Backend: "none", MaxRate: 5e6, Latency: 2 * time.Millisecond},
+		Detectors: Detectors{
+			Rate:    RateDetector{Enabled: true, LearnIntervals: 30, Margin: 2, MinPPS: 100},
+			Entropy: EntropyDetector{Enabled: true, History: 30, K: 3, MinPPS: 1000, Prefix4: 24, Prefix6: 48},
+		},
+		Bans:  Bans{TTL: time.Hour, Hold: 30 * time.Second},
+		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5},
+		API:   API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
+	}
+}
+
+func bad(field string, v any, why string) error {
+	return fmt.Errorf("%w: %s: %v %s", ErrInvalid, field, v, why)
+}
+
+// Validate checks every field and resolves derived ones (prefix lists,
+// the API token).
+func (c *Config) Validate() error {
+	if strings.TrimSpace(c.Interface) == "" {
+		return bad("interface", `""`, "is required")
+	}
+	if c.Interval < 100*time.Millisecond || c.Interval > time.Minute {
+		return bad("interval", c.Interval, "outside 100ms..1m")
+	}
+	if c.StateFile == "" {
+		return bad("state_file", `""`, "is required")
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return bad("log.format", c.Log.Format, "is not text or json")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log.level", c.Log.Level, "is not debug, info, warn or error")
+	}
+	for f, v := range map[string]int{"capacity.exact4": c.Capacity.Exact4, "capacity.exact6": c.Capacity.Exact6,
+		"capacity.prefix": c.Capacity.Prefix, "capacity.allow": c.Capacity.Allow, "capacity.features": c.Capacity.Features} {
+		if v < 0 || v > 1<<26 {
+			return bad(f, v, "outside 0..67108864")
+		}
+	}
+	h := &c.Hardware
+	switch h.Backend {
+	case "none", "auto", "flower", "ntuple":
+	case "emulated":
+		if h.Emulated.Wire == "" || h.Emulated.Host == "" {
+			return bad("hardware.emulated", fmt.Sprintf("wire=%q host=%q", h.Emulated.Wire, h.Emulated.Host), "needs both ports")
+		}
+	default:
+		return bad("hardware.backend", h.Backend, "is not none, auto, flower, ntuple or emulated")
+	}
+	if h.Capacity < 0 || h.Capacity > 1<<16 {
+		return bad("hardware.capacity", h.Capacity, "outside 0..65536")
+	}
+	if h.MaxRate <= 0 {
+		return bad("hardware.max_rate_pps", h.MaxRate, "must be positive")
+	}
+	if h.Latency < 0 || h.Latency > time.Second {
+		return bad("hardware.update_latency", h.Latency, "outside 0..1s")
+	}
+	r := &c.Detectors.Rate
+	for f, v := range map[string]float64{"detectors.rate.pps": r.PPS, "detectors.rate.bps": r.BPS, "detectors.rate.syn_pps": r.SYNPPS, "detectors.rate.min_pps": r.MinPPS} {
+		if v < 0 {
+			return bad(f, v, "is negative")
+		}
+	}
+	if r.Margin != 0 && r.Margin < 1 {
+		return bad("detectors.rate.margin", r.Margin, "must be at least 1")
+	}
+	if r.LearnIntervals < 0 {
+		return bad("detectors.rate.learn_intervals", r.LearnIntervals, "is negative")
+	}
+	e := &c.Detectors.Entropy
+	if e.Enabled && (e.History < 2 || e.K <= 0) {
+		return bad("detectors.entropy", fmt.Sprintf("history=%d k=%v", e.History, e.K), "needs history >= 2 and k > 0")
+	}
+	if e.Prefix4 < 8 || e.Prefix4 > 32 {
+		return bad("detectors.entropy.prefix4", e.Prefix4, "outside 8..32")
+	}
+	if e.Prefix6 < 16 || e.Prefix6 > 128 {
+		return bad("detectors.entropy.prefix6", e.Prefix6, "outside 16..128")
+	}
+	if c.Detectors.Lists.Enabled {
+		for i, p := range c.Detectors.Lists.Paths {
+			if _, err := os.Stat(p); err != nil {
+				return bad(fmt.Sprintf("detectors.lists.paths[%d]", i), p, "cannot be read: "+err.Error())
+			}
+		}
+	}
+	if !r.Enabled && !e.Enabled && !c.Detectors.Lists.Enabled {
+		return bad("detectors", "all", "are disabled: nothing would ever be banned")
+	}
+	if c.Bans.TTL < 0 || c.Bans.Hold < 0 || c.Bans.UnbanPPS < 0 {
+		return bad("bans", fmt.Sprintf("ttl=%v hold=%v unban_pps=%v", c.Bans.TTL, c.Bans.Hold, c.Bans.UnbanPPS), "must not be negative")
+	}
+	var err error
+	if c.Rails.AllowPrefixes, err = prefixes("rails.allow", c.Rails.Allow); err != nil {
+		return err
+	}
+	if c.Rails.ProtectedPrefixes, err = prefixes("rails.protected", c.Rails.Protected); err != nil {
+		return err
+	}
+	if c.Rails.MaxNewPerInterval < 0 || c.Rails.MaxTotal < 0 {
+		return bad("rails", fmt.Sprintf("max_new_per_interval=%d max_total=%d", c.Rails.MaxNewPerInterval, c.Rails.MaxTotal), "must not be negative")
+	}
+	if c.Rails.MaxEstablishedShare < 0 || c.Rails.MaxEstablishedShare > 1 {
+		return bad("rails.max_established_share", c.Rails.MaxEstablishedShare, "outside 0..1")
+	}
+	if c.API.MaxBody <= 0 || c.API.MaxBody > 16<<20 {
+		return bad("api.max_body", c.API.MaxBody, "outside 1..16777216")
+	}
+	if c.API.TCP != "" {
+		ap, err := netip.ParseAddrPort(c.API.TCP)
+		if err != nil || !ap.Addr().IsLoopback() {
+			return bad("api.tcp", c.API.TCP, "must be a loopback address:port")
+		}
+		if c.API.TokenFile == "" {
+			return bad("api.token_file", `""`, "is required with api.tcp")
+		}
+		tok, err := os.ReadFile(c.API.TokenFile)
+		if err != nil {
+			return bad("api.token_file", c.API.TokenFile, "cannot be read: "+err.Error())
+		}
+		if c.API.Token = strings.TrimSpace(string(tok)); len(c.API.Token) < 16 {
+			return bad("api.token_file", c.API.TokenFile, "holds a token shorter than 16 characters")
+		}
+	}
+	return nil
+}
+
+func prefixes(field string, ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range ss {
+		p, err := rule.Parse(s)
+		if err != nil {
+			return nil, bad(fmt.Sprintf("%s[%d]", field, i), s, "is not an address or prefix: "+err.Error())
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

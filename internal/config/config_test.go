@@ -1,0 +1,48 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultsAndOverrides(t *testing.T) {
+	c, err := Parse([]byte("interface: eth0\ninterval: 100ms\nrails:\n  allow: [10.0.0.0/8, 2001:db8::1]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Interval != 100*time.Millisecond || c.Bans.Hold != 30*time.Second || !c.Detectors.Rate.Enabled {
+		t.Errorf("%+v", c)
+	}
+	if len(c.Rails.AllowPrefixes) != 2 || c.Rails.AllowPrefixes[1].String() != "2001:db8::1/128" {
+		t.Errorf("allow %v", c.Rails.AllowPrefixes)
+	}
+}
+
+func TestErrorsNameFieldAndValue(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "tok")
+	os.WriteFile(short, []byte("abc\n"), 0o600)
+	for _, tc := range []struct{ yaml, want string }{
+		{"interval: 1s\n", "interface"},
+		{"interface: eth0\ninterval: 50ms\n", "interval: 50ms"},
+		{"interface: eth0\nintervall: 1s\n", "intervall"},
+		{"interface: eth0\nrails:\n  protected: [10.0.0.300/8]\n", "rails.protected[0]: 10.0.0.300/8"},
+		{"interface: eth0\nhardware:\n  backend: smartnic\n", "hardware.backend: smartnic"},
+		{"interface: eth0\nhardware:\n  backend: emulated\n", "hardware.emulated"},
+		{"interface: eth0\napi:\n  tcp: 0.0.0.0:9480\n  token_file: x\n", "api.tcp: 0.0.0.0:9480"},
+		{"interface: eth0\napi:\n  tcp: 127.0.0.1:9480\n  token_file: " + short + "\n", "shorter than 16"},
+		{"interface: eth0\nlog:\n  format: xml\n", "log.format: xml"},
+		{"interface: eth0\ndetectors:\n  rate: {enabled: false}\n  entropy: {enabled: false}\n", "all are disabled"},
+		{"interface: eth0\ndetectors:\n  lists: {enabled: true, paths: [/nonexistent/feed]}\n", "detectors.lists.paths[0]: /nonexistent/feed"},
+		{"interface: eth0\nrails:\n  max_established_share: 2\n", "rails.max_established_share: 2"},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error naming %q", tc.yaml, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,669 @@
+// Package daemon is `tierwall run`: the control loop that closes the
+// paper's pipeline. Every interval it takes the feature snapshot, runs the
+// detectors, turns detections into bans through the safety rails, blocks
+// them in XDP, lets the rate monitor lift bans on sources gone quiet, runs
+// placement over the hardware tier, and saves its state. One goroutine
+// owns all of that; API requests run on it between intervals, so nothing
+// needs a lock and nothing the API sees is half-applied.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/tierwall/tierwall/internal/ban"
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/detect"
+	"github.com/tierwall/tierwall/internal/hwtable"
+	"github.com/tierwall/tierwall/internal/hwtable/emunic"
+	"github.com/tierwall/tierwall/internal/hwtable/flower"
+	"github.com/tierwall/tierwall/internal/hwtable/ntuple"
+	"github.com/tierwall/tierwall/internal/hwtable/probe"
+	"github.com/tierwall/tierwall/internal/placement"
+)
+
+// Event is one thing the daemon did or decided, for the API and logs.
+type Event struct {
+	Time   time.Time    `json:"time"`
+	Kind   string       `json:"kind"` // detection, ban, refused, unban, restore, adopt, error, reload, breaker
+	Prefix netip.Prefix `json:"prefix,omitzero"`
+	Detail string       `json:"detail"`
+}
+
+const maxEvents = 1000
+
+// establishedAfter is how many consecutive intervals make a source a
+// regular one for the circuit breaker.
+const establishedAfter = 5
+
+// Daemon is the running control loop.
+type Daemon struct {
+	cfg     *config.Config
+	cfgPath string
+	log     *slog.Logger
+
+	dp    *datapath.Datapath
+	hw    hwtable.Table
+	off   *placement.Offloader
+	store *ban.Store
+
+	rate    *detect.Rate
+	entropy *detect.Entropy
+	lists   *detect.List
+
+	events     []Event
+	lastTop    []TopSource
+	lastSnap   time.Time
+	lastXDP    map[netip.Prefix]uint64
+	lastAt     time.Time
+	firstSeen  map[netip.Addr]time.Time // first interval a source showed up, for detection-to-drop latency
+	seenRun    map[netip.Addr]int       // consecutive intervals a source has been seen in
+	rates      map[netip.Prefix]float64
+	breaker    bool
+	tierCounts map[string]int // bans per tier, for the metrics collector (under mu)
+	started    time.Time
+	steps      uint64
+	dirty      bool
+
+	Metrics *Metrics
+	reqs    chan func()
+	mu      sync.Mutex // guards only what the metrics collector reads outside the loop
+}
+
+// TopSource is a heavy source of the last interval.
+type TopSource struct {
+	Src     netip.Addr `json:"src"`
+	PPS     float64    `json:"pps"`
+	BPS     float64    `json:"bps"`
+	Banned  bool       `json:"banned"`
+	Packets uint64     `json:"packets"`
+}
+
+// New attaches (or re-adopts) the data plane and the hardware tier named
+// in cfg, loads the state file and reconciles the three. It must run on
+// the goroutine that will run Run, locked to its OS thread, in the network
+// namespace of cfg.Interface.
+func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err error) {
+	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: time.Now(),
+		lastXDP: map[netip.Prefix]uint64{}, firstSeen: map[netip.Addr]time.Time{}, seenRun: map[netip.Addr]int{}, rates: map[netip.Prefix]float64{}}
+	d.Metrics = newMetrics(d)
+	d.dp, err = datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
+		PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features})
+	if err != nil {
+		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
+	}
+	defer func() {
+		if err != nil {
+			d.dp.Close()
+		}
+	}()
+	for _, w := range d.dp.Warnings {
+		log.Warn(w)
+	}
+	if d.hw, err = openHardware(cfg, log); err != nil {
+		return nil, err
+	}
+	if d.hw != nil {
+		d.off = &placement.Offloader{Table: d.hw, Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
+			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
+	}
+	d.buildDetectors()
+	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
+	if err := d.reconcile(time.Now()); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func rails(cfg *config.Config) ban.Rails {
+	r := cfg.Rails
+	return ban.Rails{Allow: r.AllowPrefixes, Protected: r.ProtectedPrefixes, MaxNewPerInterval: r.MaxNewPerInterval,
+		MaxTotal: r.MaxTotal, MonitorOnly: r.MonitorOnly, MaxEstablishedShare: r.MaxEstablishedShare}
+}
+
+func (d *Daemon) buildDetectors() {
+	c := d.cfg.Detectors
+	d.rate, d.entropy, d.lists = nil, nil, nil
+	if c.Rate.Enabled {
+		d.rate = &detect.Rate{Static: detect.Thresholds{PPS: c.Rate.PPS, BPS: c.Rate.BPS, SYNPPS: c.Rate.SYNPPS, PerProto: c.Rate.PerProto},
+			LearnIntervals: c.Rate.LearnIntervals, Margin: c.Rate.Margin, MinPPS: c.Rate.MinPPS}
+	}
+	if c.Entropy.Enabled {
+		d.entropy = &detect.Entropy{History: c.Entropy.History, K: c.Entropy.K, MinPPS: c.Entropy.MinPPS,
+			Prefix4: c.Entropy.Prefix4, Prefix6: c.Entropy.Prefix6}
+	}
+	if c.Lists.Enabled {
+		d.lists = &detect.List{Paths: c.Lists.Paths}
+	}
+}
+
+// openHardware opens the configured NIC tier; nil means XDP-only.
+func openHardware(cfg *config.Config, log *slog.Logger) (hwtable.Table, error) {
+	h := cfg.Hardware
+	switch h.Backend {
+	case "none":
+		return nil, nil
+	case "auto":
+		t, err := probe.Backend(cfg.Interface, probe.Options{Capacity: h.Capacity})
+		if errors.Is(err, hwtable.ErrUnsupported) {
+			log.Warn("no hardware tier, running XDP-only", "reason", err)
+			return nil, nil
+		}
+		return t, err
+	case "flower":
+		return flower.Open(cfg.Interface, h.Capacity)
+	case "ntuple":
+		return ntuple.Open(cfg.Interface, 0, h.Capacity)
+	case "emulated":
+		var t hwtable.Table
+		err := InNetns(h.Emulated.Netns, func() error {
+			var err error
+			t, err = emunic.Attach(h.Emulated.Wire, h.Emulated.Host, datapath.NICOptions{Capacity: h.Capacity})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("emulated NIC %s in netns %q: %w", h.Emulated.Wire, h.Emulated.Netns, err)
+		}
+		return t, nil
+	}
+	return nil, fmt.Errorf("%w: hardware.backend %q", config.ErrInvalid, h.Backend)
+}
+
+// InNetns runs f on a fresh OS thread switched into the named network
+// namespace ("" runs it in place). Only what f opens by name depends on
+// the namespace; the file descriptors it returns work from any thread.
+func InNetns(name string, f func() error) error {
+	if name == "" {
+		return f()
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is never unlocked: it dies with this goroutine rather
+		// than go back to the pool in the wrong namespace.
+		runtime.LockOSThread()
+		ns, err := netns.GetFromName(name)
+		if err != nil {
+			errc <- fmt.Errorf("network namespace %q: %w", name, err)
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("entering network namespace %q: %w", name, err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+func (d *Daemon) event(now time.Time, kind string, p netip.Prefix, format string, args ...any) {
+	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...)}
+	d.mu.Lock()
+	d.events = append(d.events, e)
+	if len(d.events) > maxEvents {
+		d.events = d.events[len(d.events)-maxEvents:]
+	}
+	d.mu.Unlock()
+	lvl := slog.LevelInfo
+	switch kind {
+	case "error", "breaker":
+		lvl = slog.LevelError
+	case "refused", "restore", "adopt":
+		lvl = slog.LevelWarn
+	case "detection":
+		lvl = slog.LevelDebug
+	}
+	attrs := []any{"kind", kind}
+	if p.IsValid() {
+		attrs = append(attrs, "prefix", p.String())
+	}
+	d.log.Log(context.Background(), lvl, e.Detail, attrs...)
+}
+
+// reconcile loads the state file and makes state file and data plane
+// agree, logging every difference. The state file is the truth for the
+// daemon's bans; a rule found only in the data plane was added outside the
+// daemon (CLI, a previous daemon that crashed before saving) and is
+// adopted as an operator ban, never silently removed.
+func (d *Daemon) reconcile(now time.Time) error {
+	gone, err := d.store.Load(d.cfg.StateFile, now)
+	if err != nil {
+		return err
+	}
+	rules, err := d.dp.Blocked()
+	if err != nil {
+		return err
+	}
+	inDP := map[netip.Prefix]bool{}
+	for _, r := range rules {
+		inDP[r.Prefix] = true
+		d.lastXDP[r.Prefix] = r.Packets
+	}
+	for _, u := range gone {
+		if inDP[u.Ban.Prefix] {
+			d.unblock(now, u.Ban.Prefix)
+			delete(inDP, u.Ban.Prefix)
+		}
+		d.event(now, "unban", u.Ban.Prefix, "%s", u.Why)
+	}
+	var restore []netip.Prefix
+	for _, b := range d.store.All() {
+		if !inDP[b.Prefix] {
+			restore = append(restore, b.Prefix)
+		}
+	}
+	if len(restore) > 0 {
+		if err := d.dp.Block(restore...); err != nil {
+			return fmt.Errorf("restoring %d bans from %s: %w", len(restore), d.cfg.StateFile, err)
+		}
+		for _, p := range restore {
+			d.event(now, "restore", p, "ban in the state file was missing from the data plane: restored")
+		}
+	}
+	for _, r := range rules {
+		if _, ok := d.store.Get(r.Prefix); !ok {
+			if _, err := d.store.Add(now, r.Prefix, "found in the data plane at start, not in the state file", 0); err != nil {
+				d.event(now, "adopt", r.Prefix, "rule in the data plane conflicts with the rails (%v); left in place, not managed", err)
+				continue
+			}
+			d.event(now, "adopt", r.Prefix, "rule found in the data plane at start: adopted as an operator ban")
+		}
+	}
+	if d.hw != nil {
+		es, err := d.hw.List(context.Background())
+		if err != nil {
+			return fmt.Errorf("reading hardware table: %w", err)
+		}
+		for _, e := range es {
+			d.store.SetTier(netip.PrefixFrom(e.Rule.Match.Src, e.Rule.Match.Src.BitLen()), "hw")
+		}
+	}
+	d.dirty = true
+	d.countTiers()
+	return d.save(now)
+}
+
+func (d *Daemon) save(now time.Time) error {
+	if !d.dirty {
+		return nil
+	}
+	if err := d.store.Save(d.cfg.StateFile, now); err != nil {
+		return err
+	}
+	d.dirty = false
+	return nil
+}
+
+func (d *Daemon) unblock(now time.Time, p netip.Prefix) {
+	if d.hw != nil && p.IsSingleIP() {
+		if _, _, err := d.hw.Remove(context.Background(), hwtable.SourceMatch(p.Addr())); err != nil && !errors.Is(err, hwtable.ErrNoRule) {
+			d.event(now, "error", p, "removing from hardware: %v", err)
+		}
+	}
+	if err := d.dp.Unblock(p); err != nil && !errors.Is(err, datapath.ErrNoRule) {
+		d.event(now, "error", p, "unblocking: %v", err)
+	}
+	delete(d.lastXDP, p)
+	delete(d.rates, p)
+}
+
+// unbanThreshold is the rate monitor's threshold: configured, else the
+// rate detector's learned one (the paper's "highest rate from one source
+// under normal activity"), else its static pps, else 100.
+func (d *Daemon) unbanThreshold() float64 {
+	if d.cfg.Bans.UnbanPPS > 0 {
+		return d.cfg.Bans.UnbanPPS
+	}
+	if d.rate != nil {
+		if l, ok := d.rate.Learned(); ok {
+			return l
+		}
+		if d.rate.Static.PPS > 0 {
+			return d.rate.Static.PPS
+		}
+	}
+	return 100
+}
+
+// Step runs one interval of the loop.
+func (d *Daemon) Step(now time.Time) error {
+	d.steps++
+	snap, err := d.dp.Snapshot()
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	dt := snap.End.Sub(snap.Start)
+	if dt <= 0 {
+		dt = d.cfg.Interval
+	}
+	tr := detect.NewTraffic(dt)
+	for _, f := range snap.Flows {
+		tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
+	}
+	d.trackFirstSeen(snap.Start, tr)
+
+	// Detect.
+	var ds []detect.Detection
+	for _, det := range d.detectors() {
+		out := det.Detect(tr)
+		d.Metrics.detections.WithLabelValues(det.Name()).Add(float64(len(out)))
+		ds = append(ds, out...)
+	}
+	if d.lists != nil && d.lists.Err() != nil {
+		d.event(now, "error", netip.Prefix{}, "threat list: %v (keeping the last good contents)", d.lists.Err())
+	}
+	// The circuit breaker's measure: established sources (seen in each of
+	// the last establishedAfter intervals, this one included) inside p.
+	var established []netip.Addr
+	for a := range tr.Sources {
+		if d.seenRun[a] >= establishedAfter {
+			established = append(established, a)
+		}
+	}
+	d.log.Debug("interval", "start", snap.Start, "end", snap.End, "sources", len(tr.Sources), "established", len(established), "detections", len(ds))
+	share := func(p netip.Prefix) float64 {
+		if len(established) == 0 {
+			return 0
+		}
+		n := 0
+		for _, a := range established {
+			if p.Contains(a) {
+				n++
+			}
+		}
+		return float64(n) / float64(len(established))
+	}
+	added, refused, breaker := d.store.Propose(now, ds, share)
+	if breaker && !d.breaker {
+		d.event(now, "breaker", netip.Prefix{}, "circuit breaker open: %d new bans refused this interval", len(refused))
+	}
+	d.breaker = breaker
+	for _, r := range refused {
+		d.Metrics.refused.Inc()
+		d.event(now, "refused", r.Detection.Prefix, "%s: %s", r.Detection.Detector, r.Why)
+	}
+	if len(added) > 0 {
+		ps := make([]netip.Prefix, len(added))
+		for i, b := range added {
+			ps[i] = b.Prefix
+		}
+		if err := d.dp.Block(ps...); err != nil {
+			for _, p := range ps {
+				d.store.Remove(p)
+			}
+			d.event(now, "error", netip.Prefix{}, "blocking %d new bans failed, none applied: %v", len(ps), err)
+		} else {
+			applied := time.Now()
+			for _, b := range added {
+				d.event(now, "ban", b.Prefix, "%s: %s", b.Detector, b.Reason)
+				d.Metrics.bans.Inc()
+				if t, ok := d.firstSeen[b.Prefix.Addr()]; ok && b.Prefix.IsSingleIP() {
+					d.Metrics.detectToDrop.Observe(applied.Sub(t).Seconds())
+				}
+			}
+			d.dirty = true
+		}
+	}
+
+	// Rates of every ban over the interval, both tiers.
+	if err := d.measure(now); err != nil {
+		return err
+	}
+	for _, u := range d.store.Monitor(now, d.rates, d.unbanThreshold(), d.cfg.Bans.Hold) {
+		d.unblock(now, u.Ban.Prefix)
+		d.Metrics.unbans.Inc()
+		d.event(now, "unban", u.Ban.Prefix, "%s", u.Why)
+		d.dirty = true
+	}
+
+	// Placement over the hardware tier.
+	if d.off != nil {
+		if err := d.place(now); err != nil {
+			d.event(now, "error", netip.Prefix{}, "placement: %v", err)
+		}
+	}
+	d.summarize(tr)
+	d.lastSnap = now
+	return d.save(now)
+}
+
+func (d *Daemon) detectors() []detect.Detector {
+	var out []detect.Detector
+	if d.rate != nil {
+		out = append(out, d.rate)
+	}
+	if d.entropy != nil {
+		out = append(out, d.entropy)
+	}
+	if d.lists != nil {
+		out = append(out, d.lists)
+	}
+	return out
+}
+
+// trackFirstSeen remembers when each source first showed up in passed
+// traffic (the interval's start: the earliest its first packet can have
+// been), forgetting sources silent for a minute.
+func (d *Daemon) trackFirstSeen(start time.Time, tr *detect.Traffic) {
+	for a := range tr.Sources {
+		if _, ok := d.firstSeen[a]; !ok {
+			d.firstSeen[a] = start
+		}
+		d.seenRun[a]++
+	}
+	for a := range d.seenRun {
+		if _, ok := tr.Sources[a]; !ok {
+			delete(d.seenRun, a)
+		}
+	}
+	if len(d.firstSeen) > 4*len(tr.Sources)+10000 {
+		for a := range d.firstSeen {
+			if _, ok := tr.Sources[a]; !ok {
+				delete(d.firstSeen, a)
+			}
+		}
+	}
+}
+
+// measure computes each ban's rate from the growth of its XDP counter and,
+// for sources in hardware, its hardware counter.
+func (d *Daemon) measure(now time.Time) error {
+	rules, err := d.dp.Blocked()
+	if err != nil {
+		return err
+	}
+	secs := now.Sub(d.lastAt).Seconds()
+	first := d.lastAt.IsZero()
+	d.lastAt = now
+	hwNow := map[netip.Addr]uint64{}
+	if d.hw != nil {
+		es, err := d.hw.List(context.Background())
+		if err != nil {
+			return fmt.Errorf("reading hardware counters: %w", err)
+		}
+		for _, e := range es {
+			hwNow[e.Rule.Match.Src] = d.off.HWPackets(e.Rule.Match.Src, e.Counters.Packets)
+		}
+	}
+	cur := map[netip.Prefix]uint64{}
+	for _, r := range rules {
+		n := r.Packets
+		if r.Prefix.IsSingleIP() {
+			n += hwNow[r.Prefix.Addr()]
+		}
+		cur[r.Prefix] = n
+		if prev, ok := d.lastXDP[r.Prefix]; ok && !first && secs > 0 && n >= prev {
+			d.rates[r.Prefix] = float64(n-prev) / secs
+		}
+	}
+	d.lastXDP = cur
+	return nil
+}
+
+func (d *Daemon) place(now time.Time) error {
+	rules, err := d.dp.Blocked()
+	if err != nil {
+		return err
+	}
+	var c []placement.Counted
+	for _, r := range rules {
+		if r.Prefix.IsSingleIP() {
+			c = append(c, placement.Counted{Src: r.Prefix.Addr(), Packets: r.Packets})
+		}
+	}
+	rep, err := d.off.Step(context.Background(), now, c)
+	if err != nil {
+		return err
+	}
+	for _, k := range rep.Plan.Remove {
+		d.store.SetTier(netip.PrefixFrom(k, k.BitLen()), "xdp")
+	}
+	for _, k := range rep.Plan.Install {
+		d.store.SetTier(netip.PrefixFrom(k, k.BitLen()), "hw")
+	}
+	for _, e := range rep.Failed {
+		d.event(now, "error", netip.Prefix{}, "hardware update: %v", e)
+	}
+	if n := rep.Plan.Updates(); n > 0 {
+		d.Metrics.placementUpdates.Add(float64(rep.Applied))
+		d.Metrics.hwLatency.Observe(rep.Latency.Seconds())
+		d.dirty = true
+	}
+	return nil
+}
+
+func (d *Daemon) summarize(tr *detect.Traffic) {
+	top := make([]TopSource, 0, len(tr.Sources))
+	for a, s := range tr.Sources {
+		top = append(top, TopSource{Src: a, Packets: s.Packets, PPS: tr.Rate(s.Packets), BPS: 8 * tr.Rate(s.Bytes)})
+	}
+	sort.Slice(top, func(i, j int) bool { return top[i].Packets > top[j].Packets })
+	if len(top) > 100 {
+		top = top[:100]
+	}
+	d.mu.Lock()
+	d.lastTop = top
+	d.mu.Unlock()
+	d.countTiers()
+}
+
+// countTiers publishes bans per tier for the metrics collector.
+func (d *Daemon) countTiers() {
+	tc := map[string]int{}
+	for _, b := range d.store.All() {
+		tc[b.Tier]++
+	}
+	d.mu.Lock()
+	d.tierCounts = tc
+	d.mu.Unlock()
+}
+
+// Run drives the loop until ctx ends. reload receives a signal per SIGHUP.
+func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
+	tick := time.NewTicker(d.cfg.Interval)
+	defer tick.Stop()
+	d.log.Info("tierwall running", "interface", d.cfg.Interface, "interval", d.cfg.Interval, "hardware", d.hwName(), "bans", d.store.Len())
+	for {
+		select {
+		case <-ctx.Done():
+			return d.shutdown()
+		case now := <-tick.C:
+			if err := d.Step(now); err != nil {
+				d.event(now, "error", netip.Prefix{}, "interval: %v", err)
+			}
+		case f := <-d.reqs:
+			f()
+		case <-reload:
+			old := d.cfg.Interval
+			d.reload(time.Now())
+			if d.cfg.Interval != old {
+				tick.Reset(d.cfg.Interval)
+			}
+		}
+	}
+}
+
+func (d *Daemon) hwName() string {
+	if d.hw == nil {
+		return "none (XDP only)"
+	}
+	c := d.hw.Caps()
+	return fmt.Sprintf("%s on %s, K=%d", c.Backend, c.Iface, c.Capacity)
+}
+
+// reload re-reads the configuration; a bad one is logged and the last good
+// one stays. Changes that need new attachments (interface, hardware, API)
+// are reported and wait for a restart.
+func (d *Daemon) reload(now time.Time) {
+	c, err := config.Load(d.cfgPath)
+	if err != nil {
+		d.event(now, "error", netip.Prefix{}, "reload refused, keeping the running configuration: %v", err)
+		return
+	}
+	if c.Interface != d.cfg.Interface || !reflect.DeepEqual(c.Hardware, d.cfg.Hardware) || !reflect.DeepEqual(c.API, d.cfg.API) || c.StateFile != d.cfg.StateFile {
+		d.event(now, "reload", netip.Prefix{}, "interface, hardware, api and state_file changes take effect after a restart")
+		c.Interface, c.Hardware, c.API, c.StateFile = d.cfg.Interface, d.cfg.Hardware, d.cfg.API, d.cfg.StateFile
+	}
+	detChanged := !reflect.DeepEqual(c.Detectors, d.cfg.Detectors)
+	d.cfg = c
+	d.store.Rails, d.store.TTL = rails(c), c.Bans.TTL
+	if detChanged {
+		d.buildDetectors() // learned baselines restart with new settings
+	}
+	if d.off != nil {
+		d.off.Params.MaxRate = c.Hardware.MaxRate
+	}
+	d.event(now, "reload", netip.Prefix{}, "configuration reloaded (detectors rebuilt: %v)", detChanged)
+}
+
+// shutdown saves the state and takes rules out of hardware (they stay
+// blocked in XDP, which keeps running without the daemon); the data plane
+// is left attached.
+func (d *Daemon) shutdown() error {
+	now := time.Now()
+	var errs []error
+	if d.hw != nil {
+		if err := hwtable.Flush(context.Background(), d.hw); err != nil {
+			errs = append(errs, fmt.Errorf("removing hardware rules: %w", err))
+		}
+		for _, b := range d.store.All() {
+			d.store.SetTier(b.Prefix, "xdp")
+		}
+		d.hw.Close()
+	}
+	d.dirty = true
+	if err := d.save(now); err != nil {
+		errs = append(errs, err)
+	}
+	d.dp.Close()
+	d.log.Info("tierwall stopped; the XDP filter keeps enforcing the bans", "bans", d.store.Len())
+	return errors.Join(errs...)
+}
+
+// Do runs f on the loop goroutine and waits for it: how the API reads and
+// changes state.
+func (d *Daemon) Do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case d.reqs <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,343 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type daemonProc struct {
+	cmd *exec.Cmd
+	log *syncBuffer
+}
+
+// syncBuffer is the daemon's output, written by exec's copier goroutine
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startDaemon(t *testing.T, cfgPath string) *daemonProc {
+	t.Helper()
+	p := &daemonProc{log: &syncBuffer{}}
+	p.cmd = exec.Command(bin, "-n", nsNHost, "run", "--config", cfgPath)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			p.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", p.log)
+		}
+	})
+	return p
+}
+
+// apiClient talks to the daemon's unix socket.
+func apiClient(sock string) *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+}
+
+func call(t *testing.T, c *http.Client, method, path string, body string, hdr ...string) (int, []byte) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, "http://tierwall"+path, r)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+type apiBan struct {
+	Prefix   string `json:"prefix"`
+	Tier     string `json:"tier"`
+	Detector string `json:"detector"`
+}
+
+func bans(t *testing.T, c *http.Client) map[string]apiBan {
+	code, b := call(t, c, "GET", "/v1/rules", "")
+	if code != 200 {
+		return nil
+	}
+	var bs []apiBan
+	json.Unmarshal(b, &bs)
+	out := map[string]apiBan{}
+	for _, x := range bs {
+		out[x.Prefix] = x
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestDaemonBansUnbansAndSurvivesKill(t *testing.T) {
+	setupNIC(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "api.sock")
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte("0123456789abcdef-secret\n"), 0o600)
+	cfgPath := filepath.Join(dir, "tierwall.yaml")
+	cfg := fmt.Sprintf(`interface: %s
+interval: 200ms
+state_file: %s
+log: {level: debug}
+capacity: {exact4: 4096, exact6: 1024, prefix: 256, allow: 64, features: 8192}
+hardware:
+  backend: emulated
+  capacity: 8
+  max_rate_pps: 1000
+  emulated: {netns: %s, wire: %s, host: %s}
+detectors:
+  rate: {enabled: true, pps: 400, learn_intervals: 0}
+  entropy: {enabled: false}
+bans: {ttl: 1h, hold: 1s, unban_pps: 50}
+rails:
+  protected: [10.66.9.0/24]
+api:
+  socket: %s
+  tcp: 127.0.0.1:9487
+  token_file: %s
+  max_body: 1024
+`, ifHost, filepath.Join(dir, "state.json"), nsNic, ifWire, ifHPort, sock, tokenFile)
+	os.WriteFile(cfgPath, []byte(cfg), 0o600)
+
+	d := startDaemon(t, cfgPath)
+	c := apiClient(sock)
+	waitFor(t, "the API", 10*time.Second, func() bool { code, _ := call(t, c, "GET", "/v1/status", ""); return code == 200 })
+
+	var recv *net.UDPConn
+	var err error
+	inNS(t, nsNHost, func() {
+		recv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: hostAddr.AsSlice(), Port: port})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	var mu sync.Mutex
+	delivered := map[netip.Addr]int{}
+	counting := false
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			_, from, err := recv.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if counting {
+				delivered[from.Addr().Unmap()]++
+			}
+			mu.Unlock()
+		}
+	}()
+
+	var attackers []netip.Addr
+	for i := 1; i <= 20; i++ {
+		attackers = append(attackers, netip.AddrFrom4([4]byte{10, 66, 0, byte(i)}))
+	}
+	protected := netip.MustParseAddr("10.66.9.9") // also floods, must never be banned
+	clean := netip.MustParseAddr("10.66.1.1")
+	b := newBlaster(t)
+	attack := func(stop <-chan struct{}) {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, a := range attackers {
+				b.send(t, a, 60)
+			}
+			b.send(t, protected, 60)
+			b.send(t, clean, 2)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	stop := make(chan struct{})
+	go attack(stop)
+	waitFor(t, "20 bans", 10*time.Second, func() bool { return len(bans(t, c)) == 20 })
+	bs := bans(t, c)
+	inHW := 0
+	for _, a := range attackers {
+		if x, ok := bs[a.String()+"/32"]; !ok || x.Detector != "rate" {
+			t.Errorf("attacker %s not banned by the rate detector: %+v", a, x)
+		} else if x.Tier == "hw" {
+			inHW++
+		}
+	}
+	if _, ok := bs[protected.String()+"/32"]; ok {
+		t.Error("protected source banned")
+	}
+	if _, ok := bs[clean.String()+"/32"]; ok {
+		t.Error("clean source banned")
+	}
+	waitFor(t, "placement to fill the NIC table", 5*time.Second, func() bool {
+		n := 0
+		for _, x := range bans(t, c) {
+			if x.Tier == "hw" {
+				n++
+			}
+		}
+		return n == 8
+	})
+	// From now on no attacker packet may reach the socket.
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	counting = true
+	mu.Unlock()
+	time.Sleep(time.Second)
+
+	// kill -9 mid-attack: the data plane keeps dropping.
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	d.cmd.Wait()
+	time.Sleep(time.Second)
+	mu.Lock()
+	for _, a := range attackers {
+		if delivered[a] != 0 {
+			t.Errorf("banned %s reached the socket %d times (with or without the daemon)", a, delivered[a])
+		}
+	}
+	if delivered[protected] == 0 || delivered[clean] == 0 {
+		t.Errorf("protected %d / clean %d packets delivered, want both > 0", delivered[protected], delivered[clean])
+	}
+	mu.Unlock()
+
+	// Restart: the state file and the pinned state are reconciled at once.
+	start := time.Now()
+	d = startDaemon(t, cfgPath)
+	waitFor(t, "reconciled bans after restart", 5*time.Second, func() bool { return len(bans(t, c)) == 20 })
+	t.Logf("bans back in the API %v after restart", time.Since(start).Round(time.Millisecond))
+	if strings.Contains(d.log.String(), "restore") {
+		t.Errorf("bans had to be restored although the data plane kept them:\n%s", d.log)
+	}
+
+	// API: bad input, limits, auth.
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"POST", "/v1/rules", `{"prefix":"not-an-ip"}`, 400},
+		{"POST", "/v1/rules", `{"prefix":"10.66.9.0/24"}`, 400}, // protected
+		{"POST", "/v1/rules", `{"prefix":"198.51.100.0/24","colour":"red"}`, 400},
+		{"POST", "/v1/rules", `{"prefix":"198.51.100.0/24","ttl":"-1h"}`, 400},
+		{"POST", "/v1/rules", `{"prefix":"198.51.100.0/24","reason":"` + strings.Repeat("x", 2000) + `"}`, 413},
+		{"DELETE", "/v1/rules/192.0.2.0_24", "", 404},
+		{"GET", "/v1/nothing", "", 404},
+		{"POST", "/v1/rules", `{"prefix":"198.51.100.0/24","reason":"abuse"}`, 201},
+		{"DELETE", "/v1/rules/198.51.100.0_24", "", 204},
+	} {
+		if code, body := call(t, c, tc.method, tc.path, tc.body); code != tc.want {
+			t.Errorf("%s %s %.60s: %d %s, want %d", tc.method, tc.path, tc.body, code, body, tc.want)
+		}
+	}
+	var tcpC *http.Client
+	inNS(t, nsNHost, func() {
+		conn, err := net.Dial("tcp", "127.0.0.1:9487")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tcpC = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DialContext: func(context.Context, string, string) (net.Conn, error) { return conn, nil }, MaxConnsPerHost: 1}}
+	})
+	if code, _ := call(t, tcpC, "GET", "/v1/status", "", "Authorization", "Bearer wrong-token-wrong-token"); code != 401 {
+		t.Errorf("wrong token: %d, want 401", code)
+	}
+	if code, _ := call(t, tcpC, "GET", "/v1/status", "", "Authorization", "Bearer 0123456789abcdef-secret"); code != 200 {
+		t.Errorf("right token: %d, want 200", code)
+	}
+	if code, body := call(t, c, "GET", "/metrics", ""); code != 200 || !bytes.Contains(body, []byte(`tierwall_active_bans{tier="hw"} 8`)) ||
+		!bytes.Contains(body, []byte(`tierwall_packets_total{tier="nic",verdict="hit_drop"}`)) {
+		var lines []string
+		for _, l := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(l, "tierwall_") {
+				lines = append(lines, l)
+			}
+		}
+		t.Errorf("metrics: %d\n%s", code, strings.Join(lines, "\n"))
+	}
+
+	// SIGHUP: a broken file is refused and the running configuration kept;
+	// a good one takes effect.
+	os.WriteFile(cfgPath, []byte(cfg+"interval: 5ms\n"), 0o600)
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, "the refused reload in the log", 5*time.Second, func() bool {
+		return strings.Contains(d.log.String(), "reload refused")
+	})
+	if code, _ := call(t, c, "GET", "/v1/status", ""); code != 200 {
+		t.Fatalf("daemon gone after a bad reload: %d", code)
+	}
+	os.WriteFile(cfgPath, []byte(strings.Replace(cfg, "rails:\n", "rails:\n  monitor_only: true\n", 1)), 0o600)
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, "monitor-only after reload", 5*time.Second, func() bool {
+		_, b := call(t, c, "GET", "/v1/status", "")
+		return bytes.Contains(b, []byte(`"monitor_only": true`))
+	})
+
+	// The attack stops: bans are lifted after the hold time, hardware first.
+	close(stop)
+	waitFor(t, "unbans after the attack stopped", 10*time.Second, func() bool { return len(bans(t, c)) == 0 })
+	var tiers struct {
+		Hardware struct{ Occupancy int } `json:"hardware"`
+	}
+	_, body := call(t, c, "GET", "/v1/tiers", "")
+	json.Unmarshal(body, &tiers)
+	if tiers.Hardware.Occupancy != 0 {
+		t.Errorf("hardware still holds %d rules after every unban", tiers.Hardware.Occupancy)
+	}
+}
