@@ -16,6 +16,8 @@ type globals struct {
 	netns   string
 	pinRoot string
 	json    bool
+	socket  string
+	direct  bool
 }
 
 var g globals
@@ -38,6 +40,8 @@ func newRoot() *cobra.Command {
 	pf.StringVarP(&g.netns, "netns", "n", "", "run in the named network namespace (from /run/netns)")
 	pf.StringVar(&g.pinRoot, "bpffs", "", "bpffs mount to pin under (default /sys/fs/bpf, mounted if missing)")
 	_ = pf.MarkHidden("bpffs")
+	pf.StringVar(&g.socket, "socket", "/run/tierwall/api.sock", "daemon API socket: block/allow go through a running daemon")
+	pf.BoolVar(&g.direct, "direct", false, "change the data plane directly even when a daemon runs")
 	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun())
 	return root
 }

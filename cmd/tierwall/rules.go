@@ -47,6 +47,13 @@ func ruleCommands(use, short string, add, del func(*datapath.Datapath, ...netip.
 					}
 					ps = append(ps, more...)
 				}
+				if dc := dialDaemon(); dc != nil {
+					if err := dc.change(use, ps, verb == "add"); err != nil {
+						return err
+					}
+					fmt.Printf("%s %s: %d rule(s) through the daemon at %s\n", use, verb, len(ps), g.socket)
+					return nil
+				}
 				d, err := open()
 				if err != nil {
 					return err
@@ -68,6 +75,9 @@ func ruleCommands(use, short string, add, del func(*datapath.Datapath, ...netip.
 		Short: "list rules with their counters",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if dc := dialDaemon(); dc != nil && use == "block" {
+				return listViaDaemon(dc)
+			}
 			d, err := open()
 			if err != nil {
 				return err
@@ -109,4 +119,27 @@ func newBlock() *cobra.Command {
 func newAllow() *cobra.Command {
 	return ruleCommands("allow", "Allowlist source prefixes: they pass whatever the block rules say",
 		(*datapath.Datapath).Allow, (*datapath.Datapath).Disallow, (*datapath.Datapath).Allowed)
+}
+
+// listViaDaemon shows the daemon's bans: tier, detector, rate, expiry.
+func listViaDaemon(dc *daemonClient) error {
+	var rs []map[string]any
+	if err := dc.do("GET", "/v1/rules", nil, &rs); err != nil {
+		return err
+	}
+	if g.json {
+		return printJSON(rs)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "PREFIX\tTIER\tDETECTOR\tRATE PPS\tPACKETS\tEXPIRES\tREASON")
+	for _, r := range rs {
+		exp := "never"
+		if e, ok := r["expires"].(string); ok && e != "" {
+			if t, err := time.Parse(time.RFC3339Nano, e); err == nil {
+				exp = "in " + time.Until(t).Round(time.Second).String()
+			}
+		}
+		fmt.Fprintf(w, "%v\t%v\t%v\t%.0f\t%v\t%s\t%v\n", r["prefix"], r["tier"], r["detector"], r["rate_pps"], r["packets"], exp, r["reason"])
+	}
+	return w.Flush()
 }

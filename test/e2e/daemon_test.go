@@ -312,6 +312,34 @@ api:
 		t.Errorf("metrics: %d\n%s", code, strings.Join(lines, "\n"))
 	}
 
+	// The CLI goes through the running daemon: its bans, its rails.
+	cli := func(args ...string) (string, int) {
+		out, err := exec.Command(bin, append([]string{"-n", nsNHost, "--socket", sock}, args...)...).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		}
+		return string(out), 0
+	}
+	if out, code := cli("block", "add", "203.0.113.50", "198.51.100.0/24"); code != 0 || !strings.Contains(out, "through the daemon") {
+		t.Errorf("block add via daemon: %d %s", code, out)
+	}
+	if x, ok := bans(t, c)["203.0.113.50/32"]; !ok || x.Detector != "operator" {
+		t.Errorf("CLI ban not in the daemon: %+v", x)
+	}
+	// One protected prefix in the batch: exit 2, and the others are undone.
+	if out, code := cli("block", "add", "203.0.113.51", "10.66.9.1"); code != 2 {
+		t.Errorf("protected via CLI: %d %s", code, out)
+	}
+	if _, ok := bans(t, c)["203.0.113.51/32"]; ok {
+		t.Error("half-applied CLI batch left 203.0.113.51 banned")
+	}
+	if out, code := cli("block", "del", "203.0.113.50", "198.51.100.0/24"); code != 0 {
+		t.Errorf("block del via daemon: %d %s", code, out)
+	}
+	if out, code := cli("block", "list"); code != 0 || !strings.Contains(out, "TIER") || !strings.Contains(out, "10.66.0.1/32") {
+		t.Errorf("block list via daemon: %d %s", code, out)
+	}
+
 	// SIGHUP: a broken file is refused and the running configuration kept;
 	// a good one takes effect.
 	os.WriteFile(cfgPath, []byte(cfg+"interval: 5ms\n"), 0o600)

@@ -68,7 +68,7 @@ func buildTierwall(t *testing.T) string { return bin }
 // tw runs the CLI in the receiver namespace; it returns output and exit code.
 func tw(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(buildTierwall(t), append([]string{"--netns", nsRx}, args...)...)
+	cmd := exec.Command(buildTierwall(t), append([]string{"--netns", nsRx, "--direct"}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok {
 		return string(out), ee.ExitCode()
