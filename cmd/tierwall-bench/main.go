@@ -21,7 +21,9 @@ func main() {
 	rounds := flag.Int("rounds", 7, "interleaved rounds per cell")
 	repeat := flag.Int("repeat", 2_000_000, "packets per program per round")
 	sizes := flag.String("rules", "1,1024,16384,131072,1048576", "exact rule counts")
-	only := flag.String("sections", "filter,snapshot,placement", "sections to run")
+	only := flag.String("sections", "filter,snapshot,placement,detection", "sections to run")
+	tierwallBin := flag.String("tierwall", "bin/tierwall", "tierwall binary for the daemon benchmark")
+	detRuns := flag.Int("detection-runs", 20, "sources per interval setting in the detection benchmark")
 	flag.Parse()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
@@ -41,6 +43,9 @@ func main() {
 	}
 	if want["placement"] {
 		benchPlacement(&b)
+	}
+	if want["detection"] {
+		benchDetection(&b, *tierwallBin, *detRuns)
 	}
 
 	if *out == "" {

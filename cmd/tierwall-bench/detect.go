@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierwall/tierwall/internal/pkt"
+)
+
+// Detection-to-drop latency: a fresh source starts flooding at a steady
+// rate well above the daemon's per-source threshold; the clock runs from
+// its first packet to the moment its ban is in the data plane (the daemon
+// reports a ban only after the XDP rule is written, and every later packet
+// of the source is dropped). The daemon runs as in production
+// (`tierwall run`), in a network namespace behind a veth.
+const (
+	dtTx, dtRx     = "twbench-tx", "twbench-rx"
+	dtIfTx, dtIfRx = "twb-tx", "twb-rx"
+)
+
+func shq(args ...string) error {
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+func dtCleanup() {
+	exec.Command("ip", "netns", "del", dtTx).Run()
+	exec.Command("ip", "netns", "del", dtRx).Run()
+	os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + dtRx)
+}
+
+func dtSetup() error {
+	dtCleanup()
+	for _, c := range [][]string{
+		{"ip", "netns", "add", dtTx}, {"ip", "netns", "add", dtRx},
+		{"ip", "link", "add", dtIfTx, "netns", dtTx, "type", "veth", "peer", "name", dtIfRx, "netns", dtRx},
+		{"ip", "-n", dtRx, "addr", "add", "10.210.0.2/24", "dev", dtIfRx},
+		{"ip", "-n", dtTx, "link", "set", dtIfTx, "up"}, {"ip", "-n", dtRx, "link", "set", dtIfRx, "up"},
+		{"ip", "netns", "exec", dtTx, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"},
+	} {
+		if err := shq(c...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inNS runs f on a thread in the named namespace.
+func inNS(name string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		ns, err := netns.GetFromName(name)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			errc <- err
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+type flooder struct {
+	fd  int
+	sa  *unix.SockaddrLinklayer
+	dst [6]byte
+	src [6]byte
+}
+
+func newFlooder() (*flooder, error) {
+	f := &flooder{}
+	var rxMAC net.HardwareAddr
+	if err := inNS(dtRx, func() error {
+		ifc, err := net.InterfaceByName(dtIfRx)
+		if err == nil {
+			rxMAC = ifc.HardwareAddr
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	err := inNS(dtTx, func() error {
+		ifc, err := net.InterfaceByName(dtIfTx)
+		if err != nil {
+			return err
+		}
+		if f.fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0); err != nil {
+			return err
+		}
+		f.sa = &unix.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6}
+		copy(f.sa.Addr[:], rxMAC)
+		f.dst, f.src = [6]byte(rxMAC), [6]byte(ifc.HardwareAddr)
+		return nil
+	})
+	return f, err
+}
+
+// flood sends pps packets per second from src until stop closes.
+func (f *flooder) flood(src netip.Addr, pps int, stop <-chan struct{}) {
+	frame := pkt.Frame{DstMAC: f.dst, SrcMAC: f.src, Src: src, Dst: netip.MustParseAddr("10.210.0.2"),
+		Proto: pkt.ProtoUDP, SrcPort: 4000, DstPort: 9, Payload: make([]byte, 18)}.Build()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	per := pps / 100
+	for {
+		for i := 0; i < per; i++ {
+			unix.Sendto(f.fd, frame, 0, f.sa)
+		}
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func benchDetection(b *bytes.Buffer, tierwall string, runs int) {
+	fmt.Fprintf(os.Stderr, "bench: detection-to-drop...\n")
+	fmt.Fprintf(b, "\n## Detection-to-drop latency (daemon)\n\n")
+	fmt.Fprintf(b, "`tierwall run` in a network namespace behind a veth, rate detector at 1,000 pps per source; a fresh source floods at 5,000 pps (AF_PACKET, paced in 10 ms steps) and the clock runs from its first packet until its ban is in the XDP data plane (the daemon's API lists a ban only after the rule is written). %d sources per interval setting, one after the other. Target: p99 ≤ 2 intervals.\n\n", runs)
+	fmt.Fprintf(b, "| interval | p50 | p99 | max | p99 in intervals | target (≤ 2 intervals at p99) |\n|---:|---:|---:|---:|---:|---|\n")
+	if err := dtSetup(); err != nil {
+		fail(err)
+	}
+	defer dtCleanup()
+	fl, err := newFlooder()
+	if err != nil {
+		fail(err)
+	}
+	defer unix.Close(fl.fd)
+	for _, iv := range []time.Duration{time.Second, 100 * time.Millisecond} {
+		lat, err := detectionRuns(tierwall, fl, iv, runs)
+		if err != nil {
+			fail(err)
+		}
+		slices.Sort(lat)
+		q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+		p99 := q(0.99)
+		fmt.Fprintf(b, "| %v | %v | %v | %v | %.2f | %s |\n", iv, q(0.5).Round(time.Millisecond), p99.Round(time.Millisecond),
+			lat[len(lat)-1].Round(time.Millisecond), float64(p99)/float64(iv), verdict(p99 <= 2*iv))
+	}
+}
+
+func detectionRuns(tierwall string, fl *flooder, iv time.Duration, runs int) ([]time.Duration, error) {
+	dir, err := os.MkdirTemp("", "tierwall-bench")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "api.sock")
+	cfg := fmt.Sprintf("interface: %s\ninterval: %v\nstate_file: %s\ncapacity: {exact4: 4096, exact6: 256, prefix: 64, allow: 64, features: 4096}\n"+
+		"detectors:\n  rate: {enabled: true, pps: 1000, learn_intervals: 0}\n  entropy: {enabled: false}\nbans: {hold: 10m}\napi: {socket: %s}\n",
+		dtIfRx, iv, filepath.Join(dir, "state.json"), sock)
+	cfgPath := filepath.Join(dir, "tierwall.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + dtRx) // a fresh filter each time
+	var logBuf bytes.Buffer
+	cmd := exec.Command(tierwall, "-n", dtRx, "run", "--config", cfgPath)
+	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	banned := func(p string) bool {
+		resp, err := hc.Get("http://tierwall/v1/rules")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var rs []struct{ Prefix string }
+		json.Unmarshal(body, &rs)
+		for _, r := range rs {
+			if r.Prefix == p {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if resp, err := hc.Get("http://tierwall/v1/status"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("daemon did not come up:\n%s", logBuf.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var out []time.Duration
+	for r := 0; r < runs; r++ {
+		src := netip.AddrFrom4([4]byte{10, 211, byte(r >> 8), byte(r + 1)})
+		// Start at a random phase of the interval, as real attacks do.
+		time.Sleep(time.Duration(r*7919%1000) * iv / 1000)
+		stop := make(chan struct{})
+		start := time.Now()
+		go fl.flood(src, 5000, stop)
+		limit := start.Add(20 * iv)
+		for !banned(src.String() + "/32") {
+			if time.Now().After(limit) {
+				close(stop)
+				return nil, fmt.Errorf("%s not banned within 20 intervals:\n%s", src, logBuf.String())
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		out = append(out, time.Since(start))
+		close(stop)
+	}
+	return out, nil
+}
