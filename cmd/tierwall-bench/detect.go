@@ -142,7 +142,7 @@ func (f *flooder) flood(src netip.Addr, pps int, stop <-chan struct{}) {
 func benchDetection(b *bytes.Buffer, tierwall string, runs int) {
 	fmt.Fprintf(os.Stderr, "bench: detection-to-drop...\n")
 	fmt.Fprintf(b, "\n## Detection-to-drop latency (daemon)\n\n")
-	fmt.Fprintf(b, "`tierwall run` in a network namespace behind a veth, rate detector at 1,000 pps per source; a fresh source floods at 5,000 pps (AF_PACKET, paced in 10 ms steps) and the clock runs from its first packet until its ban is in the XDP data plane (the daemon's API lists a ban only after the rule is written). %d sources per interval setting, one after the other. Target: p99 ≤ 2 intervals.\n\n", runs)
+	fmt.Fprintf(b, "`tierwall run` in a network namespace behind a veth, rate detector at 1,000 pps per source; a fresh source floods at 5,000 pps (AF_PACKET, paced in 10 ms steps) and the clock runs from its first packet until its ban is in the XDP data plane (the daemon's API lists a ban only after the rule is written). %d sources per interval setting, one after the other, each starting at a different phase of the interval (with so few samples p99 is the maximum). Target: p99 ≤ 2 intervals.\n\n", runs)
 	fmt.Fprintf(b, "| interval | p50 | p99 | max | p99 in intervals | target (≤ 2 intervals at p99) |\n|---:|---:|---:|---:|---:|---|\n")
 	if err := dtSetup(); err != nil {
 		fail(err)

@@ -109,32 +109,28 @@ func ctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), 10*time.Second)
 }
 
+// read registers a GET endpoint whose answer is f's value as JSON.
+func read[T any](m *http.ServeMux, pattern string, f func(context.Context) (T, error)) {
+	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		c, cancel := ctx(r)
+		defer cancel()
+		v, err := f(c)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
 // Handler is the API without authentication (unix socket).
 func (s *Server) Handler() http.Handler {
 	if s.MaxBody == 0 {
 		s.MaxBody = 64 << 10
 	}
 	m := http.NewServeMux()
-	m.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		c, cancel := ctx(r)
-		defer cancel()
-		st, err := s.D.Status(c)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, st)
-	})
-	m.HandleFunc("GET /v1/rules", func(w http.ResponseWriter, r *http.Request) {
-		c, cancel := ctx(r)
-		defer cancel()
-		rs, err := s.D.Rules(c)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, rs)
-	})
+	read(m, "GET /v1/status", func(c context.Context) (any, error) { return s.D.Status(c) })
+	read(m, "GET /v1/rules", func(c context.Context) (any, error) { return s.D.Rules(c) })
 	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
 		var req ruleRequest
 		if err := s.decode(w, r, &req); err != nil {
@@ -179,16 +175,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	m.HandleFunc("GET /v1/allowlist", func(w http.ResponseWriter, r *http.Request) {
-		c, cancel := ctx(r)
-		defer cancel()
-		a, err := s.D.Allowlist(c)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, a)
-	})
+	read(m, "GET /v1/allowlist", func(c context.Context) (any, error) { return s.D.Allowlist(c) })
 	m.HandleFunc("POST /v1/allowlist", func(w http.ResponseWriter, r *http.Request) {
 		var req allowRequest
 		if err := s.decode(w, r, &req); err != nil {
@@ -232,26 +219,8 @@ func (s *Server) Handler() http.Handler {
 	m.HandleFunc("GET /v1/detections", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, s.D.Events("ban", "refused", "breaker"))
 	})
-	m.HandleFunc("GET /v1/top", func(w http.ResponseWriter, r *http.Request) {
-		c, cancel := ctx(r)
-		defer cancel()
-		t, err := s.D.Top(c)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, t)
-	})
-	m.HandleFunc("GET /v1/tiers", func(w http.ResponseWriter, r *http.Request) {
-		c, cancel := ctx(r)
-		defer cancel()
-		t, err := s.D.Tiers(c)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, t)
-	})
+	read(m, "GET /v1/top", func(c context.Context) (any, error) { return s.D.Top(c) })
+	read(m, "GET /v1/tiers", func(c context.Context) (any, error) { return s.D.Tiers(c) })
 	m.HandleFunc("GET /v1/config", func(w http.ResponseWriter, r *http.Request) {
 		c, cancel := ctx(r)
 		defer cancel()

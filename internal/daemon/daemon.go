@@ -73,6 +73,8 @@ type Daemon struct {
 	breaker    bool
 	tierCounts map[string]int // bans per tier, for the metrics collector (under mu)
 	started    time.Time
+	hwUpdates  uint64 // hardware updates placement applied
+	lastSave   time.Time
 	steps      uint64
 	dirty      bool
 
@@ -294,16 +296,21 @@ func (d *Daemon) reconcile(now time.Time) error {
 	return d.save(now)
 }
 
+// save writes the state file when bans changed, and at least every
+// refreshEvery otherwise, so refreshed expiries and rates reach the disk
+// without rewriting a large file every interval.
 func (d *Daemon) save(now time.Time) error {
-	if !d.dirty {
+	if !d.dirty && now.Sub(d.lastSave) < refreshEvery {
 		return nil
 	}
 	if err := d.store.Save(d.cfg.StateFile, now); err != nil {
 		return err
 	}
-	d.dirty = false
+	d.dirty, d.lastSave = false, now
 	return nil
 }
+
+const refreshEvery = 30 * time.Second
 
 func (d *Daemon) unblock(now time.Time, p netip.Prefix) {
 	if d.hw != nil && p.IsSingleIP() {
@@ -362,6 +369,22 @@ func (d *Daemon) Step(now time.Time) error {
 	}
 	if d.lists != nil && d.lists.Err() != nil {
 		d.event(now, "error", netip.Prefix{}, "threat list: %v (keeping the last good contents)", d.lists.Err())
+	}
+	// A prefix that left every list is no longer banned by the lists.
+	listed := map[netip.Prefix]bool{}
+	for _, x := range ds {
+		if x.Detector == "list" {
+			listed[x.Prefix] = true
+		}
+	}
+	for _, b := range d.store.All() {
+		if b.Detector == "list" && !listed[b.Prefix] {
+			d.store.Remove(b.Prefix)
+			d.unblock(now, b.Prefix)
+			d.Metrics.unbans.Inc()
+			d.event(now, "unban", b.Prefix, "no longer in any threat list")
+			d.dirty = true
+		}
 	}
 	// The circuit breaker's measure: established sources (seen in each of
 	// the last establishedAfter intervals, this one included) inside p.
@@ -535,6 +558,7 @@ func (d *Daemon) place(now time.Time) error {
 	for _, e := range rep.Failed {
 		d.event(now, "error", netip.Prefix{}, "hardware update: %v", e)
 	}
+	d.hwUpdates += uint64(rep.Applied)
 	if n := rep.Plan.Updates(); n > 0 {
 		d.Metrics.placementUpdates.Add(float64(rep.Applied))
 		d.Metrics.hwLatency.Observe(rep.Latency.Seconds())

@@ -213,6 +213,7 @@ type HWTier struct {
 	Occupancy     int     `json:"occupancy"`
 	Counters      bool    `json:"counters"`
 	UpdateLatency string  `json:"update_latency_estimate"`
+	Updates       uint64  `json:"placement_updates"`
 	MaxRate       float64 `json:"max_rate_pps"`
 }
 
@@ -229,7 +230,7 @@ func (d *Daemon) Tiers(ctx context.Context) (t Tiers, err error) {
 				return
 			}
 			t.Hardware = &HWTier{Backend: c.Backend, Iface: c.Iface, Capacity: c.Capacity, Occupancy: len(es), Counters: c.Counters,
-				UpdateLatency: d.off.Params.UpdateLatency.String(), MaxRate: d.off.Params.MaxRate}
+				UpdateLatency: d.off.Latency().String(), MaxRate: d.off.Params.MaxRate, Updates: d.hwUpdates}
 		}
 	})
 	return t, errors.Join(derr, err)

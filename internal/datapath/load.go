@@ -524,19 +524,12 @@ func adopt(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) {
 	// The pinned link keeps the old program running until Update swaps in
 	// the new one atomically: no packet goes unfiltered during an upgrade.
 	lp := filepath.Join(dir, linkPin)
-	if old, err := link.LoadPinnedLink(lp, nil); err == nil {
-		info, ierr := old.Info()
-		if ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == ifc.Index {
-			uerr := old.Update(d.prog)
-			old.Close()
-			if uerr != nil {
-				return nil, fmt.Errorf("replacing program on pinned link: %w", uerr)
-			}
-			return d, nil
-		}
-		// The interface went away and came back: the old link is defunct.
-		old.Unpin()
-		old.Close()
+	switch updated, defunct, err := updatePinnedLink(lp, d.prog, ifc.Index); {
+	case err != nil:
+		return nil, err
+	case updated:
+		return d, nil
+	case defunct:
 		d.Warnings = append(d.Warnings, fmt.Sprintf("pinned link of %s was defunct (interface recreated); attached anew", ifc.Name))
 	}
 	lnk, mode, warn, err := attachXDP(d.prog, ifc, Mode(cfg.XdpMode))
@@ -663,3 +656,25 @@ func (d *Datapath) updateConfig(f func(*filterTwConfig)) error {
 
 // lock takes the interface's lock for a state change.
 func (d *Datapath) lock() (*fileLock, error) { return lockFor(d.Dir) }
+
+// updatePinnedLink swaps prog into the XDP link pinned at lp, atomically:
+// the old program runs until the new one takes over, so no packet goes
+// unfiltered during an upgrade. A link whose interface went away and came
+// back is defunct: it is unpinned and reported, for the caller to attach
+// anew. No pinned link at all is neither updated nor defunct.
+func updatePinnedLink(lp string, prog *ebpf.Program, ifindex int) (updated, defunct bool, err error) {
+	old, err := link.LoadPinnedLink(lp, nil)
+	if err != nil {
+		return false, false, nil
+	}
+	defer old.Close()
+	info, ierr := old.Info()
+	if ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == ifindex {
+		if err := old.Update(prog); err != nil {
+			return false, false, fmt.Errorf("replacing program on pinned link: %w", err)
+		}
+		return true, false, nil
+	}
+	old.Unpin()
+	return false, true, nil
+}

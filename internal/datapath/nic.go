@@ -321,18 +321,12 @@ func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err erro
 		return nil, err
 	}
 	lp := filepath.Join(dir, linkPin)
-	if old, err := link.LoadPinnedLink(lp, nil); err == nil {
-		info, ierr := old.Info()
-		if ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == wi.Index {
-			uerr := old.Update(n.objs.TwNic)
-			old.Close()
-			if uerr != nil {
-				return nil, fmt.Errorf("replacing NIC program on pinned link: %w", uerr)
-			}
-			return n, nil
-		}
-		old.Unpin()
-		old.Close()
+	updated, _, err := updatePinnedLink(lp, n.objs.TwNic, wi.Index)
+	if err != nil {
+		return nil, err
+	}
+	if updated {
+		return n, nil
 	}
 	lnk, err := link.AttachXDP(link.XDPOptions{Program: n.objs.TwNic, Interface: wi.Index, Flags: link.XDPDriverMode})
 	if err != nil {

@@ -176,3 +176,11 @@ func (o *Offloader) record(rep *Report, lat time.Duration, err error) {
 		}
 	}
 }
+
+// Latency is the current estimate of one hardware update's cost.
+func (o *Offloader) Latency() time.Duration {
+	if o.latency == 0 {
+		return o.Params.UpdateLatency
+	}
+	return o.latency
+}

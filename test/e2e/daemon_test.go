@@ -130,6 +130,8 @@ func TestDaemonBansUnbansAndSurvivesKill(t *testing.T) {
 	sock := filepath.Join(dir, "api.sock")
 	tokenFile := filepath.Join(dir, "token")
 	os.WriteFile(tokenFile, []byte("0123456789abcdef-secret\n"), 0o600)
+	feed := filepath.Join(dir, "feed.txt")
+	os.WriteFile(feed, []byte("# threat feed\n"), 0o600)
 	cfgPath := filepath.Join(dir, "tierwall.yaml")
 	cfg := fmt.Sprintf(`interface: %s
 interval: 200ms
@@ -144,6 +146,7 @@ hardware:
 detectors:
   rate: {enabled: true, pps: 400, learn_intervals: 0}
   entropy: {enabled: false}
+  lists: {enabled: true, paths: [%s]}
 bans: {ttl: 1h, hold: 1s, unban_pps: 50}
 rails:
   protected: [10.66.9.0/24]
@@ -152,7 +155,7 @@ api:
   tcp: 127.0.0.1:9487
   token_file: %s
   max_body: 1024
-`, ifHost, filepath.Join(dir, "state.json"), nsNic, ifWire, ifHPort, sock, tokenFile)
+`, ifHost, filepath.Join(dir, "state.json"), nsNic, ifWire, ifHPort, feed, sock, tokenFile)
 	os.WriteFile(cfgPath, []byte(cfg), 0o600)
 
 	d := startDaemon(t, cfgPath)
@@ -311,6 +314,13 @@ api:
 		}
 		t.Errorf("metrics: %d\n%s", code, strings.Join(lines, "\n"))
 	}
+
+	// Threat lists: a prefix added to the feed is banned, and lifted when
+	// it leaves the feed.
+	os.WriteFile(feed, []byte("# threat feed\n203.0.113.128/25\n"), 0o600)
+	waitFor(t, "the listed prefix banned", 5*time.Second, func() bool { return bans(t, c)["203.0.113.128/25"].Detector == "list" })
+	os.WriteFile(feed, []byte("# threat feed, emptied\n"), 0o600)
+	waitFor(t, "the delisted prefix unbanned", 5*time.Second, func() bool { _, ok := bans(t, c)["203.0.113.128/25"]; return !ok })
 
 	// The CLI goes through the running daemon: its bans, its rails.
 	cli := func(args ...string) (string, int) {
