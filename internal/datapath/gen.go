@@ -7,3 +7,4 @@ package datapath
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type tw_nic_key -type tw_nic_rule -type tw_nic_config -type tw_nic_action -type tw_nic_verdict -type tw_nic_flags nic ../../bpf/xdp_nic.c
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel benchwrap ../../bpf/bench_wrap.c
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel benchbase ../../bpf/bench_baseline.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type tw_gen_config -type tw_gen_addr -type tw_gen_state -type tw_gen_mode trafgen ../../bpf/xdp_gen.c

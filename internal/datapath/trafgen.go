@@ -1,0 +1,222 @@
+package datapath
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+)
+
+// The traffic generator's kernel side (bpf/xdp_gen.c): BPF_PROG_TEST_RUN
+// in live-frames mode transmits each repetition's frame out of an
+// interface as an xdp_frame, after the program rewrote its source.
+
+// bpfTestXDPLiveFrames is BPF_F_TEST_XDP_LIVE_FRAMES (linux/bpf.h).
+const bpfTestXDPLiveFrames = 1 << 1
+
+// GenSpec describes what a Generator sends.
+type GenSpec struct {
+	Iface    string // transmit out of this interface (calling thread's netns)
+	Template []byte // a complete frame whose source address is all zeros
+	// Samples are the sources, used in order and wrapping around (their
+	// count must be a power of two); or, when Spoof is valid, every frame
+	// gets a random source inside Spoof.
+	Samples []netip.Addr
+	Spoof   netip.Prefix
+}
+
+// Generator sends frames at the kernel's live-frames rate.
+type Generator struct {
+	objs    trafgenObjects
+	ifindex int
+	ncpu    int
+	samples int
+}
+
+// NewGenerator loads the generator for spec.
+func NewGenerator(spec GenSpec) (*Generator, error) {
+	ifc, err := net.InterfaceByName(spec.Iface)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoInterface, spec.Iface)
+	}
+	cfg, err := genConfig(spec.Template)
+	if err != nil {
+		return nil, err
+	}
+	n := len(spec.Samples)
+	if spec.Spoof.IsValid() {
+		cfg.Mode = trafgenTwGenModeTW_GEN_SPOOF
+		cfg.SpoofLen = uint32(spec.Spoof.Bits())
+		cfg.SpoofBase = spec.Spoof.Addr().As16()
+		if spec.Spoof.Addr().Is4() {
+			var b [16]byte
+			a := spec.Spoof.Addr().As4()
+			copy(b[:], a[:])
+			cfg.SpoofBase = b
+		}
+		if (spec.Spoof.Addr().Is4()) != (cfg.Family == 4) {
+			return nil, fmt.Errorf("%w: spoof prefix %s and template family differ", ErrInvalid, spec.Spoof)
+		}
+		n = 1
+	} else if n == 0 || n&(n-1) != 0 {
+		return nil, fmt.Errorf("%w: %d samples (want a power of two)", ErrInvalid, n)
+	}
+	gspec, err := loadTrafgen()
+	if err != nil {
+		return nil, err
+	}
+	gspec.Maps["tw_gen_samples"].MaxEntries = uint32(n)
+	if err := gspec.Variables["tw_gen_mask"].Set(uint32(n - 1)); err != nil {
+		return nil, err
+	}
+	g := &Generator{ifindex: ifc.Index, samples: n}
+	if g.ncpu, err = ebpf.PossibleCPU(); err != nil {
+		return nil, err
+	}
+	if err := gspec.LoadAndAssign(&g.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading generator: %w", err)
+	}
+	if err := g.objs.TwGenCfg.Put(uint32(0), cfg); err != nil {
+		g.Close()
+		return nil, err
+	}
+	if !spec.Spoof.IsValid() {
+		if err := g.SetSamples(spec.Samples); err != nil {
+			g.Close()
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// genConfig reads the family, checksum offsets and base checksums from a
+// template frame (no VLAN tags, no IPv4 options or IPv6 extensions).
+func genConfig(t []byte) (*trafgenTwGenConfig, error) {
+	if len(t) < 14+20 {
+		return nil, fmt.Errorf("%w: template of %d bytes", ErrInvalid, len(t))
+	}
+	c := &trafgenTwGenConfig{}
+	var proto uint8
+	var l4 int
+	switch binary.BigEndian.Uint16(t[12:]) {
+	case 0x0800:
+		if t[14]&0x0f != 5 {
+			return nil, fmt.Errorf("%w: template with IPv4 options", ErrInvalid)
+		}
+		if binary.BigEndian.Uint32(t[14+12:]) != 0 {
+			return nil, fmt.Errorf("%w: template source must be 0.0.0.0", ErrInvalid)
+		}
+		c.Family, proto, l4 = 4, t[14+9], 14+20
+		c.IpCsum = uint32(binary.BigEndian.Uint16(t[14+10:]))
+	case 0x86dd:
+		if len(t) < 14+40 {
+			return nil, fmt.Errorf("%w: short IPv6 template", ErrInvalid)
+		}
+		if !netip.AddrFrom16([16]byte(t[14+8 : 14+24])).IsUnspecified() {
+			return nil, fmt.Errorf("%w: template source must be ::", ErrInvalid)
+		}
+		c.Family, proto, l4 = 6, t[14+6], 14+40
+	default:
+		return nil, fmt.Errorf("%w: template is not IPv4 or IPv6", ErrInvalid)
+	}
+	switch proto {
+	case 17:
+		c.L4CsumOff, c.Udp = uint32(l4+6), 1
+	case 6:
+		c.L4CsumOff = uint32(l4 + 16)
+	default:
+		return nil, fmt.Errorf("%w: template protocol %d (want UDP or TCP)", ErrInvalid, proto)
+	}
+	if int(c.L4CsumOff)+2 > len(t) {
+		return nil, fmt.Errorf("%w: template truncated before its L4 checksum", ErrInvalid)
+	}
+	c.L4Csum = uint32(binary.BigEndian.Uint16(t[c.L4CsumOff:]))
+	if c.Udp == 1 && c.L4Csum == 0xffff {
+		c.L4Csum = 0 // a computed 0 is sent as 0xffff; the base is the sum
+	}
+	return c, nil
+}
+
+// SetSamples replaces the source sequence (same count as at creation):
+// how rankings change over time. Sources must match the template family.
+func (g *Generator) SetSamples(srcs []netip.Addr) error {
+	if len(srcs) != g.samples {
+		return fmt.Errorf("%w: %d samples, generator has %d", ErrInvalid, len(srcs), g.samples)
+	}
+	keys := make([]uint32, len(srcs))
+	vals := make([]trafgenTwGenAddr, len(srcs))
+	for i, a := range srcs {
+		keys[i] = uint32(i)
+		if a.Is4() {
+			b := a.As4()
+			copy(vals[i].A[:], b[:])
+		} else {
+			vals[i].A = a.As16()
+		}
+	}
+	if _, err := g.objs.TwGenSamples.BatchUpdate(keys, vals, nil); err != nil {
+		return fmt.Errorf("writing samples: %w", err)
+	}
+	return nil
+}
+
+// xdpMDLive is struct xdp_md with the interface to transmit on.
+type xdpMDLive struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+// Send transmits frame n times (in one test run) and returns how many
+// frames the program handed to the kernel for transmission, and how many
+// of them each sample index was the source of (nil in spoof mode).
+func (g *Generator) Send(frame []byte, n uint32) (uint64, []uint64, error) {
+	if n == 0 {
+		return 0, nil, nil
+	}
+	before, err := g.state()
+	if err != nil {
+		return 0, nil, err
+	}
+	_, err = g.objs.TwGen.Run(&ebpf.RunOptions{
+		Data:    frame,
+		Repeat:  n,
+		Flags:   bpfTestXDPLiveFrames,
+		Context: &xdpMDLive{Data: 0, DataEnd: uint32(len(frame)), IngressIfindex: uint32(g.ifindex)},
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("live-frames run: %w", err)
+	}
+	after, err := g.state()
+	if err != nil {
+		return 0, nil, err
+	}
+	var sent uint64
+	per := make([]uint64, g.samples)
+	for cpu := range after {
+		sent += after[cpu].Sent - before[cpu].Sent
+		// This CPU walked samples [seq0, seq1): full cycles plus a window.
+		s0, k := before[cpu].Seq, after[cpu].Seq-before[cpu].Seq
+		full, rest := k/uint64(g.samples), k%uint64(g.samples)
+		if full > 0 {
+			for i := range per {
+				per[i] += full
+			}
+		}
+		for i := uint64(0); i < rest; i++ {
+			per[(s0+i)%uint64(g.samples)]++
+		}
+	}
+	return sent, per, nil
+}
+
+func (g *Generator) state() ([]trafgenTwGenState, error) {
+	var st []trafgenTwGenState
+	if err := g.objs.TwGenSt.Lookup(uint32(0), &st); err != nil {
+		return nil, fmt.Errorf("reading generator state: %w", err)
+	}
+	return st, nil
+}
+
+// Close releases the generator.
+func (g *Generator) Close() error { return g.objs.Close() }

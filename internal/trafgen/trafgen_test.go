@@ -1,0 +1,207 @@
+package trafgen
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/testutil"
+)
+
+const (
+	nsTx, nsRx = "twgen-tx", "twgen-rx"
+	ifTx, ifRx = "twg-tx", "twg-rx"
+)
+
+func sh(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+}
+
+func inNS(t *testing.T, name string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: dies with the goroutine
+		ns, err := netns.GetFromName(name)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			t.Error(err)
+			return
+		}
+		f()
+	}()
+	<-done
+}
+
+// lab: the generator's veth end in one namespace, a receiver running the
+// tierwall filter (features on, nothing blocked) in the other.
+func lab(t *testing.T) (*datapath.Datapath, [6]byte, [6]byte) {
+	testutil.RequireRoot(t)
+	clean := func() {
+		exec.Command("ip", "netns", "del", nsTx).Run()
+		exec.Command("ip", "netns", "del", nsRx).Run()
+		os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsRx)
+	}
+	clean()
+	t.Cleanup(clean)
+	sh(t, "ip", "netns", "add", nsTx)
+	sh(t, "ip", "netns", "add", nsRx)
+	// Nothing but generated frames leaves the generator's side.
+	sh(t, "ip", "netns", "exec", nsTx, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+	sh(t, "ip", "link", "add", ifTx, "netns", nsTx, "type", "veth", "peer", "name", ifRx, "netns", nsRx)
+	sh(t, "ip", "-n", nsTx, "link", "set", ifTx, "up")
+	sh(t, "ip", "-n", nsRx, "link", "set", ifRx, "up")
+	var d *datapath.Datapath
+	var src, dst [6]byte
+	var err error
+	inNS(t, nsRx, func() {
+		d, err = datapath.Attach(ifRx, datapath.Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 16, AllowCapacity: 16, FeatureCapacity: 1 << 14})
+		if ifc, e := net.InterfaceByName(ifRx); e == nil {
+			dst = [6]byte(ifc.HardwareAddr)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	inNS(t, nsTx, func() {
+		if ifc, e := net.InterfaceByName(ifTx); e == nil {
+			src = [6]byte(ifc.HardwareAddr)
+		}
+	})
+	if _, err := d.Snapshot(); err != nil { // start counting now
+		t.Fatal(err)
+	}
+	return d, src, dst
+}
+
+// received sums, per source, what the receiver's filter counted.
+func received(t *testing.T, d *datapath.Datapath) (map[netip.Addr]uint64, uint64) {
+	time.Sleep(200 * time.Millisecond) // let the last frames land
+	s, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[netip.Addr]uint64{}
+	var total uint64
+	for _, f := range s.Flows {
+		got[f.Src] += f.Packets
+		total += f.Packets
+	}
+	return got, total
+}
+
+func TestGeneratorSendsWhatItReports(t *testing.T) {
+	d, src, dst := lab(t)
+	for _, tc := range []struct {
+		name string
+		spec Spec
+	}{
+		{"udp4-uniform", Spec{Dst: netip.MustParseAddr("10.9.0.2"), Sources: 100, Dist: Uniform, Rate: 20000, Duration: 500 * time.Millisecond}},
+		{"syn6-zipf", Spec{Dst: netip.MustParseAddr("fd00:9::2"), SYN: true, Sources: 50, Dist: Zipf, Rate: 20000, Duration: 400 * time.Millisecond}},
+		{"udp4-gaussian-reshuffled", Spec{Dst: netip.MustParseAddr("10.9.0.2"), Sources: 200, Dist: Gaussian, Rate: 30000, Duration: 600 * time.Millisecond, Reshuffle: 200 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.spec
+			s.Iface, s.SrcMAC, s.DstMAC, s.Seed = ifTx, src, dst, 1
+			var rep *Report
+			var err error
+			start := time.Now()
+			inNS(t, nsTx, func() { rep, err = Run(context.Background(), s) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := s.Rate * uint64(s.Duration) / uint64(time.Second)
+			if rep.Sent != want {
+				t.Errorf("sent %d, want rate x duration = %d", rep.Sent, want)
+			}
+			if time.Since(start) > 10*s.Duration+5*time.Second {
+				t.Errorf("did not stop by itself in time")
+			}
+			got, total := received(t, d)
+			if total != rep.Sent {
+				t.Errorf("receiver counted %d frames, generator reports %d", total, rep.Sent)
+			}
+			for a, n := range rep.PerSource {
+				if got[a] != n {
+					t.Errorf("%s: received %d, reported %d", a, got[a], n)
+				}
+			}
+			if len(got) != len(rep.PerSource) {
+				t.Errorf("%d sources received, %d reported", len(got), len(rep.PerSource))
+			}
+			if tc.spec.Reshuffle > 0 && rep.Epochs < 2 {
+				t.Errorf("%d epochs, want the ranking to have changed", rep.Epochs)
+			}
+			// The distribution: the heaviest reported source's share is
+			// close to the top weight.
+			ws := Weights(s.Dist, s.Sources, 1, 1.0/6)
+			var top uint64
+			for _, n := range rep.PerSource {
+				top = max(top, n)
+			}
+			maxW := 0.0
+			for _, w := range ws {
+				maxW = max(maxW, w)
+			}
+			if share := float64(top) / float64(rep.Sent); share < 0.5*maxW || share > 2*maxW+0.01 {
+				t.Errorf("top source share %.4f, distribution's top weight %.4f", share, maxW)
+			}
+		})
+	}
+}
+
+func TestSpoofedSourcesStayInPrefix(t *testing.T) {
+	d, src, dst := lab(t)
+	s := Spec{Iface: ifTx, SrcMAC: src, DstMAC: dst, Dst: netip.MustParseAddr("10.9.0.2"), Spoof: netip.MustParsePrefix("172.20.0.0/16"),
+		Rate: 10000, Duration: 300 * time.Millisecond}
+	var rep *Report
+	var err error
+	inNS(t, nsTx, func() { rep, err = Run(context.Background(), s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, total := received(t, d)
+	if total != rep.Sent || rep.Sent != 3000 {
+		t.Fatalf("sent %d, received %d", rep.Sent, total)
+	}
+	for a := range got {
+		if !s.Spoof.Contains(a) {
+			t.Fatalf("spoofed source %s outside %s", a, s.Spoof)
+		}
+	}
+	if len(got) < 2500 {
+		t.Errorf("only %d distinct spoofed sources in 3000 frames", len(got))
+	}
+}
+
+func TestBadSpecs(t *testing.T) {
+	for _, s := range []Spec{
+		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 1},                                                                      // no duration
+		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 1, Duration: 2 * MaxDuration},                                           // too long
+		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 0, Duration: time.Second},                                               // no sources
+		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 5, Duration: time.Second, Dist: "pareto"},                               // bad distribution
+		{Dst: netip.MustParseAddr("10.0.0.1"), Spoof: netip.MustParsePrefix("2001:db8::/32"), Duration: time.Second},            // family mix
+		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 300, Base: netip.MustParsePrefix("10.1.1.0/24"), Duration: time.Second}, // does not fit
+	} {
+		if _, err := Run(context.Background(), s); err == nil {
+			t.Errorf("%+v accepted", s)
+		}
+	}
+}
