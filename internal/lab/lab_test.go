@@ -1,0 +1,59 @@
+package lab
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/tierwall/tierwall/internal/testutil"
+)
+
+func TestUpIdempotentDownComplete(t *testing.T) {
+	testutil.RequireRoot(t)
+	t.Cleanup(func() { Down() })
+	if err := Up(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Up(); err != nil { // again: nothing to do
+		t.Fatal(err)
+	}
+	if len(Namespaces()) != 3 {
+		t.Fatalf("namespaces %v", Namespaces())
+	}
+	// The host answers the client across the (bridged) NIC namespace.
+	if out, err := exec.Command("ip", "netns", "exec", NSInet, "ping", "-c1", "-W2", Host4.String()).CombinedOutput(); err != nil {
+		t.Fatalf("ping host: %v\n%s", err, out)
+	}
+	if _, err := exec.LookPath("nginx"); err == nil {
+		if err := StartNginx(); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("ip", "netns", "exec", NSInet, "wget", "-q", "-O-", "-T", "3", "http://"+Host4.String()+"/").CombinedOutput()
+		if _, lerr := exec.LookPath("wget"); lerr == nil && (err != nil || !strings.Contains(string(out), "tierwall lab page")) {
+			t.Errorf("page: %v %s", err, out)
+		}
+	}
+	// A crash half-way: one namespace gone, a process left inside another.
+	exec.Command("ip", "netns", "del", NSNic).Run()
+	sleeper := exec.Command("ip", "netns", "exec", NSHost, "sleep", "60")
+	sleeper.Start()
+	if err := Ready(); err == nil {
+		t.Fatal("a lab without its NIC namespace reported ready")
+	}
+	if err := Up(); err != nil { // rebuilds
+		t.Fatal(err)
+	}
+	if err := Down(); err != nil {
+		t.Fatal(err)
+	}
+	sleeper.Wait()
+	if ns := Namespaces(); len(ns) != 0 {
+		t.Fatalf("left behind: %v", ns)
+	}
+	if nginxPid() != 0 {
+		t.Fatal("nginx left running")
+	}
+	if err := Down(); err != nil { // again: nothing to do
+		t.Fatal(err)
+	}
+}
