@@ -32,8 +32,9 @@ test: build
 bench: build
 	$(BIN)/tierwall-bench -out docs/BENCHMARKS.md
 
+# The whole scenario on the lab, about a minute; TWDEMO_KEEP=1 keeps the lab.
 demo: build
-	bash scripts/demo.sh
+	$(BIN)/tierwall demo
 
 lint: deps
 	$(GO) vet ./...

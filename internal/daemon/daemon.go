@@ -439,8 +439,18 @@ func (d *Daemon) Step(now time.Time) error {
 		}
 	}
 
-	// Rates of every ban over the interval, both tiers.
-	if err := d.measure(now); err != nil {
+	// Rates of every ban over the interval, both tiers. Only the bans'
+	// own counters are read: a few lookups each, not the tables' capacity.
+	bans := d.store.All()
+	ps := make([]netip.Prefix, len(bans))
+	for i, b := range bans {
+		ps[i] = b.Prefix
+	}
+	ctrs, err := d.dp.RuleCounters(ps)
+	if err != nil {
+		return err
+	}
+	if err := d.measure(now, ctrs); err != nil {
 		return err
 	}
 	for _, u := range d.store.Monitor(now, d.rates, d.unbanThreshold(), d.cfg.Bans.Hold) {
@@ -452,7 +462,7 @@ func (d *Daemon) Step(now time.Time) error {
 
 	// Placement over the hardware tier.
 	if d.off != nil {
-		if err := d.place(now); err != nil {
+		if err := d.place(now, ctrs); err != nil {
 			d.event(now, "error", netip.Prefix{}, "placement: %v", err)
 		}
 	}
@@ -501,11 +511,7 @@ func (d *Daemon) trackFirstSeen(start time.Time, tr *detect.Traffic) {
 
 // measure computes each ban's rate from the growth of its XDP counter and,
 // for sources in hardware, its hardware counter.
-func (d *Daemon) measure(now time.Time) error {
-	rules, err := d.dp.Blocked()
-	if err != nil {
-		return err
-	}
+func (d *Daemon) measure(now time.Time, ctrs map[netip.Prefix]datapath.Counter) error {
 	secs := now.Sub(d.lastAt).Seconds()
 	first := d.lastAt.IsZero()
 	d.lastAt = now
@@ -520,31 +526,28 @@ func (d *Daemon) measure(now time.Time) error {
 		}
 	}
 	cur := map[netip.Prefix]uint64{}
-	for _, r := range rules {
-		n := r.Packets
-		if r.Prefix.IsSingleIP() {
-			n += hwNow[r.Prefix.Addr()]
+	for p, c := range ctrs {
+		n := c.Packets
+		if p.IsSingleIP() {
+			n += hwNow[p.Addr()]
 		}
-		cur[r.Prefix] = n
-		if prev, ok := d.lastXDP[r.Prefix]; ok && !first && secs > 0 && n >= prev {
-			d.rates[r.Prefix] = float64(n-prev) / secs
+		cur[p] = n
+		if prev, ok := d.lastXDP[p]; ok && !first && secs > 0 && n >= prev {
+			d.rates[p] = float64(n-prev) / secs
 		}
 	}
 	d.lastXDP = cur
 	return nil
 }
 
-func (d *Daemon) place(now time.Time) error {
-	rules, err := d.dp.Blocked()
-	if err != nil {
-		return err
-	}
+func (d *Daemon) place(now time.Time, ctrs map[netip.Prefix]datapath.Counter) error {
 	var c []placement.Counted
-	for _, r := range rules {
-		if r.Prefix.IsSingleIP() {
-			c = append(c, placement.Counted{Src: r.Prefix.Addr(), Packets: r.Packets})
+	for p, n := range ctrs {
+		if p.IsSingleIP() {
+			c = append(c, placement.Counted{Src: p.Addr(), Packets: n.Packets})
 		}
 	}
+	sort.Slice(c, func(i, j int) bool { return c[i].Src.Less(c[j].Src) }) // deterministic ties
 	rep, err := d.off.Step(context.Background(), now, c)
 	if err != nil {
 		return err

@@ -113,6 +113,10 @@ func Up() error {
 		[]string{"ip", "netns", "exec", NSHost, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + IfHost + ".rp_filter=0"},
 		// No autoconfiguration chatter on the internet side.
 		[]string{"ip", "netns", "exec", NSInet, "sysctl", "-qw", "net.ipv6.conf.all.accept_ra=0"},
+		// Frames leave the internet side with complete checksums, as on a
+		// real wire: veth's checksum offload state would be lost when the
+		// NIC stage redirects them as xdp_frames, and TCP would drop them.
+		[]string{"ip", "netns", "exec", NSInet, "ethtool", "-K", IfInet, "tx", "off"},
 	)
 	for _, s := range steps {
 		if err := run(s...); err != nil {

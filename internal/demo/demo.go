@@ -1,0 +1,377 @@
+// Package demo is `tierwall demo` (what `make demo` runs): the whole
+// scenario on the lab in about a minute and a half — the emulated NIC in
+// hybrid mode, the daemon, legitimate HTTP traffic, a 1K-source flood at
+// the generator's full rate, a live view, a summary, and cleanup.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netns"
+
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/lab"
+	"github.com/tierwall/tierwall/internal/trafgen"
+)
+
+// Options of a demo run.
+type Options struct {
+	Tierwall  string        // the tierwall binary (the daemon runs as `tierwall run`)
+	Attackers int           // default 1000
+	Baseline  time.Duration // legitimate traffic alone, default 6 s
+	Attack    time.Duration // default 30 s
+	Clients   int           // legitimate client addresses, default 64
+	Keep      bool          // leave the lab up afterwards
+	Out       io.Writer
+}
+
+// Summary is what the demo measured.
+type Summary struct {
+	AttackSent     uint64        `json:"attack_packets_sent"`
+	AttackPPS      float64       `json:"attack_pps"`
+	DroppedNIC     uint64        `json:"dropped_nic"`
+	DroppedXDP     uint64        `json:"dropped_xdp"`
+	Bans           int           `json:"bans"`
+	BansInHW       int           `json:"bans_in_hardware"`
+	BaselineRPS    float64       `json:"legit_rps_without_attack"`
+	AttackRPS      float64       `json:"legit_rps_under_attack"`
+	FirstBan       time.Duration `json:"time_to_first_ban_ns"`
+	Mitigated      time.Duration `json:"time_to_95pct_dropped_ns"`
+	FalsePositives []string      `json:"false_positives"`
+	LostOnWire     uint64        `json:"lost_on_wire"`
+	LegitFailures  uint64        `json:"legit_failed_requests"`
+}
+
+func inNS(name string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: dies with the goroutine
+		h, err := netns.GetFromName(name)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			errc <- err
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+type counters struct {
+	nicDrop, nicMiss, xdpDrop, xdpPass uint64
+}
+
+// Run runs the demo.
+func Run(ctx context.Context, o Options) (_ *Summary, err error) {
+	if o.Attackers == 0 {
+		o.Attackers = 1000
+	}
+	if o.Baseline == 0 {
+		o.Baseline = 6 * time.Second
+	}
+	if o.Attack == 0 {
+		o.Attack = 30 * time.Second
+	}
+	if o.Clients == 0 {
+		o.Clients = 256
+	}
+	w := o.Out
+	say := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+
+	say("== lab up: internet (attackers, %d clients) → emulated NIC (hybrid, K=512, 2 ms/update) → host (tierwall, nginx)", o.Clients)
+	if err := lab.Up(); err != nil {
+		return nil, err
+	}
+	if !o.Keep {
+		defer func() {
+			say("== cleanup: lab down")
+			if derr := lab.Down(); derr != nil && err == nil {
+				err = derr
+			}
+		}()
+	}
+	if err := lab.StartNginx(); err != nil {
+		return nil, err
+	}
+	clients := ClientAddrs(o.Clients)
+	for _, c := range clients {
+		exec.Command("ip", "-n", lab.NSInet, "addr", "add", c.String()+"/16", "dev", lab.IfInet).Run()
+	}
+
+	// The daemon, as an operator runs it, on the host side.
+	dir := lab.StateDir
+	sock := filepath.Join(dir, "api.sock")
+	cfg := fmt.Sprintf(`interface: %s
+interval: 500ms
+state_file: %s/state.json
+log: {format: text, level: info}
+capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 65536}
+hardware:
+  backend: emulated
+  capacity: 512
+  max_rate_pps: 2000000
+  emulated: {netns: %s, wire: %s, host: %s}
+detectors:
+  rate: {enabled: true, learn_intervals: 10, margin: 1.5, min_pps: 100}
+  entropy: {enabled: false}
+bans: {ttl: 10m, hold: 5s, unban_pps: 100}
+rails:
+  protected: [%s/32]
+api: {socket: %s}
+`, lab.IfHost, dir, lab.NSNic, lab.IfWire, lab.IfHPort, lab.Host4, sock)
+	cfgPath := filepath.Join(dir, "tierwall.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	daemonLog, err := os.Create(filepath.Join(dir, "daemon.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer daemonLog.Close()
+	daemon := exec.Command(o.Tierwall, "-n", lab.NSHost, "run", "--config", cfgPath)
+	daemon.Stdout, daemon.Stderr = daemonLog, daemonLog
+	if err := daemon.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		daemon.Process.Signal(syscall.SIGTERM)
+		daemon.Wait()
+	}()
+	api := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: func(c context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(c, "unix", sock)
+	}}}
+	getJSON := func(path string, v any) error {
+		resp, err := api.Get("http://tierwall" + path)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		return json.NewDecoder(resp.Body).Decode(v)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var st map[string]any
+		if getJSON("/v1/status", &st) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(daemonLog.Name())
+			return nil, fmt.Errorf("daemon did not start:\n%s", b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	say("   daemon up (tierwall run, interval 500 ms; the rate detector learns its per-source threshold from the first 5 s), log in %s", daemonLog.Name())
+
+	// Counters of both tiers, read from the pinned maps.
+	var nic *datapath.NIC
+	if err := inNS(lab.NSNic, func() error { var e error; nic, e = datapath.OpenNIC(lab.IfWire, ""); return e }); err != nil {
+		return nil, err
+	}
+	defer nic.Close()
+	var host *datapath.Datapath
+	if err := inNS(lab.NSHost, func() error { var e error; host, e = datapath.Open(lab.IfHost, ""); return e }); err != nil {
+		return nil, err
+	}
+	defer host.Close()
+	read := func() counters {
+		var c counters
+		if st, err := nic.Stats(); err == nil {
+			c.nicDrop, c.nicMiss = st["hit_drop"].Packets, st["miss"].Packets
+		}
+		if st, err := host.Stats(); err == nil {
+			c.xdpDrop = st.Verdicts["drop_exact"].Packets + st.Verdicts["drop_prefix"].Packets
+			c.xdpPass = st.Verdicts["pass"].Packets
+		}
+		return c
+	}
+
+	url := "http://" + lab.Host4.String() + "/"
+	say("== %v of legitimate traffic alone: %d clients fetching %s", o.Baseline, o.Clients, url)
+	base := &Load{}
+	lctx, lcancel := context.WithTimeout(ctx, o.Baseline)
+	base.Run(lctx, lab.NSInet, url, clients)
+	lcancel()
+	s := &Summary{BaselineRPS: float64(base.OK.Load()) / o.Baseline.Seconds()}
+	var st struct {
+		LearnedPPS float64 `json:"learned_threshold_pps"`
+	}
+	getJSON("/v1/status", &st)
+	say("   %.0f requests/s; learned threshold: %.0f pps per source", s.BaselineRPS, st.LearnedPPS)
+
+	// The attack, with legitimate traffic running alongside.
+	hostMAC, err := lab.MAC(lab.NSHost, lab.IfHost)
+	if err != nil {
+		return nil, err
+	}
+	inetMAC, err := lab.MAC(lab.NSInet, lab.IfInet)
+	if err != nil {
+		return nil, err
+	}
+	say("== attack: %d sources, 64-byte UDP at the generator's full rate, for %v, legitimate traffic continuing", o.Attackers, o.Attack)
+	load := &Load{}
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	go load.Run(actx, lab.NSInet, url, clients)
+	genDone := make(chan *trafgen.Report, 1)
+	genErr := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		var rep *trafgen.Report
+		err := inNS(lab.NSInet, func() error {
+			var e error
+			rep, e = trafgen.Run(actx, trafgen.Spec{Iface: lab.IfInet, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC),
+				Dst: lab.Host4, Sources: o.Attackers, Dist: trafgen.Uniform, Duration: o.Attack, Seed: 7})
+			return e
+		})
+		genErr <- err
+		genDone <- rep
+	}()
+
+	say("%6s %10s %12s %12s %12s %6s %6s %9s  %s", "t", "arriving", "NIC drop/s", "XDP drop/s", "passed/s", "bans", "in hw", "legit r/s", "top talker now")
+	prev, prevOK, prevAt := read(), load.OK.Load(), time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var firstBan, mitigated time.Duration
+	var rep *trafgen.Report
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case err := <-genErr:
+			if err != nil {
+				return nil, fmt.Errorf("generator: %w", err)
+			}
+			rep = <-genDone
+			break loop
+		case <-tick.C:
+		}
+		cur, ok, at := read(), load.OK.Load(), time.Now()
+		secs := at.Sub(prevAt).Seconds()
+		per := func(n uint64) uint64 { return uint64(float64(n) / secs) }
+		nd, xd, ps := cur.nicDrop-prev.nicDrop, cur.xdpDrop-prev.xdpDrop, cur.xdpPass-prev.xdpPass
+		arriving := nd + (cur.nicMiss - prev.nicMiss)
+		var rules []struct {
+			Prefix string
+			Tier   string
+		}
+		getJSON("/v1/rules", &rules)
+		inHW := 0
+		for _, r := range rules {
+			if r.Tier == "hw" {
+				inHW++
+			}
+		}
+		var top []struct {
+			Src string
+			PPS float64
+		}
+		getJSON("/v1/top", &top)
+		talker := "-"
+		if len(top) > 0 {
+			talker = fmt.Sprintf("%s %.0f pps", top[0].Src, top[0].PPS)
+		}
+		el := time.Since(start)
+		if firstBan == 0 && len(rules) > 0 {
+			firstBan = el
+		}
+		if mitigated == 0 && arriving > 0 && float64(nd+xd) >= 0.95*float64(arriving) {
+			mitigated = el
+		}
+		say("%5.0fs %10d %12d %12d %12d %6d %6d %9d  %s", el.Seconds(), per(arriving), per(nd), per(xd), per(ps), len(rules), inHW, per(ok-prevOK), talker)
+		prev, prevOK, prevAt = cur, ok, at
+	}
+	attackOK := load.OK.Load()
+	elapsed := time.Since(start)
+	acancel()
+
+	// Summary.
+	final := read()
+	s.AttackSent, s.AttackPPS = rep.Sent, rep.PPS
+	s.DroppedNIC, s.DroppedXDP = final.nicDrop, final.xdpDrop
+	s.AttackRPS = float64(attackOK) / elapsed.Seconds()
+	s.LegitFailures = load.Failed.Load()
+	s.FirstBan, s.Mitigated = firstBan, mitigated
+	var rules []struct {
+		Prefix string
+		Tier   string
+	}
+	getJSON("/v1/rules", &rules)
+	s.Bans = len(rules)
+	legit := map[netip.Addr]bool{lab.Client4: true}
+	for _, c := range clients {
+		legit[c] = true
+	}
+	for _, r := range rules {
+		if r.Tier == "hw" {
+			s.BansInHW++
+		}
+	}
+	// False positives: every ban the daemon ever applied on a legitimate
+	// client, also those the rate monitor lifted since.
+	var events []struct {
+		Prefix string
+	}
+	getJSON("/v1/events?kind=ban", &events)
+	seen := map[string]bool{}
+	for _, e := range events {
+		p, err := netip.ParsePrefix(e.Prefix)
+		if err != nil || seen[e.Prefix] {
+			continue
+		}
+		for c := range legit {
+			if p.Contains(c) {
+				seen[e.Prefix] = true
+				s.FalsePositives = append(s.FalsePositives, e.Prefix)
+				break
+			}
+		}
+	}
+	sort.Strings(s.FalsePositives)
+	say("")
+	say("== summary")
+	say("   attack: %d packets from %d sources at %.2f Mpps", s.AttackSent, o.Attackers, s.AttackPPS/1e6)
+	total := float64(s.AttackSent)
+	say("   dropped on the NIC (hardware table): %d (%.1f%%)", s.DroppedNIC, 100*float64(s.DroppedNIC)/total)
+	say("   dropped by XDP on the host:          %d (%.1f%%)", s.DroppedXDP, 100*float64(s.DroppedXDP)/total)
+	passed := uint64(0)
+	if arrived := final.nicDrop + final.nicMiss; arrived < s.AttackSent {
+		s.LostOnWire = s.AttackSent - arrived
+	}
+	if got := s.DroppedNIC + s.DroppedXDP + s.LostOnWire; got < s.AttackSent {
+		passed = s.AttackSent - got
+	}
+	say("   lost on the wire (veth ring full, as a NIC's rx ring): %d (%.1f%%)", s.LostOnWire, 100*float64(s.LostOnWire)/total)
+	say("   reached the host's stack before the bans: about %d (%.1f%%)", passed, 100*float64(passed)/total)
+	say("   bans: %d (%d in the NIC's hardware table)", s.Bans, s.BansInHW)
+	say("   time to first ban: %v; to 95%% of the attack dropped: %v", s.FirstBan.Round(time.Millisecond), s.Mitigated.Round(time.Millisecond))
+	say("   legitimate requests/s: %.0f without attack, %.0f under attack (%.0f%%), %d failed", s.BaselineRPS, s.AttackRPS, 100*s.AttackRPS/max(s.BaselineRPS, 1), s.LegitFailures)
+	if len(s.FalsePositives) == 0 {
+		say("   false positives: none (no legitimate client banned)")
+	} else {
+		say("   false positives: %s", strings.Join(s.FalsePositives, ", "))
+	}
+	if s.Bans < o.Attackers*9/10 {
+		return s, errors.New("demo: fewer than 90% of the attackers were banned")
+	}
+	return s, nil
+}

@@ -1,0 +1,98 @@
+package demo
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netns"
+)
+
+// Load is legitimate HTTP traffic: workers, each on its own client
+// address (so that no single legitimate address looks like a flood),
+// fetching a page over keep-alive connections with a 5 s timeout (the
+// paper's weighttp setup, scaled to a 2-vCPU machine).
+type Load struct {
+	OK, Failed atomic.Uint64
+}
+
+// dialIn connects from inside network namespace ns, from local.
+func dialIn(ns string, local netip.Addr) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type res struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan res, 1)
+		go func() {
+			// The socket is made on a thread inside ns; the thread is never
+			// unlocked and dies with this goroutine.
+			runtime.LockOSThread()
+			h, err := netns.GetFromName(ns)
+			if err != nil {
+				ch <- res{nil, err}
+				return
+			}
+			defer h.Close()
+			if err := netns.Set(h); err != nil {
+				ch <- res{nil, err}
+				return
+			}
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}, Timeout: 5 * time.Second}
+			c, err := d.DialContext(ctx, network, addr)
+			ch <- res{c, err}
+		}()
+		r := <-ch
+		return r.c, r.err
+	}
+}
+
+// Run fetches url from each of clients until ctx ends.
+func (l *Load) Run(ctx context.Context, ns, url string, clients []netip.Addr) {
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go func(local netip.Addr) {
+			defer wg.Done()
+			tr := &http.Transport{DialContext: dialIn(ns, local), MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+				resp, err := hc.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						l.Failed.Add(1)
+						time.Sleep(10 * time.Millisecond)
+					}
+					continue
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode == 200 {
+					l.OK.Add(1)
+				} else {
+					l.Failed.Add(1)
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+}
+
+// ClientAddrs are the legitimate clients' addresses, from 10.70.1.1 on.
+func ClientAddrs(n int) []netip.Addr {
+	out := make([]netip.Addr, n)
+	a := netip.MustParseAddr("10.70.1.1")
+	for i := range out {
+		out[i] = a
+		a = a.Next()
+	}
+	return out
+}
