@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export GOTOOLCHAIN ?= auto
 
-.PHONY: all deps generate check-generated build test bench demo lint clean
+.PHONY: all deps generate check-generated build test bench demo eval lint clean
 
 all: build
 
@@ -42,3 +42,8 @@ lint: deps
 
 clean:
 	rm -rf $(BIN)
+
+# The paper's evaluation (§V) on this machine: docs/EVALUATION.md and
+# docs/eval/ (CSV, PNG, SVG). About 15 minutes.
+eval: build
+	$(BIN)/tierwall eval --out docs/eval

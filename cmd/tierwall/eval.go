@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/eval"
+	"github.com/tierwall/tierwall/internal/trafgen"
+)
+
+func newEval() *cobra.Command {
+	var sizes, dists, only, out string
+	var dur time.Duration
+	var smoke bool
+	c := &cobra.Command{
+		Use:   "eval",
+		Short: "Reproduce the paper's evaluation on this machine: CSV, plots and docs/EVALUATION.md",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			o := eval.Options{Out: out, Duration: dur, Log: os.Stderr, Smoke: smoke}
+			for _, s := range strings.Split(sizes, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(s))
+				if err != nil || n <= 0 {
+					return fmt.Errorf("%w: --sizes %q", datapath.ErrInvalid, sizes)
+				}
+				o.Sizes = append(o.Sizes, n)
+			}
+			for _, d := range strings.Split(dists, ",") {
+				o.Dists = append(o.Dists, trafgen.Dist(strings.TrimSpace(d)))
+			}
+			if only != "" {
+				o.Only = map[string]bool{}
+				for _, m := range strings.Split(only, ",") {
+					o.Only[strings.TrimSpace(m)] = true
+				}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			return eval.Run(ctx, o)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&sizes, "sizes", "1,1000,4000,16000,128000", "numbers of attackers")
+	f.StringVar(&dists, "dists", "uniform,gaussian", "rate distributions over attackers")
+	f.StringVar(&only, "only", "", "comma-separated mechanisms/modes to run (default all)")
+	f.DurationVar(&dur, "duration", 2*time.Second, "length of each measurement")
+	f.StringVar(&out, "out", "docs/eval", "directory for CSV and plots (docs/EVALUATION.md goes next to it)")
+	f.BoolVar(&smoke, "smoke", false, "CI smoke run: checks the pipeline, not speeds; writes nothing under docs")
+	return c
+}

@@ -1,0 +1,63 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/trafgen"
+)
+
+// Options of a whole evaluation.
+type Options struct {
+	Sizes    []int
+	Dists    []trafgen.Dist
+	Duration time.Duration
+	Only     map[string]bool
+	Out      string
+	Log      io.Writer
+	Smoke    bool
+}
+
+// Run runs every experiment and writes the results.
+func Run(ctx context.Context, o Options) error {
+	started := time.Now()
+	p := Params{Sizes: o.Sizes, Dists: o.Dists, Duration: o.Duration, Only: o.Only, Log: o.Log}
+	rows, err := DropRate(ctx, p)
+	if err != nil {
+		return err
+	}
+	more, err := LabModes(ctx, p)
+	rows = append(rows, more...)
+	if err != nil {
+		return err
+	}
+	attackers, rates := []int{1000, 4000}, []uint64{0, 500_000, 1_000_000, 2_000_000, ^uint64(0)}
+	if o.Smoke {
+		attackers, rates = []int{64}, []uint64{0, 200_000}
+	}
+	more, err = HTTP(ctx, p, attackers, rates)
+	rows = append(rows, more...)
+	if err != nil {
+		return err
+	}
+	if o.Smoke {
+		// CI: the pipeline ran end to end; check every cell produced a
+		// number, and write nothing under docs.
+		for _, r := range rows {
+			if r.Figure == "drop-rate" && r.SentMpps <= 0 || r.Figure == "http" && r.Extra <= 0 {
+				return fmt.Errorf("eval smoke: %s %s/%s/%d measured nothing", r.Figure, r.Mechanism, r.Dist, r.Sources)
+			}
+		}
+		dir, err := os.MkdirTemp("", "tierwall-eval")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		return Report(dir, filepath.Join(dir, "EVALUATION.md"), rows, o, started)
+	}
+	return Report(o.Out, filepath.Join(filepath.Dir(o.Out), "EVALUATION.md"), rows, o, started)
+}

@@ -1,0 +1,162 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/demo"
+	"github.com/tierwall/tierwall/internal/hwtable"
+	"github.com/tierwall/tierwall/internal/hwtable/emunic"
+	"github.com/tierwall/tierwall/internal/lab"
+	"github.com/tierwall/tierwall/internal/trafgen"
+)
+
+// HTTP measures completed requests/s of legitimate clients against nginx
+// on the lab's host while an attack of n sources runs at each rate, with
+// the mitigation already in place (Fig. 4). Rates are packets/s sent; 0
+// is the no-attack reference, and the last is the generator's full rate.
+func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) ([]Row, error) {
+	if err := lab.Up(); err != nil {
+		return nil, err
+	}
+	defer lab.Down()
+	if err := lab.StartNginx(); err != nil {
+		return nil, err
+	}
+	clients := demo.ClientAddrs(64)
+	for _, c := range clients {
+		exec.Command("ip", "-n", lab.NSInet, "addr", "add", c.String()+"/16", "dev", lab.IfInet).Run()
+	}
+	src, err := macOf(lab.NSInet, lab.IfInet)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := macOf(lab.NSHost, lab.IfHost)
+	if err != nil {
+		return nil, err
+	}
+	var rows []Row
+	for _, mech := range []string{"lab-host", "lab-hybrid", "lab-nic-hw", "lab-nic", "iptables"} {
+		if p.Only != nil && !p.Only[mech] {
+			continue
+		}
+		for _, n := range attackers {
+			teardown, err := httpSetup(ctx, mech, n, src, dst, p.Duration)
+			if err != nil {
+				return rows, fmt.Errorf("%s: %w", mech, err)
+			}
+			for _, rate := range rates {
+				if ctx.Err() != nil {
+					break
+				}
+				r, err := httpCell(ctx, mech, n, rate, clients, src, dst, p.Duration)
+				if err != nil {
+					teardown()
+					return rows, err
+				}
+				fmt.Fprintf(p.Log, "eval: http %-12s %5d attackers at %5.2f Mpps: %.0f requests/s\n", mech, n, r.SentMpps, r.Extra)
+				rows = append(rows, r)
+			}
+			teardown()
+		}
+	}
+	return rows, nil
+}
+
+// httpSetup installs the mitigation for n attackers: rules, NIC mode and
+// (hybrid, nic-hw) the heaviest sources in the NIC table. With uniform
+// attackers any K of them are the top-K; the first K are installed.
+func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur time.Duration) (func(), error) {
+	srcs, err := trafgen.Addresses(lab.AttackNet4, n)
+	if err != nil {
+		return nil, err
+	}
+	mode := map[string]datapath.NICMode{"lab-host": datapath.NICWire, "lab-hybrid": datapath.NICHybrid,
+		"lab-nic-hw": datapath.NICHW, "lab-nic": datapath.NICCPU, "iptables": datapath.NICWire}[mech]
+	var nic *emunic.Table
+	if err := inNS(lab.NSNic, -1, func() error {
+		var e error
+		nic, e = emunic.Attach(lab.IfWire, lab.IfHPort, datapath.NICOptions{Mode: mode, CPURate: NICCPURate})
+		return e
+	}); err != nil {
+		return nil, err
+	}
+	var undo []func()
+	teardown := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		nic.Close()
+		inNS(lab.NSNic, -1, func() error { return datapath.DetachNIC(lab.IfWire, "") })
+	}
+	if mech == "iptables" {
+		// xdp_frames redirected to a host without XDP need GRO there.
+		sh("ip", "netns", "exec", lab.NSHost, "ethtool", "-K", lab.IfHost, "gro", "on")
+		m := iptablesRaw{}
+		if err := inNS(lab.NSHost, -1, func() error { return m.Setup(lab.IfHost, srcs) }); err != nil {
+			teardown()
+			return nil, err
+		}
+		undo = append(undo, func() { inNS(lab.NSHost, -1, func() error { m.Teardown(); return nil }) })
+		return teardown, nil
+	}
+	fns, fif, opts := lab.NSHost, lab.IfHost, datapath.Options{}
+	if mode == datapath.NICHW || mode == datapath.NICCPU {
+		fns, fif, opts.Mode = lab.NSNic, lab.IfWire, datapath.ModeNIC
+	}
+	opts.ExactCapacity4, opts.ExactCapacity6, opts.PrefixCapacity, opts.AllowCapacity, opts.FeatureCapacity = max(n, 1024), 1024, 64, 64, 1<<14
+	var dp *datapath.Datapath
+	if err := inNS(fns, -1, func() error {
+		var e error
+		if dp, e = datapath.Attach(fif, opts); e != nil {
+			return e
+		}
+		return dp.BlockBulk(srcs)
+	}); err != nil {
+		teardown()
+		return nil, err
+	}
+	undo = append(undo, func() { dp.Close(); inNS(fns, -1, func() error { return datapath.Detach(fif, "") }) })
+	if mode == datapath.NICHybrid || mode == datapath.NICHW {
+		for _, a := range srcs[:min(len(srcs), nic.Caps().Capacity)] {
+			if _, err := nic.Install(ctx, hwtable.Rule{Match: hwtable.SourceMatch(a), Action: hwtable.Drop}); err != nil {
+				teardown()
+				return nil, err
+			}
+		}
+	}
+	pinNAPI(lab.NSNic, lab.IfWire, rxCPU)
+	pinNAPI(lab.NSHost, lab.IfHost, rxCPU)
+	return teardown, nil
+}
+
+func httpCell(ctx context.Context, mech string, n int, rate uint64, clients []netip.Addr, src, dst [6]byte, dur time.Duration) (Row, error) {
+	load := &demo.Load{}
+	lctx, cancel := context.WithTimeout(ctx, dur)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { load.Run(lctx, lab.NSInet, "http://"+lab.Host4.String()+"/", clients); close(done) }()
+	var rep *trafgen.Report
+	var gerr error
+	if rate != 0 {
+		spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: src, DstMAC: dst, Dst: lab.Host4, Sources: n, Dist: trafgen.Uniform, Duration: dur, Seed: 3}
+		if rate != ^uint64(0) {
+			spec.Rate = rate
+		}
+		gerr = inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(lctx, spec); return e })
+	}
+	<-done
+	if gerr != nil && !strings.Contains(gerr.Error(), "context") {
+		return Row{}, gerr
+	}
+	r := Row{Figure: "http", Mechanism: mech, Dist: "uniform", Sources: n, Extra: float64(load.OK.Load()) / dur.Seconds()}
+	if rep != nil {
+		r.SentMpps = rep.PPS / 1e6
+	}
+	return r, nil
+}

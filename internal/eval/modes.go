@@ -1,0 +1,196 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/hwtable/emunic"
+	"github.com/tierwall/tierwall/internal/lab"
+	"github.com/tierwall/tierwall/internal/placement"
+	"github.com/tierwall/tierwall/internal/trafgen"
+)
+
+// NICCPURate models the SmartNIC's CPU: the paper's NIC ran XDP slower
+// than the host did. A model parameter, stated in EVALUATION.md.
+const NICCPURate = 1_500_000
+
+// Modes are tierwall's four approaches on the lab (host is also measured
+// on the plain pair, as "tierwall-host").
+var Modes = []datapath.NICMode{datapath.NICWire, datapath.NICHybrid, datapath.NICHW, datapath.NICCPU}
+
+func modeName(m datapath.NICMode) string {
+	if m == datapath.NICWire {
+		return "lab-host"
+	}
+	return "lab-" + string(m)
+}
+
+// LabModes measures each mode's drop rate on the lab: generator → NIC
+// stage → host, all receive-side work pinned to one CPU.
+func LabModes(ctx context.Context, p Params) ([]Row, error) {
+	if err := lab.Up(); err != nil {
+		return nil, err
+	}
+	defer lab.Down()
+	src, err := macOf(lab.NSInet, lab.IfInet)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := macOf(lab.NSHost, lab.IfHost)
+	if err != nil {
+		return nil, err
+	}
+	var rows []Row
+	for _, mode := range Modes {
+		if p.Only != nil && !p.Only[modeName(mode)] {
+			continue
+		}
+		for _, n := range p.Sizes {
+			for _, d := range p.Dists {
+				if ctx.Err() != nil {
+					return rows, ctx.Err()
+				}
+				r, err := labCell(ctx, mode, n, d, src, dst, p.Duration)
+				if err != nil {
+					return rows, fmt.Errorf("%s, %d sources: %w", modeName(mode), n, err)
+				}
+				fmt.Fprintf(p.Log, "eval: %-15s %-8s %7d sources: sent %.2f Mpps, dropped %.3f Mpps (hw %.3f), rx CPU %.0f%% %s\n",
+					r.Mechanism, r.Dist, n, r.SentMpps, r.DropMpps, r.Extra, r.CPUPct, r.Note)
+				rows = append(rows, r)
+			}
+		}
+	}
+	return rows, nil
+}
+
+func labCell(ctx context.Context, mode datapath.NICMode, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration) (_ Row, err error) {
+	srcs, err := trafgen.Addresses(lab.AttackNet4, n)
+	if err != nil {
+		return Row{}, err
+	}
+	var nic *emunic.Table
+	if err := inNS(lab.NSNic, -1, func() error {
+		var e error
+		nic, e = emunic.Attach(lab.IfWire, lab.IfHPort, datapath.NICOptions{Mode: mode, CPURate: NICCPURate})
+		return e
+	}); err != nil {
+		return Row{}, err
+	}
+	defer func() {
+		nic.Close()
+		inNS(lab.NSNic, -1, func() error { return datapath.DetachNIC(lab.IfWire, "") })
+	}()
+	// Where the software filter runs: the host, or the NIC's CPU.
+	fns, fif, opts := lab.NSHost, lab.IfHost, datapath.Options{}
+	if mode == datapath.NICHW || mode == datapath.NICCPU {
+		fns, fif, opts.Mode = lab.NSNic, lab.IfWire, datapath.ModeNIC
+	}
+	opts.ExactCapacity4, opts.ExactCapacity6, opts.PrefixCapacity, opts.AllowCapacity, opts.FeatureCapacity = max(n, 1024), 1024, 64, 64, 1<<14
+	var dp *datapath.Datapath
+	if err := inNS(fns, -1, func() error {
+		var e error
+		if dp, e = datapath.Attach(fif, opts); e != nil {
+			return e
+		}
+		return dp.BlockBulk(srcs)
+	}); err != nil {
+		return Row{}, err
+	}
+	defer func() {
+		dp.Close()
+		inNS(fns, -1, func() error { return datapath.Detach(fif, "") })
+	}()
+	pinNAPI(lab.NSNic, lab.IfWire, rxCPU)
+	pinNAPI(lab.NSHost, lab.IfHost, rxCPU)
+
+	spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: src, DstMAC: dst, Dst: lab.Host4, Sources: n, Dist: d, Seed: uint64(n)}
+	flood := func(t time.Duration) (*trafgen.Report, error) {
+		spec.Duration = t
+		var rep *trafgen.Report
+		err := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e })
+		return rep, err
+	}
+	counters := func() (hw, sw, overload uint64, err error) {
+		st, err := nic.NIC().Stats()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		s, err := dp.Stats()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		return st["hit_drop"].Packets, s.Verdicts["drop_exact"].Packets, st["nic_cpu_overload"].Packets, nil
+	}
+	// Placement with the paper's algorithm: one interval of traffic, then
+	// the heaviest sources move to the NIC table (hybrid, nic-hw).
+	if _, err := flood(dur / 2); err != nil {
+		return Row{}, err
+	}
+	if mode == datapath.NICHybrid || mode == datapath.NICHW {
+		off := &placement.Offloader{Table: nic, Params: placement.Params{MaxRate: 1}}
+		counted := func() ([]placement.Counted, error) {
+			ctrs, err := dp.RuleCounters(hostPrefixes(srcs))
+			if err != nil {
+				return nil, err
+			}
+			out := make([]placement.Counted, 0, len(ctrs))
+			for p, c := range ctrs {
+				out = append(out, placement.Counted{Src: p.Addr(), Packets: c.Packets})
+			}
+			return out, nil
+		}
+		c0, err := counted()
+		if err != nil {
+			return Row{}, err
+		}
+		t0 := time.Now()
+		off.Step(ctx, t0, c0)
+		if _, err := flood(dur / 2); err != nil {
+			return Row{}, err
+		}
+		c1, err := counted()
+		if err != nil {
+			return Row{}, err
+		}
+		if _, err := off.Step(ctx, time.Now(), c1); err != nil {
+			return Row{}, err
+		}
+	}
+	hw0, sw0, ov0, err := counters()
+	if err != nil {
+		return Row{}, err
+	}
+	b0, t0 := cpuTimes(rxCPU)
+	start := time.Now()
+	rep, err := flood(dur)
+	if err != nil {
+		return Row{}, err
+	}
+	time.Sleep(50 * time.Millisecond)
+	el := time.Since(start).Seconds()
+	b1, t1 := cpuTimes(rxCPU)
+	hw1, sw1, ov1, err := counters()
+	if err != nil {
+		return Row{}, err
+	}
+	r := Row{Figure: "drop-rate", Mechanism: modeName(mode), Dist: string(d), Sources: n, SentMpps: rep.PPS / 1e6,
+		DropMpps: float64(hw1-hw0+sw1-sw0) / el / 1e6, Extra: float64(hw1-hw0) / el / 1e6}
+	if t1 > t0 {
+		r.CPUPct = 100 * float64(b1-b0) / float64(t1-t0)
+	}
+	if ov := ov1 - ov0; ov > 0 {
+		r.Note = fmt.Sprintf("NIC CPU overload drops %.3f Mpps", float64(ov)/el/1e6)
+	}
+	return r, nil
+}
+
+func hostPrefixes(as []netip.Addr) []netip.Prefix {
+	out := make([]netip.Prefix, len(as))
+	for i, a := range as {
+		out[i] = netip.PrefixFrom(a, 32)
+	}
+	return out
+}

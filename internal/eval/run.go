@@ -1,0 +1,251 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierwall/tierwall/internal/trafgen"
+)
+
+// The drop-rate testbed: the live-frames generator on CPU 0 in one
+// namespace, the receiver's veth (threaded NAPI pinned to CPU 1) in the
+// other, with the mechanism under test.
+const (
+	nsTx, nsRx = "twe-tx", "twe-rx"
+	ifTx, ifRx = "twe-tx0", "twe-rx0"
+	genCPU     = 0
+	rxCPU      = 1
+)
+
+// Row is one measured cell.
+type Row struct {
+	Figure    string  `json:"figure"`
+	Mechanism string  `json:"mechanism"`
+	Dist      string  `json:"dist"`
+	Sources   int     `json:"sources"`
+	SentMpps  float64 `json:"sent_mpps"`
+	DropMpps  float64 `json:"drop_mpps"`
+	CPUPct    float64 `json:"rx_cpu_pct"` // receiver CPU busy, percent
+	Extra     float64 `json:"extra"`      // figure-specific (e.g. HTTP req/s)
+	Note      string  `json:"note,omitempty"`
+}
+
+func inNS(name string, cpu int, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: dies with the goroutine
+		if cpu >= 0 {
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errc <- err
+				return
+			}
+		}
+		h, err := netns.GetFromName(name)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			errc <- err
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+func pairDown() {
+	exec.Command("ip", "netns", "del", nsTx).Run()
+	exec.Command("ip", "netns", "del", nsRx).Run()
+	os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsRx)
+}
+
+func pairUp() error {
+	pairDown()
+	for _, c := range [][]string{
+		{"ip", "netns", "add", nsTx}, {"ip", "netns", "add", nsRx},
+		{"ip", "netns", "exec", nsTx, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"},
+		{"ip", "link", "add", ifTx, "netns", nsTx, "type", "veth", "peer", "name", ifRx, "netns", nsRx},
+		{"ip", "-n", nsRx, "addr", "add", "10.220.0.2/24", "dev", ifRx},
+		{"ip", "-n", nsTx, "link", "set", ifTx, "up"}, {"ip", "-n", nsRx, "link", "set", ifRx, "up"},
+		{"ip", "-n", nsRx, "link", "set", "lo", "up"},
+		// xdp_frames need NAPI at the receiver: XDP attached, or GRO on
+		// for the netfilter baselines.
+		{"ip", "netns", "exec", nsRx, "ethtool", "-K", ifRx, "gro", "on"},
+		{"ip", "netns", "exec", nsRx, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + ifRx + ".rp_filter=0"},
+	} {
+		if _, err := sh(c...); err != nil {
+			pairDown()
+			return err
+		}
+	}
+	return nil
+}
+
+// pinNAPI makes the receiver's NAPI a kthread on rxCPU, so the generator
+// and the mechanism under test never share a CPU.
+func pinNAPI(ns, iface string, cpu int) error {
+	if _, err := sh("ip", "netns", "exec", ns, "sh", "-c", "echo 1 > /sys/class/net/"+iface+"/threaded"); err != nil {
+		return err
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if strings.HasPrefix(strings.TrimSpace(string(comm)), "napi/"+iface) {
+			var set unix.CPUSet
+			set.Set(cpu)
+			unix.SchedSetaffinity(pid, &set)
+		}
+	}
+	return nil
+}
+
+// cpuTimes reads one CPU's busy and total jiffies.
+func cpuTimes(cpu int) (busy, total uint64) {
+	b, _ := os.ReadFile("/proc/stat")
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 8 || f[0] != "cpu"+strconv.Itoa(cpu) {
+			continue
+		}
+		var v [8]uint64
+		for i := 1; i < 9 && i < len(f); i++ {
+			v[i-1], _ = strconv.ParseUint(f[i], 10, 64)
+		}
+		for _, x := range v {
+			total += x
+		}
+		return total - v[3] - v[4], total // idle, iowait
+	}
+	return 0, 0
+}
+
+func macOf(ns, iface string) ([6]byte, error) {
+	var mac [6]byte
+	err := inNS(ns, -1, func() error {
+		ifc, err := net.InterfaceByName(iface)
+		if err != nil {
+			return err
+		}
+		mac = [6]byte(ifc.HardwareAddr)
+		return nil
+	})
+	return mac, err
+}
+
+// Params of a drop-rate sweep.
+type Params struct {
+	Sizes    []int
+	Dists    []trafgen.Dist
+	Duration time.Duration // of each measurement
+	Only     map[string]bool
+	Log      io.Writer
+}
+
+// DropRate measures every host mechanism at every size and distribution
+// (the paper's Fig. 2a/2b and, from the same runs, Fig. 3).
+func DropRate(ctx context.Context, p Params) ([]Row, error) {
+	if err := pairUp(); err != nil {
+		return nil, err
+	}
+	defer pairDown()
+	src, err := macOf(nsTx, ifTx)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := macOf(nsRx, ifRx)
+	if err != nil {
+		return nil, err
+	}
+	var rows []Row
+	for _, m := range HostMechanisms() {
+		if p.Only != nil && !p.Only[m.Name()] {
+			continue
+		}
+		for _, n := range p.Sizes {
+			if max := m.MaxRules(); max > 0 && n > max {
+				fmt.Fprintf(p.Log, "eval: %s holds at most %d rules: skipping %d\n", m.Name(), max, n)
+				continue
+			}
+			srcs, err := trafgen.Addresses(netip.MustParsePrefix("10.128.0.0/9"), n)
+			if err != nil {
+				return rows, err
+			}
+			if err := inNS(nsRx, -1, func() error { return m.Setup(ifRx, srcs) }); err != nil {
+				inNS(nsRx, -1, func() error { m.Teardown(); return nil })
+				return rows, fmt.Errorf("%s with %d rules: %w", m.Name(), n, err)
+			}
+			pinNAPI(nsRx, ifRx, rxCPU)
+			for _, d := range p.Dists {
+				if ctx.Err() != nil {
+					break
+				}
+				r, err := measure(ctx, m, n, d, src, dst, p.Duration)
+				if err != nil {
+					inNS(nsRx, -1, func() error { m.Teardown(); return nil })
+					return rows, err
+				}
+				r.Figure = "drop-rate"
+				fmt.Fprintf(p.Log, "eval: %-15s %-8s %7d sources: sent %.2f Mpps, dropped %.3f Mpps, rx CPU %.0f%%\n", r.Mechanism, r.Dist, n, r.SentMpps, r.DropMpps, r.CPUPct)
+				rows = append(rows, r)
+			}
+			inNS(nsRx, -1, func() error { m.Teardown(); return nil })
+		}
+	}
+	return rows, ctx.Err()
+}
+
+func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration) (Row, error) {
+	spec := trafgen.Spec{Iface: ifTx, SrcMAC: src, DstMAC: dst, Dst: netip.MustParseAddr("10.220.0.2"),
+		Sources: n, Dist: d, Seed: uint64(n)}
+	// Warm up (caches, NAPI thread placement), then measure.
+	spec.Duration = dur / 4
+	if err := inNS(nsTx, genCPU, func() error { _, err := trafgen.Run(ctx, spec); return err }); err != nil {
+		return Row{}, err
+	}
+	var d0, d1 uint64
+	get := func(v *uint64) error {
+		return inNS(nsRx, -1, func() error { var err error; *v, err = m.Dropped(); return err })
+	}
+	if err := get(&d0); err != nil {
+		return Row{}, err
+	}
+	b0, t0 := cpuTimes(rxCPU)
+	spec.Duration = dur
+	var rep *trafgen.Report
+	start := time.Now()
+	if err := inNS(nsTx, genCPU, func() error { var err error; rep, err = trafgen.Run(ctx, spec); return err }); err != nil {
+		return Row{}, err
+	}
+	time.Sleep(50 * time.Millisecond) // let the receiver finish its queue
+	el := time.Since(start)
+	b1, t1 := cpuTimes(rxCPU)
+	if err := get(&d1); err != nil {
+		return Row{}, err
+	}
+	cpu := 0.0
+	if t1 > t0 {
+		cpu = 100 * float64(b1-b0) / float64(t1-t0)
+	}
+	return Row{Mechanism: m.Name(), Dist: string(d), Sources: n, SentMpps: rep.PPS / 1e6,
+		DropMpps: float64(d1-d0) / el.Seconds() / 1e6, CPUPct: cpu}, nil
+}
