@@ -2,8 +2,8 @@ package eval
 
 import (
 	"bytes"
-	"math"
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
