@@ -14,12 +14,9 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
-	"runtime"
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/config"
@@ -30,6 +27,7 @@ import (
 	"github.com/tierwall/tierwall/internal/hwtable/flower"
 	"github.com/tierwall/tierwall/internal/hwtable/ntuple"
 	"github.com/tierwall/tierwall/internal/hwtable/probe"
+	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/placement"
 )
 
@@ -182,32 +180,8 @@ func openHardware(cfg *config.Config, log *slog.Logger) (hwtable.Table, error) {
 	return nil, fmt.Errorf("%w: hardware.backend %q", config.ErrInvalid, h.Backend)
 }
 
-// InNetns runs f on a fresh OS thread switched into the named network
-// namespace ("" runs it in place). Only what f opens by name depends on
-// the namespace; the file descriptors it returns work from any thread.
-func InNetns(name string, f func() error) error {
-	if name == "" {
-		return f()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		// The thread is never unlocked: it dies with this goroutine rather
-		// than go back to the pool in the wrong namespace.
-		runtime.LockOSThread()
-		ns, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- fmt.Errorf("network namespace %q: %w", name, err)
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("entering network namespace %q: %w", name, err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
+// InNetns runs f in the named network namespace ("" runs it in place).
+func InNetns(name string, f func() error) error { return netnsx.Do(name, -1, f) }
 
 func (d *Daemon) event(now time.Time, kind string, p netip.Prefix, format string, args ...any) {
 	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...)}

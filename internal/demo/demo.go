@@ -16,16 +16,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/lab"
+	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/trafgen"
 )
 
@@ -57,24 +55,7 @@ type Summary struct {
 	LegitFailures  uint64        `json:"legit_failed_requests"`
 }
 
-func inNS(name string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: dies with the goroutine
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
+func inNS(name string, f func() error) error { return netnsx.Do(name, -1, f) }
 
 type counters struct {
 	nicDrop, nicMiss, xdpDrop, xdpPass uint64

@@ -28,9 +28,9 @@ func WriteCSV(path string, rows []Row) error {
 	}
 	defer f.Close()
 	w := csv.NewWriter(f)
-	w.Write([]string{"figure", "mechanism", "dist", "sources", "sent_mpps", "drop_mpps", "rx_cpu_pct", "extra", "note"})
+	w.Write([]string{"figure", "mechanism", "dist", "sources", "sent_mpps", "drop_mpps", "rx_cpu_pct", "extra", "arrived_mpps", "note"})
 	for _, r := range rows {
-		w.Write([]string{r.Figure, r.Mechanism, r.Dist, strconv.Itoa(r.Sources), ff(r.SentMpps), ff(r.DropMpps), ff(r.CPUPct), ff(r.Extra), r.Note})
+		w.Write([]string{r.Figure, r.Mechanism, r.Dist, strconv.Itoa(r.Sources), ff(r.SentMpps), ff(r.DropMpps), ff(r.CPUPct), ff(r.Extra), ff(r.Arrived), r.Note})
 	}
 	w.Flush()
 	return w.Error()
@@ -215,6 +215,25 @@ func markdown(rows, model, http []Row, o Options, dists []string, dir string, st
 		b.WriteString("\nCPU 1 busy during each measurement (it is saturated whenever the generator outruns the mechanism, so the useful comparison is drop rate per CPU).\n\n")
 	}
 	b.WriteString(targets(rows, o))
+	b.WriteString(`## What the numbers say
+
+- **XDP against netfilter** reproduces the paper's ordering: tierwall's host XDP drops several times what
+  nftables and ipset drop on the same core, two orders of magnitude more than linear iptables from 16K
+  rules on, and at least as much as xdp-filter wherever xdp-filter can hold the rules.
+- **Large attacks (128K sources)**: tierwall's rate falls to a fraction of its 1K rate. Each packet reads
+  a random key slot and a random per-CPU counter line; at 128K rules (and more so at 1M, see
+  BENCHMARKS.md) those no longer stay in cache. The generator itself also slows at 128K on this box. The
+  ≥ 0.9× target is missed; ARCHITECTURE.md describes the layout change (the counter in the key's cache
+  line) that would address it, and why per-CPU counters were kept.
+- **The emulated NIC**: its "hardware" drops run as XDP on the same two vCPUs, so here they cost what a
+  host XDP drop costs, plus the redirect; the lab's modes are therefore slower than the plain pair, and
+  the hybrid's advantage shows in *where* the attack is dropped (the NIC table's share, measured against
+  the oracle) rather than in a higher drop rate. The model section carries that share to real hardware.
+- **HTTP under attack**: on 2 vCPUs the generator occupies one CPU that nginx and the clients otherwise
+  use, so no mode can keep 80% of the no-attack request rate at the generator's full rate here; the
+  curves' order between modes is the meaningful part.
+
+`)
 	b.WriteString("## Beside the paper's reported values\n\n| mechanism | paper (25G, 4-core Xeon, §V-B) | here (1 veth receive core) |\n|---|---|---|\n")
 	pr := func(mech string, n int) string {
 		if r, ok := lookup(rows, "drop-rate", mech, "uniform", n); ok {
@@ -331,12 +350,31 @@ func targets(rows []Row, o Options) string {
 	}
 	for _, n := range o.Sizes {
 		r, ok := lookup(rows, "drop-rate", "lab-hybrid", "gaussian", n)
-		if !ok || n <= ModelK || r.DropMpps <= 0 {
+		if !ok || n <= ModelK || r.Arrived <= 0 {
 			continue
 		}
+		// The NIC table's share of the attack that reached it, against the
+		// share the ideal top-K of the generated distribution would take.
 		oracle := placement.OracleShare(trafgen.Weights(trafgen.Gaussian, n, 1, 1.0/6), ModelK)
-		got := r.Extra / r.DropMpps
-		fmt.Fprintf(&b, "| hybrid, Gaussian, %d sources: NIC share ≥ 95%% of the oracle top-K share | %.1f%% of drops in the NIC vs oracle %.1f%% = %.0f%% | %s |\n", n, 100*got, 100*oracle, 100*got/oracle, verdictOf(got >= 0.95*oracle))
+		got := r.Extra / r.Arrived
+		fmt.Fprintf(&b, "| hybrid, Gaussian, %d sources: NIC table absorbs ≥ 95%% of the oracle top-K share | %.1f%% of arriving attack packets vs oracle %.1f%% = %.0f%% | %s |\n", n, 100*got, 100*oracle, 100*got/oracle, verdictOf(got >= 0.95*oracle))
+	}
+	// Legitimate HTTP under a 1K-source attack at the generator's full
+	// rate, in hybrid mode, against no attack.
+	var base, full Row
+	for _, r := range rows {
+		if r.Figure != "http" || r.Mechanism != "lab-hybrid" || r.Sources != 1000 {
+			continue
+		}
+		if r.SentMpps == 0 {
+			base = r
+		} else if r.SentMpps > full.SentMpps {
+			full = r
+		}
+	}
+	if base.Extra > 0 && full.SentMpps > 0 {
+		fmt.Fprintf(&b, "| hybrid, 1K attackers at full rate (%.1f Mpps): HTTP ≥ 80%% of no attack | %.0f vs %.0f requests/s = %.0f%% | %s |\n",
+			full.SentMpps, full.Extra, base.Extra, 100*full.Extra/base.Extra, verdictOf(full.Extra >= 0.8*base.Extra))
 	}
 	b.WriteString("\n")
 	return b.String()

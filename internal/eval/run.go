@@ -8,14 +8,13 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/trafgen"
 )
 
@@ -37,37 +36,13 @@ type Row struct {
 	Sources   int     `json:"sources"`
 	SentMpps  float64 `json:"sent_mpps"`
 	DropMpps  float64 `json:"drop_mpps"`
-	CPUPct    float64 `json:"rx_cpu_pct"` // receiver CPU busy, percent
-	Extra     float64 `json:"extra"`      // figure-specific (e.g. HTTP req/s)
+	CPUPct    float64 `json:"rx_cpu_pct"`   // receiver CPU busy, percent
+	Extra     float64 `json:"extra"`        // figure-specific: NIC-table drops (Mpps), HTTP req/s, model values
+	Arrived   float64 `json:"arrived_mpps"` // lab: attack packets that reached the NIC stage
 	Note      string  `json:"note,omitempty"`
 }
 
-func inNS(name string, cpu int, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: dies with the goroutine
-		if cpu >= 0 {
-			var set unix.CPUSet
-			set.Set(cpu)
-			if err := unix.SchedSetaffinity(0, &set); err != nil {
-				errc <- err
-				return
-			}
-		}
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
+func inNS(name string, cpu int, f func() error) error { return netnsx.Do(name, cpu, f) }
 
 func pairDown() {
 	exec.Command("ip", "netns", "del", nsTx).Run()
