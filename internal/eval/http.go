@@ -3,13 +3,13 @@ package eval
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/demo"
 	"github.com/tierwall/tierwall/internal/hwtable"
 	"github.com/tierwall/tierwall/internal/hwtable/emunic"
 	"github.com/tierwall/tierwall/internal/lab"
@@ -27,10 +27,6 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) ([]Row
 	defer lab.Down()
 	if err := lab.StartNginx(); err != nil {
 		return nil, err
-	}
-	clients := demo.ClientAddrs(64)
-	for _, c := range clients {
-		exec.Command("ip", "-n", lab.NSInet, "addr", "add", c.String()+"/16", "dev", lab.IfInet).Run()
 	}
 	src, err := macOf(lab.NSInet, lab.IfInet)
 	if err != nil {
@@ -54,7 +50,7 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) ([]Row
 				if ctx.Err() != nil {
 					break
 				}
-				r, err := httpCell(ctx, mech, n, rate, clients, src, dst, p.Duration)
+				r, err := httpCell(ctx, mech, n, rate, src, dst, p.Duration)
 				if err != nil {
 					teardown()
 					return rows, err
@@ -135,12 +131,31 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 	return teardown, nil
 }
 
-func httpCell(ctx context.Context, mech string, n int, rate uint64, clients []netip.Addr, src, dst [6]byte, dur time.Duration) (Row, error) {
-	load := &demo.Load{}
-	lctx, cancel := context.WithTimeout(ctx, dur)
+// wrkRate runs wrk from the internet namespace (200 connections, 5 s
+// timeout: the paper's weighttp setup) and returns completed requests/s.
+func wrkRate(ctx context.Context, dur time.Duration) (float64, error) {
+	secs := max(1, int(dur.Seconds()+0.5))
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", lab.NSInet, "wrk", "-t2", "-c200",
+		fmt.Sprintf("-d%ds", secs), "--timeout", "5s", "http://"+lab.Host4.String()+"/").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	m := wrkRPS.FindStringSubmatch(string(out))
+	if m == nil {
+		return 0, fmt.Errorf("wrk: no Requests/sec in %q", out)
+	}
+	return strconv.ParseFloat(m[1], 64)
+}
+
+var wrkRPS = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+
+func httpCell(ctx context.Context, mech string, n int, rate uint64, src, dst [6]byte, dur time.Duration) (Row, error) {
+	lctx, cancel := context.WithTimeout(ctx, dur+10*time.Second)
 	defer cancel()
+	var rps float64
+	var werr error
 	done := make(chan struct{})
-	go func() { load.Run(lctx, lab.NSInet, "http://"+lab.Host4.String()+"/", clients); close(done) }()
+	go func() { rps, werr = wrkRate(lctx, dur); close(done) }()
 	var rep *trafgen.Report
 	var gerr error
 	if rate != 0 {
@@ -154,7 +169,10 @@ func httpCell(ctx context.Context, mech string, n int, rate uint64, clients []ne
 	if gerr != nil && !strings.Contains(gerr.Error(), "context") {
 		return Row{}, gerr
 	}
-	r := Row{Figure: "http", Mechanism: mech, Dist: "uniform", Sources: n, Extra: float64(load.OK.Load()) / dur.Seconds()}
+	if werr != nil {
+		return Row{}, werr
+	}
+	r := Row{Figure: "http", Mechanism: mech, Dist: "uniform", Sources: n, Extra: rps}
 	if rep != nil {
 		r.SentMpps = rep.PPS / 1e6
 	}

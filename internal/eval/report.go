@@ -40,6 +40,9 @@ func ff(v float64) string { return strconv.FormatFloat(v, 'f', 4, 64) }
 
 // lineChart draws y(sources) per series on a log x axis, as PNG and SVG.
 func lineChart(dir, name, title, ylabel string, series map[string]plotter.XYs) error {
+	if len(series) == 0 {
+		return nil // nothing measured for this chart (e.g. a partial --only run)
+	}
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "attacking sources"
@@ -58,6 +61,16 @@ func lineChart(dir, name, title, ylabel string, series map[string]plotter.XYs) e
 	}
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return err
+	}
+	// A log axis needs a positive range, also with a single size.
+	lo, hi := math.Inf(1), 0.0
+	for _, s := range series {
+		for _, pt := range s {
+			lo, hi = math.Min(lo, pt.X), math.Max(hi, pt.X)
+		}
+	}
+	if hi > 0 {
+		p.X.Min, p.X.Max = lo/2, hi*2
 	}
 	for _, ext := range []string{"png", "svg"} {
 		if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, name+"."+ext)); err != nil {
@@ -231,7 +244,8 @@ func markdown(rows, model, http []Row, o Options, dists []string, dir string, st
   the oracle) rather than in a higher drop rate. The model section carries that share to real hardware.
 - **HTTP under attack**: on 2 vCPUs the generator occupies one CPU that nginx and the clients otherwise
   use, so no mode can keep 80% of the no-attack request rate at the generator's full rate here; the
-  curves' order between modes is the meaningful part.
+  curves' order between modes is the meaningful part. Requests are counted by wrk (200 connections,
+  5 s timeout, as the paper's weighttp), with the mitigation rules in place before the attack starts.
 
 `)
 	b.WriteString("## Beside the paper's reported values\n\n| mechanism | paper (25G, 4-core Xeon, §V-B) | here (1 veth receive core) |\n|---|---|---|\n")
