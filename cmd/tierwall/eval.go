@@ -20,12 +20,13 @@ func newEval() *cobra.Command {
 	var sizes, dists, only, out string
 	var dur time.Duration
 	var smoke bool
+	var repeat int
 	c := &cobra.Command{
 		Use:   "eval",
 		Short: "Reproduce the paper's evaluation on this machine: CSV, plots and docs/EVALUATION.md",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			o := eval.Options{Out: out, Duration: dur, Log: os.Stderr, Smoke: smoke}
+			o := eval.Options{Out: out, Duration: dur, Log: os.Stderr, Smoke: smoke, Repeat: repeat}
 			for _, s := range strings.Split(sizes, ",") {
 				n, err := strconv.Atoi(strings.TrimSpace(s))
 				if err != nil || n <= 0 {
@@ -53,6 +54,7 @@ func newEval() *cobra.Command {
 	f.StringVar(&only, "only", "", "comma-separated mechanisms/modes to run (default all)")
 	f.DurationVar(&dur, "duration", 2*time.Second, "length of each measurement")
 	f.StringVar(&out, "out", "docs/eval", "directory for CSV and plots (docs/EVALUATION.md goes next to it)")
+	f.IntVar(&repeat, "repeat", 3, "measurements per drop-rate cell (the median is reported)")
 	f.BoolVar(&smoke, "smoke", false, "CI smoke run: checks the pipeline, not speeds; writes nothing under docs")
 	return c
 }

@@ -20,12 +20,16 @@ type Options struct {
 	Out      string
 	Log      io.Writer
 	Smoke    bool
+	Repeat   int // measurements per drop-rate cell, median reported
 }
 
 // Run runs every experiment and writes the results.
 func Run(ctx context.Context, o Options) error {
 	started := time.Now()
-	p := Params{Sizes: o.Sizes, Dists: o.Dists, Duration: o.Duration, Only: o.Only, Log: o.Log}
+	p := Params{Sizes: o.Sizes, Dists: o.Dists, Duration: o.Duration, Only: o.Only, Log: o.Log, Repeat: o.Repeat}
+	if o.Smoke {
+		p.Repeat = 1
+	}
 	rows, err := DropRate(ctx, p)
 	if err != nil {
 		return err

@@ -53,7 +53,7 @@ func LabModes(ctx context.Context, p Params) ([]Row, error) {
 				if ctx.Err() != nil {
 					return rows, ctx.Err()
 				}
-				r, err := labCell(ctx, mode, n, d, src, dst, p.Duration)
+				r, err := labCell(ctx, mode, n, d, src, dst, p.Duration, p.Repeat)
 				if err != nil {
 					return rows, fmt.Errorf("%s, %d sources: %w", modeName(mode), n, err)
 				}
@@ -66,7 +66,7 @@ func LabModes(ctx context.Context, p Params) ([]Row, error) {
 	return rows, nil
 }
 
-func labCell(ctx context.Context, mode datapath.NICMode, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration) (_ Row, err error) {
+func labCell(ctx context.Context, mode datapath.NICMode, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration, repeat int) (_ Row, err error) {
 	srcs, err := trafgen.Addresses(lab.AttackNet4, n)
 	if err != nil {
 		return Row{}, err
@@ -164,32 +164,34 @@ func labCell(ctx context.Context, mode datapath.NICMode, n int, d trafgen.Dist, 
 			return Row{}, err
 		}
 	}
-	hw0, sw0, ov0, ar0, err := counters()
-	if err != nil {
-		return Row{}, err
-	}
-	b0, t0 := cpuTimes(rxCPU)
-	start := time.Now()
-	rep, err := flood(dur)
-	if err != nil {
-		return Row{}, err
-	}
-	time.Sleep(50 * time.Millisecond)
-	el := time.Since(start).Seconds()
-	b1, t1 := cpuTimes(rxCPU)
-	hw1, sw1, ov1, ar1, err := counters()
-	if err != nil {
-		return Row{}, err
-	}
-	r := Row{Figure: "drop-rate", Mechanism: modeName(mode), Dist: string(d), Sources: n, SentMpps: rep.PPS / 1e6,
-		DropMpps: float64(hw1-hw0+sw1-sw0) / el / 1e6, Extra: float64(hw1-hw0) / el / 1e6, Arrived: float64(ar1-ar0) / el / 1e6}
-	if t1 > t0 {
-		r.CPUPct = 100 * float64(b1-b0) / float64(t1-t0)
-	}
-	if ov := ov1 - ov0; ov > 0 {
-		r.Note = fmt.Sprintf("NIC CPU overload drops %.3f Mpps", float64(ov)/el/1e6)
-	}
-	return r, nil
+	return medianOf(repeat, func() (Row, error) {
+		hw0, sw0, ov0, ar0, err := counters()
+		if err != nil {
+			return Row{}, err
+		}
+		b0, t0 := cpuTimes(rxCPU)
+		start := time.Now()
+		rep, err := flood(dur)
+		if err != nil {
+			return Row{}, err
+		}
+		time.Sleep(50 * time.Millisecond)
+		el := time.Since(start).Seconds()
+		b1, t1 := cpuTimes(rxCPU)
+		hw1, sw1, ov1, ar1, err := counters()
+		if err != nil {
+			return Row{}, err
+		}
+		r := Row{Figure: "drop-rate", Mechanism: modeName(mode), Dist: string(d), Sources: n, SentMpps: rep.PPS / 1e6,
+			DropMpps: float64(hw1-hw0+sw1-sw0) / el / 1e6, Extra: float64(hw1-hw0) / el / 1e6, Arrived: float64(ar1-ar0) / el / 1e6}
+		if t1 > t0 {
+			r.CPUPct = 100 * float64(b1-b0) / float64(t1-t0)
+		}
+		if ov := ov1 - ov0; ov > 0 {
+			r.Note = fmt.Sprintf("NIC CPU overload drops %.3f Mpps;", float64(ov)/el/1e6)
+		}
+		return r, nil
+	})
 }
 
 func hostPrefixes(as []netip.Addr) []netip.Prefix {
