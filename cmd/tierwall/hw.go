@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"text/tabwriter"
@@ -18,13 +19,16 @@ import (
 
 // newHW is `tierwall hw`: the NIC tier of a real interface.
 func newHW() *cobra.Command {
-	c := &cobra.Command{Use: "hw", Short: "Inspect the hardware tier of a real NIC (tc flower, ethtool n-tuple)"}
+	c := parent("hw", "Inspect the hardware tier of a real NIC (tc flower, ethtool n-tuple)", "probe")
 	var o probe.Options
 	p := &cobra.Command{
 		Use:   "probe IFACE",
 		Short: "Say which hardware-table backend works on IFACE, or that tierwall runs XDP-only there",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if _, err := net.InterfaceByName(a[0]); err != nil {
+				return fmt.Errorf("%w: %s", datapath.ErrNoInterface, a[0])
+			}
 			t, err := probe.Backend(a[0], o)
 			type result struct {
 				Caps    *hwtable.Caps `json:"caps,omitempty"`
@@ -64,7 +68,7 @@ func isUnsupported(err error) bool { return errorsIs(err, hwtable.ErrUnsupported
 
 // newNIC is `tierwall nic`: the emulated SmartNIC stage.
 func newNIC() *cobra.Command {
-	c := &cobra.Command{Use: "nic", Short: "Drive the emulated SmartNIC stage (a bump-in-the-wire XDP hardware table)"}
+	c := parent("nic", "Drive the emulated SmartNIC stage (a bump-in-the-wire XDP hardware table)", "attach, detach, add, del or list")
 	var o datapath.NICOptions
 	at := &cobra.Command{
 		Use:   "attach WIRE HOST",
@@ -220,4 +224,13 @@ func nicChange(wire string, srcs []string, add bool, action string) error {
 		fmt.Printf("%s %s (%v)\n", map[bool]string{true: "installed", false: "removed"}[add], m, lat.Round(time.Microsecond))
 	}
 	return nil
+}
+
+// parent is a command that only groups subcommands: called bare or with
+// an unknown subcommand it is a usage error (exit 2), not help and exit 0.
+func parent(use, short, subs string) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return usageError{fmt.Errorf("%s needs a subcommand: %s", use, subs)}
+		}}
 }

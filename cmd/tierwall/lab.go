@@ -9,7 +9,7 @@ import (
 )
 
 func newLab() *cobra.Command {
-	c := &cobra.Command{Use: "lab", Short: "The testbed: internet (attackers, clients) → emulated NIC → host, in network namespaces"}
+	c := parent("lab", "The testbed: internet (attackers, clients) → emulated NIC → host, in network namespaces", "up, down or status")
 	var web bool
 	up := &cobra.Command{
 		Use:   "up",

@@ -74,50 +74,35 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 	}
 	mode := map[string]datapath.NICMode{"lab-host": datapath.NICWire, "lab-hybrid": datapath.NICHybrid,
 		"lab-nic-hw": datapath.NICHW, "lab-nic": datapath.NICCPU, "iptables": datapath.NICWire}[mech]
-	var nic *emunic.Table
-	if err := inNS(lab.NSNic, -1, func() error {
-		var e error
-		nic, e = emunic.Attach(lab.IfWire, lab.IfHPort, datapath.NICOptions{Mode: mode, CPURate: NICCPURate})
-		return e
-	}); err != nil {
-		return nil, err
-	}
-	var undo []func()
-	teardown := func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-		nic.Close()
-		inNS(lab.NSNic, -1, func() error { return datapath.DetachNIC(lab.IfWire, "") })
-	}
 	if mech == "iptables" {
-		// xdp_frames redirected to a host without XDP need GRO there.
+		// The NIC forwards everything; xdp_frames redirected to a host
+		// without XDP need GRO there.
+		var nic *emunic.Table
+		if err := inNS(lab.NSNic, -1, func() error {
+			var e error
+			nic, e = emunic.Attach(lab.IfWire, lab.IfHPort, datapath.NICOptions{Mode: datapath.NICWire})
+			return e
+		}); err != nil {
+			return nil, err
+		}
 		sh("ip", "netns", "exec", lab.NSHost, "ethtool", "-K", lab.IfHost, "gro", "on")
 		m := iptablesRaw{}
+		teardown := func() {
+			inNS(lab.NSHost, -1, func() error { m.Teardown(); return nil })
+			nic.Close()
+			inNS(lab.NSNic, -1, func() error { return datapath.DetachNIC(lab.IfWire, "") })
+		}
 		if err := inNS(lab.NSHost, -1, func() error { return m.Setup(lab.IfHost, srcs) }); err != nil {
 			teardown()
 			return nil, err
 		}
-		undo = append(undo, func() { inNS(lab.NSHost, -1, func() error { m.Teardown(); return nil }) })
+		pinNAPI(lab.NSHost, lab.IfHost, rxCPU)
 		return teardown, nil
 	}
-	fns, fif, opts := lab.NSHost, lab.IfHost, datapath.Options{}
-	if mode == datapath.NICHW || mode == datapath.NICCPU {
-		fns, fif, opts.Mode = lab.NSNic, lab.IfWire, datapath.ModeNIC
-	}
-	opts.ExactCapacity4, opts.ExactCapacity6, opts.PrefixCapacity, opts.AllowCapacity, opts.FeatureCapacity = max(n, 1024), 1024, 64, 64, 1<<14
-	var dp *datapath.Datapath
-	if err := inNS(fns, -1, func() error {
-		var e error
-		if dp, e = datapath.Attach(fif, opts); e != nil {
-			return e
-		}
-		return dp.BlockBulk(srcs)
-	}); err != nil {
-		teardown()
+	nic, _, teardown, err := labMode(mode, srcs)
+	if err != nil {
 		return nil, err
 	}
-	undo = append(undo, func() { dp.Close(); inNS(fns, -1, func() error { return datapath.Detach(fif, "") }) })
 	if mode == datapath.NICHybrid || mode == datapath.NICHW {
 		for _, a := range srcs[:min(len(srcs), nic.Caps().Capacity)] {
 			if _, err := nic.Install(ctx, hwtable.Rule{Match: hwtable.SourceMatch(a), Action: hwtable.Drop}); err != nil {
@@ -126,8 +111,6 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 			}
 		}
 	}
-	pinNAPI(lab.NSNic, lab.IfWire, rxCPU)
-	pinNAPI(lab.NSHost, lab.IfHost, rxCPU)
 	return teardown, nil
 }
 

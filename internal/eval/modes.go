@@ -71,40 +71,11 @@ func labCell(ctx context.Context, mode datapath.NICMode, n int, d trafgen.Dist, 
 	if err != nil {
 		return Row{}, err
 	}
-	var nic *emunic.Table
-	if err := inNS(lab.NSNic, -1, func() error {
-		var e error
-		nic, e = emunic.Attach(lab.IfWire, lab.IfHPort, datapath.NICOptions{Mode: mode, CPURate: NICCPURate})
-		return e
-	}); err != nil {
+	nic, dp, detach, err := labMode(mode, srcs)
+	if err != nil {
 		return Row{}, err
 	}
-	defer func() {
-		nic.Close()
-		inNS(lab.NSNic, -1, func() error { return datapath.DetachNIC(lab.IfWire, "") })
-	}()
-	// Where the software filter runs: the host, or the NIC's CPU.
-	fns, fif, opts := lab.NSHost, lab.IfHost, datapath.Options{}
-	if mode == datapath.NICHW || mode == datapath.NICCPU {
-		fns, fif, opts.Mode = lab.NSNic, lab.IfWire, datapath.ModeNIC
-	}
-	opts.ExactCapacity4, opts.ExactCapacity6, opts.PrefixCapacity, opts.AllowCapacity, opts.FeatureCapacity = max(n, 1024), 1024, 64, 64, 1<<14
-	var dp *datapath.Datapath
-	if err := inNS(fns, -1, func() error {
-		var e error
-		if dp, e = datapath.Attach(fif, opts); e != nil {
-			return e
-		}
-		return dp.BlockBulk(srcs)
-	}); err != nil {
-		return Row{}, err
-	}
-	defer func() {
-		dp.Close()
-		inNS(fns, -1, func() error { return datapath.Detach(fif, "") })
-	}()
-	pinNAPI(lab.NSNic, lab.IfWire, rxCPU)
-	pinNAPI(lab.NSHost, lab.IfHost, rxCPU)
+	defer detach()
 
 	spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: src, DstMAC: dst, Dst: lab.Host4, Sources: n, Dist: d, Seed: uint64(n)}
 	flood := func(t time.Duration) (*trafgen.Report, error) {
@@ -200,4 +171,43 @@ func hostPrefixes(as []netip.Addr) []netip.Prefix {
 		out[i] = netip.PrefixFrom(a, 32)
 	}
 	return out
+}
+
+// labMode attaches the emulated NIC in mode and tierwall's filter where
+// that mode runs it (the host, or the NIC's CPU) with srcs blocked.
+// detach removes both; the NIC table is left empty for the caller.
+func labMode(mode datapath.NICMode, srcs []netip.Addr) (nic *emunic.Table, dp *datapath.Datapath, detach func(), err error) {
+	if err := inNS(lab.NSNic, -1, func() error {
+		var e error
+		nic, e = emunic.Attach(lab.IfWire, lab.IfHPort, datapath.NICOptions{Mode: mode, CPURate: NICCPURate})
+		return e
+	}); err != nil {
+		return nil, nil, nil, err
+	}
+	detachNIC := func() {
+		nic.Close()
+		inNS(lab.NSNic, -1, func() error { return datapath.DetachNIC(lab.IfWire, "") })
+	}
+	fns, fif, opts := lab.NSHost, lab.IfHost, datapath.Options{}
+	if mode == datapath.NICHW || mode == datapath.NICCPU {
+		fns, fif, opts.Mode = lab.NSNic, lab.IfWire, datapath.ModeNIC
+	}
+	opts.ExactCapacity4, opts.ExactCapacity6, opts.PrefixCapacity, opts.AllowCapacity, opts.FeatureCapacity = max(len(srcs), 1024), 1024, 64, 64, 1<<14
+	if err := inNS(fns, -1, func() error {
+		var e error
+		if dp, e = datapath.Attach(fif, opts); e != nil {
+			return e
+		}
+		return dp.BlockBulk(srcs)
+	}); err != nil {
+		detachNIC()
+		return nil, nil, nil, err
+	}
+	pinNAPI(lab.NSNic, lab.IfWire, rxCPU)
+	pinNAPI(lab.NSHost, lab.IfHost, rxCPU)
+	return nic, dp, func() {
+		dp.Close()
+		inNS(fns, -1, func() error { return datapath.Detach(fif, "") })
+		detachNIC()
+	}, nil
 }
