@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // daemonClient talks to a running daemon's unix socket. The CLI goes
@@ -63,7 +63,7 @@ func (d *daemonClient) do(method, path string, body any, out any) error {
 		json.Unmarshal(b, &e)
 		// 4xx are the caller's to fix: exit 2 like the direct path.
 		if resp.StatusCode < 500 {
-			return fmt.Errorf("%w: daemon: %s", datapath.ErrInvalid, e.Error)
+			return fmt.Errorf("%w: daemon: %s", rule.ErrInvalid, e.Error)
 		}
 		return fmt.Errorf("daemon: %s (HTTP %d)", e.Error, resp.StatusCode)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/eval"
+	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/trafgen"
 )
 
@@ -30,7 +30,7 @@ func newEval() *cobra.Command {
 			for _, s := range strings.Split(sizes, ",") {
 				n, err := strconv.Atoi(strings.TrimSpace(s))
 				if err != nil || n <= 0 {
-					return fmt.Errorf("%w: --sizes %q", datapath.ErrInvalid, sizes)
+					return fmt.Errorf("%w: --sizes %q", rule.ErrInvalid, sizes)
 				}
 				o.Sizes = append(o.Sizes, n)
 			}

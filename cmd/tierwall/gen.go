@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/trafgen"
 )
 
@@ -33,11 +33,11 @@ It reports what the kernel was handed to transmit, per source with --top.`,
 			s.Iface = a[0]
 			var err error
 			if s.Dst, err = netip.ParseAddr(dst); err != nil {
-				return fmt.Errorf("%w: --dst %q", datapath.ErrInvalid, dst)
+				return fmt.Errorf("%w: --dst %q", rule.ErrInvalid, dst)
 			}
 			mac, err := net.ParseMAC(dstMAC)
 			if err != nil || len(mac) != 6 {
-				return fmt.Errorf("%w: --dst-mac %q", datapath.ErrInvalid, dstMAC)
+				return fmt.Errorf("%w: --dst-mac %q", rule.ErrInvalid, dstMAC)
 			}
 			s.DstMAC = [6]byte(mac)
 			if ifc, err := net.InterfaceByName(s.Iface); err == nil && len(ifc.HardwareAddr) == 6 {
@@ -45,12 +45,12 @@ It reports what the kernel was handed to transmit, per source with --top.`,
 			}
 			if base != "" {
 				if s.Base, err = netip.ParsePrefix(base); err != nil {
-					return fmt.Errorf("%w: --base %q", datapath.ErrInvalid, base)
+					return fmt.Errorf("%w: --base %q", rule.ErrInvalid, base)
 				}
 			}
 			if spoof != "" {
 				if s.Spoof, err = netip.ParsePrefix(spoof); err != nil {
-					return fmt.Errorf("%w: --spoof %q", datapath.ErrInvalid, spoof)
+					return fmt.Errorf("%w: --spoof %q", rule.ErrInvalid, spoof)
 				}
 			}
 			s.Dist = trafgen.Dist(dist)

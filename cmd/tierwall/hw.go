@@ -15,6 +15,7 @@ import (
 	"github.com/tierwall/tierwall/internal/hwtable"
 	"github.com/tierwall/tierwall/internal/hwtable/emunic"
 	"github.com/tierwall/tierwall/internal/hwtable/probe"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // newHW is `tierwall hw`: the NIC tier of a real interface.
@@ -184,13 +185,13 @@ func nicChange(wire string, srcs []string, add bool, action string) error {
 	case "forward":
 		act = hwtable.Forward
 	default:
-		return fmt.Errorf("%w: action %q (want drop or forward)", datapath.ErrInvalid, action)
+		return fmt.Errorf("%w: action %q (want drop or forward)", rule.ErrInvalid, action)
 	}
 	var ms []hwtable.Match
 	for _, s := range srcs {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return fmt.Errorf("%w: %q is not an address", datapath.ErrInvalid, s)
+			return fmt.Errorf("%w: %q is not an address", rule.ErrInvalid, s)
 		}
 		m := hwtable.SourceMatch(a.Unmap())
 		if err := m.Validate(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/hwtable"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 var errorsIs = errors.Is
@@ -43,7 +44,7 @@ func (u usageError) Unwrap() error { return u.error }
 
 func exitCode(err error) int {
 	var u usageError
-	for _, s := range []error{datapath.ErrInvalid, datapath.ErrTableFull, datapath.ErrNoInterface,
+	for _, s := range []error{rule.ErrInvalid, datapath.ErrTableFull, datapath.ErrNoInterface,
 		datapath.ErrNotAttached, datapath.ErrNoRule, datapath.ErrIncompatible,
 		hwtable.ErrInvalid, hwtable.ErrTableFull, hwtable.ErrNoRule, config.ErrInvalid} {
 		if errors.Is(err, s) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/rule"
 	"golang.org/x/sys/unix"
 )
 
@@ -49,7 +50,7 @@ func newRoot() *cobra.Command {
 func enterNetns(name string) error {
 	f, err := os.Open("/run/netns/" + name)
 	if err != nil {
-		return fmt.Errorf("%w: network namespace %q: %v", datapath.ErrInvalid, name, err)
+		return fmt.Errorf("%w: network namespace %q: %v", rule.ErrInvalid, name, err)
 	}
 	defer f.Close()
 	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
@@ -90,7 +91,7 @@ func open() (*datapath.Datapath, error) {
 		case 1:
 			name = names[0]
 		default:
-			return nil, fmt.Errorf("%w: several interfaces attached (%s); pick one with -i", datapath.ErrInvalid, strings.Join(names, ", "))
+			return nil, fmt.Errorf("%w: several interfaces attached (%s); pick one with -i", rule.ErrInvalid, strings.Join(names, ", "))
 		}
 	}
 	return datapath.Open(name, g.pinRoot)

@@ -38,7 +38,7 @@ func ruleCommands(use, short string, add, del func(*datapath.Datapath, ...netip.
 				if file != "" {
 					fh, err := os.Open(file)
 					if err != nil {
-						return fmt.Errorf("%w: %v", datapath.ErrInvalid, err)
+						return fmt.Errorf("%w: %v", rule.ErrInvalid, err)
 					}
 					more, err := rule.ReadList(fh, file)
 					fh.Close()

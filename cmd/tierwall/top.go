@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // talker is one source's traffic over the snapshot, as rates.
@@ -34,7 +34,7 @@ func newTop() *cobra.Command {
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if interval <= 0 || n <= 0 {
-				return fmt.Errorf("%w: --interval and -n must be positive", datapath.ErrInvalid)
+				return fmt.Errorf("%w: --interval and -n must be positive", rule.ErrInvalid)
 			}
 			// A running daemon owns the snapshots: taking one here would
 			// steal an interval from its detectors. Ask it instead.

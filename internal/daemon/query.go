@@ -10,6 +10,7 @@ import (
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // What the API reads and changes. Every method runs on the loop goroutine
@@ -82,7 +83,7 @@ func (d *Daemon) AddRule(ctx context.Context, p netip.Prefix, reason string, ttl
 			if !existed {
 				d.store.Remove(p)
 			}
-			if errors.Is(err, datapath.ErrTableFull) || errors.Is(err, datapath.ErrInvalid) {
+			if errors.Is(err, datapath.ErrTableFull) || errors.Is(err, rule.ErrInvalid) {
 				err = fmt.Errorf("%w: %v", ErrBadRequest, err)
 			}
 			return

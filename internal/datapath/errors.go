@@ -1,6 +1,10 @@
 package datapath
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/tierwall/tierwall/internal/rule"
+)
 
 // Sentinel errors; callers test them with errors.Is. Each is wrapped with
 // the detail of what was being done.
@@ -16,6 +20,7 @@ var (
 	ErrIncompatible = errors.New("pinned state incompatible")
 	// ErrNoRule means a rule to delete does not exist.
 	ErrNoRule = errors.New("no such rule")
-	// ErrInvalid means the caller passed a value that cannot be a rule.
-	ErrInvalid = errors.New("invalid argument")
+	// ErrInvalid means the caller passed a value that cannot be a rule; it
+	// is the project-wide usage error of package rule.
+	ErrInvalid = rule.ErrInvalid
 )

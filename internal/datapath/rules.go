@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/tierwall/tierwall/internal/rule"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,22 +36,8 @@ func (d *Datapath) initTables(seed uint32) {
 	d.ex6 = &exactTable{v6: true, slots: d.sizes.slots6, ncpu: d.sizes.ncpu, seed: seed, keys: d.maps.TwEx6, ctrs: d.maps.TwEx6Ctr}
 }
 
-// CheckPrefix rejects what cannot be a rule: invalid, zoned, IPv4-mapped
-// IPv6 (packets carry the IPv4 form) or with host bits set (ambiguous).
-func CheckPrefix(p netip.Prefix) error {
-	a := p.Addr()
-	switch {
-	case !p.IsValid():
-		return fmt.Errorf("%w: invalid prefix", ErrInvalid)
-	case a.Zone() != "":
-		return fmt.Errorf("%w: %s: zoned addresses are not rules", ErrInvalid, p)
-	case a.Is4In6():
-		return fmt.Errorf("%w: %s is IPv4-mapped; use %s", ErrInvalid, p, netip.PrefixFrom(a.Unmap(), max(p.Bits()-96, 0)))
-	case p.Masked() != p:
-		return fmt.Errorf("%w: %s has host bits set; did you mean %s?", ErrInvalid, p, p.Masked())
-	}
-	return nil
-}
+// CheckPrefix rejects what cannot be a rule; see rule.CheckPrefix.
+func CheckPrefix(p netip.Prefix) error { return rule.CheckPrefix(p) }
 
 func isExact(p netip.Prefix) bool { return p.IsSingleIP() }
 

@@ -4,13 +4,17 @@ package rule
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"strings"
-
-	"github.com/tierwall/tierwall/internal/datapath"
 )
+
+// ErrInvalid is the project's usage error: a value that cannot be a rule,
+// an address, a prefix or an option. Every layer wraps it, so the CLI
+// tells bad input (exit code 2) from failures with errors.Is.
+var ErrInvalid = errors.New("invalid argument")
 
 // Parse turns "192.0.2.1", "2001:db8::1", "198.51.100.0/24" or
 // "2001:db8::/32" into a prefix, refusing anything CheckPrefix refuses.
@@ -20,19 +24,19 @@ func Parse(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		var err error
 		if p, err = netip.ParsePrefix(s); err != nil {
-			return p, fmt.Errorf("%w: %q is not an address or prefix", datapath.ErrInvalid, s)
+			return p, fmt.Errorf("%w: %q is not an address or prefix", ErrInvalid, s)
 		}
 	} else {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return p, fmt.Errorf("%w: %q is not an address or prefix", datapath.ErrInvalid, s)
+			return p, fmt.Errorf("%w: %q is not an address or prefix", ErrInvalid, s)
 		}
 		if a.Zone() != "" {
-			return p, fmt.Errorf("%w: %q: zoned addresses are not rules", datapath.ErrInvalid, s)
+			return p, fmt.Errorf("%w: %q: zoned addresses are not rules", ErrInvalid, s)
 		}
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
-	if err := datapath.CheckPrefix(p); err != nil {
+	if err := CheckPrefix(p); err != nil {
 		return p, err
 	}
 	return p, nil
@@ -74,4 +78,21 @@ func ReadList(r io.Reader, name string) ([]netip.Prefix, error) {
 		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
 	return out, nil
+}
+
+// CheckPrefix rejects what cannot be a rule: invalid, zoned, IPv4-mapped
+// IPv6 (packets carry the IPv4 form) or with host bits set (ambiguous).
+func CheckPrefix(p netip.Prefix) error {
+	a := p.Addr()
+	switch {
+	case !p.IsValid():
+		return fmt.Errorf("%w: invalid prefix", ErrInvalid)
+	case a.Zone() != "":
+		return fmt.Errorf("%w: %s: zoned addresses are not rules", ErrInvalid, p)
+	case a.Is4In6():
+		return fmt.Errorf("%w: %s is IPv4-mapped; use %s", ErrInvalid, p, netip.PrefixFrom(a.Unmap(), max(p.Bits()-96, 0)))
+	case p.Masked() != p:
+		return fmt.Errorf("%w: %s has host bits set; did you mean %s?", ErrInvalid, p, p.Masked())
+	}
+	return nil
 }

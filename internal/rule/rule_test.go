@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/tierwall/tierwall/internal/datapath"
 )
 
 func TestParse(t *testing.T) {
@@ -20,7 +18,7 @@ func TestParse(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "10.0.0", "10.0.0.1/33", "2001:db8::/129", "10.0.0.1/8", "::ffff:10.0.0.1", "fe80::1%eth0", "host.example", "1.2.3.4/-1"} {
-		if _, err := Parse(in); !errors.Is(err, datapath.ErrInvalid) {
+		if _, err := Parse(in); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Parse(%q): %v, want ErrInvalid", in, err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Dist is how the rate is spread over the sources.
@@ -67,11 +68,11 @@ type Report struct {
 // or the evaluation blocks).
 func Addresses(base netip.Prefix, n int) ([]netip.Addr, error) {
 	if !base.IsValid() {
-		return nil, fmt.Errorf("%w: source base prefix", datapath.ErrInvalid)
+		return nil, fmt.Errorf("%w: source base prefix", rule.ErrInvalid)
 	}
 	hostBits := base.Addr().BitLen() - base.Bits()
 	if hostBits < 63 && uint64(n) > uint64(1)<<hostBits {
-		return nil, fmt.Errorf("%w: %d sources do not fit in %s", datapath.ErrInvalid, n, base)
+		return nil, fmt.Errorf("%w: %d sources do not fit in %s", rule.ErrInvalid, n, base)
 	}
 	out := make([]netip.Addr, n)
 	a := base.Masked().Addr().Next() // skip the network address
@@ -84,22 +85,22 @@ func Addresses(base netip.Prefix, n int) ([]netip.Addr, error) {
 
 func (s *Spec) defaults() error {
 	if s.Duration <= 0 || s.Duration > MaxDuration {
-		return fmt.Errorf("%w: duration %v outside (0, %v]", datapath.ErrInvalid, s.Duration, MaxDuration)
+		return fmt.Errorf("%w: duration %v outside (0, %v]", rule.ErrInvalid, s.Duration, MaxDuration)
 	}
 	if !s.Dst.IsValid() {
-		return fmt.Errorf("%w: destination address", datapath.ErrInvalid)
+		return fmt.Errorf("%w: destination address", rule.ErrInvalid)
 	}
 	if s.DstPort == 0 {
 		s.DstPort = 9
 	}
 	if s.Spoof.IsValid() {
 		if s.Spoof.Addr().Is4() != s.Dst.Is4() {
-			return fmt.Errorf("%w: spoof prefix %s and destination %s differ in family", datapath.ErrInvalid, s.Spoof, s.Dst)
+			return fmt.Errorf("%w: spoof prefix %s and destination %s differ in family", rule.ErrInvalid, s.Spoof, s.Dst)
 		}
 		return nil
 	}
 	if s.Sources <= 0 || s.Sources > 1<<20 {
-		return fmt.Errorf("%w: %d sources outside 1..1048576", datapath.ErrInvalid, s.Sources)
+		return fmt.Errorf("%w: %d sources outside 1..1048576", rule.ErrInvalid, s.Sources)
 	}
 	if !s.Base.IsValid() {
 		s.Base = netip.MustParsePrefix("10.128.0.0/9")
@@ -108,14 +109,14 @@ func (s *Spec) defaults() error {
 		}
 	}
 	if s.Base.Addr().Is4() != s.Dst.Is4() {
-		return fmt.Errorf("%w: source base %s and destination %s differ in family", datapath.ErrInvalid, s.Base, s.Dst)
+		return fmt.Errorf("%w: source base %s and destination %s differ in family", rule.ErrInvalid, s.Base, s.Dst)
 	}
 	switch s.Dist {
 	case "":
 		s.Dist = Uniform
 	case Uniform, Gaussian, Zipf:
 	default:
-		return fmt.Errorf("%w: distribution %q (want uniform, gaussian or zipf)", datapath.ErrInvalid, s.Dist)
+		return fmt.Errorf("%w: distribution %q (want uniform, gaussian or zipf)", rule.ErrInvalid, s.Dist)
 	}
 	if s.ZipfS == 0 {
 		s.ZipfS = 1
