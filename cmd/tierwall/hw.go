@@ -12,16 +12,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/hwtable"
-	"github.com/tierwall/tierwall/internal/hwtable/emunic"
-	"github.com/tierwall/tierwall/internal/hwtable/probe"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/autodetect"
 )
 
 // newHW is `tierwall hw`: the NIC tier of a real interface.
 func newHW() *cobra.Command {
 	c := parent("hw", "Inspect the hardware tier of a real NIC (tc flower, ethtool n-tuple)", "probe")
-	var o probe.Options
+	var o autodetect.Options
 	p := &cobra.Command{
 		Use:   "probe IFACE",
 		Short: "Say which hardware-table backend works on IFACE, or that tierwall runs XDP-only there",
@@ -30,11 +30,11 @@ func newHW() *cobra.Command {
 			if _, err := net.InterfaceByName(a[0]); err != nil {
 				return fmt.Errorf("%w: %s", datapath.ErrNoInterface, a[0])
 			}
-			t, err := probe.Backend(a[0], o)
+			t, err := autodetect.Backend(a[0], o)
 			type result struct {
-				Caps    *hwtable.Caps `json:"caps,omitempty"`
-				XDPOnly bool          `json:"xdp_only"`
-				Reason  string        `json:"reason,omitempty"`
+				Caps    *tier.Caps `json:"caps,omitempty"`
+				XDPOnly bool       `json:"xdp_only"`
+				Reason  string     `json:"reason,omitempty"`
 			}
 			var r result
 			if err != nil {
@@ -65,37 +65,37 @@ func newHW() *cobra.Command {
 	return c
 }
 
-func isUnsupported(err error) bool { return errorsIs(err, hwtable.ErrUnsupported) }
+func isUnsupported(err error) bool { return errorsIs(err, tier.ErrUnsupported) }
 
 // newNIC is `tierwall nic`: the emulated SmartNIC stage.
 func newNIC() *cobra.Command {
 	c := parent("nic", "Drive the emulated SmartNIC stage (a bump-in-the-wire XDP hardware table)", "attach, detach, add, del or list")
-	var o datapath.NICOptions
+	var o nicstage.Options
 	at := &cobra.Command{
 		Use:   "attach WIRE HOST",
 		Short: "Attach the NIC stage to WIRE, forwarding what it does not drop to HOST",
 		Args:  args(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			o.PinRoot = g.pinRoot
-			t, err := emunic.Attach(a[0], a[1], o)
+			t, err := nicstage.AttachTable(a[0], a[1], o)
 			if err != nil {
 				return err
 			}
 			defer t.Close()
 			caps := t.Caps()
-			mode, err := t.NIC().Mode()
+			mode, err := t.Stage().Mode()
 			if err != nil {
 				return err
 			}
-			fmt.Printf("emulated NIC on %s (%s): %d-rule table, %v per update\n", a[0], mode, caps.Capacity, t.NIC().UpdateLatency())
-			if mode == datapath.NICHW || mode == datapath.NICCPU {
+			fmt.Printf("emulated NIC on %s (%s): %d-rule table, %v per update\n", a[0], mode, caps.Capacity, t.Stage().UpdateLatency())
+			if mode == nicstage.HW || mode == nicstage.CPU {
 				fmt.Printf("run the filter on its CPU with: tierwall attach %s --mode nic-cpu (in this namespace)\n", a[0])
 			}
 			return nil
 		},
 	}
-	at.Flags().IntVar(&o.Capacity, "capacity", 0, fmt.Sprintf("hardware table size K (default %d)", datapath.DefaultNICCapacity))
-	at.Flags().DurationVar(&o.UpdateLatency, "latency", 0, fmt.Sprintf("emulated time per rule update (default %v)", datapath.DefaultNICLatency))
+	at.Flags().IntVar(&o.Capacity, "capacity", 0, fmt.Sprintf("hardware table size K (default %d)", nicstage.DefaultCapacity))
+	at.Flags().DurationVar(&o.UpdateLatency, "latency", 0, fmt.Sprintf("emulated time per rule update (default %v)", nicstage.DefaultLatency))
 	at.Flags().StringVar((*string)(&o.Mode), "mode", "", "hybrid (table, misses to the host; default), nic-hw (table, misses to the filter on the NIC CPU), nic (all through the NIC CPU), wire (pass everything)")
 	at.Flags().Uint64Var(&o.CPURate, "cpu-rate", 0, "packets/s the NIC CPU can filter (nic, nic-hw); 0: no cap")
 	de := &cobra.Command{
@@ -103,7 +103,7 @@ func newNIC() *cobra.Command {
 		Short: "Remove the NIC stage and its rules from WIRE",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			return datapath.DetachNIC(a[0], g.pinRoot)
+			return nicstage.Detach(a[0], g.pinRoot)
 		},
 	}
 	var action string
@@ -129,7 +129,7 @@ func newNIC() *cobra.Command {
 		Short: "List the NIC table with hardware counters, and the stage's verdicts",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			n, err := datapath.OpenNIC(a[0], g.pinRoot)
+			n, err := nicstage.Open(a[0], g.pinRoot)
 			if err != nil {
 				return err
 			}
@@ -144,9 +144,9 @@ func newNIC() *cobra.Command {
 			}
 			if g.json {
 				type rule struct {
-					Match   string           `json:"match"`
-					Action  string           `json:"action"`
-					Counter hwtable.Counters `json:"counters"`
+					Match   string        `json:"match"`
+					Action  string        `json:"action"`
+					Counter tier.Counters `json:"counters"`
 				}
 				out := struct {
 					Capacity int                         `json:"capacity"`
@@ -166,7 +166,7 @@ func newNIC() *cobra.Command {
 			}
 			w.Flush()
 			fmt.Println()
-			for _, v := range datapath.NICVerdicts {
+			for _, v := range nicstage.Verdicts {
 				fmt.Printf("%-12s %d packets\n", v, st[v].Packets)
 			}
 			return nil
@@ -179,35 +179,35 @@ func newNIC() *cobra.Command {
 
 // nicChange validates every source first, so bad input changes nothing.
 func nicChange(wire string, srcs []string, add bool, action string) error {
-	act := hwtable.Drop
+	act := tier.Drop
 	switch action {
 	case "", "drop":
 	case "forward":
-		act = hwtable.Forward
+		act = tier.Forward
 	default:
 		return fmt.Errorf("%w: action %q (want drop or forward)", rule.ErrInvalid, action)
 	}
-	var ms []hwtable.Match
+	var ms []tier.Match
 	for _, s := range srcs {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
 			return fmt.Errorf("%w: %q is not an address", rule.ErrInvalid, s)
 		}
-		m := hwtable.SourceMatch(a.Unmap())
+		m := tier.SourceMatch(a.Unmap())
 		if err := m.Validate(); err != nil {
 			return err
 		}
 		ms = append(ms, m)
 	}
-	n, err := datapath.OpenNIC(wire, g.pinRoot)
+	n, err := nicstage.Open(wire, g.pinRoot)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
-	t := emunic.New(n)
+	t := nicstage.NewTable(n)
 	if add {
 		if have, _ := n.Rules(); len(have)+len(ms) > n.Capacity() {
-			return fmt.Errorf("%w: %d rules in use of %d, %d more asked", hwtable.ErrTableFull, len(have), n.Capacity(), len(ms))
+			return fmt.Errorf("%w: %d rules in use of %d, %d more asked", tier.ErrTableFull, len(have), n.Capacity(), len(ms))
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -215,7 +215,7 @@ func nicChange(wire string, srcs []string, add bool, action string) error {
 	for _, m := range ms {
 		var lat time.Duration
 		if add {
-			lat, err = t.Install(ctx, hwtable.Rule{Match: m, Action: act})
+			lat, err = t.Install(ctx, tier.Rule{Match: m, Action: act})
 		} else {
 			_, lat, err = t.Remove(ctx, m)
 		}

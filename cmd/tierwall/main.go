@@ -12,8 +12,8 @@ import (
 
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/hwtable"
 	"github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 var errorsIs = errors.Is
@@ -46,7 +46,7 @@ func exitCode(err error) int {
 	var u usageError
 	for _, s := range []error{rule.ErrInvalid, datapath.ErrTableFull, datapath.ErrNoInterface,
 		datapath.ErrNotAttached, datapath.ErrNoRule, datapath.ErrIncompatible,
-		hwtable.ErrInvalid, hwtable.ErrTableFull, hwtable.ErrNoRule, config.ErrInvalid} {
+		tier.ErrInvalid, tier.ErrTableFull, tier.ErrNoRule, config.ErrInvalid} {
 		if errors.Is(err, s) {
 			return exitUsage
 		}

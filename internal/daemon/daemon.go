@@ -21,14 +21,14 @@ import (
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/detect"
-	"github.com/tierwall/tierwall/internal/hwtable"
-	"github.com/tierwall/tierwall/internal/hwtable/emunic"
-	"github.com/tierwall/tierwall/internal/hwtable/flower"
-	"github.com/tierwall/tierwall/internal/hwtable/ntuple"
-	"github.com/tierwall/tierwall/internal/hwtable/probe"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/placement"
+	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/autodetect"
+	"github.com/tierwall/tierwall/internal/tier/flower"
+	"github.com/tierwall/tierwall/internal/tier/ntuple"
 )
 
 // Event is one thing the daemon did or decided, for the API and logs.
@@ -52,7 +52,7 @@ type Daemon struct {
 	log     *slog.Logger
 
 	dp    *datapath.Datapath
-	hw    hwtable.Table
+	hw    tier.Table
 	off   *placement.Offloader
 	store *ban.Store
 
@@ -149,14 +149,14 @@ func (d *Daemon) buildDetectors() {
 }
 
 // openHardware opens the configured NIC tier; nil means XDP-only.
-func openHardware(cfg *config.Config, log *slog.Logger) (hwtable.Table, error) {
+func openHardware(cfg *config.Config, log *slog.Logger) (tier.Table, error) {
 	h := cfg.Hardware
 	switch h.Backend {
 	case "none":
 		return nil, nil
 	case "auto":
-		t, err := probe.Backend(cfg.Interface, probe.Options{Capacity: h.Capacity})
-		if errors.Is(err, hwtable.ErrUnsupported) {
+		t, err := autodetect.Backend(cfg.Interface, autodetect.Options{Capacity: h.Capacity})
+		if errors.Is(err, tier.ErrUnsupported) {
 			log.Warn("no hardware tier, running XDP-only", "reason", err)
 			return nil, nil
 		}
@@ -166,10 +166,10 @@ func openHardware(cfg *config.Config, log *slog.Logger) (hwtable.Table, error) {
 	case "ntuple":
 		return ntuple.Open(cfg.Interface, 0, h.Capacity)
 	case "emulated":
-		var t hwtable.Table
+		var t tier.Table
 		err := InNetns(h.Emulated.Netns, func() error {
 			var err error
-			t, err = emunic.Attach(h.Emulated.Wire, h.Emulated.Host, datapath.NICOptions{Capacity: h.Capacity})
+			t, err = nicstage.AttachTable(h.Emulated.Wire, h.Emulated.Host, nicstage.Options{Capacity: h.Capacity})
 			return err
 		})
 		if err != nil {
@@ -288,7 +288,7 @@ const refreshEvery = 30 * time.Second
 
 func (d *Daemon) unblock(now time.Time, p netip.Prefix) {
 	if d.hw != nil && p.IsSingleIP() {
-		if _, _, err := d.hw.Remove(context.Background(), hwtable.SourceMatch(p.Addr())); err != nil && !errors.Is(err, hwtable.ErrNoRule) {
+		if _, _, err := d.hw.Remove(context.Background(), tier.SourceMatch(p.Addr())); err != nil && !errors.Is(err, tier.ErrNoRule) {
 			d.event(now, "error", p, "removing from hardware: %v", err)
 		}
 	}
@@ -635,7 +635,7 @@ func (d *Daemon) shutdown() error {
 	now := time.Now()
 	var errs []error
 	if d.hw != nil {
-		if err := hwtable.Flush(context.Background(), d.hw); err != nil {
+		if err := tier.Flush(context.Background(), d.hw); err != nil {
 			errs = append(errs, fmt.Errorf("removing hardware rules: %w", err))
 		}
 		for _, b := range d.store.All() {

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/tierwall/tierwall/internal/hwtable/emunic"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 )
 
 // Metrics are the daemon's Prometheus metrics. Counters of the data plane
@@ -74,8 +74,8 @@ func (c *bpfCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descOverflow, prometheus.CounterValue, float64(s.FeatureOverflow))
 	}
-	if e, isEmu := c.d.hw.(*emunic.Table); isEmu {
-		if st, err := e.NIC().Stats(); err == nil {
+	if e, isEmu := c.d.hw.(*nicstage.Table); isEmu {
+		if st, err := e.Stage().Stats(); err == nil {
 			for v, n := range st {
 				ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(n.Packets), "nic", v)
 				ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(n.Bytes), "nic", v)

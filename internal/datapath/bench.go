@@ -99,7 +99,7 @@ func (d *Datapath) BlockBulk(addrs []netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 	var n4, n6 uint32
 	for _, a := range addrs {
 		t := d.ex6

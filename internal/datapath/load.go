@@ -13,6 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 )
 
 // Mode is how the XDP program is attached.
@@ -176,8 +177,6 @@ func pinnedNames(spec *ebpf.CollectionSpec) []string {
 	return names
 }
 
-const linkPin = "link"
-
 // Datapath is the filter on one interface: its pinned maps and, when this
 // process attached it, the program and link.
 type Datapath struct {
@@ -210,11 +209,11 @@ func (d *Datapath) Close() error {
 func stateDir(ifname, root string) (string, error) {
 	if root == "" {
 		var err error
-		if root, err = bpffsRoot(); err != nil {
+		if root, err = bpffs.Root(); err != nil {
 			return "", err
 		}
 	}
-	return pinDir(root, ifname), nil
+	return bpffs.FilterDir(root, ifname), nil
 }
 
 // Attach loads the filter onto ifname. Existing pinned state for the
@@ -232,13 +231,13 @@ func Attach(ifname string, o Options) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	lk, err := lockFor(dir)
+	lk, err := bpffs.Lock(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 
-	if exists(dir) {
+	if bpffs.Exists(dir) {
 		return adopt(ifc, dir, o)
 	}
 	return create(ifc, dir, o)
@@ -322,7 +321,7 @@ func create(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) 
 	// Pin into a private directory, attach, then publish with one rename:
 	// a crash at any step leaves either nothing or a complete state.
 	// "tmp:" cannot be an interface's directory: ':' is not allowed there.
-	tmp := filepath.Join(filepath.Dir(dir), fmt.Sprintf("tmp:%s:%d", pinName(ifc.Name), os.Getpid()))
+	tmp := filepath.Join(filepath.Dir(dir), fmt.Sprintf("tmp:%s:%d", bpffs.PinName(ifc.Name), os.Getpid()))
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", tmp, err)
 	}
@@ -340,7 +339,7 @@ func create(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) 
 		if err := os.Rename(tmp, dir); err != nil {
 			return nil, fmt.Errorf("publishing %s: %w", dir, err)
 		}
-		if err := chainFilter(nicDirFor(dir), d.prog); err != nil {
+		if err := chainFilter(bpffs.NICDirFor(dir), d.prog); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
@@ -355,7 +354,7 @@ func create(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) 
 	if err := d.updateConfig(func(c *filterTwConfig) { c.XdpMode = uint32(mode) }); err != nil {
 		return nil, err
 	}
-	if err := lnk.Pin(filepath.Join(tmp, linkPin)); err != nil {
+	if err := lnk.Pin(filepath.Join(tmp, bpffs.LinkPin)); err != nil {
 		return nil, fmt.Errorf("pinning link: %w", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
@@ -519,12 +518,12 @@ func adopt(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) {
 
 	if Mode(cfg.XdpMode) == ModeNIC {
 		// The prog-array slot swaps atomically too.
-		return d, chainFilter(nicDirFor(dir), d.prog)
+		return d, chainFilter(bpffs.NICDirFor(dir), d.prog)
 	}
 	// The pinned link keeps the old program running until Update swaps in
 	// the new one atomically: no packet goes unfiltered during an upgrade.
-	lp := filepath.Join(dir, linkPin)
-	switch updated, defunct, err := updatePinnedLink(lp, d.prog, ifc.Index); {
+	lp := filepath.Join(dir, bpffs.LinkPin)
+	switch updated, defunct, err := bpffs.UpdatePinnedLink(lp, d.prog, ifc.Index); {
 	case err != nil:
 		return nil, err
 	case updated:
@@ -554,7 +553,7 @@ func Open(ifname, pinRoot string) (*Datapath, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !exists(dir) {
+	if !bpffs.Exists(dir) {
 		return nil, fmt.Errorf("%w: %s (run tierwall attach %s)", ErrNotAttached, ifname, ifname)
 	}
 	return loadPinned(ifname, dir, false)
@@ -567,12 +566,12 @@ func Detach(ifname, pinRoot string) error {
 	if err != nil {
 		return err
 	}
-	lk, err := lockFor(dir)
+	lk, err := bpffs.Lock(dir)
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
-	if !exists(dir) {
+	defer lk.Unlock()
+	if !bpffs.Exists(dir) {
 		return fmt.Errorf("%w: %s", ErrNotAttached, ifname)
 	}
 	var cfg filterTwConfig
@@ -581,11 +580,11 @@ func Detach(ifname, pinRoot string) error {
 		m.Close()
 	}
 	if Mode(cfg.XdpMode) == ModeNIC {
-		if err := chainFilter(nicDirFor(dir), nil); err != nil && !errors.Is(err, ErrNotAttached) {
+		if err := chainFilter(bpffs.NICDirFor(dir), nil); err != nil && !errors.Is(err, ErrNotAttached) {
 			return err
 		}
 	}
-	if l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil); err == nil {
+	if l, err := link.LoadPinnedLink(filepath.Join(dir, bpffs.LinkPin), nil); err == nil {
 		if err := l.Unpin(); err != nil {
 			l.Close()
 			return fmt.Errorf("unpinning link: %w", err)
@@ -615,7 +614,7 @@ func Attached(pinRoot string) ([]string, error) {
 	var out []string
 	for _, e := range ents {
 		if e.IsDir() && !strings.HasPrefix(e.Name(), "tmp:") && !strings.HasPrefix(e.Name(), "ns:") {
-			out = append(out, ifaceFromPin(e.Name()))
+			out = append(out, bpffs.IfaceFromPin(e.Name()))
 		}
 	}
 	return out, nil
@@ -655,26 +654,4 @@ func (d *Datapath) updateConfig(f func(*filterTwConfig)) error {
 }
 
 // lock takes the interface's lock for a state change.
-func (d *Datapath) lock() (*fileLock, error) { return lockFor(d.Dir) }
-
-// updatePinnedLink swaps prog into the XDP link pinned at lp, atomically:
-// the old program runs until the new one takes over, so no packet goes
-// unfiltered during an upgrade. A link whose interface went away and came
-// back is defunct: it is unpinned and reported, for the caller to attach
-// anew. No pinned link at all is neither updated nor defunct.
-func updatePinnedLink(lp string, prog *ebpf.Program, ifindex int) (updated, defunct bool, err error) {
-	old, err := link.LoadPinnedLink(lp, nil)
-	if err != nil {
-		return false, false, nil
-	}
-	defer old.Close()
-	info, ierr := old.Info()
-	if ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == ifindex {
-		if err := old.Update(prog); err != nil {
-			return false, false, fmt.Errorf("replacing program on pinned link: %w", err)
-		}
-		return true, false, nil
-	}
-	old.Unpin()
-	return false, true, nil
-}
+func (d *Datapath) lock() (*bpffs.FileLock, error) { return bpffs.Lock(d.Dir) }

@@ -154,7 +154,7 @@ func (d *Datapath) change(ps []netip.Prefix, allow, add bool) (err error) {
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 
 	cfg, err := d.config()
 	if err != nil {

@@ -41,7 +41,7 @@ func (d *Datapath) Snapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer lk.unlock()
+	defer lk.Unlock()
 
 	var activeID ebpf.MapID
 	if err := d.maps.TwFeat.Lookup(uint32(0), &activeID); err != nil {

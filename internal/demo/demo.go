@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/lab"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/trafgen"
@@ -163,8 +164,8 @@ api: {socket: %s}
 	say("   daemon up (tierwall run, interval 500 ms; the rate detector learns its per-source threshold from the first 5 s), log in %s", daemonLog.Name())
 
 	// Counters of both tiers, read from the pinned maps.
-	var nic *datapath.NIC
-	if err := inNS(lab.NSNic, func() error { var e error; nic, e = datapath.OpenNIC(lab.IfWire, ""); return e }); err != nil {
+	var nic *nicstage.Stage
+	if err := inNS(lab.NSNic, func() error { var e error; nic, e = nicstage.Open(lab.IfWire, ""); return e }); err != nil {
 		return nil, err
 	}
 	defer nic.Close()

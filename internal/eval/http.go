@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/hwtable"
-	"github.com/tierwall/tierwall/internal/hwtable/emunic"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/lab"
+	"github.com/tierwall/tierwall/internal/tier"
 	"github.com/tierwall/tierwall/internal/trafgen"
 )
 
@@ -72,15 +71,15 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 	if err != nil {
 		return nil, err
 	}
-	mode := map[string]datapath.NICMode{"lab-host": datapath.NICWire, "lab-hybrid": datapath.NICHybrid,
-		"lab-nic-hw": datapath.NICHW, "lab-nic": datapath.NICCPU, "iptables": datapath.NICWire}[mech]
+	mode := map[string]nicstage.Mode{"lab-host": nicstage.Wire, "lab-hybrid": nicstage.Hybrid,
+		"lab-nic-hw": nicstage.HW, "lab-nic": nicstage.CPU, "iptables": nicstage.Wire}[mech]
 	if mech == "iptables" {
 		// The NIC forwards everything; xdp_frames redirected to a host
 		// without XDP need GRO there.
-		var nic *emunic.Table
+		var nic *nicstage.Table
 		if err := inNS(lab.NSNic, -1, func() error {
 			var e error
-			nic, e = emunic.Attach(lab.IfWire, lab.IfHPort, datapath.NICOptions{Mode: datapath.NICWire})
+			nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: nicstage.Wire})
 			return e
 		}); err != nil {
 			return nil, err
@@ -90,7 +89,7 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 		teardown := func() {
 			inNS(lab.NSHost, -1, func() error { m.Teardown(); return nil })
 			nic.Close()
-			inNS(lab.NSNic, -1, func() error { return datapath.DetachNIC(lab.IfWire, "") })
+			inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
 		}
 		if err := inNS(lab.NSHost, -1, func() error { return m.Setup(lab.IfHost, srcs) }); err != nil {
 			teardown()
@@ -103,9 +102,9 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 	if err != nil {
 		return nil, err
 	}
-	if mode == datapath.NICHybrid || mode == datapath.NICHW {
+	if mode == nicstage.Hybrid || mode == nicstage.HW {
 		for _, a := range srcs[:min(len(srcs), nic.Caps().Capacity)] {
-			if _, err := nic.Install(ctx, hwtable.Rule{Match: hwtable.SourceMatch(a), Action: hwtable.Drop}); err != nil {
+			if _, err := nic.Install(ctx, tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}); err != nil {
 				teardown()
 				return nil, err
 			}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/hwtable/emunic"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/lab"
 	"github.com/tierwall/tierwall/internal/placement"
 	"github.com/tierwall/tierwall/internal/trafgen"
@@ -19,10 +19,10 @@ const NICCPURate = 1_500_000
 
 // Modes are tierwall's four approaches on the lab (host is also measured
 // on the plain pair, as "tierwall-host").
-var Modes = []datapath.NICMode{datapath.NICWire, datapath.NICHybrid, datapath.NICHW, datapath.NICCPU}
+var Modes = []nicstage.Mode{nicstage.Wire, nicstage.Hybrid, nicstage.HW, nicstage.CPU}
 
-func modeName(m datapath.NICMode) string {
-	if m == datapath.NICWire {
+func modeName(m nicstage.Mode) string {
+	if m == nicstage.Wire {
 		return "lab-host"
 	}
 	return "lab-" + string(m)
@@ -66,7 +66,7 @@ func LabModes(ctx context.Context, p Params) ([]Row, error) {
 	return rows, nil
 }
 
-func labCell(ctx context.Context, mode datapath.NICMode, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration, repeat int) (_ Row, err error) {
+func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration, repeat int) (_ Row, err error) {
 	srcs, err := trafgen.Addresses(lab.AttackNet4, n)
 	if err != nil {
 		return Row{}, err
@@ -85,7 +85,7 @@ func labCell(ctx context.Context, mode datapath.NICMode, n int, d trafgen.Dist, 
 		return rep, err
 	}
 	counters := func() (hw, sw, overload, arrived uint64, err error) {
-		st, err := nic.NIC().Stats()
+		st, err := nic.Stage().Stats()
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}
@@ -93,7 +93,7 @@ func labCell(ctx context.Context, mode datapath.NICMode, n int, d trafgen.Dist, 
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}
-		for _, v := range datapath.NICVerdicts {
+		for _, v := range nicstage.Verdicts {
 			if v != "to_nic_cpu" { // a second count of what went to the NIC CPU
 				arrived += st[v].Packets
 			}
@@ -105,7 +105,7 @@ func labCell(ctx context.Context, mode datapath.NICMode, n int, d trafgen.Dist, 
 	if _, err := flood(dur / 2); err != nil {
 		return Row{}, err
 	}
-	if mode == datapath.NICHybrid || mode == datapath.NICHW {
+	if mode == nicstage.Hybrid || mode == nicstage.HW {
 		off := &placement.Offloader{Table: nic, Params: placement.Params{MaxRate: 1}}
 		counted := func() ([]placement.Counted, error) {
 			ctrs, err := dp.RuleCounters(hostPrefixes(srcs))
@@ -176,20 +176,20 @@ func hostPrefixes(as []netip.Addr) []netip.Prefix {
 // labMode attaches the emulated NIC in mode and tierwall's filter where
 // that mode runs it (the host, or the NIC's CPU) with srcs blocked.
 // detach removes both; the NIC table is left empty for the caller.
-func labMode(mode datapath.NICMode, srcs []netip.Addr) (nic *emunic.Table, dp *datapath.Datapath, detach func(), err error) {
+func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *datapath.Datapath, detach func(), err error) {
 	if err := inNS(lab.NSNic, -1, func() error {
 		var e error
-		nic, e = emunic.Attach(lab.IfWire, lab.IfHPort, datapath.NICOptions{Mode: mode, CPURate: NICCPURate})
+		nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: mode, CPURate: NICCPURate})
 		return e
 	}); err != nil {
 		return nil, nil, nil, err
 	}
 	detachNIC := func() {
 		nic.Close()
-		inNS(lab.NSNic, -1, func() error { return datapath.DetachNIC(lab.IfWire, "") })
+		inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
 	}
 	fns, fif, opts := lab.NSHost, lab.IfHost, datapath.Options{}
-	if mode == datapath.NICHW || mode == datapath.NICCPU {
+	if mode == nicstage.HW || mode == nicstage.CPU {
 		fns, fif, opts.Mode = lab.NSNic, lab.IfWire, datapath.ModeNIC
 	}
 	opts.ExactCapacity4, opts.ExactCapacity6, opts.PrefixCapacity, opts.AllowCapacity, opts.FeatureCapacity = max(len(srcs), 1024), 1024, 64, 64, 1<<14

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/hwtable"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 // Counted is a blocked source with its cumulative packet counter in the
@@ -23,7 +23,7 @@ type Counted struct {
 // (removals first, the table being full when swaps are due). Only source
 // drop rules are managed; other rules in the table are left alone.
 type Offloader struct {
-	Table  hwtable.Table
+	Table  tier.Table
 	Params Params // K defaults to the table's capacity
 
 	last    map[netip.Addr][2]uint64 // cumulative packets: [software, hardware]
@@ -60,7 +60,7 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 	blind := map[netip.Addr]bool{} // in hardware without counters
 	var inHW []netip.Addr
 	for _, e := range entries {
-		if e.Rule.Action != hwtable.Drop || e.Rule.Match.IsFlow() {
+		if e.Rule.Action != tier.Drop || e.Rule.Match.IsFlow() {
 			continue
 		}
 		if !e.HasCounters {
@@ -125,7 +125,7 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 	p.UpdateLatency = o.latency
 	rep.Plan = Decide(all, inHW, p)
 	for _, k := range rep.Plan.Remove {
-		last, lat, err := o.Table.Remove(ctx, hwtable.SourceMatch(k))
+		last, lat, err := o.Table.Remove(ctx, tier.SourceMatch(k))
 		o.record(rep, lat, err)
 		if err == nil {
 			if o.retired == nil {
@@ -136,7 +136,7 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 		}
 	}
 	for _, k := range rep.Plan.Install {
-		lat, err := o.Table.Install(ctx, hwtable.Rule{Match: hwtable.SourceMatch(k), Action: hwtable.Drop})
+		lat, err := o.Table.Install(ctx, tier.Rule{Match: tier.SourceMatch(k), Action: tier.Drop})
 		o.record(rep, lat, err)
 		if err == nil && !o.Table.Caps().Counters {
 			if o.frozen == nil {
@@ -144,7 +144,7 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 			}
 			o.frozen[k] = rep.Rates[k]
 		}
-		if errors.Is(err, hwtable.ErrTableFull) {
+		if errors.Is(err, tier.ErrTableFull) {
 			break
 		}
 	}

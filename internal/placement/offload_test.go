@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/hwtable"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 // memTable is a hardware table in memory; counters can be switched off to
@@ -17,26 +17,26 @@ type memTable struct {
 	rules    map[netip.Addr]uint64
 }
 
-func (m *memTable) Caps() hwtable.Caps { return hwtable.Caps{Capacity: m.cap, Counters: m.counters} }
-func (m *memTable) Install(_ context.Context, r hwtable.Rule) (time.Duration, error) {
+func (m *memTable) Caps() tier.Caps { return tier.Caps{Capacity: m.cap, Counters: m.counters} }
+func (m *memTable) Install(_ context.Context, r tier.Rule) (time.Duration, error) {
 	if len(m.rules) >= m.cap {
-		return 0, hwtable.ErrTableFull
+		return 0, tier.ErrTableFull
 	}
 	m.rules[r.Match.Src] = 0
 	return time.Millisecond, nil
 }
-func (m *memTable) Remove(_ context.Context, x hwtable.Match) (hwtable.Counters, time.Duration, error) {
+func (m *memTable) Remove(_ context.Context, x tier.Match) (tier.Counters, time.Duration, error) {
 	n, ok := m.rules[x.Src]
 	if !ok {
-		return hwtable.Counters{}, 0, hwtable.ErrNoRule
+		return tier.Counters{}, 0, tier.ErrNoRule
 	}
 	delete(m.rules, x.Src)
-	return hwtable.Counters{Packets: n}, time.Millisecond, nil
+	return tier.Counters{Packets: n}, time.Millisecond, nil
 }
-func (m *memTable) List(context.Context) ([]hwtable.Entry, error) {
-	var es []hwtable.Entry
+func (m *memTable) List(context.Context) ([]tier.Entry, error) {
+	var es []tier.Entry
 	for a, n := range m.rules {
-		e := hwtable.Entry{Rule: hwtable.Rule{Match: hwtable.SourceMatch(a), Action: hwtable.Drop}, HasCounters: m.counters}
+		e := tier.Entry{Rule: tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}, HasCounters: m.counters}
 		if m.counters {
 			e.Counters.Packets = n
 		}

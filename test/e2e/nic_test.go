@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/hwtable"
-	"github.com/tierwall/tierwall/internal/hwtable/emunic"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/placement"
 	"github.com/tierwall/tierwall/internal/testutil"
+	"github.com/tierwall/tierwall/internal/tier"
 	"golang.org/x/sys/unix"
 )
 
@@ -100,7 +100,7 @@ func (b *blaster) send(t *testing.T, src netip.Addr, n int) {
 }
 
 // tiers reads per-source drop counters of both tiers.
-func tiers(t *testing.T, d *datapath.Datapath, nic *emunic.Table, off *placement.Offloader) (sw, hw map[netip.Addr]uint64) {
+func tiers(t *testing.T, d *datapath.Datapath, nic *nicstage.Table, off *placement.Offloader) (sw, hw map[netip.Addr]uint64) {
 	sw, hw = map[netip.Addr]uint64{}, map[netip.Addr]uint64{}
 	rs, err := d.Blocked()
 	if err != nil {
@@ -126,7 +126,7 @@ func TestEmulatedNICOffloadsTopK(t *testing.T) {
 	setupNIC(t)
 	const K = 6
 	var d *datapath.Datapath
-	var nic *emunic.Table
+	var nic *nicstage.Table
 	var err error
 	inNS(t, nsNHost, func() {
 		d, err = datapath.Attach(ifHost, datapath.Options{ExactCapacity4: 1024, ExactCapacity6: 1024, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 1024})
@@ -136,7 +136,7 @@ func TestEmulatedNICOffloadsTopK(t *testing.T) {
 	}
 	defer d.Close()
 	inNS(t, nsNic, func() {
-		nic, err = emunic.Attach(ifWire, ifHPort, datapath.NICOptions{Capacity: K})
+		nic, err = nicstage.AttachTable(ifWire, ifHPort, nicstage.Options{Capacity: K})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -333,11 +333,11 @@ func TestNICModes(t *testing.T) {
 	sh(t, "ip", "-n", nsNic, "link", "set", ifHPort, "master", "twn-br")
 	sh(t, "ip", "-n", nsNic, "link", "set", "twn-br", "up")
 
-	var nic *emunic.Table
+	var nic *nicstage.Table
 	var d *datapath.Datapath
 	var err error
 	inNS(t, nsNic, func() {
-		if nic, err = emunic.Attach(ifWire, ifHPort, datapath.NICOptions{Capacity: 4, Mode: datapath.NICHW}); err != nil {
+		if nic, err = nicstage.AttachTable(ifWire, ifHPort, nicstage.Options{Capacity: 4, Mode: nicstage.HW}); err != nil {
 			return
 		}
 		d, err = datapath.Attach(ifWire, datapath.Options{Mode: datapath.ModeNIC, ExactCapacity4: 256, ExactCapacity6: 256, PrefixCapacity: 16, AllowCapacity: 16, FeatureCapacity: 256})
@@ -378,7 +378,7 @@ func TestNICModes(t *testing.T) {
 		}
 	}
 	for _, a := range blocked[:4] {
-		if _, err := nic.Install(context.Background(), hwtable.Rule{Match: hwtable.SourceMatch(a), Action: hwtable.Drop}); err != nil {
+		if _, err := nic.Install(context.Background(), tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -417,7 +417,7 @@ func TestNICModes(t *testing.T) {
 	if got[clean] != 20 {
 		t.Errorf("clean source delivered %d of 20 through the NIC CPU", got[clean])
 	}
-	st, err := nic.NIC().Stats()
+	st, err := nic.Stage().Stats()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,8 +429,8 @@ func TestNICModes(t *testing.T) {
 	// mostly dies of overload before any filter sees it, and what is not
 	// dropped is delivered.
 	inNS(t, nsNic, func() {
-		var n2 *emunic.Table
-		n2, err = emunic.Attach(ifWire, ifHPort, datapath.NICOptions{Mode: datapath.NICCPU, CPURate: 200})
+		var n2 *nicstage.Table
+		n2, err = nicstage.AttachTable(ifWire, ifHPort, nicstage.Options{Mode: nicstage.CPU, CPURate: 200})
 		if err == nil {
 			n2.Close()
 		}
@@ -438,15 +438,15 @@ func TestNICModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, _ := nic.NIC().Stats()
+	before, _ := nic.Stage().Stats()
 	b.send(t, clean, 2000)
 	got = count()
-	after, _ := nic.NIC().Stats()
+	after, _ := nic.Stage().Stats()
 	over := after["nic_cpu_overload"].Packets - before["nic_cpu_overload"].Packets
 	if over == 0 || uint64(got[clean])+over != 2000 {
 		t.Errorf("capped NIC CPU: %d delivered + %d overload != 2000 sent", got[clean], over)
 	}
-	if m, _ := nic.NIC().Mode(); m != datapath.NICCPU {
+	if m, _ := nic.Stage().Mode(); m != nicstage.CPU {
 		t.Errorf("mode after re-attach %q", m)
 	}
 }

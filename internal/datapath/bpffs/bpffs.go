@@ -1,4 +1,10 @@
-package datapath
+// Package bpffs is the pin layout shared by tierwall's BPF stages: where
+// bpffs is mounted (and how it stays reachable from `ip netns exec`), the
+// directory of each stage per network namespace and interface, the lock
+// that serialises writers of one directory, and the atomic swap of a
+// pinned XDP link. The filter (package datapath) and the emulated NIC stage
+// (package nicstage) both pin through it, so their trees can never collide.
+package bpffs
 
 import (
 	"errors"
@@ -8,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,12 +33,12 @@ const lockDir = "/run/tierwall"
 // as one run with --netns or from the host.
 const runBPFFS = lockDir + "/bpffs"
 
-// bpffsRoot returns a bpffs mount that outlives this process, mounting
+// Root returns a bpffs mount that outlives this process, mounting
 // bpffs on /sys/fs/bpf when there is none. A bpffs mounted inside the
 // private mount namespace of `ip netns exec` would vanish with it, taking
 // the pinned link, and so the filter, along: runBPFFS avoids that whenever
 // tierwall has run in the host's mount namespace before.
-func bpffsRoot() (string, error) {
+func Root() (string, error) {
 	if isBPFFS(DefaultBPFFS) {
 		exposeOnRun()
 		return DefaultBPFFS, nil
@@ -67,11 +75,11 @@ func isBPFFS(path string) bool {
 	return st.Type == unix.BPF_FS_MAGIC
 }
 
-// netnsTag names the network namespace this process is in, for pin paths:
+// NetnsTag names the network namespace this process is in, for pin paths:
 // "" for the host's, "ns:NAME" for one under /run/netns, "ns:INODE"
 // otherwise. ':' cannot appear in an interface name, so the tag never
 // collides with one.
-func netnsTag() string {
+func NetnsTag() string {
 	self, err := os.Stat("/proc/thread-self/ns/net")
 	if err != nil {
 		return ""
@@ -89,27 +97,28 @@ func netnsTag() string {
 	return fmt.Sprintf("ns:%d", self.Sys().(*syscall.Stat_t).Ino)
 }
 
-// pinDir is /sys/fs/bpf/tierwall/<ifname> in the host's network namespace
+// FilterDir is /sys/fs/bpf/tierwall/<ifname> in the host's network namespace
 // and /sys/fs/bpf/tierwall/ns:<name>/<ifname> in any other.
-func pinDir(root, ifname string) string {
-	if tag := netnsTag(); tag != "" {
-		return filepath.Join(root, "tierwall", pinName(tag), pinName(ifname))
+func FilterDir(root, ifname string) string {
+	if tag := NetnsTag(); tag != "" {
+		return filepath.Join(root, "tierwall", PinName(tag), PinName(ifname))
 	}
-	return filepath.Join(root, "tierwall", pinName(ifname))
+	return filepath.Join(root, "tierwall", PinName(ifname))
 }
 
-// pinName escapes a name for bpffs, which refuses '.' in names (VLAN
+// PinName escapes a name for bpffs, which refuses '.' in names (VLAN
 // interfaces such as eth0.100 have one). ':' stands in for it: interface
 // names cannot contain ':', so the mapping cannot collide.
-func pinName(s string) string { return strings.ReplaceAll(s, ".", ":") }
+func PinName(s string) string { return strings.ReplaceAll(s, ".", ":") }
 
-// ifaceFromPin undoes pinName.
-func ifaceFromPin(s string) string { return strings.ReplaceAll(s, ":", ".") }
+// IfaceFromPin undoes PinName.
+func IfaceFromPin(s string) string { return strings.ReplaceAll(s, ":", ".") }
 
-// fileLock is an exclusive flock held while state is changed.
-type fileLock struct{ f *os.File }
+// FileLock is an exclusive flock held while state is changed.
+type FileLock struct{ f *os.File }
 
-func lockFor(dir string) (*fileLock, error) {
+// Lock takes the exclusive lock of a pinned directory; Unlock releases it.
+func Lock(dir string) (*FileLock, error) {
 	if err := os.MkdirAll(lockDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", lockDir, err)
 	}
@@ -122,10 +131,10 @@ func lockFor(dir string) (*fileLock, error) {
 		f.Close()
 		return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
 	}
-	return &fileLock{f}, nil
+	return &FileLock{f}, nil
 }
 
-func (l *fileLock) unlock() {
+func (l *FileLock) Unlock() {
 	if l != nil && l.f != nil {
 		_ = unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
 		l.f.Close()
@@ -133,7 +142,53 @@ func (l *fileLock) unlock() {
 	}
 }
 
-func exists(path string) bool {
+// Exists reports whether path exists (an unreadable path counts as existing).
+func Exists(path string) bool {
 	_, err := os.Stat(path)
 	return !errors.Is(err, os.ErrNotExist)
 }
+
+// NICDir keeps NIC stages apart from filters: a separate tree, so no
+// interface name can make the two collide.
+func NICDir(root, ifname string) string {
+	d := FilterDir(root, ifname)
+	rel, _ := filepath.Rel(filepath.Join(root, "tierwall"), d)
+	return filepath.Join(root, "tierwall-nic", rel)
+}
+
+// NICDirFor maps a filter's pin directory to the NIC stage's on the same
+// interface (same namespace tag and escaped name, the other tree).
+func NICDirFor(filterDir string) string {
+	root := filepath.Dir(filterDir)
+	var parts []string
+	for filepath.Base(root) != "tierwall" && root != "/" {
+		parts = append([]string{filepath.Base(root)}, parts...)
+		root = filepath.Dir(root)
+	}
+	return filepath.Join(append([]string{filepath.Dir(root), "tierwall-nic"}, append(parts, filepath.Base(filterDir))...)...)
+}
+
+// UpdatePinnedLink swaps prog into the XDP link pinned at lp, atomically:
+// the old program runs until the new one takes over, so no packet goes
+// unfiltered during an upgrade. A link whose interface went away and came
+// back is defunct: it is unpinned and reported, for the caller to attach
+// anew. No pinned link at all is neither updated nor defunct.
+func UpdatePinnedLink(lp string, prog *ebpf.Program, ifindex int) (updated, defunct bool, err error) {
+	old, err := link.LoadPinnedLink(lp, nil)
+	if err != nil {
+		return false, false, nil
+	}
+	defer old.Close()
+	info, ierr := old.Info()
+	if ierr == nil && info.XDP() != nil && int(info.XDP().Ifindex) == ifindex {
+		if err := old.Update(prog); err != nil {
+			return false, false, fmt.Errorf("replacing program on pinned link: %w", err)
+		}
+		return true, false, nil
+	}
+	old.Unpin()
+	return false, true, nil
+}
+
+// LinkPin is the name of the pinned XDP link in a stage's directory.
+const LinkPin = "link"

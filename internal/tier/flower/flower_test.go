@@ -16,8 +16,8 @@ import (
 	"github.com/mdlayher/netlink/nltest"
 	"golang.org/x/sys/unix"
 
-	"github.com/tierwall/tierwall/internal/hwtable"
 	"github.com/tierwall/tierwall/internal/testutil"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 // Golden messages were captured from iproute2's tc on a veth with
@@ -46,12 +46,12 @@ func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 var goldenRules = []struct {
 	name   string
 	handle uint32
-	rule   hwtable.Rule
+	rule   tier.Rule
 }{
-	{"add-src4", 7, hwtable.Rule{Match: hwtable.SourceMatch(addr("192.0.2.7")), Action: hwtable.Drop}},
-	{"add-src6", 8, hwtable.Rule{Match: hwtable.SourceMatch(addr("2001:db8::7")), Action: hwtable.Drop}},
-	{"add-flow4", 9, hwtable.Rule{Match: hwtable.Match{Src: addr("10.0.0.1"), Dst: addr("10.0.0.2"), Proto: unix.IPPROTO_TCP, SrcPort: 40000, DstPort: 443}, Action: hwtable.Forward}},
-	{"add-flow6", 10, hwtable.Rule{Match: hwtable.Match{Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), Proto: unix.IPPROTO_UDP, SrcPort: 5353, DstPort: 53}, Action: hwtable.Forward}},
+	{"add-src4", 7, tier.Rule{Match: tier.SourceMatch(addr("192.0.2.7")), Action: tier.Drop}},
+	{"add-src6", 8, tier.Rule{Match: tier.SourceMatch(addr("2001:db8::7")), Action: tier.Drop}},
+	{"add-flow4", 9, tier.Rule{Match: tier.Match{Src: addr("10.0.0.1"), Dst: addr("10.0.0.2"), Proto: unix.IPPROTO_TCP, SrcPort: 40000, DstPort: 443}, Action: tier.Forward}},
+	{"add-flow6", 10, tier.Rule{Match: tier.Match{Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), Proto: unix.IPPROTO_UDP, SrcPort: 5353, DstPort: 53}, Action: tier.Forward}},
 }
 
 func TestEncodeMatchesTC(t *testing.T) {
@@ -153,7 +153,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("%s: ok=%v err=%v", g.name, ok, err)
 		}
-		if f.rule != g.rule || f.handle != g.handle || !f.inHW || f.hwCount != 1 || f.counters != (hwtable.Counters{Packets: 42, Bytes: 4200}) {
+		if f.rule != g.rule || f.handle != g.handle || !f.inHW || f.hwCount != 1 || f.counters != (tier.Counters{Packets: 42, Bytes: 4200}) {
 			t.Errorf("%s: decoded %+v", g.name, f)
 		}
 	}
@@ -236,7 +236,7 @@ func TestInstallConfirmsHardware(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := tb.Install(ctx, goldenRules[2].rule); !errors.Is(err, hwtable.ErrTableFull) {
+	if _, err := tb.Install(ctx, goldenRules[2].rule); !errors.Is(err, tier.ErrTableFull) {
 		t.Fatalf("third rule with capacity 2: %v", err)
 	}
 	es, err := tb.List(ctx)
@@ -254,7 +254,7 @@ func TestInstallConfirmsHardware(t *testing.T) {
 	if _, _, err := tb2.Remove(ctx, goldenRules[0].rule.Match); err != nil {
 		t.Fatal(err)
 	}
-	if err := hwtable.Flush(ctx, tb2); err != nil {
+	if err := tier.Flush(ctx, tb2); err != nil {
 		t.Fatal(err)
 	}
 	if len(k.filters) != 0 {
@@ -266,7 +266,7 @@ func TestNotInHardwareIsAFailure(t *testing.T) {
 	// The probe itself does not reach hardware: Open refuses the backend,
 	// and neither the probe filter nor the qdisc it created stays.
 	k := &fakeKernel{inHW: false}
-	if _, err := fakeTable(t, k); !errors.Is(err, hwtable.ErrUnsupported) {
+	if _, err := fakeTable(t, k); !errors.Is(err, tier.ErrUnsupported) {
 		t.Fatalf("open: %v, want ErrUnsupported", err)
 	}
 	if len(k.filters) != 0 || k.log[len(k.log)-1] != "qdisc del" {
@@ -280,7 +280,7 @@ func TestNotInHardwareIsAFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.inHW = false
-	if _, err := tb.Install(context.Background(), goldenRules[0].rule); !errors.Is(err, hwtable.ErrNotInHardware) {
+	if _, err := tb.Install(context.Background(), goldenRules[0].rule); !errors.Is(err, tier.ErrNotInHardware) {
 		t.Fatalf("install: %v, want ErrNotInHardware", err)
 	}
 	if len(k.filters) != 0 || len(tb.rules) != 0 {
@@ -301,14 +301,14 @@ func TestNoFlowerOnThisKernel(t *testing.T) {
 	if err == nil {
 		t.Skip("this kernel offloads flower on veth?")
 	}
-	if !errors.Is(err, hwtable.ErrUnsupported) {
+	if !errors.Is(err, tier.ErrUnsupported) {
 		t.Fatalf("open: %v, want ErrUnsupported", err)
 	}
 	out, _ := exec.Command("tc", "qdisc", "show", "dev", a).CombinedOutput()
 	if strings.Contains(string(out), "clsact") {
 		t.Errorf("clsact qdisc left behind: %s", out)
 	}
-	if _, err := Open("twflw-missing", 0); !errors.Is(err, hwtable.ErrUnsupported) {
+	if _, err := Open("twflw-missing", 0); !errors.Is(err, tier.ErrUnsupported) {
 		t.Errorf("missing interface: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-// Package hwtable is tierwall's NIC tier: one interface over the hardware
+// Package tier is tierwall's NIC tier: one interface over the hardware
 // tables of real NICs (tc flower with skip_sw, ethtool ntuple) and of the
 // emulated SmartNIC the tests, benchmarks and demo run on. A table is small
 // (K of 512-2K entries) and slow to update (~2 ms per rule), but what it
@@ -7,7 +7,7 @@
 // The rule model carries a 5-tuple and a forward action from the start:
 // besides source drops (Miano et al. 2019) a flow probe offloads flows it
 // has classified and wants only counted (Deri et al. 2024).
-package hwtable
+package tier
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package flower is the hwtable backend for NICs with tc flower offload
+// Package flower is the tier.Table backend for NICs with tc flower offload
 // (mlx5, ice, nfp, ...): one flower filter per rule on the clsact ingress
 // hook, with skip_sw so it exists only in hardware, and a gact action
 // (drop, or pass for forwarded flows) carrying tierwall's cookie.
@@ -24,7 +24,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/tierwall/tierwall/internal/hwtable"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 // Priority is the tc priority of every tierwall filter; with the action
@@ -107,7 +107,7 @@ func tcmsg(ifindex int, handle, parent uint32, prio uint16, proto uint16) []byte
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-func family(m hwtable.Match) uint16 {
+func family(m tier.Match) uint16 {
 	if m.Src.Is4() {
 		return ethPIP
 	}
@@ -116,7 +116,7 @@ func family(m hwtable.Match) uint16 {
 
 // encodeAdd is the RTM_NEWTFILTER body for rule r under handle, in the
 // attribute order tc uses.
-func encodeAdd(ifindex int, handle uint32, r hwtable.Rule) ([]byte, error) {
+func encodeAdd(ifindex int, handle uint32, r tier.Rule) ([]byte, error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tcaKind, "flower")
 	nest(ae, tcaOptions, func(o *netlink.AttributeEncoder) error {
@@ -157,7 +157,7 @@ func encodeAdd(ifindex int, handle uint32, r hwtable.Rule) ([]byte, error) {
 				nest(g, actOptions|nlaFNested, func(p *netlink.AttributeEncoder) error {
 					parms := make([]byte, 20) // struct tc_gact
 					verdict := uint32(tcActShot)
-					if r.Action == hwtable.Forward {
+					if r.Action == tier.Forward {
 						verdict = tcActOK
 					}
 					binary.NativeEndian.PutUint32(parms[8:], verdict)
@@ -199,10 +199,10 @@ func encodeDel(ifindex int, handle uint32, fam uint16) ([]byte, error) {
 // filter is one decoded flower filter of ours.
 type filter struct {
 	handle   uint32
-	rule     hwtable.Rule
+	rule     tier.Rule
 	inHW     bool
 	hwCount  uint32
-	counters hwtable.Counters
+	counters tier.Counters
 }
 
 // decodeFilter parses an RTM_NEWTFILTER message (a dump or get reply).
@@ -222,7 +222,7 @@ func decodeFilter(b []byte) (f filter, ok bool, err error) {
 	}
 	var kind string
 	var ours bool
-	var m hwtable.Match
+	var m tier.Match
 	var src, dst []byte
 	for ad.Next() {
 		switch ad.Type() {
@@ -289,9 +289,9 @@ func decodeAction(g *netlink.AttributeDecoder, f *filter, ours *bool) {
 				for p.Next() {
 					if p.Type() == gactParms {
 						if b := p.Bytes(); len(b) >= 12 {
-							f.rule.Action = hwtable.Drop
+							f.rule.Action = tier.Drop
 							if binary.NativeEndian.Uint32(b[8:]) == tcActOK {
-								f.rule.Action = hwtable.Forward
+								f.rule.Action = tier.Forward
 							}
 						}
 					}
@@ -303,9 +303,9 @@ func decodeAction(g *netlink.AttributeDecoder, f *filter, ours *bool) {
 				for s.Next() {
 					// Hardware-only stats when the driver reports them,
 					// else the combined ones (skip_sw: hardware anyway).
-					if t := s.Type(); t == statsBasicHW || (t == statsBasic && f.counters == (hwtable.Counters{})) {
+					if t := s.Type(); t == statsBasicHW || (t == statsBasic && f.counters == (tier.Counters{})) {
 						if b := s.Bytes(); len(b) >= 12 {
-							f.counters = hwtable.Counters{Bytes: binary.NativeEndian.Uint64(b), Packets: uint64(binary.NativeEndian.Uint32(b[8:]))}
+							f.counters = tier.Counters{Bytes: binary.NativeEndian.Uint64(b), Packets: uint64(binary.NativeEndian.Uint32(b[8:]))}
 						}
 					}
 				}
@@ -322,16 +322,16 @@ type Table struct {
 	iface   string
 	ifindex int
 	cap     int
-	rules   map[hwtable.Match]uint32 // handle of each rule
+	rules   map[tier.Match]uint32 // handle of each rule
 	next    uint32
 }
 
-var _ hwtable.Table = (*Table)(nil)
+var _ tier.Table = (*Table)(nil)
 
 // Open probes flower offload on iface and re-adopts tierwall's filters
 // already there. capacity is what the operator says the NIC holds (0: 1024);
 // flower has no query for it. When the probe fails the error wraps
-// hwtable.ErrUnsupported and nothing is left behind.
+// tier.ErrUnsupported and nothing is left behind.
 func Open(iface string, capacity int) (*Table, error) {
 	conn, err := netlink.Dial(unix.NETLINK_ROUTE, nil)
 	if err != nil {
@@ -348,15 +348,15 @@ func Open(iface string, capacity int) (*Table, error) {
 func open(conn *netlink.Conn, iface string, capacity int) (*Table, error) {
 	ifc, err := net.InterfaceByName(iface)
 	if err != nil {
-		return nil, fmt.Errorf("%w: flower: no interface %s", hwtable.ErrUnsupported, iface)
+		return nil, fmt.Errorf("%w: flower: no interface %s", tier.ErrUnsupported, iface)
 	}
 	if capacity == 0 {
 		capacity = defaultFlowerCap
 	}
-	t := &Table{conn: conn, iface: iface, ifindex: ifc.Index, cap: capacity, rules: map[hwtable.Match]uint32{}, next: firstHandle}
+	t := &Table{conn: conn, iface: iface, ifindex: ifc.Index, cap: capacity, rules: map[tier.Match]uint32{}, next: firstHandle}
 	created, err := t.ensureClsact()
 	if err != nil {
-		return nil, fmt.Errorf("%w: flower on %s: clsact qdisc: %v", hwtable.ErrUnsupported, iface, err)
+		return nil, fmt.Errorf("%w: flower on %s: clsact qdisc: %v", tier.ErrUnsupported, iface, err)
 	}
 	undo := func() {
 		if created {
@@ -365,14 +365,14 @@ func open(conn *netlink.Conn, iface string, capacity int) (*Table, error) {
 	}
 	// Probe with a rule no packet matches (TEST-NET-1 broadcast), then
 	// take it out again: only a filter that reached hardware counts.
-	probe := hwtable.Rule{Match: hwtable.SourceMatch(netip.MustParseAddr("192.0.2.255")), Action: hwtable.Drop}
+	probe := tier.Rule{Match: tier.SourceMatch(netip.MustParseAddr("192.0.2.255")), Action: tier.Drop}
 	if _, err := t.add(probeHandle, probe); err != nil {
 		undo()
-		return nil, fmt.Errorf("%w: flower offload on %s: %v", hwtable.ErrUnsupported, iface, err)
+		return nil, fmt.Errorf("%w: flower offload on %s: %v", tier.ErrUnsupported, iface, err)
 	}
 	if err := t.del(probeHandle, ethPIP); err != nil {
 		undo()
-		return nil, fmt.Errorf("%w: flower on %s: removing probe: %v", hwtable.ErrUnsupported, iface, err)
+		return nil, fmt.Errorf("%w: flower on %s: removing probe: %v", tier.ErrUnsupported, iface, err)
 	}
 	fs, err := t.dump()
 	if err != nil {
@@ -416,7 +416,7 @@ func (t *Table) deleteClsact() {
 
 // add installs r and confirms it is in hardware; a filter that is not is
 // removed again and reported as ErrNotInHardware.
-func (t *Table) add(handle uint32, r hwtable.Rule) (time.Duration, error) {
+func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
 	body, err := encodeAdd(t.ifindex, handle, r)
 	if err != nil {
 		return 0, err
@@ -424,7 +424,7 @@ func (t *Table) add(handle uint32, r hwtable.Rule) (time.Duration, error) {
 	start := time.Now()
 	if _, err := t.execute(unix.RTM_NEWTFILTER, netlink.Create|netlink.Excl, body); err != nil {
 		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.E2BIG) {
-			return 0, fmt.Errorf("%w: %v", hwtable.ErrTableFull, err)
+			return 0, fmt.Errorf("%w: %v", tier.ErrTableFull, err)
 		}
 		if errors.Is(err, unix.ENOENT) {
 			return 0, fmt.Errorf("kernel has no flower classifier (cls_flower): %w", err)
@@ -441,7 +441,7 @@ func (t *Table) add(handle uint32, r hwtable.Rule) (time.Duration, error) {
 		if err == nil {
 			err = fmt.Errorf("in_hw=%v in_hw_count=%d", f.inHW, f.hwCount)
 		}
-		return 0, fmt.Errorf("%w: %s: %v", hwtable.ErrNotInHardware, r.Match, err)
+		return 0, fmt.Errorf("%w: %s: %v", tier.ErrNotInHardware, r.Match, err)
 	}
 	return lat, nil
 }
@@ -493,11 +493,11 @@ func (t *Table) dump() ([]filter, error) {
 	return out, nil
 }
 
-func (t *Table) Caps() hwtable.Caps {
-	return hwtable.Caps{Backend: "tc-flower", Iface: t.iface, Capacity: t.cap, Counters: true, Flows: true, Forward: true}
+func (t *Table) Caps() tier.Caps {
+	return tier.Caps{Backend: "tc-flower", Iface: t.iface, Capacity: t.cap, Counters: true, Flows: true, Forward: true}
 }
 
-func (t *Table) Install(ctx context.Context, r hwtable.Rule) (time.Duration, error) {
+func (t *Table) Install(ctx context.Context, r tier.Rule) (time.Duration, error) {
 	if err := r.Validate(); err != nil {
 		return 0, err
 	}
@@ -510,10 +510,10 @@ func (t *Table) Install(ctx context.Context, r hwtable.Rule) (time.Duration, err
 		return 0, nil
 	}
 	if len(t.rules) >= t.cap {
-		return 0, fmt.Errorf("%w: %d of %d rules in use", hwtable.ErrTableFull, len(t.rules), t.cap)
+		return 0, fmt.Errorf("%w: %d of %d rules in use", tier.ErrTableFull, len(t.rules), t.cap)
 	}
 	if t.next > maxHandle {
-		return 0, fmt.Errorf("%w: filter handles exhausted", hwtable.ErrTableFull)
+		return 0, fmt.Errorf("%w: filter handles exhausted", tier.ErrTableFull)
 	}
 	lat, err := t.add(t.next, r)
 	if err != nil {
@@ -524,27 +524,27 @@ func (t *Table) Install(ctx context.Context, r hwtable.Rule) (time.Duration, err
 	return lat, nil
 }
 
-func (t *Table) Remove(ctx context.Context, m hwtable.Match) (hwtable.Counters, time.Duration, error) {
+func (t *Table) Remove(ctx context.Context, m tier.Match) (tier.Counters, time.Duration, error) {
 	if err := m.Validate(); err != nil {
-		return hwtable.Counters{}, 0, err
+		return tier.Counters{}, 0, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	h, ok := t.rules[m]
 	if !ok {
-		return hwtable.Counters{}, 0, fmt.Errorf("%w: %s", hwtable.ErrNoRule, m)
+		return tier.Counters{}, 0, fmt.Errorf("%w: %s", tier.ErrNoRule, m)
 	}
 	// Read the counters last thing before removal: the NIC keeps none after.
 	f, _ := t.get(h, family(m))
 	start := time.Now()
 	if err := t.del(h, family(m)); err != nil {
-		return hwtable.Counters{}, 0, err
+		return tier.Counters{}, 0, err
 	}
 	delete(t.rules, m)
 	return f.counters, time.Since(start), nil
 }
 
-func (t *Table) List(ctx context.Context) ([]hwtable.Entry, error) {
+func (t *Table) List(ctx context.Context) ([]tier.Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -554,9 +554,9 @@ func (t *Table) List(ctx context.Context) ([]hwtable.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]hwtable.Entry, 0, len(fs))
+	out := make([]tier.Entry, 0, len(fs))
 	for _, f := range fs {
-		out = append(out, hwtable.Entry{Rule: f.rule, Counters: f.counters, HasCounters: true})
+		out = append(out, tier.Entry{Rule: f.rule, Counters: f.counters, HasCounters: true})
 	}
 	return out, nil
 }

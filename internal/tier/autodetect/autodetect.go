@@ -1,16 +1,16 @@
-// Package probe picks the hardware-table backend that really works on an
+// Package autodetect picks the hardware-table backend that really works on an
 // interface: tc flower first (per-rule counters, flows, IPv6), then
 // ethtool n-tuple (no counters). When neither does, tierwall runs XDP-only
 // and the returned error says why for each backend.
-package probe
+package autodetect
 
 import (
 	"errors"
 	"fmt"
 
-	"github.com/tierwall/tierwall/internal/hwtable"
-	"github.com/tierwall/tierwall/internal/hwtable/flower"
-	"github.com/tierwall/tierwall/internal/hwtable/ntuple"
+	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/flower"
+	"github.com/tierwall/tierwall/internal/tier/ntuple"
 )
 
 // Options carry what the operator knows about the NIC.
@@ -20,8 +20,8 @@ type Options struct {
 }
 
 // Backend opens the first backend that works on iface. The error wraps
-// hwtable.ErrUnsupported when none does, listing each backend's reason.
-func Backend(iface string, o Options) (hwtable.Table, error) {
+// tier.ErrUnsupported when none does, listing each backend's reason.
+func Backend(iface string, o Options) (tier.Table, error) {
 	t, ferr := flower.Open(iface, o.Capacity)
 	if ferr == nil {
 		return t, nil
@@ -30,11 +30,11 @@ func Backend(iface string, o Options) (hwtable.Table, error) {
 	if nerr == nil {
 		return n, nil
 	}
-	if !errors.Is(ferr, hwtable.ErrUnsupported) {
+	if !errors.Is(ferr, tier.ErrUnsupported) {
 		return nil, ferr
 	}
-	if !errors.Is(nerr, hwtable.ErrUnsupported) {
+	if !errors.Is(nerr, tier.ErrUnsupported) {
 		return nil, nerr
 	}
-	return nil, fmt.Errorf("%w on %s: running XDP-only (tc flower: %v; ethtool n-tuple: %v)", hwtable.ErrUnsupported, iface, ferr, nerr)
+	return nil, fmt.Errorf("%w on %s: running XDP-only (tc flower: %v; ethtool n-tuple: %v)", tier.ErrUnsupported, iface, ferr, nerr)
 }

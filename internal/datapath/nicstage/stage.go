@@ -1,4 +1,12 @@
-package datapath
+// Package nicstage is tierwall's emulated SmartNIC (bpf/xdp_nic.c): a
+// bump-in-the-wire XDP stage with an exact-match table of capacity K,
+// attached to the wire-facing port of a "nic" network namespace and
+// redirecting what it does not drop to the host-facing port. Its control
+// path enforces a per-update latency, like a NIC's firmware, so placement
+// meets the same budget as on real hardware. Table adapts it to
+// tier.Table: tests, benchmarks and the demo use it because these machines
+// have no SmartNIC.
+package nicstage
 
 import (
 	"errors"
@@ -14,22 +22,18 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/tierwall/tierwall/internal/hwtable"
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/tier"
 )
-
-// The emulated SmartNIC (bpf/xdp_nic.c): a bump-in-the-wire XDP stage with
-// an exact-match table of capacity K, attached to the wire-facing port of
-// a "nic" network namespace and redirecting what it does not drop to the
-// host-facing port. Its control path enforces a per-update latency, like a
-// NIC's firmware, so placement meets the same budget as on real hardware.
 
 // NIC defaults: the paper's card held 512-2K rules at ~2 ms per update.
 const (
-	DefaultNICCapacity = 512
-	DefaultNICLatency  = 2 * time.Millisecond
+	DefaultCapacity = 512
+	DefaultLatency  = 2 * time.Millisecond
 )
 
-// NICMode is what the emulated NIC does with a packet, one per approach
+// Mode is what the emulated NIC does with a packet, one per approach
 // of the paper's evaluation (the host side decides whether its own XDP
 // filter runs):
 //
@@ -37,47 +41,47 @@ const (
 //	nic-hw  hardware table, misses to the filter on the NIC CPU
 //	nic     everything through the filter on the NIC CPU
 //	wire    nothing: a plain wire (the "host" approach: XDP only)
-type NICMode string
+type Mode string
 
 const (
-	NICHybrid NICMode = "hybrid"
-	NICHW     NICMode = "nic-hw"
-	NICCPU    NICMode = "nic"
-	NICWire   NICMode = "wire"
+	Hybrid Mode = "hybrid"
+	HW     Mode = "nic-hw"
+	CPU    Mode = "nic"
+	Wire   Mode = "wire"
 )
 
-func (m NICMode) flags() (nicTwNicFlags, error) {
+func (m Mode) flags() (nicTwNicFlags, error) {
 	switch m {
-	case NICHybrid, "":
+	case Hybrid, "":
 		return nicTwNicFlagsTW_NIC_F_TABLE, nil
-	case NICHW:
+	case HW:
 		return nicTwNicFlagsTW_NIC_F_TABLE | nicTwNicFlagsTW_NIC_F_CPU, nil
-	case NICCPU:
+	case CPU:
 		return nicTwNicFlagsTW_NIC_F_CPU, nil
-	case NICWire:
+	case Wire:
 		return 0, nil
 	}
-	return 0, fmt.Errorf("%w: NIC mode %q (want hybrid, nic-hw, nic or wire)", ErrInvalid, m)
+	return 0, fmt.Errorf("%w: NIC mode %q (want hybrid, nic-hw, nic or wire)", datapath.ErrInvalid, m)
 }
 
-func nicModeOf(f nicTwNicFlags) NICMode {
+func nicModeOf(f nicTwNicFlags) Mode {
 	switch f {
 	case nicTwNicFlagsTW_NIC_F_TABLE:
-		return NICHybrid
+		return Hybrid
 	case nicTwNicFlagsTW_NIC_F_TABLE | nicTwNicFlagsTW_NIC_F_CPU:
-		return NICHW
+		return HW
 	case nicTwNicFlagsTW_NIC_F_CPU:
-		return NICCPU
+		return CPU
 	}
-	return NICWire
+	return Wire
 }
 
-// NICOptions configure a new emulated NIC; when pinned state is re-adopted
+// Options configure a new emulated NIC; when pinned state is re-adopted
 // zero fields take the pinned values.
-type NICOptions struct {
+type Options struct {
 	Capacity      int
 	UpdateLatency time.Duration
-	Mode          NICMode
+	Mode          Mode
 	// CPURate caps the packets per second the NIC CPU path (modes nic and
 	// nic-hw) can filter, modelling a NIC CPU slower than the host; 0: no
 	// cap. Packets over it are dropped unfiltered and counted.
@@ -85,8 +89,8 @@ type NICOptions struct {
 	PinRoot string // bpffs mount override (tests)
 }
 
-// NIC is a handle on an emulated NIC stage.
-type NIC struct {
+// Stage is a handle on an emulated NIC stage.
+type Stage struct {
 	Iface string // wire-facing port the stage is attached to
 	Dir   string
 
@@ -94,50 +98,30 @@ type NIC struct {
 	objs    nicObjects
 	cap     int
 	latency time.Duration
-	ids     map[hwtable.Match]uint32
+	ids     map[tier.Match]uint32
 	free    []uint32
 }
 
 var nicPinned = []string{"tw_nic_rules", "tw_nic_ctr", "tw_nic_stats", "tw_nic_cfg", "tw_nic_cpu", "tw_nic_bucket"}
 
-// nicDir keeps NIC stages apart from filters: a separate tree, so no
-// interface name can make the two collide.
-func nicDir(root, ifname string) string {
-	d := pinDir(root, ifname)
-	rel, _ := filepath.Rel(filepath.Join(root, "tierwall"), d)
-	return filepath.Join(root, "tierwall-nic", rel)
-}
-
-// nicDirFor maps a filter's pin directory to the NIC stage's on the same
-// interface (same namespace tag and escaped name, the other tree).
-func nicDirFor(filterDir string) string {
-	root := filepath.Dir(filterDir)
-	var parts []string
-	for filepath.Base(root) != "tierwall" && root != "/" {
-		parts = append([]string{filepath.Base(root)}, parts...)
-		root = filepath.Dir(root)
-	}
-	return filepath.Join(append([]string{filepath.Dir(root), "tierwall-nic"}, append(parts, filepath.Base(filterDir))...)...)
-}
-
-// LoadNICDetached loads the NIC stage with fresh maps, attached nowhere and
+// LoadDetached loads the NIC stage with fresh maps, attached nowhere and
 // passing misses up (host port 0): for BPF_PROG_TEST_RUN.
-func LoadNICDetached(o NICOptions) (*NIC, error) {
+func LoadDetached(o Options) (*Stage, error) {
 	return loadNIC(o, 0)
 }
 
-func loadNIC(o NICOptions, hostIndex int) (*NIC, error) {
+func loadNIC(o Options, hostIndex int) (*Stage, error) {
 	if o.Capacity == 0 {
-		o.Capacity = DefaultNICCapacity
+		o.Capacity = DefaultCapacity
 	}
 	if o.UpdateLatency == 0 {
-		o.UpdateLatency = DefaultNICLatency
+		o.UpdateLatency = DefaultLatency
 	}
 	if o.Capacity < 1 || o.Capacity > 1<<16 {
-		return nil, fmt.Errorf("%w: NIC capacity %d out of range 1..65536", ErrInvalid, o.Capacity)
+		return nil, fmt.Errorf("%w: NIC capacity %d out of range 1..65536", datapath.ErrInvalid, o.Capacity)
 	}
 	if o.UpdateLatency < 0 || o.UpdateLatency > time.Second {
-		return nil, fmt.Errorf("%w: NIC update latency %v out of range 0..1s", ErrInvalid, o.UpdateLatency)
+		return nil, fmt.Errorf("%w: NIC update latency %v out of range 0..1s", datapath.ErrInvalid, o.UpdateLatency)
 	}
 	flags, err := o.Mode.flags()
 	if err != nil {
@@ -147,7 +131,7 @@ func loadNIC(o NICOptions, hostIndex int) (*NIC, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &NIC{cap: o.Capacity, latency: o.UpdateLatency}
+	n := &Stage{cap: o.Capacity, latency: o.UpdateLatency}
 	if err := spec.LoadAndAssign(&n.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading NIC stage: %w", err)
 	}
@@ -179,8 +163,8 @@ func nicSpec(capacity uint32) (*ebpf.CollectionSpec, error) {
 	return spec, nil
 }
 
-func (n *NIC) initIDs(used map[uint32]bool) {
-	n.ids = map[hwtable.Match]uint32{}
+func (n *Stage) initIDs(used map[uint32]bool) {
+	n.ids = map[tier.Match]uint32{}
 	n.free = n.free[:0]
 	for id := n.cap - 1; id >= 0; id-- {
 		if !used[uint32(id)] {
@@ -189,31 +173,31 @@ func (n *NIC) initIDs(used map[uint32]bool) {
 	}
 }
 
-// AttachNIC puts the NIC stage on wire, redirecting misses to host (both
+// Attach puts the NIC stage on wire, redirecting misses to host (both
 // in the current network namespace). Pinned state is re-adopted with its
 // rules and counters.
-func AttachNIC(wire, host string, o NICOptions) (_ *NIC, err error) {
+func Attach(wire, host string, o Options) (_ *Stage, err error) {
 	wi, err := net.InterfaceByName(wire)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrNoInterface, wire)
+		return nil, fmt.Errorf("%w: %s", datapath.ErrNoInterface, wire)
 	}
 	hi, err := net.InterfaceByName(host)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrNoInterface, host)
+		return nil, fmt.Errorf("%w: %s", datapath.ErrNoInterface, host)
 	}
 	root := o.PinRoot
 	if root == "" {
-		if root, err = bpffsRoot(); err != nil {
+		if root, err = bpffs.Root(); err != nil {
 			return nil, err
 		}
 	}
-	dir := nicDir(root, wire)
-	lk, err := lockFor(dir)
+	dir := bpffs.NICDir(root, wire)
+	lk, err := bpffs.Lock(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer lk.unlock()
-	if exists(dir) {
+	defer lk.Unlock()
+	if bpffs.Exists(dir) {
 		return adoptNIC(wi, hi, dir, o)
 	}
 
@@ -227,7 +211,7 @@ func AttachNIC(wire, host string, o NICOptions) (_ *NIC, err error) {
 		}
 	}()
 	n.Iface, n.Dir = wire, dir
-	tmp := filepath.Join(filepath.Dir(dir), fmt.Sprintf("tmp:%s:%d", pinName(wire), os.Getpid()))
+	tmp := filepath.Join(filepath.Dir(dir), fmt.Sprintf("tmp:%s:%d", bpffs.PinName(wire), os.Getpid()))
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", tmp, err)
 	}
@@ -244,7 +228,7 @@ func AttachNIC(wire, host string, o NICOptions) (_ *NIC, err error) {
 		return nil, fmt.Errorf("attaching NIC stage to %s: %w", wire, err)
 	}
 	defer lnk.Close()
-	if err := lnk.Pin(filepath.Join(tmp, linkPin)); err != nil {
+	if err := lnk.Pin(filepath.Join(tmp, bpffs.LinkPin)); err != nil {
 		return nil, fmt.Errorf("pinning NIC link: %w", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
@@ -253,13 +237,13 @@ func AttachNIC(wire, host string, o NICOptions) (_ *NIC, err error) {
 	return n, nil
 }
 
-func (n *NIC) mapsByName() map[string]*ebpf.Map {
+func (n *Stage) mapsByName() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{"tw_nic_rules": n.objs.TwNicRules, "tw_nic_ctr": n.objs.TwNicCtr,
 		"tw_nic_stats": n.objs.TwNicStats, "tw_nic_cfg": n.objs.TwNicCfg, "tw_nic_cpu": n.objs.TwNicCpu,
 		"tw_nic_bucket": n.objs.TwNicBucket}
 }
 
-func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err error) {
+func adoptNIC(wi, hi *net.Interface, dir string, o Options) (_ *Stage, err error) {
 	pinned := map[string]*ebpf.Map{}
 	defer func() {
 		if err != nil {
@@ -271,7 +255,7 @@ func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err erro
 	for _, name := range nicPinned {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
-			return nil, fmt.Errorf("%w: loading pinned %s: %v (detach the NIC stage to recreate)", ErrIncompatible, name, err)
+			return nil, fmt.Errorf("%w: loading pinned %s: %v (detach the NIC stage to recreate)", datapath.ErrIncompatible, name, err)
 		}
 		pinned[name] = m
 	}
@@ -280,7 +264,7 @@ func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err erro
 		return nil, fmt.Errorf("reading pinned NIC config: %w", err)
 	}
 	if o.Capacity != 0 && uint32(o.Capacity) != cfg.Capacity {
-		return nil, fmt.Errorf("%w: NIC capacity %d asked, %d pinned; detach first", ErrIncompatible, o.Capacity, cfg.Capacity)
+		return nil, fmt.Errorf("%w: NIC capacity %d asked, %d pinned; detach first", datapath.ErrIncompatible, o.Capacity, cfg.Capacity)
 	}
 	if o.Mode != "" {
 		f, err := o.Mode.flags()
@@ -296,12 +280,12 @@ func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err erro
 	if err != nil {
 		return nil, err
 	}
-	n := &NIC{Iface: wi.Name, Dir: dir, cap: int(cfg.Capacity), latency: time.Duration(cfg.LatencyUs) * time.Microsecond}
+	n := &Stage{Iface: wi.Name, Dir: dir, cap: int(cfg.Capacity), latency: time.Duration(cfg.LatencyUs) * time.Microsecond}
 	if o.UpdateLatency != 0 {
 		n.latency = o.UpdateLatency
 	}
 	if err := spec.LoadAndAssign(&n.objs, &ebpf.CollectionOptions{MapReplacements: pinned}); err != nil {
-		return nil, fmt.Errorf("%w: pinned NIC maps do not fit this tierwall: %v", ErrIncompatible, err)
+		return nil, fmt.Errorf("%w: pinned NIC maps do not fit this tierwall: %v", datapath.ErrIncompatible, err)
 	}
 	for _, m := range pinned {
 		m.Close() // the objects hold their own references now
@@ -320,8 +304,8 @@ func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err erro
 	if err := n.loadIDs(); err != nil {
 		return nil, err
 	}
-	lp := filepath.Join(dir, linkPin)
-	updated, _, err := updatePinnedLink(lp, n.objs.TwNic, wi.Index)
+	lp := filepath.Join(dir, bpffs.LinkPin)
+	updated, _, err := bpffs.UpdatePinnedLink(lp, n.objs.TwNic, wi.Index)
 	if err != nil {
 		return nil, err
 	}
@@ -340,11 +324,11 @@ func adoptNIC(wi, hi *net.Interface, dir string, o NICOptions) (_ *NIC, err erro
 }
 
 // loadIDs rebuilds the rule-id allocation from the pinned rules.
-func (n *NIC) loadIDs() error {
+func (n *Stage) loadIDs() error {
 	used := map[uint32]bool{}
 	var k nicTwNicKey
 	var r nicTwNicRule
-	matches := map[hwtable.Match]uint32{}
+	matches := map[tier.Match]uint32{}
 	it := n.objs.TwNicRules.Iterate()
 	for it.Next(&k, &r) {
 		used[r.Id] = true
@@ -358,25 +342,25 @@ func (n *NIC) loadIDs() error {
 	return nil
 }
 
-// DetachNIC removes the NIC stage from wire and its pinned state.
-func DetachNIC(wire, pinRoot string) error {
+// Detach removes the NIC stage from wire and its pinned state.
+func Detach(wire, pinRoot string) error {
 	root := pinRoot
 	if root == "" {
 		var err error
-		if root, err = bpffsRoot(); err != nil {
+		if root, err = bpffs.Root(); err != nil {
 			return err
 		}
 	}
-	dir := nicDir(root, wire)
-	lk, err := lockFor(dir)
+	dir := bpffs.NICDir(root, wire)
+	lk, err := bpffs.Lock(dir)
 	if err != nil {
 		return err
 	}
-	defer lk.unlock()
-	if !exists(dir) {
-		return fmt.Errorf("%w: no NIC stage on %s", ErrNotAttached, wire)
+	defer lk.Unlock()
+	if !bpffs.Exists(dir) {
+		return fmt.Errorf("%w: no NIC stage on %s", datapath.ErrNotAttached, wire)
 	}
-	if l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil); err == nil {
+	if l, err := link.LoadPinnedLink(filepath.Join(dir, bpffs.LinkPin), nil); err == nil {
 		l.Unpin()
 		l.Close()
 	}
@@ -384,18 +368,18 @@ func DetachNIC(wire, pinRoot string) error {
 }
 
 // Program is the NIC stage's program (for BPF_PROG_TEST_RUN).
-func (n *NIC) Program() *ebpf.Program { return n.objs.TwNic }
+func (n *Stage) Program() *ebpf.Program { return n.objs.TwNic }
 
 // Capacity is K.
-func (n *NIC) Capacity() int { return n.cap }
+func (n *Stage) Capacity() int { return n.cap }
 
 // UpdateLatency is the emulated per-update latency.
-func (n *NIC) UpdateLatency() time.Duration { return n.latency }
+func (n *Stage) UpdateLatency() time.Duration { return n.latency }
 
 // Close releases this process's handles; the stage keeps running.
-func (n *NIC) Close() error { return n.objs.Close() }
+func (n *Stage) Close() error { return n.objs.Close() }
 
-func nicKey(m hwtable.Match) nicTwNicKey {
+func nicKey(m tier.Match) nicTwNicKey {
 	var k nicTwNicKey
 	if m.Src.Is4() {
 		k.Family = 4
@@ -419,8 +403,8 @@ func nicKey(m hwtable.Match) nicTwNicKey {
 	return k
 }
 
-func nicMatch(k nicTwNicKey) hwtable.Match {
-	var m hwtable.Match
+func nicMatch(k nicTwNicKey) tier.Match {
+	var m tier.Match
 	if k.Family == 4 {
 		m.Src = netipFrom4(k.Src)
 		if k.Proto != 0 {
@@ -446,7 +430,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // Insert writes a rule after the emulated update latency and confirms it
 // by reading it back. Installing a rule that is already there with the same
 // action is a no-op.
-func (n *NIC) Insert(r hwtable.Rule) (time.Duration, error) {
+func (n *Stage) Insert(r tier.Rule) (time.Duration, error) {
 	if err := r.Validate(); err != nil {
 		return 0, err
 	}
@@ -467,7 +451,7 @@ func (n *NIC) Insert(r hwtable.Rule) (time.Duration, error) {
 		return time.Since(start), nil
 	}
 	if len(n.free) == 0 {
-		return 0, fmt.Errorf("%w: %d of %d rules in use", hwtable.ErrTableFull, n.cap-len(n.free), n.cap)
+		return 0, fmt.Errorf("%w: %d of %d rules in use", tier.ErrTableFull, n.cap-len(n.free), n.cap)
 	}
 	id := n.free[len(n.free)-1]
 	time.Sleep(n.latency)
@@ -482,13 +466,13 @@ func (n *NIC) Insert(r hwtable.Rule) (time.Duration, error) {
 	rule := nicTwNicRule{Action: nicTwNicAction(r.Action), Id: id}
 	if err := n.objs.TwNicRules.Update(&k, &rule, ebpf.UpdateNoExist); err != nil {
 		if errors.Is(err, ebpf.ErrKeyExist) || isE2BIG(err) {
-			return 0, fmt.Errorf("%w: %v", hwtable.ErrTableFull, err)
+			return 0, fmt.Errorf("%w: %v", tier.ErrTableFull, err)
 		}
 		return 0, fmt.Errorf("installing NIC rule %s: %w", r.Match, err)
 	}
 	var back nicTwNicRule
 	if err := n.objs.TwNicRules.Lookup(&k, &back); err != nil || back != rule {
-		return 0, fmt.Errorf("%w: %s (read back: %v)", hwtable.ErrNotInHardware, r.Match, err)
+		return 0, fmt.Errorf("%w: %s (read back: %v)", tier.ErrNotInHardware, r.Match, err)
 	}
 	n.free = n.free[:len(n.free)-1]
 	n.ids[r.Match] = id
@@ -503,8 +487,8 @@ func (n *NIC) Insert(r hwtable.Rule) (time.Duration, error) {
 // Delete removes the rule for m after the emulated update latency and
 // returns its counters as read after the removal: nothing it dropped is
 // lost from the accounting.
-func (n *NIC) Delete(m hwtable.Match) (hwtable.Counters, time.Duration, error) {
-	var last hwtable.Counters
+func (n *Stage) Delete(m tier.Match) (tier.Counters, time.Duration, error) {
+	var last tier.Counters
 	if err := m.Validate(); err != nil {
 		return last, 0, err
 	}
@@ -514,7 +498,7 @@ func (n *NIC) Delete(m hwtable.Match) (hwtable.Counters, time.Duration, error) {
 	k := nicKey(m)
 	var cur nicTwNicRule
 	if err := n.objs.TwNicRules.Lookup(&k, &cur); err != nil {
-		return last, 0, fmt.Errorf("%w: %s", hwtable.ErrNoRule, m)
+		return last, 0, fmt.Errorf("%w: %s", tier.ErrNoRule, m)
 	}
 	time.Sleep(n.latency)
 	if err := n.objs.TwNicRules.Delete(&k); err != nil {
@@ -539,7 +523,7 @@ func (n *NIC) Delete(m hwtable.Match) (hwtable.Counters, time.Duration, error) {
 	return last, lat, nil
 }
 
-func (n *NIC) bumpFlows(d int) error {
+func (n *Stage) bumpFlows(d int) error {
 	var cfg nicTwNicConfig
 	if err := n.objs.TwNicCfg.Lookup(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("reading NIC config: %w", err)
@@ -552,10 +536,10 @@ func (n *NIC) bumpFlows(d int) error {
 }
 
 // Rules lists the table with summed per-CPU counters.
-func (n *NIC) Rules() ([]hwtable.Entry, error) {
+func (n *Stage) Rules() ([]tier.Entry, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var out []hwtable.Entry
+	var out []tier.Entry
 	var k nicTwNicKey
 	var r nicTwNicRule
 	it := n.objs.TwNicRules.Iterate()
@@ -564,7 +548,7 @@ func (n *NIC) Rules() ([]hwtable.Entry, error) {
 		if err := n.objs.TwNicCtr.Lookup(r.Id, &cs); err != nil {
 			return nil, fmt.Errorf("reading NIC counters: %w", err)
 		}
-		e := hwtable.Entry{Rule: hwtable.Rule{Match: nicMatch(k), Action: hwtable.Action(r.Action)}, HasCounters: true}
+		e := tier.Entry{Rule: tier.Rule{Match: nicMatch(k), Action: tier.Action(r.Action)}, HasCounters: true}
 		for _, c := range cs {
 			e.Counters.Packets += c.Packets
 			e.Counters.Bytes += c.Bytes
@@ -577,11 +561,11 @@ func (n *NIC) Rules() ([]hwtable.Entry, error) {
 	return out, nil
 }
 
-// NICVerdicts names the stage's verdict counters.
-var NICVerdicts = []string{"hit_drop", "hit_forward", "miss", "unhandled", "tx_error", "to_nic_cpu", "nic_cpu_overload"}
+// Verdicts names the stage's verdict counters.
+var Verdicts = []string{"hit_drop", "hit_forward", "miss", "unhandled", "tx_error", "to_nic_cpu", "nic_cpu_overload"}
 
 // Mode is the NIC's approach (hybrid, nic-hw, nic, wire).
-func (n *NIC) Mode() (NICMode, error) {
+func (n *Stage) Mode() (Mode, error) {
 	var cfg nicTwNicConfig
 	if err := n.objs.TwNicCfg.Lookup(uint32(0), &cfg); err != nil {
 		return "", fmt.Errorf("reading NIC config: %w", err)
@@ -589,36 +573,15 @@ func (n *NIC) Mode() (NICMode, error) {
 	return nicModeOf(cfg.Flags), nil
 }
 
-// chainFilter makes prog the filter the NIC CPU runs for the NIC stage
-// pinned under dir (replacing any earlier one atomically), or removes it
-// when prog is nil.
-func chainFilter(dir string, prog *ebpf.Program) error {
-	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "tw_nic_cpu"), nil)
-	if err != nil {
-		return fmt.Errorf("%w: no NIC stage to run the filter on (%v); run tierwall nic attach first", ErrNotAttached, err)
-	}
-	defer m.Close()
-	if prog == nil {
-		if err := m.Delete(uint32(0)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("removing filter from NIC CPU: %w", err)
-		}
-		return nil
-	}
-	if err := m.Put(uint32(0), prog); err != nil {
-		return fmt.Errorf("installing filter on NIC CPU: %w", err)
-	}
-	return nil
-}
-
 // Stats returns the stage's per-verdict counters, summed over CPUs.
-func (n *NIC) Stats() (map[string]Counter, error) {
-	out := map[string]Counter{}
-	for i, name := range NICVerdicts {
+func (n *Stage) Stats() (map[string]datapath.Counter, error) {
+	out := map[string]datapath.Counter{}
+	for i, name := range Verdicts {
 		var cs []nicTwCtr
 		if err := n.objs.TwNicStats.Lookup(nicTwNicVerdict(i), &cs); err != nil {
 			return nil, fmt.Errorf("reading NIC stats: %w", err)
 		}
-		var c Counter
+		var c datapath.Counter
 		for _, v := range cs {
 			c.Packets += v.Packets
 			c.Bytes += v.Bytes
@@ -633,20 +596,20 @@ func netipFrom16(b [16]uint8) netip.Addr { return netip.AddrFrom16(b) }
 
 func isE2BIG(err error) bool { return errors.Is(err, unix.E2BIG) }
 
-// OpenNIC gives access to the pinned state of an attached NIC stage
+// Open gives access to the pinned state of an attached NIC stage
 // without touching its program: for CLI verbs and the daemon.
-func OpenNIC(wire, pinRoot string) (_ *NIC, err error) {
+func Open(wire, pinRoot string) (_ *Stage, err error) {
 	root := pinRoot
 	if root == "" {
-		if root, err = bpffsRoot(); err != nil {
+		if root, err = bpffs.Root(); err != nil {
 			return nil, err
 		}
 	}
-	dir := nicDir(root, wire)
-	if !exists(dir) {
-		return nil, fmt.Errorf("%w: no NIC stage on %s (run tierwall nic attach)", ErrNotAttached, wire)
+	dir := bpffs.NICDir(root, wire)
+	if !bpffs.Exists(dir) {
+		return nil, fmt.Errorf("%w: no NIC stage on %s (run tierwall nic attach)", datapath.ErrNotAttached, wire)
 	}
-	n := &NIC{Iface: wire, Dir: dir}
+	n := &Stage{Iface: wire, Dir: dir}
 	defer func() {
 		if err != nil {
 			n.objs.nicMaps.Close()
@@ -657,7 +620,7 @@ func OpenNIC(wire, pinRoot string) (_ *NIC, err error) {
 		"tw_nic_bucket": &n.objs.TwNicBucket} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
 		if err != nil {
-			return nil, fmt.Errorf("%w: loading pinned %s: %v", ErrIncompatible, name, err)
+			return nil, fmt.Errorf("%w: loading pinned %s: %v", datapath.ErrIncompatible, name, err)
 		}
 		*dst = m
 	}

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tierwall/tierwall/internal/hwtable"
 	"github.com/tierwall/tierwall/internal/testutil"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 func golden(t *testing.T, name string) []byte {
@@ -33,12 +33,12 @@ func TestEncodeMatchesUAPI(t *testing.T) {
 	for _, g := range []struct {
 		name string
 		loc  uint32
-		rule hwtable.Rule
+		rule tier.Rule
 	}{
-		{"ins-src4", 5, hwtable.Rule{Match: hwtable.SourceMatch(a("192.0.2.7")), Action: hwtable.Drop}},
-		{"ins-src6", 6, hwtable.Rule{Match: hwtable.SourceMatch(a("2001:db8::7")), Action: hwtable.Drop}},
-		{"ins-flow4", 7, hwtable.Rule{Match: hwtable.Match{Src: a("10.0.0.1"), Dst: a("10.0.0.2"), Proto: unix.IPPROTO_TCP, SrcPort: 40000, DstPort: 443}, Action: hwtable.Forward}},
-		{"ins-flow6", 8, hwtable.Rule{Match: hwtable.Match{Src: a("2001:db8::1"), Dst: a("2001:db8::2"), Proto: unix.IPPROTO_UDP, SrcPort: 5353, DstPort: 53}, Action: hwtable.Forward}},
+		{"ins-src4", 5, tier.Rule{Match: tier.SourceMatch(a("192.0.2.7")), Action: tier.Drop}},
+		{"ins-src6", 6, tier.Rule{Match: tier.SourceMatch(a("2001:db8::7")), Action: tier.Drop}},
+		{"ins-flow4", 7, tier.Rule{Match: tier.Match{Src: a("10.0.0.1"), Dst: a("10.0.0.2"), Proto: unix.IPPROTO_TCP, SrcPort: 40000, DstPort: 443}, Action: tier.Forward}},
+		{"ins-flow6", 8, tier.Rule{Match: tier.Match{Src: a("2001:db8::1"), Dst: a("2001:db8::2"), Proto: unix.IPPROTO_UDP, SrcPort: 5353, DstPort: 53}, Action: tier.Forward}},
 	} {
 		got, err := encodeIns(g.loc, g.rule)
 		if err != nil {
@@ -53,7 +53,7 @@ func TestEncodeMatchesUAPI(t *testing.T) {
 			t.Errorf("%s: decoded %+v, %v", g.name, back, err)
 		}
 	}
-	if _, err := encodeIns(1, hwtable.Rule{Match: hwtable.Match{Src: a("10.0.0.1"), Dst: a("10.0.0.2"), Proto: 1}, Action: hwtable.Drop}); !errors.Is(err, hwtable.ErrUnsupported) {
+	if _, err := encodeIns(1, tier.Rule{Match: tier.Match{Src: a("10.0.0.1"), Dst: a("10.0.0.2"), Proto: 1}, Action: tier.Drop}); !errors.Is(err, tier.ErrUnsupported) {
 		t.Errorf("ICMP flow: %v, want ErrUnsupported", err)
 	}
 }
@@ -66,10 +66,10 @@ func TestNoNtupleOnVeth(t *testing.T) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	defer exec.Command("ip", "link", "del", a).Run()
-	if _, err := Open(a, 0, 0); !errors.Is(err, hwtable.ErrUnsupported) {
+	if _, err := Open(a, 0, 0); !errors.Is(err, tier.ErrUnsupported) {
 		t.Fatalf("veth: %v, want ErrUnsupported", err)
 	}
-	if _, err := Open("twntp-missing", 0, 0); !errors.Is(err, hwtable.ErrUnsupported) {
+	if _, err := Open("twntp-missing", 0, 0); !errors.Is(err, tier.ErrUnsupported) {
 		t.Fatalf("missing interface: %v, want ErrUnsupported", err)
 	}
 }

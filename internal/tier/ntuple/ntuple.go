@@ -1,4 +1,4 @@
-// Package ntuple is the hwtable backend for NICs with ethtool n-tuple
+// Package ntuple is the tier.Table backend for NICs with ethtool n-tuple
 // filters (Intel Flow Director and others): drop rules (ring cookie
 // RX_CLS_FLOW_DISC, the "action -1" of `ethtool -N`) and, for flows, steer
 // to queue 0 as the forward action.
@@ -26,7 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tierwall/tierwall/internal/hwtable"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 // linux/ethtool.h
@@ -57,7 +57,7 @@ const (
 )
 
 // encodeIns is the ethtool_rxnfc for inserting r at location loc.
-func encodeIns(loc uint32, r hwtable.Rule) ([]byte, error) {
+func encodeIns(loc uint32, r tier.Rule) ([]byte, error) {
 	b := make([]byte, rxnfcSize)
 	binary.NativeEndian.PutUint32(b, cmdInsRule)
 	m := r.Match
@@ -81,7 +81,7 @@ func encodeIns(loc uint32, r hwtable.Rule) ([]byte, error) {
 		copy(h[0:16], a[:])
 		ones(mk[0:16])
 	case m.Proto != unix.IPPROTO_TCP && m.Proto != unix.IPPROTO_UDP:
-		return nil, fmt.Errorf("%w: n-tuple flows are TCP or UDP, not protocol %d", hwtable.ErrUnsupported, m.Proto)
+		return nil, fmt.Errorf("%w: n-tuple flows are TCP or UDP, not protocol %d", tier.ErrUnsupported, m.Proto)
 	case m.Src.Is4():
 		ft = tcpV4Flow
 		if m.Proto == unix.IPPROTO_UDP {
@@ -107,7 +107,7 @@ func encodeIns(loc uint32, r hwtable.Rule) ([]byte, error) {
 	}
 	binary.NativeEndian.PutUint32(b[offFS:], ft)
 	cookie := flowDisc
-	if r.Action == hwtable.Forward {
+	if r.Action == tier.Forward {
 		cookie = 0 // queue 0: delivered as usual
 	}
 	binary.NativeEndian.PutUint64(b[offCookie:], cookie)
@@ -116,12 +116,12 @@ func encodeIns(loc uint32, r hwtable.Rule) ([]byte, error) {
 }
 
 // decodeRule parses a rule read back with ETHTOOL_GRXCLSRULE.
-func decodeRule(b []byte) (hwtable.Rule, error) {
-	var r hwtable.Rule
+func decodeRule(b []byte) (tier.Rule, error) {
+	var r tier.Rule
 	h := b[offHU : offHU+52]
-	r.Action = hwtable.Drop
+	r.Action = tier.Drop
 	if binary.NativeEndian.Uint64(b[offCookie:]) != flowDisc {
-		r.Action = hwtable.Forward
+		r.Action = tier.Forward
 	}
 	switch ft := binary.NativeEndian.Uint32(b[offFS:]) &^ 0xff000000; ft { // strip FLOW_EXT & co
 	case ipUserFlow:
@@ -129,13 +129,13 @@ func decodeRule(b []byte) (hwtable.Rule, error) {
 	case ipv6UserFlow:
 		r.Match.Src = netip.AddrFrom16([16]byte(h[0:16]))
 	case tcpV4Flow, udpV4Flow:
-		r.Match = hwtable.Match{Src: netip.AddrFrom4([4]byte(h[0:4])), Dst: netip.AddrFrom4([4]byte(h[4:8])),
+		r.Match = tier.Match{Src: netip.AddrFrom4([4]byte(h[0:4])), Dst: netip.AddrFrom4([4]byte(h[4:8])),
 			SrcPort: binary.BigEndian.Uint16(h[8:]), DstPort: binary.BigEndian.Uint16(h[10:]), Proto: unix.IPPROTO_TCP}
 		if ft == udpV4Flow {
 			r.Match.Proto = unix.IPPROTO_UDP
 		}
 	case tcpV6Flow, udpV6Flow:
-		r.Match = hwtable.Match{Src: netip.AddrFrom16([16]byte(h[0:16])), Dst: netip.AddrFrom16([16]byte(h[16:32])),
+		r.Match = tier.Match{Src: netip.AddrFrom16([16]byte(h[0:16])), Dst: netip.AddrFrom16([16]byte(h[16:32])),
 			SrcPort: binary.BigEndian.Uint16(h[32:]), DstPort: binary.BigEndian.Uint16(h[34:]), Proto: unix.IPPROTO_TCP}
 		if ft == udpV6Flow {
 			r.Match.Proto = unix.IPPROTO_UDP
@@ -175,17 +175,17 @@ type Table struct {
 	iface string
 	base  uint32
 	cap   int
-	rules map[hwtable.Match]uint32 // location of each rule
+	rules map[tier.Match]uint32 // location of each rule
 	used  map[uint32]bool
 }
 
-var _ hwtable.Table = (*Table)(nil)
+var _ tier.Table = (*Table)(nil)
 
 // Open probes n-tuple support on iface. capacity 0 takes the table size
 // the driver reports, minus base.
 func Open(iface string, base uint32, capacity int) (_ *Table, err error) {
 	if len(iface) >= unix.IFNAMSIZ {
-		return nil, fmt.Errorf("%w: interface name %q too long", hwtable.ErrInvalid, iface)
+		return nil, fmt.Errorf("%w: interface name %q too long", tier.ErrInvalid, iface)
 	}
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -199,16 +199,16 @@ func Open(iface string, base uint32, capacity int) (_ *Table, err error) {
 	cnt := make([]byte, rxnfcSize)
 	binary.NativeEndian.PutUint32(cnt, cmdGetRuleCount)
 	if err := ethtool(fd, iface, cnt); err != nil {
-		return nil, fmt.Errorf("%w: n-tuple filters on %s: %v", hwtable.ErrUnsupported, iface, err)
+		return nil, fmt.Errorf("%w: n-tuple filters on %s: %v", tier.ErrUnsupported, iface, err)
 	}
 	size := int(binary.NativeEndian.Uint64(cnt[8:]) &^ locSpecial)
 	if capacity == 0 {
 		capacity = size - int(base)
 	}
 	if capacity <= 0 || (size > 0 && int(base)+capacity > size) {
-		return nil, fmt.Errorf("%w: locations %d..%d outside the %d-rule table of %s", hwtable.ErrInvalid, base, int(base)+capacity-1, size, iface)
+		return nil, fmt.Errorf("%w: locations %d..%d outside the %d-rule table of %s", tier.ErrInvalid, base, int(base)+capacity-1, size, iface)
 	}
-	t := &Table{fd: fd, iface: iface, base: base, cap: capacity, rules: map[hwtable.Match]uint32{}, used: map[uint32]bool{}}
+	t := &Table{fd: fd, iface: iface, base: base, cap: capacity, rules: map[tier.Match]uint32{}, used: map[uint32]bool{}}
 	if err := t.adopt(int(binary.NativeEndian.Uint32(cnt[offCnt:]))); err != nil {
 		return nil, err
 	}
@@ -240,21 +240,21 @@ func (t *Table) adopt(n int) error {
 	return nil
 }
 
-func (t *Table) read(loc uint32) (hwtable.Rule, error) {
+func (t *Table) read(loc uint32) (tier.Rule, error) {
 	b := make([]byte, rxnfcSize)
 	binary.NativeEndian.PutUint32(b, cmdGetRule)
 	binary.NativeEndian.PutUint32(b[offLoc:], loc)
 	if err := ethtool(t.fd, t.iface, b); err != nil {
-		return hwtable.Rule{}, fmt.Errorf("reading n-tuple rule %d on %s: %w", loc, t.iface, err)
+		return tier.Rule{}, fmt.Errorf("reading n-tuple rule %d on %s: %w", loc, t.iface, err)
 	}
 	return decodeRule(b)
 }
 
-func (t *Table) Caps() hwtable.Caps {
-	return hwtable.Caps{Backend: "ethtool-ntuple", Iface: t.iface, Capacity: t.cap, Counters: false, Flows: true, Forward: true}
+func (t *Table) Caps() tier.Caps {
+	return tier.Caps{Backend: "ethtool-ntuple", Iface: t.iface, Capacity: t.cap, Counters: false, Flows: true, Forward: true}
 }
 
-func (t *Table) Install(ctx context.Context, r hwtable.Rule) (time.Duration, error) {
+func (t *Table) Install(ctx context.Context, r tier.Rule) (time.Duration, error) {
 	if err := r.Validate(); err != nil {
 		return 0, err
 	}
@@ -274,7 +274,7 @@ func (t *Table) Install(ctx context.Context, r hwtable.Rule) (time.Duration, err
 		}
 	}
 	if !ok {
-		return 0, fmt.Errorf("%w: %d of %d n-tuple rules in use", hwtable.ErrTableFull, len(t.rules), t.cap)
+		return 0, fmt.Errorf("%w: %d of %d n-tuple rules in use", tier.ErrTableFull, len(t.rules), t.cap)
 	}
 	b, err := encodeIns(loc, r)
 	if err != nil {
@@ -283,7 +283,7 @@ func (t *Table) Install(ctx context.Context, r hwtable.Rule) (time.Duration, err
 	start := time.Now()
 	if err := ethtool(t.fd, t.iface, b); err != nil {
 		if errors.Is(err, unix.ENOSPC) {
-			return 0, fmt.Errorf("%w: %v", hwtable.ErrTableFull, err)
+			return 0, fmt.Errorf("%w: %v", tier.ErrTableFull, err)
 		}
 		return 0, fmt.Errorf("inserting n-tuple rule %s on %s: %w", r.Match, t.iface, err)
 	}
@@ -292,7 +292,7 @@ func (t *Table) Install(ctx context.Context, r hwtable.Rule) (time.Duration, err
 	back, err := t.read(loc)
 	if err != nil || back != r {
 		t.del(loc)
-		return 0, fmt.Errorf("%w: %s at location %d (read back %+v, %v)", hwtable.ErrNotInHardware, r.Match, loc, back, err)
+		return 0, fmt.Errorf("%w: %s at location %d (read back %+v, %v)", tier.ErrNotInHardware, r.Match, loc, back, err)
 	}
 	t.rules[r.Match] = loc
 	t.used[loc] = true
@@ -306,38 +306,38 @@ func (t *Table) del(loc uint32) error {
 	return ethtool(t.fd, t.iface, b)
 }
 
-func (t *Table) Remove(ctx context.Context, m hwtable.Match) (hwtable.Counters, time.Duration, error) {
+func (t *Table) Remove(ctx context.Context, m tier.Match) (tier.Counters, time.Duration, error) {
 	if err := m.Validate(); err != nil {
-		return hwtable.Counters{}, 0, err
+		return tier.Counters{}, 0, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	loc, ok := t.rules[m]
 	if !ok {
-		return hwtable.Counters{}, 0, fmt.Errorf("%w: %s", hwtable.ErrNoRule, m)
+		return tier.Counters{}, 0, fmt.Errorf("%w: %s", tier.ErrNoRule, m)
 	}
 	start := time.Now()
 	if err := t.del(loc); err != nil {
-		return hwtable.Counters{}, 0, fmt.Errorf("deleting n-tuple rule %d on %s: %w", loc, t.iface, err)
+		return tier.Counters{}, 0, fmt.Errorf("deleting n-tuple rule %d on %s: %w", loc, t.iface, err)
 	}
 	delete(t.rules, m)
 	delete(t.used, loc)
-	return hwtable.Counters{}, time.Since(start), nil
+	return tier.Counters{}, time.Since(start), nil
 }
 
-func (t *Table) List(ctx context.Context) ([]hwtable.Entry, error) {
+func (t *Table) List(ctx context.Context) ([]tier.Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]hwtable.Entry, 0, len(t.rules))
+	out := make([]tier.Entry, 0, len(t.rules))
 	for _, loc := range t.rules {
 		r, err := t.read(loc)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, hwtable.Entry{Rule: r})
+		out = append(out, tier.Entry{Rule: r})
 	}
 	return out, nil
 }

@@ -1,4 +1,4 @@
-package datapath
+package nicstage
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/tierwall/tierwall/internal/hwtable"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/testutil"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 func nicFrame(src, dst string, proto uint8, sport, dport uint16) []byte {
@@ -19,7 +19,7 @@ func nicFrame(src, dst string, proto uint8, sport, dport uint16) []byte {
 	return f.Build()
 }
 
-func runNIC(t *testing.T, n *NIC, frame []byte) uint32 {
+func runNIC(t *testing.T, n *Stage, frame []byte) uint32 {
 	t.Helper()
 	ret, err := n.Program().Run(&ebpf.RunOptions{Data: frame})
 	if err != nil {
@@ -30,13 +30,13 @@ func runNIC(t *testing.T, n *NIC, frame []byte) uint32 {
 
 func TestNICStage(t *testing.T) {
 	testutil.RequireRoot(t)
-	n, err := LoadNICDetached(NICOptions{Capacity: 4, UpdateLatency: 3 * time.Millisecond})
+	n, err := LoadDetached(Options{Capacity: 4, UpdateLatency: 3 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
 
-	src := hwtable.Rule{Match: hwtable.SourceMatch(netip.MustParseAddr("203.0.113.9")), Action: hwtable.Drop}
+	src := tier.Rule{Match: tier.SourceMatch(netip.MustParseAddr("203.0.113.9")), Action: tier.Drop}
 	lat, err := n.Insert(src)
 	if err != nil {
 		t.Fatal(err)
@@ -44,8 +44,8 @@ func TestNICStage(t *testing.T) {
 	if lat < 3*time.Millisecond {
 		t.Errorf("install took %v, below the enforced 3ms update latency", lat)
 	}
-	flow := hwtable.Rule{Match: hwtable.Match{Src: netip.MustParseAddr("2001:db8::5"), Dst: netip.MustParseAddr("2001:db8::1"),
-		Proto: pkt.ProtoTCP, SrcPort: 40000, DstPort: 443}, Action: hwtable.Forward}
+	flow := tier.Rule{Match: tier.Match{Src: netip.MustParseAddr("2001:db8::5"), Dst: netip.MustParseAddr("2001:db8::1"),
+		Proto: pkt.ProtoTCP, SrcPort: 40000, DstPort: 443}, Action: tier.Forward}
 	if _, err := n.Insert(flow); err != nil {
 		t.Fatal(err)
 	}
@@ -72,15 +72,15 @@ func TestNICStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[hwtable.Match]hwtable.Entry{}
+	got := map[tier.Match]tier.Entry{}
 	for _, e := range rules {
 		got[e.Rule.Match] = e
 	}
 	// Hardware byte counters exclude the 14-byte Ethernet header.
-	if e := got[src.Match]; e.Counters.Packets != 3 || e.Counters.Bytes != uint64(3*(len(drop)-14)) || e.Rule.Action != hwtable.Drop {
+	if e := got[src.Match]; e.Counters.Packets != 3 || e.Counters.Bytes != uint64(3*(len(drop)-14)) || e.Rule.Action != tier.Drop {
 		t.Errorf("source rule %+v, want 3 packets, %d bytes", e, 3*(len(drop)-14))
 	}
-	if e := got[flow.Match]; e.Counters.Packets != 2 || e.Rule.Action != hwtable.Forward {
+	if e := got[flow.Match]; e.Counters.Packets != 2 || e.Rule.Action != tier.Forward {
 		t.Errorf("flow rule %+v, want 2 packets", e)
 	}
 	st, err := n.Stats()
@@ -96,12 +96,12 @@ func TestNICStage(t *testing.T) {
 
 	// K = 4: two more fit, the fifth is refused and nothing changes.
 	for _, a := range []string{"10.0.0.1", "10.0.0.2"} {
-		if _, err := n.Insert(hwtable.Rule{Match: hwtable.SourceMatch(netip.MustParseAddr(a)), Action: hwtable.Drop}); err != nil {
+		if _, err := n.Insert(tier.Rule{Match: tier.SourceMatch(netip.MustParseAddr(a)), Action: tier.Drop}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err = n.Insert(hwtable.Rule{Match: hwtable.SourceMatch(netip.MustParseAddr("10.0.0.3")), Action: hwtable.Drop})
-	if !errors.Is(err, hwtable.ErrTableFull) {
+	_, err = n.Insert(tier.Rule{Match: tier.SourceMatch(netip.MustParseAddr("10.0.0.3")), Action: tier.Drop})
+	if !errors.Is(err, tier.ErrTableFull) {
 		t.Fatalf("fifth rule: %v, want ErrTableFull", err)
 	}
 	if rules, _ := n.Rules(); len(rules) != 4 {
@@ -111,13 +111,13 @@ func TestNICStage(t *testing.T) {
 	if last, _, err := n.Delete(src.Match); err != nil || last.Packets != 3 {
 		t.Fatalf("delete: %v, last counters %+v, want 3 packets", err, last)
 	}
-	if _, _, err := n.Delete(src.Match); !errors.Is(err, hwtable.ErrNoRule) {
+	if _, _, err := n.Delete(src.Match); !errors.Is(err, tier.ErrNoRule) {
 		t.Fatalf("second delete: %v, want ErrNoRule", err)
 	}
 	if r := runNIC(t, n, drop); r != xdpPass {
 		t.Fatalf("removed rule still drops")
 	}
-	re := hwtable.Rule{Match: hwtable.SourceMatch(netip.MustParseAddr("10.0.0.3")), Action: hwtable.Drop}
+	re := tier.Rule{Match: tier.SourceMatch(netip.MustParseAddr("10.0.0.3")), Action: tier.Drop}
 	if _, err := n.Insert(re); err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +128,20 @@ func TestNICStage(t *testing.T) {
 		}
 	}
 	// Bad input is refused before any change.
-	for _, bad := range []hwtable.Rule{
-		{Match: hwtable.Match{}, Action: hwtable.Drop},
-		{Match: hwtable.SourceMatch(netip.MustParseAddr("10.1.1.1")), Action: 9},
-		{Match: hwtable.Match{Src: netip.MustParseAddr("10.1.1.1"), Dst: netip.MustParseAddr("::1"), Proto: 6}, Action: hwtable.Drop},
-		{Match: hwtable.Match{Src: netip.MustParseAddr("10.1.1.1"), Dst: netip.MustParseAddr("10.0.0.1"), Proto: 1, SrcPort: 5}, Action: hwtable.Drop},
+	for _, bad := range []tier.Rule{
+		{Match: tier.Match{}, Action: tier.Drop},
+		{Match: tier.SourceMatch(netip.MustParseAddr("10.1.1.1")), Action: 9},
+		{Match: tier.Match{Src: netip.MustParseAddr("10.1.1.1"), Dst: netip.MustParseAddr("::1"), Proto: 6}, Action: tier.Drop},
+		{Match: tier.Match{Src: netip.MustParseAddr("10.1.1.1"), Dst: netip.MustParseAddr("10.0.0.1"), Proto: 1, SrcPort: 5}, Action: tier.Drop},
 	} {
-		if _, err := n.Insert(bad); !errors.Is(err, hwtable.ErrInvalid) {
+		if _, err := n.Insert(bad); !errors.Is(err, tier.ErrInvalid) {
 			t.Errorf("%+v: %v, want ErrInvalid", bad, err)
 		}
 	}
 }
+
+// XDP return codes (uapi/linux/bpf.h).
+const (
+	xdpDrop = 1
+	xdpPass = 2
+)
