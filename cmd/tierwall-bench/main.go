@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bench"
 	"github.com/tierwall/tierwall/internal/placement"
 )
 
@@ -67,24 +67,24 @@ func benchFilter(b *bytes.Buffer, sizes string, rounds, repeat int) {
 		if _, err := fmt.Sscan(s, &n); err != nil || n <= 0 {
 			fail(fmt.Errorf("bad rule count %q", s))
 		}
-		for _, d := range []datapath.Dist{datapath.Uniform, datapath.Zipf1} {
-			if n == 1 && d == datapath.Zipf1 {
+		for _, d := range []bench.Dist{bench.Uniform, bench.Zipf1} {
+			if n == 1 && d == bench.Zipf1 {
 				continue
 			}
 			fmt.Fprintf(os.Stderr, "bench: %d rules, %s...\n", n, d)
-			r, err := datapath.BenchFilter(n, d, rounds, repeat, 42)
+			r, err := bench.BenchFilter(n, d, rounds, repeat, 42)
 			if err != nil {
 				fail(err)
 			}
 			f, bl, e := r.Median()
 			fl := med(r.Floor)
-			ratio, _ := datapath.Ratio(f, bl)
-			fratio, _ := datapath.Ratio(fl, bl)
+			ratio, _ := bench.Ratio(f, bl)
+			fratio, _ := bench.Ratio(fl, bl)
 			target := ""
 			switch {
 			case n == 1:
 				target = fmt.Sprintf("≤ 1.2× %s", verdict(ratio <= 1.2))
-			case n >= 1<<20 && d == datapath.Uniform:
+			case n >= 1<<20 && d == bench.Uniform:
 				target = fmt.Sprintf("≤ 0.5× %s", verdict(ratio <= 0.5))
 			}
 			fmt.Fprintf(b, "| %d | %s | %.0f %s | %.0f %s | %.0f %s | %.0f | %.2f× | %.2f× | %s |\n", n, d, f, span(r.Filter), bl, span(r.Baseline), fl, span(r.Floor), e, ratio, fratio, target)
@@ -96,7 +96,7 @@ func benchFilter(b *bytes.Buffer, sizes string, rounds, repeat int) {
 func benchSnapshot(b *bytes.Buffer, rounds int) {
 	fmt.Fprintf(b, "\n## Feature snapshot read\n\nTime of `Snapshot()` with 300,000 keys present in every CPU's region (the worst case for merging): swap the buffers through the map-in-map slot (the update waits one RCU grace period), then drain the mmapped buffer in place: scan each CPU region, merge keys across CPUs, zero what was read. Target ≤ 100 ms; the paper reports about 30 µs per entry, over 10 s. The same drain over a per-CPU BPF hash with batch lookup-and-delete measured 246 ms (median; see ARCHITECTURE.md for why it was replaced).\n\n")
 	fmt.Fprintf(os.Stderr, "bench: snapshot...\n")
-	ds, err := datapath.BenchSnapshot(300_000, rounds)
+	ds, err := bench.BenchSnapshot(300_000, rounds)
 	if err != nil {
 		fail(err)
 	}

@@ -4,6 +4,3 @@ package datapath
 // CI regenerates them and fails when the result differs. Types shared with
 // C come from bpf/lib/types.h and bpf/lib/consts.h through -type.
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type tw_exact4 -type tw_exact6 -type tw_ctr -type tw_lpm4_key -type tw_lpm6_key -type tw_lpm_val -type tw_config -type tw_feat_key -type tw_feat_slot -type tw_feat_stats -type tw_reason -type tw_slot_state -type tw_layout filter ../../bpf/xdp_filter.c
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel benchwrap ../../bpf/bench_wrap.c
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel benchbase ../../bpf/bench_baseline.c
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -type tw_gen_config -type tw_gen_addr -type tw_gen_state -type tw_gen_mode trafgen ../../bpf/xdp_gen.c

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bench"
 )
 
 // A Mechanism blocks a set of sources on the receiving interface and
@@ -223,7 +224,7 @@ func (m *xdpFilter) Setup(iface string, srcs []netip.Addr) error {
 	if _, err := sh("xdp-filter", "ip", srcs[0].String(), "-m", "src"); err != nil {
 		return err
 	}
-	return datapath.FillXDPFilter(srcs)
+	return bench.FillXDPFilter(srcs)
 }
 
 var xdpDrop = regexp.MustCompile(`XDP_DROP\s+(\d+) pkts`)

@@ -1,5 +1,5 @@
 // Package trafgen drives tierwall's live-frames generator
-// (datapath.Generator): floods of 64-byte UDP or TCP SYN frames from N
+// (gen.Generator): floods of 64-byte UDP or TCP SYN frames from N
 // sources with a uniform, Gaussian (the paper's Fig. 2b) or Zipf rate
 // distribution, or from random spoofed sources, at a rate cap, for a
 // duration, with rankings that can change over time. It reports exactly
@@ -16,7 +16,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/gen"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -202,7 +202,7 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 	frame := f.Build()
 
 	rng := rand.New(rand.NewPCG(s.Seed, s.Seed^0x5DEECE66D))
-	spec := datapath.GenSpec{Iface: s.Iface, Template: frame, Spoof: s.Spoof}
+	spec := gen.GenSpec{Iface: s.Iface, Template: frame, Spoof: s.Spoof}
 	var addrs []netip.Addr
 	var weights []float64
 	var rank []int
@@ -225,7 +225,7 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 			spec.Samples[i] = addrs[src]
 		}
 	}
-	g, err := datapath.NewGenerator(spec)
+	g, err := gen.NewGenerator(spec)
 	if err != nil {
 		return nil, err
 	}

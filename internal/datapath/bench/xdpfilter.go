@@ -1,4 +1,4 @@
-package datapath
+package bench
 
 import (
 	"fmt"

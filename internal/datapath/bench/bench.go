@@ -1,6 +1,11 @@
-package datapath
+// Package bench holds the filter benchmark's programs (bpf/bench_wrap.c,
+// bpf/bench_baseline.c), never attached anywhere, its drivers, and the code
+// that fills xdp-tools' maps for the evaluation's baseline: everything
+// `make bench` and `make eval` load besides the product's own programs.
+package bench
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/pkt"
 )
 
@@ -91,34 +97,6 @@ func randomAddrs4(n int, rng *rand.Rand) []netip.Addr {
 	return out
 }
 
-// BlockBulk inserts many exact IPv4/IPv6 rules without the per-call
-// bookkeeping of Block (no batch rollback); for benchmarks and tests that
-// build large tables. It refuses to go past capacity.
-func (d *Datapath) BlockBulk(addrs []netip.Addr) error {
-	lk, err := d.lock()
-	if err != nil {
-		return err
-	}
-	defer lk.Unlock()
-	var n4, n6 uint32
-	for _, a := range addrs {
-		t := d.ex6
-		if a.Is4() {
-			t = d.ex4
-		}
-		added, err := t.insert(a)
-		if err != nil {
-			return err
-		}
-		if added && a.Is4() {
-			n4++
-		} else if added {
-			n6++
-		}
-	}
-	return d.updateConfig(func(c *filterTwConfig) { c.Exact4N += n4; c.Exact6N += n6 })
-}
-
 // BenchFilter measures one cell: rules exact IPv4 rules, sources drawn
 // with dist, rounds interleaved rounds of repeat packets per program.
 func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*FilterBenchResult, error) {
@@ -126,7 +104,7 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*Filter
 	addrs := randomAddrs4(rules, rng)
 	samples := sampleAddrs(addrs, dist, rng)
 
-	d, err := LoadDetached(Options{ExactCapacity4: max(rules, 64), ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 1024})
+	d, err := datapath.LoadDetached(datapath.Options{ExactCapacity4: max(rules, 64), ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 1024})
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +119,7 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*Filter
 		return nil, err
 	}
 	bspec.Maps["bl_hash"].MaxEntries = uint32(max(rules, 1))
-	lines := d.sizes.slots4 * 16 / 64 // the exact table's footprint in cache lines
+	lines := uint32(d.ExactFootprint4() / 64) // the exact table's footprint in cache lines
 	bspec.Maps["bl_lines"].MaxEntries = lines
 	if err := bspec.Variables["bl_lines_mask"].Set(lines - 1); err != nil {
 		return nil, err
@@ -153,7 +131,7 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*Filter
 	keys := make([]uint32, len(addrs))
 	vals := make([]uint64, len(addrs))
 	for i, a := range addrs {
-		keys[i] = word4(a)
+		keys[i] = binary.LittleEndian.Uint32(a.AsSlice())
 	}
 	if _, err := base.BlHash.BatchUpdate(keys, vals, nil); err != nil {
 		return nil, fmt.Errorf("filling baseline hash: %w", err)
@@ -175,7 +153,7 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*Filter
 	sk := make([]uint32, benchSamples)
 	sv := make([]uint32, benchSamples)
 	for i, a := range samples {
-		sk[i], sv[i] = uint32(i), word4(a)
+		sk[i], sv[i] = uint32(i), binary.LittleEndian.Uint32(a.AsSlice())
 	}
 	if _, err := wrap.BwSamples4.BatchUpdate(sk, sv, nil); err != nil {
 		return nil, fmt.Errorf("filling samples: %w", err)
@@ -227,42 +205,16 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*Filter
 // scattered slots as the data plane's hash would place them, and times
 // Snapshot (swap plus drain), per round.
 func BenchSnapshot(entries, rounds int) ([]time.Duration, error) {
-	d, err := LoadDetached(Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: entries})
+	d, err := datapath.LoadDetached(datapath.Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: entries})
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	ncpu, slots := int(d.sizes.ncpu), int(d.sizes.featSlots)
-	img := make([]filterTwFeatSlot, d.sizes.featEntries())
-	for c := 0; c < ncpu; c++ {
-		for i := 0; i < entries; i++ {
-			k := filterTwFeatKey{Family: 4, Proto: 17, Src: [16]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}, Dst: [16]byte{192, 168, 0, 1}}
-			// Where tw_features would put it: hash home, then linear probe.
-			slot := int(featHash(&k)) & (slots - 1)
-			for img[c*slots+slot].Key.Family != 0 {
-				slot = (slot + 1) & (slots - 1)
-			}
-			img[c*slots+slot] = filterTwFeatSlot{Key: k, Packets: 3, Bytes: 192}
-		}
-		img[ncpu*slots+c].Packets = uint64(entries)
-	}
 	var out []time.Duration
 	for r := 0; r < rounds; r++ {
-		var active ebpf.MapID
-		if err := d.maps.TwFeat.Lookup(uint32(0), &active); err != nil {
+		if err := d.PreloadFeatures(entries, 3); err != nil {
 			return nil, err
 		}
-		m := d.maps.TwFeatA
-		if info, err := m.Info(); err == nil {
-			if id, _ := info.ID(); id != active {
-				m = d.maps.TwFeatB
-			}
-		}
-		buf, err := d.featureSlots(m)
-		if err != nil {
-			return nil, err
-		}
-		copy(buf, img)
 		start := time.Now()
 		s, err := d.Snapshot()
 		el := time.Since(start)
@@ -273,8 +225,8 @@ func BenchSnapshot(entries, rounds int) ([]time.Duration, error) {
 			return nil, fmt.Errorf("snapshot has %d flows, want %d", len(s.Flows), entries)
 		}
 		for _, f := range s.Flows {
-			if f.Packets != uint64(3*ncpu) {
-				return nil, fmt.Errorf("flow %v has %d packets, want %d", f.Src, f.Packets, 3*ncpu)
+			if f.Packets != uint64(3*d.CPUs()) {
+				return nil, fmt.Errorf("flow %v has %d packets, want %d", f.Src, f.Packets, 3*d.CPUs())
 			}
 		}
 		out = append(out, el)

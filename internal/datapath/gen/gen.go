@@ -1,4 +1,8 @@
-package datapath
+// Package gen is the live-frames traffic generator (bpf/xdp_gen.c):
+// BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES transmits a template
+// frame through a veth, rewriting the source per frame from a sample table
+// or a spoofed prefix, at NIC-like cost (../shared/MEASURING.md).
+package gen
 
 import (
 	"encoding/binary"
@@ -7,6 +11,7 @@ import (
 	"net/netip"
 
 	"github.com/cilium/ebpf"
+	"github.com/tierwall/tierwall/internal/datapath"
 )
 
 // The traffic generator's kernel side (bpf/xdp_gen.c): BPF_PROG_TEST_RUN
@@ -39,7 +44,7 @@ type Generator struct {
 func NewGenerator(spec GenSpec) (*Generator, error) {
 	ifc, err := net.InterfaceByName(spec.Iface)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrNoInterface, spec.Iface)
+		return nil, fmt.Errorf("%w: %s", datapath.ErrNoInterface, spec.Iface)
 	}
 	cfg, err := genConfig(spec.Template)
 	if err != nil {
@@ -57,11 +62,11 @@ func NewGenerator(spec GenSpec) (*Generator, error) {
 			cfg.SpoofBase = b
 		}
 		if (spec.Spoof.Addr().Is4()) != (cfg.Family == 4) {
-			return nil, fmt.Errorf("%w: spoof prefix %s and template family differ", ErrInvalid, spec.Spoof)
+			return nil, fmt.Errorf("%w: spoof prefix %s and template family differ", datapath.ErrInvalid, spec.Spoof)
 		}
 		n = 1
 	} else if n == 0 || n&(n-1) != 0 {
-		return nil, fmt.Errorf("%w: %d samples (want a power of two)", ErrInvalid, n)
+		return nil, fmt.Errorf("%w: %d samples (want a power of two)", datapath.ErrInvalid, n)
 	}
 	gspec, err := loadTrafgen()
 	if err != nil {
@@ -95,7 +100,7 @@ func NewGenerator(spec GenSpec) (*Generator, error) {
 // template frame (no VLAN tags, no IPv4 options or IPv6 extensions).
 func genConfig(t []byte) (*trafgenTwGenConfig, error) {
 	if len(t) < 14+20 {
-		return nil, fmt.Errorf("%w: template of %d bytes", ErrInvalid, len(t))
+		return nil, fmt.Errorf("%w: template of %d bytes", datapath.ErrInvalid, len(t))
 	}
 	c := &trafgenTwGenConfig{}
 	var proto uint8
@@ -103,23 +108,23 @@ func genConfig(t []byte) (*trafgenTwGenConfig, error) {
 	switch binary.BigEndian.Uint16(t[12:]) {
 	case 0x0800:
 		if t[14]&0x0f != 5 {
-			return nil, fmt.Errorf("%w: template with IPv4 options", ErrInvalid)
+			return nil, fmt.Errorf("%w: template with IPv4 options", datapath.ErrInvalid)
 		}
 		if binary.BigEndian.Uint32(t[14+12:]) != 0 {
-			return nil, fmt.Errorf("%w: template source must be 0.0.0.0", ErrInvalid)
+			return nil, fmt.Errorf("%w: template source must be 0.0.0.0", datapath.ErrInvalid)
 		}
 		c.Family, proto, l4 = 4, t[14+9], 14+20
 		c.IpCsum = uint32(binary.BigEndian.Uint16(t[14+10:]))
 	case 0x86dd:
 		if len(t) < 14+40 {
-			return nil, fmt.Errorf("%w: short IPv6 template", ErrInvalid)
+			return nil, fmt.Errorf("%w: short IPv6 template", datapath.ErrInvalid)
 		}
 		if !netip.AddrFrom16([16]byte(t[14+8 : 14+24])).IsUnspecified() {
-			return nil, fmt.Errorf("%w: template source must be ::", ErrInvalid)
+			return nil, fmt.Errorf("%w: template source must be ::", datapath.ErrInvalid)
 		}
 		c.Family, proto, l4 = 6, t[14+6], 14+40
 	default:
-		return nil, fmt.Errorf("%w: template is not IPv4 or IPv6", ErrInvalid)
+		return nil, fmt.Errorf("%w: template is not IPv4 or IPv6", datapath.ErrInvalid)
 	}
 	switch proto {
 	case 17:
@@ -127,10 +132,10 @@ func genConfig(t []byte) (*trafgenTwGenConfig, error) {
 	case 6:
 		c.L4CsumOff = uint32(l4 + 16)
 	default:
-		return nil, fmt.Errorf("%w: template protocol %d (want UDP or TCP)", ErrInvalid, proto)
+		return nil, fmt.Errorf("%w: template protocol %d (want UDP or TCP)", datapath.ErrInvalid, proto)
 	}
 	if int(c.L4CsumOff)+2 > len(t) {
-		return nil, fmt.Errorf("%w: template truncated before its L4 checksum", ErrInvalid)
+		return nil, fmt.Errorf("%w: template truncated before its L4 checksum", datapath.ErrInvalid)
 	}
 	c.L4Csum = uint32(binary.BigEndian.Uint16(t[c.L4CsumOff:]))
 	if c.Udp == 1 && c.L4Csum == 0xffff {
@@ -143,7 +148,7 @@ func genConfig(t []byte) (*trafgenTwGenConfig, error) {
 // how rankings change over time. Sources must match the template family.
 func (g *Generator) SetSamples(srcs []netip.Addr) error {
 	if len(srcs) != g.samples {
-		return fmt.Errorf("%w: %d samples, generator has %d", ErrInvalid, len(srcs), g.samples)
+		return fmt.Errorf("%w: %d samples, generator has %d", datapath.ErrInvalid, len(srcs), g.samples)
 	}
 	keys := make([]uint32, len(srcs))
 	vals := make([]trafgenTwGenAddr, len(srcs))
