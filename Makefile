@@ -22,6 +22,7 @@ check-generated: generate
 build: deps
 	$(GO) build -o $(BIN)/tierwall ./cmd/tierwall
 	$(GO) build -o $(BIN)/tierwall-bench ./cmd/tierwall-bench
+	$(GO) build -o $(BIN)/tierwall-lab ./cmd/tierwall-lab
 
 # All tests. Privileged ones need root; with CI=true they fail instead of
 # skipping. -p 1: the BPF and netns tests share the machine's namespaces.
@@ -34,7 +35,7 @@ bench: build
 
 # The whole scenario on the lab, about a minute; TWDEMO_KEEP=1 keeps the lab.
 demo: build
-	$(BIN)/tierwall demo
+	$(BIN)/tierwall-lab demo
 
 lint: deps
 	$(GO) vet ./...
@@ -46,4 +47,4 @@ clean:
 # The paper's evaluation (§V) on this machine: docs/EVALUATION.md and
 # docs/eval/ (CSV, PNG, SVG). About 15 minutes.
 eval: build
-	$(BIN)/tierwall eval --out docs/eval
+	$(BIN)/tierwall-lab eval --out docs/eval

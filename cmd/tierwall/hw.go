@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -65,7 +67,7 @@ func newHW() *cobra.Command {
 	return c
 }
 
-func isUnsupported(err error) bool { return errorsIs(err, tier.ErrUnsupported) }
+func isUnsupported(err error) bool { return errors.Is(err, tier.ErrUnsupported) }
 
 // newNIC is `tierwall nic`: the emulated SmartNIC stage.
 func newNIC() *cobra.Command {
@@ -229,9 +231,4 @@ func nicChange(wire string, srcs []string, add bool, action string) error {
 
 // parent is a command that only groups subcommands: called bare or with
 // an unknown subcommand it is a usage error (exit 2), not help and exit 0.
-func parent(use, short, subs string) *cobra.Command {
-	return &cobra.Command{Use: use, Short: short, Args: args(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, a []string) error {
-			return usageError{fmt.Errorf("%s needs a subcommand: %s", use, subs)}
-		}}
-}
+func parent(use, short, subs string) *cobra.Command { return cli.Parent(use, short, subs) }

@@ -5,18 +5,10 @@
 package main
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"runtime"
 
-	"github.com/tierwall/tierwall/internal/config"
-	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/rule"
-	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/cli"
 )
-
-var errorsIs = errors.Is
 
 func init() {
 	// --netns switches the network namespace of this thread only; keep the
@@ -24,35 +16,4 @@ func init() {
 	runtime.LockOSThread()
 }
 
-// Exit codes: 2 for anything the user can fix (bad input, full table,
-// unknown interface, not attached), 1 for everything else.
-const (
-	exitFailure = 1
-	exitUsage   = 2
-)
-
-func main() {
-	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "tierwall:", err)
-		os.Exit(exitCode(err))
-	}
-}
-
-type usageError struct{ error }
-
-func (u usageError) Unwrap() error { return u.error }
-
-func exitCode(err error) int {
-	var u usageError
-	for _, s := range []error{rule.ErrInvalid, datapath.ErrTableFull, datapath.ErrNoInterface,
-		datapath.ErrNotAttached, datapath.ErrNoRule, datapath.ErrIncompatible,
-		tier.ErrInvalid, tier.ErrTableFull, tier.ErrNoRule, config.ErrInvalid} {
-		if errors.Is(err, s) {
-			return exitUsage
-		}
-	}
-	if errors.As(err, &u) {
-		return exitUsage
-	}
-	return exitFailure
-}
+func main() { cli.Main(newRoot()) }

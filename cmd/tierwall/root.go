@@ -1,15 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
-	"golang.org/x/sys/unix"
 )
 
 type globals struct {
@@ -31,43 +29,22 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			if g.netns != "" {
-				return enterNetns(g.netns)
+				return cli.EnterNetns(g.netns)
 			}
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVarP(&g.netns, "netns", "n", "", "run in the named network namespace (from /run/netns)")
 	pf.StringVar(&g.pinRoot, "bpffs", "", "bpffs mount to pin under (default /sys/fs/bpf, mounted if missing)")
 	_ = pf.MarkHidden("bpffs")
 	pf.StringVar(&g.socket, "socket", "/run/tierwall/api.sock", "daemon API socket: block/allow go through a running daemon")
 	pf.BoolVar(&g.direct, "direct", false, "change the data plane directly even when a daemon runs")
-	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun(), newGen(), newLab(), newDemo(), newEval())
+	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun())
 	return root
 }
 
-func enterNetns(name string) error {
-	f, err := os.Open("/run/netns/" + name)
-	if err != nil {
-		return fmt.Errorf("%w: network namespace %q: %v", rule.ErrInvalid, name, err)
-	}
-	defer f.Close()
-	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("entering network namespace %s: %w", name, err)
-	}
-	return nil
-}
-
-// args checks the positional argument count, as a usage error.
-func args(n func(*cobra.Command, []string) error) cobra.PositionalArgs {
-	return func(c *cobra.Command, a []string) error {
-		if err := n(c, a); err != nil {
-			return usageError{err}
-		}
-		return nil
-	}
-}
+func args(n cobra.PositionalArgs) cobra.PositionalArgs { return cli.Args(n) }
 
 func addIfaceFlag(c *cobra.Command) {
 	c.Flags().StringVarP(&g.iface, "iface", "i", "", "interface (default: the only attached one)")
@@ -97,8 +74,4 @@ func open() (*datapath.Datapath, error) {
 	return datapath.Open(name, g.pinRoot)
 }
 
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
+func printJSON(v any) error { return cli.PrintJSON(v) }

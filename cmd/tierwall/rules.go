@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -17,7 +18,7 @@ func ruleCommands(use, short string, add, del func(*datapath.Datapath, ...netip.
 	list func(*datapath.Datapath) ([]datapath.Rule, error)) *cobra.Command {
 	c := &cobra.Command{Use: use, Short: short, Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			return usageError{fmt.Errorf("%s needs a subcommand: add, del or list", use)}
+			return cli.Usage(fmt.Errorf("%s needs a subcommand: add, del or list", use))
 		}}
 	var file string
 	change := func(verb string, f func(*datapath.Datapath, ...netip.Prefix) error) *cobra.Command {

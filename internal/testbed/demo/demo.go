@@ -1,4 +1,4 @@
-// Package demo is `tierwall demo` (what `make demo` runs): the whole
+// Package demo is `tierwall-lab demo` (what `make demo` runs): the whole
 // scenario on the lab in about a minute and a half — the emulated NIC in
 // hybrid mode, the daemon, legitimate HTTP traffic, a 1K-source flood at
 // the generator's full rate, a live view, a summary, and cleanup.
@@ -23,9 +23,9 @@ import (
 
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
-	"github.com/tierwall/tierwall/internal/lab"
 	"github.com/tierwall/tierwall/internal/netnsx"
-	"github.com/tierwall/tierwall/internal/trafgen"
+	"github.com/tierwall/tierwall/internal/testbed/lab"
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
 // Options of a demo run.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 	"github.com/tierwall/tierwall/internal/testutil"
-	"github.com/tierwall/tierwall/internal/trafgen"
 )
 
 // TestSmoke runs the whole evaluation pipeline at toy sizes: every

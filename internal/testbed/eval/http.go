@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
-	"github.com/tierwall/tierwall/internal/lab"
+	"github.com/tierwall/tierwall/internal/testbed/lab"
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 	"github.com/tierwall/tierwall/internal/tier"
-	"github.com/tierwall/tierwall/internal/trafgen"
 )
 
 // HTTP measures completed requests/s of legitimate clients against nginx

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/demo"
+	"github.com/tierwall/tierwall/internal/testbed/demo"
 )
 
 func newDemo() *cobra.Command {
@@ -18,11 +18,7 @@ func newDemo() *cobra.Command {
 		Short: "Run the whole scenario on the lab: NIC + daemon, legitimate HTTP, a 1K-source flood, live view, summary, cleanup",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			self, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			o.Tierwall = self
+			o.Tierwall = tierwallBinary()
 			o.Keep = o.Keep || os.Getenv("TWDEMO_KEEP") == "1"
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()

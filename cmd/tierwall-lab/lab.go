@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/lab"
+	"github.com/tierwall/tierwall/internal/testbed/lab"
 )
 
 func newLab() *cobra.Command {

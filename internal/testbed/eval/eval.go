@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/trafgen"
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
 // Options of a whole evaluation.

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/netnsx"
-	"github.com/tierwall/tierwall/internal/trafgen"
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
 // The drop-rate testbed: the live-frames generator on CPU 0 in one

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierwall/tierwall/internal/rule"
-	"github.com/tierwall/tierwall/internal/trafgen"
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
 func newGen() *cobra.Command {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
-	"github.com/tierwall/tierwall/internal/lab"
 	"github.com/tierwall/tierwall/internal/placement"
-	"github.com/tierwall/tierwall/internal/trafgen"
+	"github.com/tierwall/tierwall/internal/testbed/lab"
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
 // NICCPURate models the SmartNIC's CPU: the paper's NIC ran XDP slower

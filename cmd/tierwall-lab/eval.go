@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/eval"
 	"github.com/tierwall/tierwall/internal/rule"
-	"github.com/tierwall/tierwall/internal/trafgen"
+	"github.com/tierwall/tierwall/internal/testbed/eval"
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
 func newEval() *cobra.Command {
