@@ -51,8 +51,8 @@ type Daemon struct {
 	cfgPath string
 	log     *slog.Logger
 
-	dp    *datapath.Datapath
-	hw    tier.Table
+	dp    DataPlane
+	hw    tier.Table // owned by off: the daemon only reads its capabilities
 	off   *placement.Offloader
 	store *ban.Store
 
@@ -63,7 +63,7 @@ type Daemon struct {
 	events     []Event
 	lastTop    []TopSource
 	lastSnap   time.Time
-	lastXDP    map[netip.Prefix]uint64
+	lastXDP    map[netip.Prefix]uint64 // cumulative XDP packets of each ban at the last interval
 	lastAt     time.Time
 	firstSeen  map[netip.Addr]time.Time // first interval a source showed up, for detection-to-drop latency
 	seenRun    map[netip.Addr]int       // consecutive intervals a source has been seen in
@@ -90,37 +90,65 @@ type TopSource struct {
 	Packets uint64     `json:"packets"`
 }
 
+// DataPlane is the XDP filter as the control loop uses it:
+// *datapath.Datapath in production, a fake in unit tests.
+type DataPlane interface {
+	Snapshot() (*datapath.Snapshot, error)
+	Block(ps ...netip.Prefix) error
+	Unblock(ps ...netip.Prefix) error
+	Allow(ps ...netip.Prefix) error
+	Disallow(ps ...netip.Prefix) error
+	Blocked() ([]datapath.Rule, error)
+	Allowed() ([]datapath.Rule, error)
+	RuleCounters(ps []netip.Prefix) (map[netip.Prefix]datapath.Counter, error)
+	Stats() (*datapath.Stats, error)
+	Close() error
+}
+
+var _ DataPlane = (*datapath.Datapath)(nil)
+
 // New attaches (or re-adopts) the data plane and the hardware tier named
 // in cfg, loads the state file and reconciles the three. It must run on
 // the goroutine that will run Run, locked to its OS thread, in the network
 // namespace of cfg.Interface.
 func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err error) {
-	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: time.Now(),
-		lastXDP: map[netip.Prefix]uint64{}, firstSeen: map[netip.Addr]time.Time{}, seenRun: map[netip.Addr]int{}, rates: map[netip.Prefix]float64{}}
-	d.Metrics = newMetrics(d)
-	d.dp, err = datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
+	dp, err := datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
 		PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features})
 	if err != nil {
 		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
 	}
-	defer func() {
-		if err != nil {
-			d.dp.Close()
-		}
-	}()
-	for _, w := range d.dp.Warnings {
+	for _, w := range dp.Warnings {
 		log.Warn(w)
 	}
-	if d.hw, err = openHardware(cfg, log); err != nil {
+	hw, err := openHardware(cfg, log)
+	if err != nil {
+		dp.Close()
 		return nil, err
 	}
-	if d.hw != nil {
-		d.off = &placement.Offloader{Table: d.hw, Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
+	d, err := newDaemon(cfg, cfgPath, log, dp, hw, time.Now())
+	if err != nil {
+		if hw != nil {
+			hw.Close()
+		}
+		dp.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// newDaemon builds the loop over a data plane and an optional hardware
+// tier (nil: XDP only) and reconciles them with the state file at now.
+func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlane, hw tier.Table, now time.Time) (*Daemon, error) {
+	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: now, dp: dp, hw: hw,
+		lastXDP: map[netip.Prefix]uint64{}, firstSeen: map[netip.Addr]time.Time{}, seenRun: map[netip.Addr]int{}, rates: map[netip.Prefix]float64{}}
+	d.Metrics = newMetrics(d)
+	if hw != nil {
+		d.off = &placement.Offloader{Table: hw, Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
 			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
 	}
 	d.buildDetectors()
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
-	if err := d.reconcile(time.Now()); err != nil {
+	if err := d.reconcile(now); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -256,13 +284,14 @@ func (d *Daemon) reconcile(now time.Time) error {
 			d.event(now, "adopt", r.Prefix, "rule found in the data plane at start: adopted as an operator ban")
 		}
 	}
-	if d.hw != nil {
-		es, err := d.hw.List(context.Background())
-		if err != nil {
-			return fmt.Errorf("reading hardware table: %w", err)
+	if d.off != nil {
+		if _, err := d.off.Measure(context.Background(), now, nil); err != nil {
+			return err
 		}
-		for _, e := range es {
-			d.store.SetTier(netip.PrefixFrom(e.Rule.Match.Src, e.Rule.Match.Src.BitLen()), "hw")
+		for _, b := range d.store.All() {
+			if b.Prefix.IsSingleIP() && d.off.InHardware(b.Prefix.Addr()) {
+				d.store.SetTier(b.Prefix, "hw")
+			}
 		}
 	}
 	d.dirty = true
@@ -287,10 +316,11 @@ func (d *Daemon) save(now time.Time) error {
 const refreshEvery = 30 * time.Second
 
 func (d *Daemon) unblock(now time.Time, p netip.Prefix) {
-	if d.hw != nil && p.IsSingleIP() {
-		if _, _, err := d.hw.Remove(context.Background(), tier.SourceMatch(p.Addr())); err != nil && !errors.Is(err, tier.ErrNoRule) {
+	if d.off != nil && p.IsSingleIP() {
+		if err := d.off.Evict(context.Background(), p.Addr()); err != nil {
 			d.event(now, "error", p, "removing from hardware: %v", err)
 		}
+		d.off.Forget(p.Addr())
 	}
 	if err := d.dp.Unblock(p); err != nil && !errors.Is(err, datapath.ErrNoRule) {
 		d.event(now, "error", p, "unblocking: %v", err)
@@ -317,12 +347,40 @@ func (d *Daemon) unbanThreshold() float64 {
 	return 100
 }
 
-// Step runs one interval of the loop.
+// Step runs one interval of the loop: a list of short stages, each of
+// which reads and writes the daemon's state on this goroutine.
 func (d *Daemon) Step(now time.Time) error {
 	d.steps++
+	tr, err := d.observe()
+	if err != nil {
+		return err
+	}
+	ds := d.detect(tr)
+	d.syncLists(now, ds)
+	d.ban(now, tr, ds)
+	ctrs, err := d.counters()
+	if err != nil {
+		return err
+	}
+	if err := d.measure(now, ctrs); err != nil {
+		return err
+	}
+	d.monitor(now)
+	if d.off != nil {
+		if err := d.place(now); err != nil {
+			d.event(now, "error", netip.Prefix{}, "placement: %v", err)
+		}
+	}
+	d.summarize(tr)
+	d.lastSnap = now
+	return d.save(now)
+}
+
+// observe takes the interval's feature snapshot as per-source traffic.
+func (d *Daemon) observe() (*detect.Traffic, error) {
 	snap, err := d.dp.Snapshot()
 	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	dt := snap.End.Sub(snap.Start)
 	if dt <= 0 {
@@ -333,18 +391,28 @@ func (d *Daemon) Step(now time.Time) error {
 		tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
 	}
 	d.trackFirstSeen(snap.Start, tr)
+	return tr, nil
+}
 
-	// Detect.
+// detect runs every enabled detector over the interval.
+func (d *Daemon) detect(tr *detect.Traffic) []detect.Detection {
 	var ds []detect.Detection
 	for _, det := range d.detectors() {
 		out := det.Detect(tr)
 		d.Metrics.detections.WithLabelValues(det.Name()).Add(float64(len(out)))
 		ds = append(ds, out...)
 	}
-	if d.lists != nil && d.lists.Err() != nil {
-		d.event(now, "error", netip.Prefix{}, "threat list: %v (keeping the last good contents)", d.lists.Err())
+	return ds
+}
+
+// syncLists lifts list bans whose prefix left every threat list.
+func (d *Daemon) syncLists(now time.Time, ds []detect.Detection) {
+	if d.lists == nil {
+		return
 	}
-	// A prefix that left every list is no longer banned by the lists.
+	if err := d.lists.Err(); err != nil {
+		d.event(now, "error", netip.Prefix{}, "threat list: %v (keeping the last good contents)", err)
+	}
 	listed := map[netip.Prefix]bool{}
 	for _, x := range ds {
 		if x.Detector == "list" {
@@ -353,23 +421,69 @@ func (d *Daemon) Step(now time.Time) error {
 	}
 	for _, b := range d.store.All() {
 		if b.Detector == "list" && !listed[b.Prefix] {
-			d.store.Remove(b.Prefix)
-			d.unblock(now, b.Prefix)
-			d.Metrics.unbans.Inc()
-			d.event(now, "unban", b.Prefix, "no longer in any threat list")
-			d.dirty = true
+			d.lift(now, b.Prefix, "no longer in any threat list")
 		}
 	}
-	// The circuit breaker's measure: established sources (seen in each of
-	// the last establishedAfter intervals, this one included) inside p.
+}
+
+// lift ends a ban: store, both tiers, metrics, event.
+func (d *Daemon) lift(now time.Time, p netip.Prefix, why string) {
+	d.store.Remove(p)
+	d.unblock(now, p)
+	d.Metrics.unbans.Inc()
+	d.event(now, "unban", p, "%s", why)
+	d.dirty = true
+}
+
+// ban turns detections into bans through the rails and blocks them in
+// XDP as one all-or-nothing batch.
+func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
+	added, refused, breaker := d.store.Propose(now, ds, d.establishedShare(tr))
+	if breaker && !d.breaker {
+		d.event(now, "breaker", netip.Prefix{}, "circuit breaker open: %d new bans refused this interval", len(refused))
+	}
+	d.breaker = breaker
+	for _, r := range refused {
+		d.Metrics.refused.Inc()
+		d.event(now, "refused", r.Detection.Prefix, "%s: %s", r.Detection.Detector, r.Why)
+	}
+	if len(added) == 0 {
+		return
+	}
+	ps := make([]netip.Prefix, len(added))
+	for i, b := range added {
+		ps[i] = b.Prefix
+	}
+	if err := d.dp.Block(ps...); err != nil {
+		for _, p := range ps {
+			d.store.Remove(p)
+		}
+		d.event(now, "error", netip.Prefix{}, "blocking %d new bans failed, none applied: %v", len(ps), err)
+		return
+	}
+	applied := time.Now()
+	for _, b := range added {
+		d.event(now, "ban", b.Prefix, "%s: %s", b.Detector, b.Reason)
+		d.Metrics.bans.Inc()
+		if t, ok := d.firstSeen[b.Prefix.Addr()]; ok && b.Prefix.IsSingleIP() {
+			d.Metrics.detectToDrop.Observe(applied.Sub(t).Seconds())
+		}
+	}
+	d.dirty = true
+}
+
+// establishedShare is the circuit breaker's measure: the share of the
+// established sources (seen in each of the last establishedAfter
+// intervals, this one included) that a prefix covers.
+func (d *Daemon) establishedShare(tr *detect.Traffic) func(netip.Prefix) float64 {
 	var established []netip.Addr
 	for a := range tr.Sources {
 		if d.seenRun[a] >= establishedAfter {
 			established = append(established, a)
 		}
 	}
-	d.log.Debug("interval", "start", snap.Start, "end", snap.End, "sources", len(tr.Sources), "established", len(established), "detections", len(ds))
-	share := func(p netip.Prefix) float64 {
+	d.log.Debug("interval", "sources", len(tr.Sources), "established", len(established))
+	return func(p netip.Prefix) float64 {
 		if len(established) == 0 {
 			return 0
 		}
@@ -381,68 +495,28 @@ func (d *Daemon) Step(now time.Time) error {
 		}
 		return float64(n) / float64(len(established))
 	}
-	added, refused, breaker := d.store.Propose(now, ds, share)
-	if breaker && !d.breaker {
-		d.event(now, "breaker", netip.Prefix{}, "circuit breaker open: %d new bans refused this interval", len(refused))
-	}
-	d.breaker = breaker
-	for _, r := range refused {
-		d.Metrics.refused.Inc()
-		d.event(now, "refused", r.Detection.Prefix, "%s: %s", r.Detection.Detector, r.Why)
-	}
-	if len(added) > 0 {
-		ps := make([]netip.Prefix, len(added))
-		for i, b := range added {
-			ps[i] = b.Prefix
-		}
-		if err := d.dp.Block(ps...); err != nil {
-			for _, p := range ps {
-				d.store.Remove(p)
-			}
-			d.event(now, "error", netip.Prefix{}, "blocking %d new bans failed, none applied: %v", len(ps), err)
-		} else {
-			applied := time.Now()
-			for _, b := range added {
-				d.event(now, "ban", b.Prefix, "%s: %s", b.Detector, b.Reason)
-				d.Metrics.bans.Inc()
-				if t, ok := d.firstSeen[b.Prefix.Addr()]; ok && b.Prefix.IsSingleIP() {
-					d.Metrics.detectToDrop.Observe(applied.Sub(t).Seconds())
-				}
-			}
-			d.dirty = true
-		}
-	}
+}
 
-	// Rates of every ban over the interval, both tiers. Only the bans'
-	// own counters are read: a few lookups each, not the tables' capacity.
+// counters reads the XDP counters of every ban: a few lookups each, not
+// the tables' capacity.
+func (d *Daemon) counters() (map[netip.Prefix]datapath.Counter, error) {
 	bans := d.store.All()
 	ps := make([]netip.Prefix, len(bans))
 	for i, b := range bans {
 		ps[i] = b.Prefix
 	}
-	ctrs, err := d.dp.RuleCounters(ps)
-	if err != nil {
-		return err
-	}
-	if err := d.measure(now, ctrs); err != nil {
-		return err
-	}
+	return d.dp.RuleCounters(ps)
+}
+
+// monitor lifts the bans whose rate stayed under the threshold for the
+// hold time (the paper's rate monitor).
+func (d *Daemon) monitor(now time.Time) {
 	for _, u := range d.store.Monitor(now, d.rates, d.unbanThreshold(), d.cfg.Bans.Hold) {
 		d.unblock(now, u.Ban.Prefix)
 		d.Metrics.unbans.Inc()
 		d.event(now, "unban", u.Ban.Prefix, "%s", u.Why)
 		d.dirty = true
 	}
-
-	// Placement over the hardware tier.
-	if d.off != nil {
-		if err := d.place(now, ctrs); err != nil {
-			d.event(now, "error", netip.Prefix{}, "placement: %v", err)
-		}
-	}
-	d.summarize(tr)
-	d.lastSnap = now
-	return d.save(now)
 }
 
 func (d *Daemon) detectors() []detect.Detector {
@@ -483,46 +557,48 @@ func (d *Daemon) trackFirstSeen(start time.Time, tr *detect.Traffic) {
 	}
 }
 
-// measure computes each ban's rate from the growth of its XDP counter and,
-// for sources in hardware, its hardware counter.
+// measure computes each ban's rate over the interval: from the growth of
+// its XDP counter, and for sources placement manages, from placement's
+// reading of both tiers (it owns the hardware table, and for a table
+// without counters it knows the rate a source had when offloaded).
 func (d *Daemon) measure(now time.Time, ctrs map[netip.Prefix]datapath.Counter) error {
 	secs := now.Sub(d.lastAt).Seconds()
 	first := d.lastAt.IsZero()
 	d.lastAt = now
-	hwNow := map[netip.Addr]uint64{}
-	if d.hw != nil {
-		es, err := d.hw.List(context.Background())
-		if err != nil {
+	var hw map[netip.Addr]float64
+	if d.off != nil {
+		c := make([]placement.Counted, 0, len(ctrs))
+		for p, n := range ctrs {
+			if p.IsSingleIP() {
+				c = append(c, placement.Counted{Src: p.Addr(), Packets: n.Packets})
+			}
+		}
+		var err error
+		if hw, err = d.off.Measure(context.Background(), now, c); err != nil {
 			return fmt.Errorf("reading hardware counters: %w", err)
 		}
-		for _, e := range es {
-			hwNow[e.Rule.Match.Src] = d.off.HWPackets(e.Rule.Match.Src, e.Counters.Packets)
-		}
 	}
-	cur := map[netip.Prefix]uint64{}
+	cur := make(map[netip.Prefix]uint64, len(ctrs))
 	for p, c := range ctrs {
-		n := c.Packets
-		if p.IsSingleIP() {
-			n += hwNow[p.Addr()]
+		cur[p] = c.Packets
+		if r, ok := hw[p.Addr()]; ok && p.IsSingleIP() {
+			if _, seen := d.lastXDP[p]; seen && !first {
+				d.rates[p] = r
+			}
+			continue
 		}
-		cur[p] = n
-		if prev, ok := d.lastXDP[p]; ok && !first && secs > 0 && n >= prev {
-			d.rates[p] = float64(n-prev) / secs
+		if prev, ok := d.lastXDP[p]; ok && !first && secs > 0 && c.Packets >= prev {
+			d.rates[p] = float64(c.Packets-prev) / secs
 		}
 	}
 	d.lastXDP = cur
 	return nil
 }
 
-func (d *Daemon) place(now time.Time, ctrs map[netip.Prefix]datapath.Counter) error {
-	var c []placement.Counted
-	for p, n := range ctrs {
-		if p.IsSingleIP() {
-			c = append(c, placement.Counted{Src: p.Addr(), Packets: n.Packets})
-		}
-	}
-	sort.Slice(c, func(i, j int) bool { return c[i].Src.Less(c[j].Src) }) // deterministic ties
-	rep, err := d.off.Step(context.Background(), now, c)
+// place runs Listing 1 over the rates measure read and records each
+// source's tier.
+func (d *Daemon) place(now time.Time) error {
+	rep, err := d.off.Place(context.Background())
 	if err != nil {
 		return err
 	}
@@ -634,8 +710,8 @@ func (d *Daemon) reload(now time.Time) {
 func (d *Daemon) shutdown() error {
 	now := time.Now()
 	var errs []error
-	if d.hw != nil {
-		if err := tier.Flush(context.Background(), d.hw); err != nil {
+	if d.off != nil {
+		if err := d.off.Flush(context.Background()); err != nil {
 			errs = append(errs, fmt.Errorf("removing hardware rules: %w", err))
 		}
 		for _, b := range d.store.All() {

@@ -3,8 +3,7 @@ package daemon
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 // Metrics are the daemon's Prometheus metrics. Counters of the data plane
@@ -74,8 +73,8 @@ func (c *bpfCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descOverflow, prometheus.CounterValue, float64(s.FeatureOverflow))
 	}
-	if e, isEmu := c.d.hw.(*nicstage.Table); isEmu {
-		if st, err := e.Stage().Stats(); err == nil {
+	if vt, isV := c.d.hw.(tier.Verdicts); isV {
+		if st, err := vt.Verdicts(); err == nil {
 			for v, n := range st {
 				ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(n.Packets), "nic", v)
 				ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(n.Bytes), "nic", v)

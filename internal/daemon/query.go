@@ -225,12 +225,7 @@ func (d *Daemon) Tiers(ctx context.Context) (t Tiers, err error) {
 		}
 		if d.hw != nil {
 			c := d.hw.Caps()
-			es, lerr := d.hw.List(ctx)
-			if lerr != nil {
-				err = lerr
-				return
-			}
-			t.Hardware = &HWTier{Backend: c.Backend, Iface: c.Iface, Capacity: c.Capacity, Occupancy: len(es), Counters: c.Counters,
+			t.Hardware = &HWTier{Backend: c.Backend, Iface: c.Iface, Capacity: c.Capacity, Occupancy: d.off.Occupancy(), Counters: c.Counters,
 				UpdateLatency: d.off.Latency().String(), MaxRate: d.off.Params.MaxRate, Updates: d.hwUpdates}
 		}
 	})

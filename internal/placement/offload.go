@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"sort"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/tier"
@@ -17,11 +19,13 @@ type Counted struct {
 	Packets uint64
 }
 
-// Offloader keeps a hardware table as a cache of the XDP blacklist: each
-// Step rates every blocked source from the growth of its counters in both
-// tiers since the previous Step, runs Listing 1, and applies the plan
-// (removals first, the table being full when swaps are due). Only source
-// drop rules are managed; other rules in the table are left alone.
+// Offloader keeps a hardware table as a cache of the XDP blacklist, and is
+// the only code that touches the table: each interval Measure reads it
+// once and rates every blocked source from the growth of its counters in
+// both tiers, Evict takes a lifted ban out (keeping its last counters),
+// and Place runs Listing 1 and applies the plan (removals first, the table
+// being full when swaps are due). Only source drop rules are managed;
+// other rules in the table are left alone.
 type Offloader struct {
 	Table  tier.Table
 	Params Params // K defaults to the table's capacity
@@ -35,30 +39,46 @@ type Offloader struct {
 	frozen  map[netip.Addr]float64
 	lastAt  time.Time
 	latency time.Duration // EWMA of measured install/remove latency
+
+	// What the last Measure read and computed, for Place and the readers.
+	live  map[netip.Addr]uint64 // hardware counter of each source rule in the table
+	inHW  []netip.Addr
+	rep   *Report
+	first bool
 }
 
-// Report is what one Step did.
+// Report is what one interval did.
 type Report struct {
 	Plan     Plan[netip.Addr]
 	Rates    map[netip.Addr]float64
 	Applied  int           // hardware updates that succeeded
 	Failed   []error       // updates that did not (the rest still applied)
 	Latency  time.Duration // current estimate of one update's cost
-	HWPkts   uint64        // packets hardware dropped since the last Step
-	SWPkts   uint64        // packets XDP dropped since the last Step
+	HWPkts   uint64        // packets hardware dropped since the last Measure
+	SWPkts   uint64        // packets XDP dropped since the last Measure
 	Interval time.Duration
 }
 
-// Step runs one placement round at time now over the current blacklist.
-// The first Step only records counters: rates need two readings.
+// Step is Measure then Place: one placement round at time now.
 func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) (*Report, error) {
+	if _, err := o.Measure(ctx, now, blocked); err != nil {
+		return nil, err
+	}
+	return o.Place(ctx)
+}
+
+// Measure reads the table once and rates every blocked source (packets
+// per second over both tiers since the previous Measure; the frozen rate
+// for a blind hardware entry). The first Measure only records counters:
+// rates need two readings. The rates are those the ban monitor uses.
+func (o *Offloader) Measure(ctx context.Context, now time.Time, blocked []Counted) (map[netip.Addr]float64, error) {
 	entries, err := o.Table.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading hardware table: %w", err)
 	}
-	hwCnt := map[netip.Addr]uint64{}
+	o.live = map[netip.Addr]uint64{}
+	o.inHW = o.inHW[:0]
 	blind := map[netip.Addr]bool{} // in hardware without counters
-	var inHW []netip.Addr
 	for _, e := range entries {
 		if e.Rule.Action != tier.Drop || e.Rule.Match.IsFlow() {
 			continue
@@ -66,11 +86,8 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 		if !e.HasCounters {
 			blind[e.Rule.Match.Src] = true
 		}
-		hwCnt[e.Rule.Match.Src] = e.Counters.Packets
-		inHW = append(inHW, e.Rule.Match.Src)
-	}
-	for src, n := range o.retired {
-		hwCnt[src] += n
+		o.live[e.Rule.Match.Src] = e.Counters.Packets
+		o.inHW = append(o.inHW, e.Rule.Match.Src)
 	}
 	if o.latency == 0 {
 		o.latency = o.Params.UpdateLatency
@@ -78,12 +95,11 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 	rep := &Report{Rates: map[netip.Addr]float64{}, Latency: o.latency}
 	cur := make(map[netip.Addr][2]uint64, len(blocked))
 	for _, b := range blocked {
-		cur[b.Src] = [2]uint64{b.Packets, hwCnt[b.Src]}
+		cur[b.Src] = [2]uint64{b.Packets, o.HWPackets(b.Src)}
 	}
 	first := o.last == nil
 	dt := now.Sub(o.lastAt)
 	rep.Interval = dt
-	var all []Source[netip.Addr]
 	for _, b := range blocked {
 		c, p := cur[b.Src], o.last[b.Src]
 		// A counter below its last reading was reset (rule re-created,
@@ -104,45 +120,52 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 			r = f
 		}
 		rep.Rates[b.Src] = r
-		all = append(all, Source[netip.Addr]{Key: b.Src, Rate: r})
 	}
-	o.last, o.lastAt = cur, now
-	if first {
-		// Still drop unblocked sources from hardware right away.
-		all = all[:0]
-		for _, b := range blocked {
-			all = append(all, Source[netip.Addr]{Key: b.Src, Rate: 0})
-		}
-	}
+	o.last, o.lastAt, o.rep, o.first = cur, now, rep, first
+	return rep.Rates, nil
+}
 
+// Place runs Listing 1 over the sources the last Measure rated (less those
+// evicted since) and applies the plan.
+func (o *Offloader) Place(ctx context.Context) (*Report, error) {
+	rep := o.rep
+	if rep == nil {
+		return nil, errors.New("placement: Place before Measure")
+	}
+	o.rep = nil
+	all := make([]Source[netip.Addr], 0, len(rep.Rates))
+	for k, r := range rep.Rates {
+		if o.first {
+			r = 0 // still drop unblocked sources from hardware right away
+		}
+		all = append(all, Source[netip.Addr]{Key: k, Rate: r})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Key.Less(all[j].Key) }) // deterministic ties
 	p := o.Params
 	if p.K == 0 {
 		p.K = o.Table.Caps().Capacity
 	}
-	if dt > 0 && !first {
-		p.Interval = dt
+	if rep.Interval > 0 && !o.first {
+		p.Interval = rep.Interval
 	}
 	p.UpdateLatency = o.latency
-	rep.Plan = Decide(all, inHW, p)
+	rep.Plan = Decide(all, o.inHW, p)
 	for _, k := range rep.Plan.Remove {
-		last, lat, err := o.Table.Remove(ctx, tier.SourceMatch(k))
+		lat, err := o.remove(ctx, k)
 		o.record(rep, lat, err)
-		if err == nil {
-			if o.retired == nil {
-				o.retired = map[netip.Addr]uint64{}
-			}
-			o.retired[k] += last.Packets
-			delete(o.frozen, k)
-		}
 	}
 	for _, k := range rep.Plan.Install {
 		lat, err := o.Table.Install(ctx, tier.Rule{Match: tier.SourceMatch(k), Action: tier.Drop})
 		o.record(rep, lat, err)
-		if err == nil && !o.Table.Caps().Counters {
-			if o.frozen == nil {
-				o.frozen = map[netip.Addr]float64{}
+		if err == nil {
+			o.live[k] = 0
+			o.inHW = append(o.inHW, k)
+			if !o.Table.Caps().Counters {
+				if o.frozen == nil {
+					o.frozen = map[netip.Addr]float64{}
+				}
+				o.frozen[k] = rep.Rates[k]
 			}
-			o.frozen[k] = rep.Rates[k]
 		}
 		if errors.Is(err, tier.ErrTableFull) {
 			break
@@ -152,15 +175,65 @@ func (o *Offloader) Step(ctx context.Context, now time.Time, blocked []Counted) 
 	return rep, nil
 }
 
-// HWPackets is everything hardware has dropped from src while this
-// Offloader ran: live counters plus those of rules it removed. live is the
-// source's current counter in the table (0 when not there).
-func (o *Offloader) HWPackets(src netip.Addr, live uint64) uint64 {
-	return o.retired[src] + live
+// remove takes src's rule out of the table and keeps its last counters.
+func (o *Offloader) remove(ctx context.Context, src netip.Addr) (time.Duration, error) {
+	last, lat, err := o.Table.Remove(ctx, tier.SourceMatch(src))
+	if err != nil {
+		return lat, err
+	}
+	if o.retired == nil {
+		o.retired = map[netip.Addr]uint64{}
+	}
+	o.retired[src] += last.Packets
+	delete(o.live, src)
+	delete(o.frozen, src)
+	o.inHW = slices.DeleteFunc(o.inHW, func(a netip.Addr) bool { return a == src })
+	return lat, nil
 }
 
-// Forget drops the retired count of a source that left the blacklist.
-func (o *Offloader) Forget(src netip.Addr) { delete(o.retired, src) }
+// Evict takes a source whose ban was lifted out of the table (if it is
+// there) and out of the round in progress. Its last hardware counters are
+// kept until Forget, so the packets it dropped stay accounted.
+func (o *Offloader) Evict(ctx context.Context, src netip.Addr) error {
+	if o.rep != nil {
+		delete(o.rep.Rates, src)
+	}
+	if !o.InHardware(src) {
+		return nil
+	}
+	_, err := o.remove(ctx, src)
+	if errors.Is(err, tier.ErrNoRule) {
+		return nil
+	}
+	return err
+}
+
+// InHardware reports whether src had a rule in the table at the last
+// reading (or was installed since).
+func (o *Offloader) InHardware(src netip.Addr) bool { _, ok := o.live[src]; return ok }
+
+// Occupancy is the number of source rules in the table at the last reading.
+func (o *Offloader) Occupancy() int { return len(o.inHW) }
+
+// HWPackets is everything hardware has dropped from src while this
+// Offloader ran: the live counter at the last reading plus those of rules
+// it removed.
+func (o *Offloader) HWPackets(src netip.Addr) uint64 {
+	return o.retired[src] + o.live[src]
+}
+
+// Forget drops what is remembered of a source that left the blacklist.
+func (o *Offloader) Forget(src netip.Addr) {
+	delete(o.retired, src)
+	delete(o.last, src)
+}
+
+// Flush removes every rule the table lists (shutdown) and forgets them.
+func (o *Offloader) Flush(ctx context.Context) error {
+	err := tier.Flush(ctx, o.Table)
+	o.live, o.inHW, o.frozen = map[netip.Addr]uint64{}, nil, nil
+	return err
+}
 
 func (o *Offloader) record(rep *Report, lat time.Duration, err error) {
 	if err != nil {
@@ -184,3 +257,6 @@ func (o *Offloader) Latency() time.Duration {
 	}
 	return o.latency
 }
+
+// Retired is what the rules of src that this Offloader removed had dropped.
+func (o *Offloader) Retired(src netip.Addr) uint64 { return o.retired[src] }

@@ -6,49 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/tiertest"
 )
-
-// memTable is a hardware table in memory; counters can be switched off to
-// behave like ethtool n-tuple.
-type memTable struct {
-	cap      int
-	counters bool
-	rules    map[netip.Addr]uint64
-}
-
-func (m *memTable) Caps() tier.Caps { return tier.Caps{Capacity: m.cap, Counters: m.counters} }
-func (m *memTable) Install(_ context.Context, r tier.Rule) (time.Duration, error) {
-	if len(m.rules) >= m.cap {
-		return 0, tier.ErrTableFull
-	}
-	m.rules[r.Match.Src] = 0
-	return time.Millisecond, nil
-}
-func (m *memTable) Remove(_ context.Context, x tier.Match) (tier.Counters, time.Duration, error) {
-	n, ok := m.rules[x.Src]
-	if !ok {
-		return tier.Counters{}, 0, tier.ErrNoRule
-	}
-	delete(m.rules, x.Src)
-	return tier.Counters{Packets: n}, time.Millisecond, nil
-}
-func (m *memTable) List(context.Context) ([]tier.Entry, error) {
-	var es []tier.Entry
-	for a, n := range m.rules {
-		e := tier.Entry{Rule: tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}, HasCounters: m.counters}
-		if m.counters {
-			e.Counters.Packets = n
-		}
-		es = append(es, e)
-	}
-	return es, nil
-}
-func (m *memTable) Close() error { return nil }
 
 func TestOffloaderMergesTiersAndRetires(t *testing.T) {
 	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
-	tb := &memTable{cap: 1, counters: true, rules: map[netip.Addr]uint64{}}
+	tb := tiertest.New(1)
 	o := &Offloader{Table: tb, Params: Params{MaxRate: 1}}
 	t0 := time.Unix(0, 0)
 	ctx := context.Background()
@@ -61,20 +24,21 @@ func TestOffloaderMergesTiersAndRetires(t *testing.T) {
 		t.Fatalf("step 2: %+v", rep)
 	}
 	// a now drops 500 in hardware (none in software): its rate is the sum.
-	tb.rules[a] = 500
+	tb.Hit(a, 500)
 	rep, _ = o.Step(ctx, t0.Add(2*time.Second), []Counted{{a, 1000}, {b, 2000}})
 	if rep.Rates[a] != 500 || rep.Rates[b] != 1990 {
 		t.Fatalf("merged rates %v", rep.Rates)
 	}
 	// b beats a by 3.98x >= 2.5: swapped; a's 500 hardware packets retire.
-	if len(rep.Plan.Remove) != 1 || o.HWPackets(a, 0) != 500 {
-		t.Fatalf("swap %+v, retired %d", rep.Plan, o.HWPackets(a, 0))
+	if len(rep.Plan.Remove) != 1 || o.Retired(a) != 500 {
+		t.Fatalf("swap %+v, retired %d", rep.Plan, o.Retired(a))
 	}
 }
 
 func TestOffloaderFreezesRatesWithoutCounters(t *testing.T) {
 	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
-	tb := &memTable{cap: 1, counters: false, rules: map[netip.Addr]uint64{}}
+	tb := tiertest.New(1)
+	tb.NoCounters = true
 	o := &Offloader{Table: tb, Params: Params{MaxRate: 1}}
 	t0 := time.Unix(0, 0)
 	ctx := context.Background()
@@ -87,5 +51,44 @@ func TestOffloaderFreezesRatesWithoutCounters(t *testing.T) {
 	}
 	if rep.Plan.Updates() != 0 {
 		t.Fatalf("evicted on a measured 0 rate: %+v", rep.Plan)
+	}
+}
+
+func TestOffloaderEvictKeepsCountersAndReadsOnce(t *testing.T) {
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	tb := tiertest.New(2)
+	o := &Offloader{Table: tb, Params: Params{MaxRate: 1}}
+	t0 := time.Unix(0, 0)
+	ctx := context.Background()
+	o.Step(ctx, t0, []Counted{{a, 0}, {b, 0}})
+	o.Step(ctx, t0.Add(time.Second), []Counted{{a, 1000}, {b, 900}})
+	if !tb.Has(a) || !tb.Has(b) {
+		t.Fatalf("both should be in hardware: %v", tb.Rules)
+	}
+	tb.Hit(a, 300)
+	lists := tb.Lists
+	rates, err := o.Measure(ctx, t0.Add(2*time.Second), []Counted{{a, 1000}, {b, 900}})
+	if err != nil || rates[a] != 300 {
+		t.Fatalf("rate of a %v (%v), want 300 from hardware", rates[a], err)
+	}
+	// The ban on a is lifted: its rule leaves, its 300 packets are kept.
+	if err := o.Evict(ctx, a); err != nil || tb.Has(a) || o.Retired(a) != 300 || o.HWPackets(a) != 300 {
+		t.Fatalf("evict: err %v, in table %v, retired %d", err, tb.Has(a), o.Retired(a))
+	}
+	rep, err := o.Place(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range rep.Plan.Install {
+		if k == a {
+			t.Fatalf("evicted source re-installed in the same round: %+v", rep.Plan)
+		}
+	}
+	if tb.Lists != lists+1 {
+		t.Fatalf("the table was listed %d times in one interval, want once", tb.Lists-lists)
+	}
+	o.Forget(a)
+	if o.HWPackets(a) != 0 {
+		t.Fatalf("forgotten source still has %d hardware packets", o.HWPackets(a))
 	}
 }

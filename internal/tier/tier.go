@@ -178,3 +178,10 @@ func Flush(ctx context.Context, t Table) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Verdicts is implemented by tables that count what they did with every
+// packet, beside per-rule counters (the emulated NIC stage): the metrics
+// collector exports them when the table has them.
+type Verdicts interface {
+	Verdicts() (map[string]Counters, error)
+}

@@ -117,7 +117,7 @@ func tiers(t *testing.T, d *datapath.Datapath, nic *nicstage.Table, off *placeme
 		hw[e.Rule.Match.Src] = e.Counters.Packets
 	}
 	for s := range sw {
-		hw[s] = off.HWPackets(s, hw[s])
+		hw[s] += off.Retired(s)
 	}
 	return sw, hw
 }
