@@ -602,11 +602,14 @@ func (d *Daemon) place(now time.Time) error {
 	if err != nil {
 		return err
 	}
-	for _, k := range rep.Plan.Remove {
-		d.store.SetTier(netip.PrefixFrom(k, k.BitLen()), "xdp")
-	}
-	for _, k := range rep.Plan.Install {
-		d.store.SetTier(netip.PrefixFrom(k, k.BitLen()), "hw")
+	// Only what really changed tier: a refused install or remove leaves
+	// the source where it was.
+	for _, k := range append(rep.Plan.Remove, rep.Plan.Install...) {
+		t := "xdp"
+		if d.off.InHardware(k) {
+			t = "hw"
+		}
+		d.store.SetTier(netip.PrefixFrom(k, k.BitLen()), t)
 	}
 	for _, e := range rep.Failed {
 		d.event(now, "error", netip.Prefix{}, "hardware update: %v", e)

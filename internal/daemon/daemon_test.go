@@ -170,7 +170,9 @@ func hasEvent(d *Daemon, kind, substr string) bool {
 	return false
 }
 
-func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
+}
 
 func indexOf(s, sub string) int {
 	for i := 0; i+len(sub) <= len(s); i++ {
@@ -241,6 +243,29 @@ func TestIntervalBlockFailureRollsBack(t *testing.T) {
 	h.step(t)
 	if _, ok := h.d.store.Get(pfx(atk)); !ok || h.dp.blocked[pfx(atk)] == nil {
 		t.Fatal("not banned after recovery")
+	}
+}
+
+// Hardware that refuses a rule leaves the source in XDP (still dropped),
+// reports the error, and never records it as offloaded.
+func TestIntervalHardwareRefusal(t *testing.T) {
+	h := newHarness(t, testConfig(t), true)
+	h.hw.InstallErr = fmt.Errorf("injected: %w", tier.ErrNotInHardware)
+	atk := netip.MustParseAddr("198.51.100.7")
+	h.dp.send(5000, atk)
+	h.step(t)
+	for i := 0; i < 2; i++ {
+		h.dp.hit(pfx(atk), 5000)
+		h.step(t)
+	}
+	if h.hw.Has(atk) {
+		t.Fatal("rule in hardware despite the refusal")
+	}
+	if b, _ := h.d.store.Get(pfx(atk)); b.Tier != "xdp" || h.dp.blocked[pfx(atk)] == nil {
+		t.Fatalf("ban %+v, in XDP %v", b, h.dp.blocked[pfx(atk)] != nil)
+	}
+	if !hasEvent(h.d, "error", "hardware update") {
+		t.Fatalf("refusal not reported: %+v", h.d.events)
 	}
 }
 
