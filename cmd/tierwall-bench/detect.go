@@ -3,24 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/testbed/harness"
 )
 
 // Detection-to-drop latency: a fresh source starts flooding at a steady
@@ -34,18 +30,10 @@ const (
 	dtIfTx, dtIfRx = "twb-tx", "twb-rx"
 )
 
-func shq(args ...string) error {
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
 func dtCleanup() {
 	exec.Command("ip", "netns", "del", dtTx).Run()
 	exec.Command("ip", "netns", "del", dtRx).Run()
-	os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + dtRx)
+	harness.RemovePins(dtRx)
 }
 
 func dtSetup() error {
@@ -57,7 +45,7 @@ func dtSetup() error {
 		{"ip", "-n", dtTx, "link", "set", dtIfTx, "up"}, {"ip", "-n", dtRx, "link", "set", dtIfRx, "up"},
 		{"ip", "netns", "exec", dtTx, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"},
 	} {
-		if err := shq(c...); err != nil {
+		if err := harness.Run(c...); err != nil {
 			return err
 		}
 	}
@@ -161,46 +149,23 @@ func detectionRuns(tierwall string, fl *flooder, iv time.Duration, runs int) ([]
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + dtRx) // a fresh filter each time
-	var logBuf bytes.Buffer
-	cmd := exec.Command(tierwall, "-n", dtRx, "run", "--config", cfgPath)
-	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-	if err := cmd.Start(); err != nil {
+	harness.RemovePins(dtRx) // a fresh filter each time
+	dmn, err := harness.StartDaemon(harness.Options{Tierwall: tierwall, Netns: dtRx, Config: cfgPath, Socket: sock, Timeout: 10 * time.Second})
+	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	banned := func(p string) bool {
-		resp, err := hc.Get("http://tierwall/v1/rules")
+	defer dmn.Stop()
+	banned := func(p netip.Prefix) bool {
+		rs, err := dmn.Client.Rules(context.Background())
 		if err != nil {
 			return false
 		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		var rs []struct{ Prefix string }
-		json.Unmarshal(body, &rs)
 		for _, r := range rs {
 			if r.Prefix == p {
 				return true
 			}
 		}
 		return false
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if resp, err := hc.Get("http://tierwall/v1/status"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("daemon did not come up:\n%s", logBuf.String())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	var out []time.Duration
 	for r := 0; r < runs; r++ {
@@ -211,10 +176,10 @@ func detectionRuns(tierwall string, fl *flooder, iv time.Duration, runs int) ([]
 		start := time.Now()
 		go fl.flood(src, 5000, stop)
 		limit := start.Add(20 * iv)
-		for !banned(src.String() + "/32") {
+		for !banned(netip.PrefixFrom(src, 32)) {
 			if time.Now().After(limit) {
 				close(stop)
-				return nil, fmt.Errorf("%s not banned within 20 intervals:\n%s", src, logBuf.String())
+				return nil, fmt.Errorf("%s not banned within 20 intervals:\n%s", src, dmn.Output())
 			}
 			time.Sleep(2 * time.Millisecond)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/tierwall/tierwall/internal/api"
 	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -49,7 +51,7 @@ func ruleCommands(use, short string, add, del func(*datapath.Datapath, ...netip.
 					ps = append(ps, more...)
 				}
 				if dc := dialDaemon(); dc != nil {
-					if err := dc.change(use, ps, verb == "add"); err != nil {
+					if err := dc.Change(context.Background(), use, ps, verb == "add", "tierwall block add"); err != nil {
 						return err
 					}
 					fmt.Printf("%s %s: %d rule(s) through the daemon at %s\n", use, verb, len(ps), g.socket)
@@ -123,9 +125,9 @@ func newAllow() *cobra.Command {
 }
 
 // listViaDaemon shows the daemon's bans: tier, detector, rate, expiry.
-func listViaDaemon(dc *daemonClient) error {
-	var rs []map[string]any
-	if err := dc.do("GET", "/v1/rules", nil, &rs); err != nil {
+func listViaDaemon(dc *api.Client) error {
+	rs, err := dc.Rules(context.Background())
+	if err != nil {
 		return err
 	}
 	if g.json {
@@ -135,12 +137,10 @@ func listViaDaemon(dc *daemonClient) error {
 	fmt.Fprintln(w, "PREFIX\tTIER\tDETECTOR\tRATE PPS\tPACKETS\tEXPIRES\tREASON")
 	for _, r := range rs {
 		exp := "never"
-		if e, ok := r["expires"].(string); ok && e != "" {
-			if t, err := time.Parse(time.RFC3339Nano, e); err == nil {
-				exp = "in " + time.Until(t).Round(time.Second).String()
-			}
+		if !r.Expires.IsZero() {
+			exp = "in " + time.Until(r.Expires).Round(time.Second).String()
 		}
-		fmt.Fprintf(w, "%v\t%v\t%v\t%.0f\t%v\t%s\t%v\n", r["prefix"], r["tier"], r["detector"], r["rate_pps"], r["packets"], exp, r["reason"])
+		fmt.Fprintf(w, "%v\t%v\t%v\t%.0f\t%v\t%s\t%v\n", r.Prefix, r.Tier, r.Detector, r.Rate, r.Packets, exp, r.Reason)
 	}
 	return w.Flush()
 }

@@ -1,27 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"net/netip"
 	"os"
-	"sort"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/tierwall/tierwall/internal/detect"
 	"github.com/tierwall/tierwall/internal/rule"
 )
-
-// talker is one source's traffic over the snapshot, as rates.
-type talker struct {
-	Src      netip.Addr `json:"src"`
-	PPS      float64    `json:"pps"`
-	BPS      float64    `json:"bps"`
-	SYNPS    float64    `json:"syn_pps"`
-	Dests    int        `json:"destinations"`
-	Packets  uint64     `json:"packets"`
-	Interval float64    `json:"interval_seconds"`
-}
 
 func newTop() *cobra.Command {
 	var interval time.Duration
@@ -39,23 +28,14 @@ func newTop() *cobra.Command {
 			// A running daemon owns the snapshots: taking one here would
 			// steal an interval from its detectors. Ask it instead.
 			if dc := dialDaemon(); dc != nil {
-				var top []map[string]any
-				if err := dc.do("GET", "/v1/top", nil, &top); err != nil {
+				top, err := dc.Top(context.Background())
+				if err != nil {
 					return err
 				}
 				if len(top) > n {
 					top = top[:n]
 				}
-				if g.json {
-					return printJSON(top)
-				}
-				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-				fmt.Fprintln(w, "SOURCE\tPPS\tBPS\tPACKETS\tBANNED\t")
-				for _, t := range top {
-					fmt.Fprintf(w, "%v\t%.0f\t%.0f\t%v\t%v\t\n", t["src"], t["pps"], t["bps"], t["packets"], t["banned"])
-				}
-				fmt.Printf("last daemon interval (from %s)\n", g.socket)
-				return w.Flush()
+				return printTop(top, fmt.Sprintf("the daemon's last interval (from %s)", g.socket))
 			}
 			d, err := open()
 			if err != nil {
@@ -70,44 +50,12 @@ func newTop() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			secs := s.End.Sub(s.Start).Seconds()
-			by := map[netip.Addr]*talker{}
+			tr := detect.NewTraffic(s.End.Sub(s.Start))
 			for _, f := range s.Flows {
-				t := by[f.Src]
-				if t == nil {
-					t = &talker{Src: f.Src, Interval: secs}
-					by[f.Src] = t
-				}
-				t.Packets += f.Packets
-				t.PPS += float64(f.Packets) / secs
-				t.BPS += float64(f.Bytes*8) / secs
-				t.SYNPS += float64(f.SYNs) / secs
-				t.Dests++
+				tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
 			}
-			ts := make([]talker, 0, len(by))
-			for _, t := range by {
-				ts = append(ts, *t)
-			}
-			sort.Slice(ts, func(i, j int) bool {
-				if ts[i].Packets != ts[j].Packets {
-					return ts[i].Packets > ts[j].Packets
-				}
-				return ts[i].Src.Less(ts[j].Src)
-			})
-			if len(ts) > n {
-				ts = ts[:n]
-			}
-			if g.json {
-				return printJSON(ts)
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(w, "SOURCE\tPPS\tBIT/S\tSYN/S\tDESTS\n")
-			for _, t := range ts {
-				fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%.0f\t%d\n", t.Src, t.PPS, t.BPS, t.SYNPS, t.Dests)
-			}
-			w.Flush()
-			fmt.Printf("(%d sources over %.2fs; %d packets never counted since attach: buffer full)\n", len(by), secs, s.Overflow)
-			return nil
+			return printTop(tr.Top(n), fmt.Sprintf("%d sources over %.2fs; %d packets never counted since attach: buffer full",
+				len(tr.Sources), tr.Interval.Seconds(), s.Overflow))
 		},
 	}
 	c.Flags().DurationVar(&interval, "interval", time.Second, "snapshot interval")
@@ -115,4 +63,20 @@ func newTop() *cobra.Command {
 	addIfaceFlag(c)
 	addJSONFlag(c)
 	return c
+}
+
+// printTop prints talkers in one schema whoever measured them; the JSON
+// is the list itself.
+func printTop(ts []detect.Talker, note string) error {
+	if g.json {
+		return printJSON(ts)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "SOURCE\tPPS\tBIT/S\tSYN/S\tDESTS\tBANNED\n")
+	for _, t := range ts {
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%.0f\t%d\t%v\n", t.Src, t.PPS, t.BPS, t.SYNPS, t.Dests, t.Banned)
+	}
+	w.Flush()
+	fmt.Printf("(%s)\n", note)
+	return nil
 }

@@ -36,7 +36,8 @@ type Server struct {
 	Token   string // required on the TCP listener
 }
 
-type apiError struct {
+// ErrorBody is every error answer.
+type ErrorBody struct {
 	Error string `json:"error"`
 }
 
@@ -61,7 +62,7 @@ func fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, context.DeadlineExceeded):
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, apiError{err.Error()})
+	writeJSON(w, code, ErrorBody{err.Error()})
 }
 
 // decode reads a JSON body strictly.
@@ -95,13 +96,15 @@ func prefixParam(r *http.Request) (netip.Prefix, error) {
 	return p, nil
 }
 
-type ruleRequest struct {
+// RuleRequest is the body of POST /v1/rules.
+type RuleRequest struct {
 	Prefix string `json:"prefix"`
 	Reason string `json:"reason"`
 	TTL    string `json:"ttl"` // Go duration; empty: no expiry
 }
 
-type allowRequest struct {
+// AllowRequest is the body of POST /v1/allowlist.
+type AllowRequest struct {
 	Prefix string `json:"prefix"`
 }
 
@@ -132,7 +135,7 @@ func (s *Server) Handler() http.Handler {
 	read(m, "GET /v1/status", func(c context.Context) (any, error) { return s.D.Status(c) })
 	read(m, "GET /v1/rules", func(c context.Context) (any, error) { return s.D.Rules(c) })
 	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
-		var req ruleRequest
+		var req RuleRequest
 		if err := s.decode(w, r, &req); err != nil {
 			fail(w, err)
 			return
@@ -177,7 +180,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	read(m, "GET /v1/allowlist", func(c context.Context) (any, error) { return s.D.Allowlist(c) })
 	m.HandleFunc("POST /v1/allowlist", func(w http.ResponseWriter, r *http.Request) {
-		var req allowRequest
+		var req AllowRequest
 		if err := s.decode(w, r, &req); err != nil {
 			fail(w, err)
 			return
@@ -249,7 +252,7 @@ func (s *Server) Handler() http.Handler {
 	})
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.D.Metrics.Registry, promhttp.HandlerOpts{}))
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)})
+		writeJSON(w, http.StatusNotFound, ErrorBody{fmt.Sprintf("no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)})
 	})
 	return m
 }
@@ -261,7 +264,7 @@ func (s *Server) Authenticated(h http.Handler) http.Handler {
 		got := []byte(r.Header.Get("Authorization"))
 		if s.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tierwall"`)
-			writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong bearer token"})
+			writeJSON(w, http.StatusUnauthorized, ErrorBody{"missing or wrong bearer token"})
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
-	"sort"
 	"sync"
 	"time"
 
@@ -61,7 +60,7 @@ type Daemon struct {
 	lists   *detect.List
 
 	events     []Event
-	lastTop    []TopSource
+	lastTop    []detect.Talker
 	lastSnap   time.Time
 	lastXDP    map[netip.Prefix]uint64 // cumulative XDP packets of each ban at the last interval
 	lastAt     time.Time
@@ -79,15 +78,6 @@ type Daemon struct {
 	Metrics *Metrics
 	reqs    chan func()
 	mu      sync.Mutex // guards only what the metrics collector reads outside the loop
-}
-
-// TopSource is a heavy source of the last interval.
-type TopSource struct {
-	Src     netip.Addr `json:"src"`
-	PPS     float64    `json:"pps"`
-	BPS     float64    `json:"bps"`
-	Banned  bool       `json:"banned"`
-	Packets uint64     `json:"packets"`
 }
 
 // DataPlane is the XDP filter as the control loop uses it:
@@ -624,14 +614,7 @@ func (d *Daemon) place(now time.Time) error {
 }
 
 func (d *Daemon) summarize(tr *detect.Traffic) {
-	top := make([]TopSource, 0, len(tr.Sources))
-	for a, s := range tr.Sources {
-		top = append(top, TopSource{Src: a, Packets: s.Packets, PPS: tr.Rate(s.Packets), BPS: 8 * tr.Rate(s.Bytes)})
-	}
-	sort.Slice(top, func(i, j int) bool { return top[i].Packets > top[j].Packets })
-	if len(top) > 100 {
-		top = top[:100]
-	}
+	top := tr.Top(100)
 	d.mu.Lock()
 	d.lastTop = top
 	d.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/detect"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -188,7 +189,7 @@ func (d *Daemon) Events(kinds ...string) []Event {
 }
 
 // Top is the heaviest sources of the last interval that passed the filter.
-func (d *Daemon) Top(ctx context.Context) (out []TopSource, err error) {
+func (d *Daemon) Top(ctx context.Context) (out []detect.Talker, err error) {
 	err = d.Do(ctx, func() {
 		for _, t := range d.lastTop {
 			_, t.Banned = d.store.Get(netip.PrefixFrom(t.Src, t.Src.BitLen()))
@@ -196,7 +197,7 @@ func (d *Daemon) Top(ctx context.Context) (out []TopSource, err error) {
 		}
 	})
 	if out == nil {
-		out = []TopSource{}
+		out = []detect.Talker{}
 	}
 	return out, err
 }

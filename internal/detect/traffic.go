@@ -8,6 +8,7 @@ package detect
 
 import (
 	"net/netip"
+	"sort"
 	"time"
 )
 
@@ -91,3 +92,40 @@ type Detector interface {
 }
 
 func host(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
+
+// Talker is one source's traffic over an interval, as rates: what `tierwall
+// top` prints, from the daemon's last interval or from a snapshot of its
+// own, in one schema.
+type Talker struct {
+	Src      netip.Addr `json:"src"`
+	PPS      float64    `json:"pps"`
+	BPS      float64    `json:"bps"`
+	SYNPS    float64    `json:"syn_pps"`
+	Dests    int        `json:"destinations"`
+	Packets  uint64     `json:"packets"`
+	Interval float64    `json:"interval_seconds"`
+	Banned   bool       `json:"banned"`
+}
+
+// Top ranks the n heaviest sources by packets (ties by address).
+func (t *Traffic) Top(n int) []Talker {
+	dests := map[netip.Addr]int{}
+	for p := range t.Pairs {
+		dests[p.Src]++
+	}
+	out := make([]Talker, 0, len(t.Sources))
+	for a, s := range t.Sources {
+		out = append(out, Talker{Src: a, Packets: s.Packets, PPS: t.Rate(s.Packets), BPS: 8 * t.Rate(s.Bytes),
+			SYNPS: t.Rate(s.SYNs), Dests: dests[a], Interval: t.Interval.Seconds()})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Packets != out[j].Packets {
+			return out[i].Packets > out[j].Packets
+		}
+		return out[i].Src.Less(out[j].Src)
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}

@@ -6,24 +6,21 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/netnsx"
+	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
@@ -129,38 +126,12 @@ api: {socket: %s}
 		return nil, err
 	}
 	defer daemonLog.Close()
-	daemon := exec.Command(o.Tierwall, "-n", lab.NSHost, "run", "--config", cfgPath)
-	daemon.Stdout, daemon.Stderr = daemonLog, daemonLog
-	if err := daemon.Start(); err != nil {
+	dmn, err := harness.StartDaemon(harness.Options{Tierwall: o.Tierwall, Netns: lab.NSHost, Config: cfgPath, Socket: sock, Log: daemonLog})
+	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		daemon.Process.Signal(syscall.SIGTERM)
-		daemon.Wait()
-	}()
-	api := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: func(c context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(c, "unix", sock)
-	}}}
-	getJSON := func(path string, v any) error {
-		resp, err := api.Get("http://tierwall" + path)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(v)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var st map[string]any
-		if getJSON("/v1/status", &st) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(daemonLog.Name())
-			return nil, fmt.Errorf("daemon did not start:\n%s", b)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	defer dmn.Stop()
+	getJSON := func(path string, v any) error { return dmn.Client.Do(ctx, "GET", path, nil, v) }
 	say("   daemon up (tierwall run, interval 500 ms; the rate detector learns its per-source threshold from the first 5 s), log in %s", daemonLog.Name())
 
 	// Counters of both tiers, read from the pinned maps.
