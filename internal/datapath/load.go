@@ -41,7 +41,8 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", uint32(m))
 }
 
-// ParseMode accepts "native" or "generic".
+// ParseMode accepts "native", "generic" or "nic-cpu" (the filter run by the
+// emulated NIC stage instead of on a link).
 func ParseMode(s string) (Mode, error) {
 	switch s {
 	case "native", "":
