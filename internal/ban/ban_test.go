@@ -42,17 +42,50 @@ func TestLimitsMonitorOnlyAndBreaker(t *testing.T) {
 		t.Fatalf("per-interval limit: added %+v refused %+v", added, refused)
 	}
 	s = NewStore(Rails{MaxTotal: 1}, 0)
-	if added, _, _ := s.Propose(t0, ds, nil); len(added) != 1 || s.Len() != 1 {
-		t.Fatalf("total limit: %+v", added)
+	// The one ban the limit leaves room for is the heaviest source's.
+	if added, refused, _ := s.Propose(t0, ds, nil); len(added) != 1 || added[0].Rate != 30 || len(refused) != 2 || s.Len() != 1 {
+		t.Fatalf("total limit: added %+v refused %+v", added, refused)
 	}
 	s = NewStore(Rails{MonitorOnly: true}, 0)
 	if added, refused, _ := s.Propose(t0, ds, nil); len(added) != 0 || len(refused) != 3 || s.Len() != 0 {
 		t.Fatalf("monitor-only banned: %+v", added)
 	}
-	s = NewStore(Rails{MaxEstablishedShare: 0.5}, 0)
-	added, _, breaker := s.Propose(t0, ds, func(netip.Prefix) float64 { return 0.2 })
-	if !breaker || len(added) != 0 {
-		t.Fatalf("breaker: %v %+v", breaker, added)
+}
+
+func TestBreakerTripsAboveItsShare(t *testing.T) {
+	ds := []detect.Detection{det("198.51.100.1/32", 10), det("198.51.100.2/32", 30), det("198.51.100.3/32", 20)}
+	// 3 x 0.2 = 60% of the established sources > 50%: nothing is banned.
+	s := NewStore(Rails{MaxEstablishedShare: 0.5}, 0)
+	added, refused, breaker := s.Propose(t0, ds, func(netip.Prefix) float64 { return 0.2 })
+	if !breaker || len(added) != 0 || len(refused) != 3 || s.Len() != 0 {
+		t.Fatalf("breaker %v, added %+v, refused %+v, %d bans", breaker, added, refused, s.Len())
+	}
+	if !strings.Contains(refused[0].Why, "circuit breaker") {
+		t.Errorf("refusal reason %q", refused[0].Why)
+	}
+}
+
+func TestBreakerStaysClosedBelowItsShare(t *testing.T) {
+	ds := []detect.Detection{det("198.51.100.1/32", 10), det("198.51.100.2/32", 30), det("198.51.100.3/32", 20)}
+	each := func(v float64) func(netip.Prefix) float64 { return func(netip.Prefix) float64 { return v } }
+	// Binary-exact shares summing to exactly the limit: the breaker trips
+	// on "more than" the limit, so the limit itself still bans.
+	exact := map[string]float64{"198.51.100.1/32": 0.125, "198.51.100.2/32": 0.25, "198.51.100.3/32": 0.125}
+	for _, c := range []struct {
+		name  string
+		share func(netip.Prefix) float64
+	}{
+		{"well-below", each(0.1)}, // 30% of a 50% limit
+		{"at-the-limit", func(p netip.Prefix) float64 { return exact[p.String()] }},
+		{"not-established", each(0)}, // sources no regular client shares
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewStore(Rails{MaxEstablishedShare: 0.5}, 0)
+			added, refused, breaker := s.Propose(t0, ds, c.share)
+			if breaker || len(added) != 3 || len(refused) != 0 || s.Len() != 3 {
+				t.Fatalf("breaker %v, added %+v, refused %+v, %d bans", breaker, added, refused, s.Len())
+			}
+		})
 	}
 }
 
