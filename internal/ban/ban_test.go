@@ -102,10 +102,13 @@ func TestRateMonitorAndExpiry(t *testing.T) {
 	rates[p1] = 500
 	s.Monitor(t0.Add(10*time.Second), rates, 50, 30*time.Second)
 	rates[p1] = 5
-	s.Monitor(t0.Add(35*time.Second), rates, 50, 30*time.Second) // quiet again from 35 s
-	// Without the burst, quiet since 1 s would have ended the ban at 31 s.
-	if un := s.Monitor(t0.Add(40*time.Second), rates, 50, 30*time.Second); len(un) != 0 {
+	// Quiet again from 35 s. Without the burst, quiet since 1 s would
+	// have ended the ban here (34 s >= 30 s).
+	if un := s.Monitor(t0.Add(35*time.Second), rates, 50, 30*time.Second); len(un) != 0 {
 		t.Fatalf("hold not restarted by the burst: %+v", un)
+	}
+	if un := s.Monitor(t0.Add(64*time.Second), rates, 50, 30*time.Second); len(un) != 0 {
+		t.Fatalf("unbanned before the restarted hold time: %+v", un)
 	}
 	un := s.Monitor(t0.Add(65*time.Second), rates, 50, 30*time.Second)
 	if len(un) != 1 || un[0].Ban.Prefix != p1 {
