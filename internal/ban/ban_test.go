@@ -127,22 +127,72 @@ func TestOperatorBansOnlyExpire(t *testing.T) {
 	if _, err := s.Add(t0, p, "abuse report", 0); err != nil {
 		t.Fatal(err)
 	}
-	if un := s.Monitor(t0.Add(time.Hour), nil, 50, time.Second); len(un) != 0 {
-		t.Fatalf("operator ban lifted: %+v", un)
+	// Silent for far longer than the hold: the first call starts the quiet
+	// clock of any ban, the later ones are past the hold.
+	for _, at := range []time.Duration{time.Hour, time.Hour + time.Second, 2 * time.Hour} {
+		if un := s.Monitor(t0.Add(at), map[netip.Prefix]float64{p: 0}, 50, time.Second); len(un) != 0 {
+			t.Fatalf("operator ban lifted by the rate monitor at +%v: %+v", at, un)
+		}
+	}
+	if _, ok := s.Get(p); !ok {
+		t.Fatal("operator ban gone")
 	}
 	// A detection inside it adds nothing: already covered.
 	if added, _, _ := s.Propose(t0, []detect.Detection{det("203.0.113.7/32", 1e5)}, nil); len(added) != 0 {
 		t.Fatalf("covered detection added: %+v", added)
 	}
+	// An operator ban with a TTL does end: by expiry, not by the monitor.
+	q := netip.MustParsePrefix("203.0.114.0/24")
+	if _, err := s.Add(t0, q, "for a day", 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if un := s.Monitor(t0.Add(23*time.Hour), nil, 50, time.Second); len(un) != 0 {
+		t.Fatalf("operator ban lifted before its expiry: %+v", un)
+	}
+	if un := s.Monitor(t0.Add(24*time.Hour), nil, 50, time.Second); len(un) != 1 || un[0].Ban.Prefix != q || un[0].Why != "expired" {
+		t.Fatalf("unbans %+v, want %s expired", un, q)
+	}
+}
+
+func TestListBansOutliveQuiet(t *testing.T) {
+	// A static list's ban stays while the list holds it, however quiet the
+	// source, and a store TTL does not apply to it.
+	s := NewStore(Rails{}, time.Minute)
+	d := det("198.51.100.0/24", 0)
+	d.Detector = "list"
+	if added, _, _ := s.Propose(t0, []detect.Detection{d}, nil); len(added) != 1 || !added[0].Expires.IsZero() {
+		t.Fatalf("list ban %+v, want one without expiry", added)
+	}
+	for _, at := range []time.Duration{time.Second, time.Hour, 2 * time.Hour} {
+		if un := s.Monitor(t0.Add(at), nil, 50, time.Second); len(un) != 0 {
+			t.Fatalf("list ban lifted at +%v: %+v", at, un)
+		}
+	}
+}
+
+func TestRedetectionExtendsExpiry(t *testing.T) {
+	s := NewStore(Rails{}, 10*time.Minute)
+	p := netip.MustParsePrefix("198.51.100.1/32")
+	s.Propose(t0, []detect.Detection{det(p.String(), 1000)}, nil)
+	// Detected again at +8 min: the ban now runs to +18 min.
+	if added, _, _ := s.Propose(t0.Add(8*time.Minute), []detect.Detection{det(p.String(), 3000)}, nil); len(added) != 0 {
+		t.Fatalf("existing ban added again: %+v", added)
+	}
+	if b, _ := s.Get(p); !b.Expires.Equal(t0.Add(18*time.Minute)) || b.PeakRate != 3000 {
+		t.Fatalf("refreshed ban %+v, want expiry at +18m and peak 3000", b)
+	}
+	if un := s.Monitor(t0.Add(10*time.Minute), map[netip.Prefix]float64{p: 3000}, 50, time.Hour); len(un) != 0 {
+		t.Fatalf("expired at the old deadline: %+v", un)
+	}
 }
 
 func TestStateSurvivesRestart(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state", "bans.json")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state", "bans.json")
 	s := NewStore(Rails{}, time.Hour)
 	s.Propose(t0, []detect.Detection{det("198.51.100.1/32", 1000)}, nil)
-	s.Add(t0, netip.MustParsePrefix("2001:db8:bad::/48"), "feed", 0)
-	short := NewStore(Rails{}, time.Minute)
-	short.Propose(t0, []detect.Detection{det("198.51.100.9/32", 1)}, nil)
+	op := netip.MustParsePrefix("2001:db8:bad::/48")
+	s.Add(t0, op, "feed", 0)
 	if err := s.Save(path, t0); err != nil {
 		t.Fatal(err)
 	}
