@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,20 +203,130 @@ func TestStateSurvivesRestart(t *testing.T) {
 		t.Fatalf("reload: %v gone %+v, %d bans", err, gone, r.Len())
 	}
 	b, _ := r.Get(netip.MustParsePrefix("198.51.100.1/32"))
-	if b.Detector != "rate" || !b.FirstSeen.Equal(t0) || b.PeakRate != 1000 {
+	if b.Detector != "rate" || !b.FirstSeen.Equal(t0) || b.PeakRate != 1000 || !b.Expires.Equal(t0.Add(time.Hour)) {
 		t.Errorf("metadata lost: %+v", b)
+	}
+	// The operator's ban is still one after a restart: the rate monitor
+	// must keep leaving it alone.
+	if b, _ := r.Get(op); !b.Manual || !b.Expires.IsZero() {
+		t.Errorf("operator ban after reload: %+v", b)
 	}
 	// Two hours later the automatic ban expired while down; the operator's stays.
 	gone, _ = r.Load(path, t0.Add(2*time.Hour))
-	if len(gone) != 1 || r.Len() != 1 {
+	if len(gone) != 1 || gone[0].Ban.Prefix.String() != "198.51.100.1/32" || r.Len() != 1 {
 		t.Fatalf("expiry on load: gone %+v, %d left", gone, r.Len())
 	}
+	if _, ok := r.Get(op); !ok {
+		t.Fatal("operator ban dropped on load")
+	}
+
+	// Expiry travels in the file: a ban saved by a store with a 1-minute
+	// TTL is gone 30 minutes later, whatever the TTL of the store loading it.
+	shortPath := filepath.Join(dir, "short", "bans.json")
+	short := NewStore(Rails{}, time.Minute)
+	short.Propose(t0, []detect.Detection{det("198.51.100.9/32", 1)}, nil)
+	if err := short.Save(shortPath, t0); err != nil {
+		t.Fatal(err)
+	}
+	long := NewStore(Rails{}, time.Hour)
+	if _, err := long.Load(shortPath, t0.Add(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if b, ok := long.Get(netip.MustParsePrefix("198.51.100.9/32")); !ok || !b.Expires.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("short-TTL ban loaded by a 1-hour store: %+v, want expiry at +1m", b)
+	}
+	gone, err = long.Load(shortPath, t0.Add(30*time.Minute))
+	if err != nil || len(gone) != 1 || gone[0].Ban.Prefix.String() != "198.51.100.9/32" || gone[0].Why != "expired while tierwall was not running" {
+		t.Fatalf("short-TTL ban on load: %v gone %+v", err, gone)
+	}
+
 	// A corrupt file is an error, not an empty ban list.
 	if err := writeFile(path, "{not json"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Load(path, t0); err == nil {
 		t.Fatal("corrupt state accepted")
+	}
+	// So is a file from another layout version.
+	if err := writeFile(path, `{"version": 99, "bans": []}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Load(path, t0); err == nil || !strings.Contains(err.Error(), "version 99") {
+		t.Fatalf("state of another version: %v", err)
+	}
+	// A missing file is a first start: no bans, no error.
+	first := NewStore(Rails{}, time.Hour)
+	if gone, err := first.Load(filepath.Join(dir, "none.json"), t0); err != nil || len(gone) != 0 || first.Len() != 0 {
+		t.Fatalf("missing state: %v gone %+v, %d bans", err, gone, first.Len())
+	}
+}
+
+// TestSaveIsAtomic makes the write of a new state fail half-way, with
+// RLIMIT_FSIZE below the new file's size (EFBIG after a partial write; Go
+// ignores SIGXFSZ), and checks that the previous state is still there,
+// whole, and that no temporary file is left behind. A Save that wrote in
+// place would leave a truncated, unreadable file.
+func TestSaveIsAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bans.json")
+	old := NewStore(Rails{}, 0)
+	old.Add(t0, netip.MustParsePrefix("198.51.100.0/24"), "old", 0)
+	if err := old.Save(path, t0); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The new state is much larger than the old file: the limit lets part
+	// of it be written, then the write fails.
+	big := NewStore(Rails{}, 0)
+	for i := 0; i < 200; i++ {
+		big.Add(t0, netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, byte(i), 0}), 24), "new", 0)
+	}
+	limit := uint64(len(before)) + 64
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: limit, Max: lim.Max}); err != nil {
+		t.Fatal(err)
+	}
+	err = big.Save(path, t0.Add(time.Minute))
+	if rerr := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); rerr != nil {
+		t.Fatalf("restoring RLIMIT_FSIZE: %v", rerr)
+	}
+	if err == nil {
+		t.Fatal("Save succeeded past the file size limit: the test did not make the write fail")
+	}
+	t.Logf("Save failed as intended: %v", err)
+
+	after, rerr := os.ReadFile(path)
+	if rerr != nil || string(after) != string(before) {
+		t.Fatalf("previous state changed by a failed save (%v): %d bytes, was %d", rerr, len(after), len(before))
+	}
+	r := NewStore(Rails{}, 0)
+	if _, err := r.Load(path, t0); err != nil || r.Len() != 1 {
+		t.Fatalf("previous state unreadable after a failed save: %v, %d bans", err, r.Len())
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("files after a failed save: %v, want only bans.json", names)
+	}
+	// Without the limit the same save goes through.
+	if err := big.Save(path, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Load(path, t0); err != nil || r.Len() != 200 {
+		t.Fatalf("new state: %v, %d bans", err, r.Len())
 	}
 }
 
