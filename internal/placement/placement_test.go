@@ -226,3 +226,32 @@ func TestSimulationBeatsNaiveOnUpdates(t *testing.T) {
 		t.Errorf("listing-1 %+v vs naive %+v", l, n)
 	}
 }
+
+func TestListing1KeepsOracleShareOnBurstyAttacks(t *testing.T) {
+	// docs/BENCHMARKS.md: on bursty attacks Listing 1 with its default
+	// thresholds keeps >= 95% of the oracle's hardware share with at most
+	// 1/4 of the naive policy's updates. Simulate is deterministic, so
+	// this is checked exactly, on the benchmark's scenario (cmd/
+	// tierwall-bench) but with seeds it does not use (it uses 1-5): the
+	// claim must hold beyond the seeds it was measured on.
+	// About 2 s of CPU each: the runs are independent, so in parallel.
+	for _, load := range []float64{1.2, 0.8, 0.3} {
+		for _, seed := range []uint64{101, 202} {
+			t.Run(fmt.Sprintf("load-%.1f/seed-%d", load, seed), func(t *testing.T) {
+				t.Parallel()
+				l, n, err := Simulate(Scenario{Sources: 20000, K: 512, Intervals: 120, ZipfS: 1, Load: load, MaxRate: 5e6,
+					Swing: 0.9, MinPeriod: 20, MaxPeriod: 120, Jitter: 0.25, Interval: time.Second, Latency: 2 * time.Millisecond, Seed: seed})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if q := l.Quality(); q < 0.95 {
+					t.Errorf("Listing 1 keeps %.1f%% of the oracle share, want >= 95%% (%+v)", 100*q, l)
+				}
+				if r := float64(l.Updates) / float64(n.Updates); r > 0.25 {
+					t.Errorf("Listing 1 makes %.2f of the naive policy's updates, want <= 0.25 (%d vs %d)", r, l.Updates, n.Updates)
+				}
+				t.Logf("quality %.4f, updates %d vs naive %d", l.Quality(), l.Updates, n.Updates)
+			})
+		}
+	}
+}
