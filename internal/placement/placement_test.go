@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -89,16 +90,71 @@ func TestBudgetLimitsUpdates(t *testing.T) {
 	}
 }
 
-func TestTiesAreDeterministic(t *testing.T) {
-	all := src("a", 5, "b", 5, "c", 5, "d", 5)
-	first := Decide(all, nil, Params{K: 2, MaxRate: 1})
-	for i := 0; i < 20; i++ {
-		if again := Decide(all, nil, Params{K: 2, MaxRate: 1}); !slices.Equal(again.Install, first.Install) {
-			t.Fatalf("ties resolved differently: %v then %v", first.Install, again.Install)
+func TestTiesBreakOnInputOrder(t *testing.T) {
+	// Decide documents that ties break on input order: among equal rates
+	// the source listed first in all wins the top-K, and among equal
+	// hardware entries the one listed first in inHW is evicted first.
+	p := Params{K: 2, MaxRate: 1}
+	if got := Decide(src("a", 5, "b", 5, "c", 5, "d", 5), nil, p).Install; !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("install %v, want [a b] (first two in input order)", got)
+	}
+	if got := Decide(src("d", 5, "c", 5, "b", 5, "a", 5), nil, p).Install; !slices.Equal(got, []string{"d", "c"}) {
+		t.Errorf("install %v, want [d c] (first two in input order)", got)
+	}
+	// More sources than an insertion sort handles, with two rates
+	// interleaved, so an unstable sort would show. K cuts through the
+	// rate-1 group: its first five in input order get in.
+	var many []Source[string]
+	var want []string
+	for i := range 40 {
+		many = append(many, Source[string]{fmt.Sprintf("s%02d", i), float64(2 - i%2)})
+		if i%2 == 0 {
+			want = append(want, fmt.Sprintf("s%02d", i))
+		}
+	}
+	want = append(want, "s01", "s03", "s05", "s07", "s09")
+	if got := Decide(many, nil, Params{K: 25, MaxRate: 1}).Install; !slices.Equal(got, want) {
+		t.Errorf("install %v, want %v", got, want)
+	}
+	// The same on the way out: 30 evictable entries with interleaved
+	// rates, budget for 5 swaps: the first five rate-1 entries in inHW
+	// order go (all lists them in another order, which does not count).
+	var hw []string
+	var all []Source[string]
+	for i := range 30 {
+		hw = append(hw, fmt.Sprintf("h%02d", i))
+		all = append(all, Source[string]{fmt.Sprintf("c%02d", i), 1000})
+	}
+	for i := 29; i >= 0; i-- {
+		all = append(all, Source[string]{hw[i], float64(2 - i%2)})
+	}
+	budget10 := Params{K: 30, MaxRate: 1, Interval: 10 * time.Millisecond, UpdateLatency: 500 * time.Microsecond}
+	plan := Decide(all, hw, budget10)
+	if want := []string{"h01", "h03", "h05", "h07", "h09"}; !slices.Equal(plan.Remove, want) || len(plan.Install) != 5 || plan.Skipped != 25 {
+		t.Errorf("remove %v, want %v (install %v, skipped %d)", plan.Remove, want, plan.Install, plan.Skipped)
+	}
+	// A tie on the way in: x and y both 1, one slot left for them: x,
+	// listed first, stays; y is evicted for z.
+	all = src("z", 100, "x", 1, "y", 1)
+	for _, hw := range [][]string{{"x", "y"}, {"y", "x"}} {
+		plan := Decide(all, hw, p)
+		if !slices.Equal(plan.Remove, []string{"y"}) || !slices.Equal(plan.Install, []string{"z"}) {
+			t.Errorf("hw %v: plan %+v, want y out and z in", hw, plan)
+		}
+	}
+	// A tie on the way out: x and y both evictable, budget for one swap:
+	// the one listed first in inHW goes.
+	one := Params{K: 2, MaxRate: 1, Interval: 10 * time.Millisecond, UpdateLatency: 2500 * time.Microsecond} // budget 2
+	all = src("z", 100, "w", 90, "x", 1, "y", 1)
+	for _, hw := range [][]string{{"x", "y"}, {"y", "x"}} {
+		plan := Decide(all, hw, one)
+		if !slices.Equal(plan.Remove, hw[:1]) || !slices.Equal(plan.Install, []string{"z"}) || plan.Skipped != 1 {
+			t.Errorf("hw %v: plan %+v, want %s out, z in, one swap skipped", hw, plan, hw[0])
 		}
 	}
 	// Equal rates never swap: the gain is 1.
-	if plan := Decide(all, []string{"c", "d"}, Params{K: 2, MaxRate: 1}); plan.Updates() != 0 {
+	all = src("a", 5, "b", 5, "c", 5, "d", 5)
+	if plan := Decide(all, []string{"c", "d"}, p); plan.Updates() != 0 {
 		t.Errorf("swapped equals: %+v", plan)
 	}
 }
@@ -168,5 +224,34 @@ func TestSimulationBeatsNaiveOnUpdates(t *testing.T) {
 	}
 	if l.Updates >= n.Updates || l.HWShare <= 0 {
 		t.Errorf("listing-1 %+v vs naive %+v", l, n)
+	}
+}
+
+func TestListing1KeepsOracleShareOnBurstyAttacks(t *testing.T) {
+	// docs/BENCHMARKS.md: on bursty attacks Listing 1 with its default
+	// thresholds keeps >= 95% of the oracle's hardware share with at most
+	// 1/4 of the naive policy's updates. Simulate is deterministic, so
+	// this is checked exactly, on the benchmark's scenario (cmd/
+	// tierwall-bench) but with seeds it does not use (it uses 1-5): the
+	// claim must hold beyond the seeds it was measured on.
+	// About 2 s of CPU each: the runs are independent, so in parallel.
+	for _, load := range []float64{1.2, 0.8, 0.3} {
+		for _, seed := range []uint64{101, 202} {
+			t.Run(fmt.Sprintf("load-%.1f/seed-%d", load, seed), func(t *testing.T) {
+				t.Parallel()
+				l, n, err := Simulate(Scenario{Sources: 20000, K: 512, Intervals: 120, ZipfS: 1, Load: load, MaxRate: 5e6,
+					Swing: 0.9, MinPeriod: 20, MaxPeriod: 120, Jitter: 0.25, Interval: time.Second, Latency: 2 * time.Millisecond, Seed: seed})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if q := l.Quality(); q < 0.95 {
+					t.Errorf("Listing 1 keeps %.1f%% of the oracle share, want >= 95%% (%+v)", 100*q, l)
+				}
+				if r := float64(l.Updates) / float64(n.Updates); r > 0.25 {
+					t.Errorf("Listing 1 makes %.2f of the naive policy's updates, want <= 0.25 (%d vs %d)", r, l.Updates, n.Updates)
+				}
+				t.Logf("quality %.4f, updates %d vs naive %d", l.Quality(), l.Updates, n.Updates)
+			})
+		}
 	}
 }
