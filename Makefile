@@ -12,7 +12,7 @@ deps:
 
 # Regenerates the BPF objects and their Go bindings (committed).
 generate: deps
-	$(GO) generate ./internal/datapath
+	$(GO) generate ./internal/datapath/...
 
 # CI: regenerating must not change what is committed.
 check-generated: generate

@@ -17,50 +17,27 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/testbed/harness"
 )
 
-type daemonProc struct {
-	cmd *exec.Cmd
-	log *syncBuffer
-}
-
-// syncBuffer is the daemon's output, written by exec's copier goroutine
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func startDaemon(t *testing.T, cfgPath string) *daemonProc {
+// startDaemon runs `tierwall run` in the host namespace of the lab and
+// waits for its API; the daemon's output is logged if the test fails.
+func startDaemon(t *testing.T, cfgPath, sock string) *harness.Daemon {
 	t.Helper()
-	p := &daemonProc{log: &syncBuffer{}}
-	p.cmd = exec.Command(bin, "-n", nsNHost, "run", "--config", cfgPath)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
+	d, err := harness.StartDaemon(harness.Options{Tierwall: bin, Netns: nsNHost, Config: cfgPath, Socket: sock})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			p.cmd.Process.Signal(syscall.SIGTERM)
-			p.cmd.Wait()
+		if !d.Exited() {
+			d.Stop()
 		}
 		if t.Failed() {
-			t.Logf("daemon log:\n%s", p.log)
+			t.Logf("daemon log:\n%s", d.Output())
 		}
 	})
-	return p
+	return d
 }
 
 // apiClient talks to the daemon's unix socket.
@@ -100,12 +77,15 @@ type apiBan struct {
 }
 
 func bans(t *testing.T, c *http.Client) map[string]apiBan {
+	t.Helper()
 	code, b := call(t, c, "GET", "/v1/rules", "")
 	if code != 200 {
-		return nil
+		t.Fatalf("GET /v1/rules: %d %s", code, b) // never read a failure as "no bans"
 	}
 	var bs []apiBan
-	json.Unmarshal(b, &bs)
+	if err := json.Unmarshal(b, &bs); err != nil {
+		t.Fatalf("decoding /v1/rules: %v: %s", err, b)
+	}
 	out := map[string]apiBan{}
 	for _, x := range bs {
 		out[x.Prefix] = x
@@ -158,7 +138,7 @@ api:
 `, ifHost, filepath.Join(dir, "state.json"), nsNic, ifWire, ifHPort, feed, sock, tokenFile)
 	os.WriteFile(cfgPath, []byte(cfg), 0o600)
 
-	d := startDaemon(t, cfgPath)
+	d := startDaemon(t, cfgPath, sock)
 	c := apiClient(sock)
 	waitFor(t, "the API", 10*time.Second, func() bool { code, _ := call(t, c, "GET", "/v1/status", ""); return code == 200 })
 
@@ -247,8 +227,7 @@ api:
 	time.Sleep(time.Second)
 
 	// kill -9 mid-attack: the data plane keeps dropping.
-	d.cmd.Process.Signal(syscall.SIGKILL)
-	d.cmd.Wait()
+	d.Kill()
 	time.Sleep(time.Second)
 	mu.Lock()
 	for _, a := range attackers {
@@ -263,11 +242,11 @@ api:
 
 	// Restart: the state file and the pinned state are reconciled at once.
 	start := time.Now()
-	d = startDaemon(t, cfgPath)
+	d = startDaemon(t, cfgPath, sock)
 	waitFor(t, "reconciled bans after restart", 5*time.Second, func() bool { return len(bans(t, c)) == 20 })
 	t.Logf("bans back in the API %v after restart", time.Since(start).Round(time.Millisecond))
-	if strings.Contains(d.log.String(), "restore") {
-		t.Errorf("bans had to be restored although the data plane kept them:\n%s", d.log)
+	if strings.Contains(d.Output(), "restore") {
+		t.Errorf("bans had to be restored although the data plane kept them:\n%s", d.Output())
 	}
 
 	// API: bad input, limits, auth.
@@ -353,15 +332,15 @@ api:
 	// SIGHUP: a broken file is refused and the running configuration kept;
 	// a good one takes effect.
 	os.WriteFile(cfgPath, []byte(cfg+"interval: 5ms\n"), 0o600)
-	d.cmd.Process.Signal(syscall.SIGHUP)
+	d.Cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, "the refused reload in the log", 5*time.Second, func() bool {
-		return strings.Contains(d.log.String(), "reload refused")
+		return strings.Contains(d.Output(), "reload refused")
 	})
 	if code, _ := call(t, c, "GET", "/v1/status", ""); code != 200 {
 		t.Fatalf("daemon gone after a bad reload: %d", code)
 	}
 	os.WriteFile(cfgPath, []byte(strings.Replace(cfg, "rails:\n", "rails:\n  monitor_only: true\n", 1)), 0o600)
-	d.cmd.Process.Signal(syscall.SIGHUP)
+	d.Cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, "monitor-only after reload", 5*time.Second, func() bool {
 		_, b := call(t, c, "GET", "/v1/status", "")
 		return bytes.Contains(b, []byte(`"monitor_only": true`))
@@ -373,8 +352,10 @@ api:
 	var tiers struct {
 		Hardware struct{ Occupancy int } `json:"hardware"`
 	}
-	_, body := call(t, c, "GET", "/v1/tiers", "")
-	json.Unmarshal(body, &tiers)
+	code, body := call(t, c, "GET", "/v1/tiers", "")
+	if err := json.Unmarshal(body, &tiers); code != 200 || err != nil || !bytes.Contains(body, []byte(`"occupancy"`)) {
+		t.Fatalf("GET /v1/tiers: %d %v %s", code, err, body)
+	}
 	if tiers.Hardware.Occupancy != 0 {
 		t.Errorf("hardware still holds %d rules after every unban", tiers.Hardware.Occupancy)
 	}

@@ -100,6 +100,17 @@ type Stage struct {
 	latency time.Duration
 	ids     map[tier.Match]uint32
 	free    []uint32
+	// sleep waits out the firmware's update latency; tests replace it to
+	// see what was waited without depending on the clock.
+	sleep func(time.Duration)
+}
+
+func (n *Stage) wait() {
+	if n.sleep != nil {
+		n.sleep(n.latency)
+		return
+	}
+	time.Sleep(n.latency)
 }
 
 var nicPinned = []string{"tw_nic_rules", "tw_nic_ctr", "tw_nic_stats", "tw_nic_cfg", "tw_nic_cpu", "tw_nic_bucket"}
@@ -443,7 +454,7 @@ func (n *Stage) Insert(r tier.Rule) (time.Duration, error) {
 		if cur.Action == nicTwNicAction(r.Action) {
 			return 0, nil
 		}
-		time.Sleep(n.latency)
+		n.wait()
 		cur.Action = nicTwNicAction(r.Action)
 		if err := n.objs.TwNicRules.Update(&k, &cur, ebpf.UpdateExist); err != nil {
 			return 0, fmt.Errorf("changing NIC rule %s: %w", r.Match, err)
@@ -454,7 +465,7 @@ func (n *Stage) Insert(r tier.Rule) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: %d of %d rules in use", tier.ErrTableFull, n.cap-len(n.free), n.cap)
 	}
 	id := n.free[len(n.free)-1]
-	time.Sleep(n.latency)
+	n.wait()
 	// Fresh counters first, so the rule never shows its predecessor's.
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -500,7 +511,7 @@ func (n *Stage) Delete(m tier.Match) (tier.Counters, time.Duration, error) {
 	if err := n.objs.TwNicRules.Lookup(&k, &cur); err != nil {
 		return last, 0, fmt.Errorf("%w: %s", tier.ErrNoRule, m)
 	}
-	time.Sleep(n.latency)
+	n.wait()
 	if err := n.objs.TwNicRules.Delete(&k); err != nil {
 		return last, 0, fmt.Errorf("removing NIC rule %s: %w", m, err)
 	}
