@@ -35,6 +35,8 @@ var (
 	blockRules = []string{
 		"192.0.2.1/32", "198.51.100.0/24", "203.0.113.7/32", "203.0.113.128/25",
 		"2001:db8::1/128", "2001:db8:bad::/48", "2001:db8:a11::7/128", "2001:db8:a11:1::/64",
+		// exact rules inside a blocked prefix: the exact table is asked first
+		"198.51.100.9/32", "2001:db8:bad::9/128",
 	}
 	allowRules = []string{"203.0.113.0/24", "2001:db8:a11::/48"}
 )
@@ -49,6 +51,7 @@ type source struct {
 var sources4 = []source{
 	{"exact", "192.0.2.1", "drop_exact", "192.0.2.1/32"},
 	{"prefix", "198.51.100.77", "drop_prefix", "198.51.100.0/24"},
+	{"exact-inside-prefix", "198.51.100.9", "drop_exact", "198.51.100.9/32"},
 	{"allow-over-exact", "203.0.113.7", "allowlisted", "203.0.113.0/24"},
 	{"allow-over-prefix", "203.0.113.200", "allowlisted", "203.0.113.0/24"},
 	{"clean", "10.9.9.9", "pass", ""},
@@ -58,6 +61,7 @@ var sources4 = []source{
 var sources6 = []source{
 	{"exact", "2001:db8::1", "drop_exact", "2001:db8::1/128"},
 	{"prefix", "2001:db8:bad::5", "drop_prefix", "2001:db8:bad::/48"},
+	{"exact-inside-prefix", "2001:db8:bad::9", "drop_exact", "2001:db8:bad::9/128"},
 	{"allow-over-exact", "2001:db8:a11::7", "allowlisted", "2001:db8:a11::/48"},
 	{"allow-over-prefix", "2001:db8:a11:1::9", "allowlisted", "2001:db8:a11::/48"},
 	{"clean", "2001:db8:c1ea::1", "pass", ""},
