@@ -233,6 +233,17 @@ func malformed() []fixture {
 				ab[l3+41] = 60
 				add(n("ah-len-beyond"), ab, "malformed_ip6_ext_trunc")
 
+				// RFC 1858 over IPv6: a first fragment (offset 0, more
+				// fragments) too short for its TCP or UDP header, the
+				// lengths consistent with the frame.
+				tiny := frameFor(src, e)
+				tiny.Proto, tiny.Ext, tiny.MoreFragments, tiny.Payload = pkt.ProtoTCP, []uint8{pkt.ExtFragment}, true, nil
+				tb := tiny.Build()
+				add(n("tiny-first-fragment"), setLen(tb[:l3+40+8+10], l3, 8+10), "malformed_l4_trunc")
+				tiny.Proto = pkt.ProtoUDP
+				tb = tiny.Build()
+				add(n("tiny-first-fragment-udp"), setLen(tb[:l3+40+8+4], l3, 8+4), "malformed_l4_trunc")
+
 				long := frameFor(src, e)
 				long.Proto = pkt.ProtoUDP
 				for i := 0; i < 9; i++ {
