@@ -2,11 +2,14 @@ package datapath
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/testutil"
 )
@@ -18,7 +21,8 @@ import (
 type fixture struct {
 	name   string
 	frame  []byte
-	meta   int    // bytes of XDP metadata in front of the frame
+	runt   bool // the program is shown only frame[:seen] (see run)
+	seen   int
 	reason string // the one verdict counter that must move
 	rule   string // the one rule whose counters must move ("" for none)
 }
@@ -268,6 +272,13 @@ func malformed() []fixture {
 			add(fmt.Sprintf("non-ip-%04x/%s", et, e.name), f.Build(), "non_ip")
 		}
 	}
+	// Runts: frames shorter than an Ethernet header, cut from a frame
+	// whose source is blocked: they must not reach any rule.
+	runt := eth.Build()
+	for _, n := range []int{13, 12, 6, 1, 0} {
+		out = append(out, fixture{name: fmt.Sprintf("eth-runt-%d", n), frame: runt, runt: true, seen: n, reason: "malformed_eth_trunc"})
+	}
+
 	// Ethernet padding after a short datagram is legal.
 	clean := eth
 	clean.Src = netip.MustParseAddr("10.9.9.9")
@@ -324,8 +335,26 @@ func mustPrefixes(t *testing.T, ss []string) []netip.Prefix {
 func run(t *testing.T, prog *ebpf.Program, fx fixture) uint32 {
 	t.Helper()
 	opts := &ebpf.RunOptions{Data: fx.frame}
-	if fx.meta > 0 {
-		opts.Context = &xdpMD{Data: uint32(fx.meta), DataEnd: uint32(len(fx.frame))}
+	if fx.runt {
+		// test_run refuses input under 14 bytes, so a runt is shown
+		// through the context. Kernels with "bpf: Support specifying
+		// linear xdp packet data size for BPF_PROG_TEST_RUN" let data_end
+		// end the linear part early: the rest of the input becomes a
+		// fragment this program does not see. Older ones want data_end at
+		// the end of the input but take metadata in front of the data
+		// toward the 14 bytes (newer ones no longer count it).
+		opts.Context = &xdpMD{DataEnd: uint32(fx.seen)}
+		ret, err := prog.Run(opts)
+		if errors.Is(err, unix.EINVAL) {
+			meta := (14 - fx.seen + 3) &^ 3
+			opts.Data = append(make([]byte, meta), fx.frame[:fx.seen]...)
+			opts.Context = &xdpMD{Data: uint32(meta), DataEnd: uint32(len(opts.Data))}
+			ret, err = prog.Run(opts)
+		}
+		if err != nil {
+			t.Fatalf("running %s: %v", fx.name, err)
+		}
+		return ret
 	}
 	ret, err := prog.Run(opts)
 	if err != nil {
@@ -334,8 +363,8 @@ func run(t *testing.T, prog *ebpf.Program, fx fixture) uint32 {
 	return ret
 }
 
-// xdpMD is struct xdp_md, the test-run context (used to put metadata in
-// front of frames shorter than the 14 bytes test_run accepts).
+// xdpMD is struct xdp_md, the test-run context (used to show the program
+// frames shorter than the 14 bytes test_run accepts).
 type xdpMD struct {
 	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
 }
@@ -372,7 +401,10 @@ func TestFixtures(t *testing.T) {
 			if ret != want {
 				t.Errorf("action %d, want %d (%s)", ret, want, fx.reason)
 			}
-			plen := uint64(len(fx.frame) - fx.meta)
+			plen := uint64(len(fx.frame))
+			if fx.runt {
+				plen = uint64(fx.seen)
+			}
 			for name := range after.verdicts {
 				dp := after.verdicts[name].Packets - before.verdicts[name].Packets
 				db := after.verdicts[name].Bytes - before.verdicts[name].Bytes
@@ -401,9 +433,7 @@ func TestFixtures(t *testing.T) {
 		seen[fx.reason] = true
 	}
 	for _, r := range Reasons() {
-		// BPF_PROG_TEST_RUN refuses frames under 14 bytes (and drivers
-		// never deliver them), so the Ethernet runt check has no fixture.
-		if !seen[r] && r != "malformed_eth_trunc" {
+		if !seen[r] {
 			t.Errorf("no fixture for verdict reason %s", r)
 		}
 	}
