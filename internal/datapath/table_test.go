@@ -27,17 +27,32 @@ func TestHashSpreads(t *testing.T) {
 }
 
 func TestCheckPrefix(t *testing.T) {
-	for _, s := range []string{"10.0.0.1/8", "::ffff:1.2.3.4/128", "fe80::1%eth0/128"} {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			continue // zoned prefixes do not even parse
-		}
-		if err := CheckPrefix(p); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: got %v, want ErrInvalid", s, err)
+	for _, c := range []struct {
+		name string
+		p    netip.Prefix
+	}{
+		{"host bits", netip.MustParsePrefix("10.0.0.1/8")},
+		{"host bits v6", netip.MustParsePrefix("2001:db8::1/32")},
+		{"IPv4-mapped address", netip.MustParsePrefix("::ffff:1.2.3.4/128")},
+		{"IPv4-mapped prefix", netip.MustParsePrefix("::ffff:10.0.0.0/104")},
+		{"invalid", netip.Prefix{}},
+		{"bits beyond the family", netip.PrefixFrom(netip.MustParseAddr("10.0.0.0"), 33)},
+	} {
+		if err := CheckPrefix(c.p); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s (%s): got %v, want ErrInvalid", c.name, c.p, err)
 		}
 	}
-	if err := CheckPrefix(netip.MustParsePrefix("10.0.0.0/8")); err != nil {
-		t.Error(err)
+	// A zoned address cannot even become a prefix: netip refuses the text
+	// (and PrefixFrom drops the zone), so none reaches the tables.
+	if p, err := netip.ParsePrefix("fe80::1%eth0/128"); err == nil {
+		if err := CheckPrefix(p); !errors.Is(err, ErrInvalid) {
+			t.Errorf("zoned %s: got %v, want ErrInvalid", p, err)
+		}
+	}
+	for _, s := range []string{"10.0.0.0/8", "192.0.2.1/32", "2001:db8::/32", "2001:db8::1/128", "0.0.0.0/0"} {
+		if err := CheckPrefix(netip.MustParsePrefix(s)); err != nil {
+			t.Errorf("%s: %v", s, err)
+		}
 	}
 }
 
