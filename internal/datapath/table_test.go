@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
 	"testing"
 
@@ -255,12 +256,20 @@ func TestFeatureRegionsHashAndMerge(t *testing.T) {
 	if _, err := d.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
+	// The merge is across CPU regions: with one CPU there is nothing to
+	// merge, and a silent one-CPU run would prove nothing.
 	ncpu := int(d.sizes.ncpu)
+	if ncpu < 2 {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the cross-CPU merge needs 2 CPUs, this machine has %d, and CI=true forbids skipping", ncpu)
+		}
+		t.Skipf("skipping: the cross-CPU merge needs 2 CPUs, this machine has %d", ncpu)
+	}
 	f := frameFor(netip.MustParseAddr("10.9.8.7"), encaps[0])
 	f.Proto = pkt.ProtoUDP
 	frame := f.Build()
 	sent := 0
-	for cpu := 0; cpu < min(ncpu, 2); cpu++ {
+	for cpu := 0; cpu < 2; cpu++ {
 		onCPU(t, cpu, func() {
 			for i := 0; i <= cpu+2; i++ {
 				run(t, d.Program(), fixture{frame: frame})
@@ -287,7 +296,7 @@ func TestFeatureRegionsHashAndMerge(t *testing.T) {
 	slots := int(d.sizes.featSlots)
 	key := filterTwFeatKey{Family: 4, Proto: pkt.ProtoUDP, Src: [16]byte{10, 9, 8, 7}, Dst: [16]byte{192, 168, 77, 1}}
 	home := int(featHash(&key)) & (slots - 1)
-	for cpu := 0; cpu < min(ncpu, 2); cpu++ {
+	for cpu := 0; cpu < 2; cpu++ {
 		s := buf[cpu*slots+home]
 		if s.Key != key || s.Packets != uint64(cpu+3) {
 			t.Errorf("CPU %d home slot %d holds %+v, want the key with %d packets", cpu, home, s, cpu+3)
