@@ -318,3 +318,98 @@ func TestFeatureRegionsHashAndMerge(t *testing.T) {
 		}
 	}
 }
+
+// sameHome returns n IPv4 addresses (from 10.0.0.0/8) whose home slot in t
+// is the same, and that slot.
+func sameHome(t *testing.T, tab *exactTable, n int) ([]netip.Addr, uint32) {
+	t.Helper()
+	mask := tab.slots - 1
+	var out []netip.Addr
+	var home uint32
+	for i := 0; i < 1<<24 && len(out) < n; i++ {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		h := tab.home(a) & mask
+		if len(out) == 0 {
+			home = h
+		}
+		if h == home {
+			out = append(out, a)
+		}
+	}
+	if len(out) < n {
+		t.Fatalf("found only %d addresses with home slot %d", len(out), home)
+	}
+	return out, home
+}
+
+func prefixes(as []netip.Addr) []netip.Prefix {
+	var ps []netip.Prefix
+	for _, a := range as {
+		ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return ps
+}
+
+// verdictOf runs one UDP packet from src through the filter.
+func verdictOf(t *testing.T, d *Datapath, src netip.Addr) uint32 {
+	t.Helper()
+	f := frameFor(src, encaps[0])
+	f.Proto = pkt.ProtoUDP
+	return run(t, d.Program(), fixture{name: src.String(), frame: f.Build()})
+}
+
+func slotAt(t *testing.T, tab *exactTable, i uint32) slot {
+	t.Helper()
+	s, err := tab.get(i & (tab.slots - 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestExactProbeLimit(t *testing.T) {
+	// TW_MAX_PROBE + 1 addresses with one home slot: the first 128 fill
+	// the run the data plane walks, the next would have to go beyond it.
+	// It is refused as ErrTableFull although the table (1024 rules) holds
+	// only 128, and nothing is stored where the data plane would not look.
+	d := loadTestDatapath(t)
+	as, home := sameHome(t, d.ex4, maxProbe+1)
+	if err := d.Block(prefixes(as[:maxProbe])...); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range as[:maxProbe] {
+		if at, err := d.ex4.find(a); err != nil || at != int64((home+uint32(i))&(d.ex4.slots-1)) {
+			t.Fatalf("%s at slot %d (%v), want %d", a, at, err, home+uint32(i))
+		}
+	}
+	// The last of the run is found by the data plane: the limits agree.
+	if ret := verdictOf(t, d, as[maxProbe-1]); ret != xdpDrop {
+		t.Fatalf("%s, %d slots from home, not dropped", as[maxProbe-1], maxProbe-1)
+	}
+	err := d.Block(prefixes(as[maxProbe:])...)
+	if !errors.Is(err, ErrTableFull) {
+		t.Fatalf("insert needing a run of %d: got %v, want ErrTableFull", maxProbe+1, err)
+	}
+	t.Logf("refused as intended: %v", err)
+	if s := slotAt(t, d.ex4, home+maxProbe); s.state != slotEmpty {
+		t.Errorf("slot after the run is %+v, want it empty", s)
+	}
+	st, err := d.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Tables["exact4"]; got.Entries != maxProbe || got.Capacity != 1024 {
+		t.Errorf("exact4 %+v, want %d entries of 1024", got, maxProbe)
+	}
+	if ret := verdictOf(t, d, as[maxProbe]); ret != xdpPass {
+		t.Errorf("refused %s dropped", as[maxProbe])
+	}
+	// The table is not full: an address with another home still goes in.
+	other := netip.MustParseAddr("100.64.0.1")
+	for d.ex4.home(other)&(d.ex4.slots-1)-home < maxProbe+1 {
+		other = other.Next()
+	}
+	if err := d.Block(netip.PrefixFrom(other, 32)); err != nil {
+		t.Fatalf("%s with another home slot: %v", other, err)
+	}
+}
