@@ -413,3 +413,93 @@ func TestExactProbeLimit(t *testing.T) {
 		t.Fatalf("%s with another home slot: %v", other, err)
 	}
 }
+
+func TestExactCountersZeroedOnReuse(t *testing.T) {
+	// A rule's counters never inherit the traffic of the rule that held
+	// its slot before: insert zeroes them on every CPU, whether the slot
+	// was emptied by trimming or left as a tombstone.
+	d := loadTestDatapath(t)
+	ncpu := int(d.sizes.ncpu)
+	sendAll := func(a netip.Addr, n int) {
+		for cpu := 0; cpu < ncpu; cpu++ {
+			onCPU(t, cpu, func() {
+				for i := 0; i < n; i++ {
+					if ret := verdictOf(t, d, a); ret != xdpDrop {
+						t.Fatalf("%s not dropped", a)
+					}
+				}
+			})
+		}
+	}
+	counter := func(a netip.Addr) Counter {
+		p := netip.PrefixFrom(a, 32)
+		cs, err := d.RuleCounters([]netip.Prefix{p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules, err := d.Blocked()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rules {
+			if r.Prefix == p && (r.Packets != cs[p].Packets || r.Bytes != cs[p].Bytes) {
+				t.Fatalf("%s: Blocked says %d/%d, RuleCounters %+v", p, r.Packets, r.Bytes, cs[p])
+			}
+		}
+		return cs[p]
+	}
+	as, home := sameHome(t, d.ex4, 4)
+	old, next, reuse, reuse2 := as[0], as[1], as[2], as[3]
+
+	// Emptied slot: old alone in its run, deleted, its slot trimmed.
+	if err := d.Block(netip.PrefixFrom(old, 32)); err != nil {
+		t.Fatal(err)
+	}
+	sendAll(old, 5)
+	if c := counter(old); c.Packets != uint64(5*ncpu) {
+		t.Fatalf("%s counted %+v, want %d packets", old, c, 5*ncpu)
+	}
+	if err := d.Unblock(netip.PrefixFrom(old, 32)); err != nil {
+		t.Fatal(err)
+	}
+	if s := slotAt(t, d.ex4, home); s.state != slotEmpty {
+		t.Fatalf("home slot %+v after delete, want empty", s)
+	}
+	if err := d.Block(netip.PrefixFrom(reuse, 32)); err != nil {
+		t.Fatal(err)
+	}
+	if at, _ := d.ex4.find(reuse); at != int64(home) {
+		t.Fatalf("%s at slot %d, want the freed slot %d", reuse, at, home)
+	}
+	if c := counter(reuse); c != (Counter{}) {
+		t.Errorf("%s in a reused (emptied) slot starts at %+v, want 0", reuse, c)
+	}
+	sendAll(reuse, 2)
+	if c := counter(reuse); c.Packets != uint64(2*ncpu) {
+		t.Errorf("%s counted %+v, want %d packets", reuse, c, 2*ncpu)
+	}
+
+	// Tombstone: reuse is deleted while next, in the following slot, keeps
+	// the run going; reuse2 takes the tombstone.
+	if err := d.Block(netip.PrefixFrom(next, 32)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Unblock(netip.PrefixFrom(reuse, 32)); err != nil {
+		t.Fatal(err)
+	}
+	if s := slotAt(t, d.ex4, home); s.state != slotTomb {
+		t.Fatalf("home slot %+v after delete, want a tombstone", s)
+	}
+	if err := d.Block(netip.PrefixFrom(reuse2, 32)); err != nil {
+		t.Fatal(err)
+	}
+	if at, _ := d.ex4.find(reuse2); at != int64(home) {
+		t.Fatalf("%s at slot %d, want the tombstone's slot %d", reuse2, at, home)
+	}
+	if c := counter(reuse2); c != (Counter{}) {
+		t.Errorf("%s in a reused (tombstone) slot starts at %+v, want 0", reuse2, c)
+	}
+	if c := counter(next); c != (Counter{}) {
+		t.Errorf("%s, never hit, counted %+v", next, c)
+	}
+}
