@@ -503,3 +503,56 @@ func TestExactCountersZeroedOnReuse(t *testing.T) {
 		t.Errorf("%s, never hit, counted %+v", next, c)
 	}
 }
+
+func TestExactTombstonesTrimmed(t *testing.T) {
+	// Three rules in one run: home, home+1, home+2; home+3 is empty.
+	d := loadTestDatapath(t)
+	as, home := sameHome(t, d.ex4, 3)
+	if err := d.Block(prefixes(as)...); err != nil {
+		t.Fatal(err)
+	}
+	states := func() [4]uint32 {
+		var st [4]uint32
+		for i := range st {
+			st[i] = slotAt(t, d.ex4, home+uint32(i)).state
+		}
+		return st
+	}
+	if got, want := states(), [4]uint32{slotUsed, slotUsed, slotUsed, slotEmpty}; got != want {
+		t.Fatalf("slot states %v, want %v", got, want)
+	}
+	// Deleting the middle one leaves a tombstone: the run must still
+	// reach the third, in user space and in the data plane.
+	if err := d.Unblock(netip.PrefixFrom(as[1], 32)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := states(), [4]uint32{slotUsed, slotTomb, slotUsed, slotEmpty}; got != want {
+		t.Fatalf("after deleting the middle rule: slot states %v, want %v", got, want)
+	}
+	if at, err := d.ex4.find(as[2]); err != nil || at != int64((home+2)&(d.ex4.slots-1)) {
+		t.Fatalf("%s behind a tombstone: slot %d (%v)", as[2], at, err)
+	}
+	if ret := verdictOf(t, d, as[2]); ret != xdpDrop {
+		t.Fatalf("%s behind a tombstone not dropped", as[2])
+	}
+	// Deleting the last one ends the run: it and the tombstone before it
+	// become empty; the rule before them stays.
+	if err := d.Unblock(netip.PrefixFrom(as[2], 32)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := states(), [4]uint32{slotUsed, slotEmpty, slotEmpty, slotEmpty}; got != want {
+		t.Fatalf("after deleting the last rule: slot states %v, want %v", got, want)
+	}
+	if ret := verdictOf(t, d, as[0]); ret != xdpDrop {
+		t.Fatalf("%s not dropped after the trim", as[0])
+	}
+	if err := d.Unblock(netip.PrefixFrom(as[0], 32)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := states(), [4]uint32{slotEmpty, slotEmpty, slotEmpty, slotEmpty}; got != want {
+		t.Fatalf("after deleting every rule: slot states %v, want %v", got, want)
+	}
+	if ret := verdictOf(t, d, as[0]); ret != xdpPass {
+		t.Fatalf("%s dropped after unblock", as[0])
+	}
+}
