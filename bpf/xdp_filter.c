@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /* xdp_filter.c - tierwall's software tier: drop packets whose source is on
  * the blocklist (exact /32 and /128 first, then prefixes), let allowlisted
  * sources through whatever else matches, and count what passes into the

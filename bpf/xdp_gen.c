@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /* xdp_gen.c - tierwall's traffic generator. Run with BPF_PROG_TEST_RUN in
  * live-frames mode (BPF_F_TEST_XDP_LIVE_FRAMES): every repetition rewrites
  * the template frame's source address and returns XDP_TX, so the kernel

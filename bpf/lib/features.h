@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* features.h - the paper's feature extraction: per (source, destination,
  * protocol) packet, byte and SYN counts of traffic that passed the filter,
  * in this CPU's region of whichever buffer tw_feat currently points at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* nic.h - types and maps of the emulated SmartNIC stage (xdp_nic.c): an
  * exact-match hardware table of capacity K with per-rule counters, in front
  * of the host. Kept apart from maps.h: the NIC stage is a different device
