@@ -44,6 +44,7 @@ lint: deps
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l cmd internal test)" || { gofmt -l cmd internal test; exit 1; }
 	@BPF_CFLAGS='$(BPF_CFLAGS)' bash scripts/check-bpf2go.sh
+	clang-format --dry-run --Werror bpf/*.c bpf/lib/*.h
 
 clean:
 	rm -rf $(BIN)

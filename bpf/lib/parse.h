@@ -24,9 +24,9 @@
 #define TW_IP_OFFMASK 0x1fff
 
 struct tw_pkt {
-	__u8 family;  /* 4 or 6 */
-	__u8 proto;   /* upper-layer protocol after extension headers */
-	__u8 syn;     /* TCP SYN without ACK */
+	__u8 family;   /* 4 or 6 */
+	__u8 proto;    /* upper-layer protocol after extension headers */
+	__u8 syn;      /* TCP SYN without ACK */
 	__u8 nonfirst; /* non-first fragment: no L4 header here */
 	__u32 src4;
 	__u32 dst4;
@@ -34,7 +34,7 @@ struct tw_pkt {
 	__u32 dst6[4];
 	__be16 sport; /* TCP/UDP ports of a first fragment, else 0 */
 	__be16 dport;
-	__u32 l3len;  /* frame bytes from the IP header on (what NICs count) */
+	__u32 l3len; /* frame bytes from the IP header on (what NICs count) */
 };
 
 struct tw_vlan_hdr {
