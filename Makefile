@@ -45,6 +45,7 @@ lint: deps
 	@test -z "$$(gofmt -l cmd internal test)" || { gofmt -l cmd internal test; exit 1; }
 	@BPF_CFLAGS='$(BPF_CFLAGS)' bash scripts/check-bpf2go.sh
 	clang-format --dry-run --Werror bpf/*.c bpf/lib/*.h
+	$(BIN)/golangci-lint run ./...
 
 clean:
 	rm -rf $(BIN)

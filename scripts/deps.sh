@@ -22,3 +22,18 @@ if ! command -v go >/dev/null 2>&1; then
 	echo "deps: Go is not installed; tierwall needs Go >= 1.24 (go.mod pins 1.26, fetched by GOTOOLCHAIN=auto)" >&2
 	exit 1
 fi
+
+# golangci-lint for make lint, pinned: bin/golangci-lint, rebuilt only when
+# missing or another version. Bump GOLANGCI_LINT_VERSION deliberately (new
+# releases add checks); .golangci.yml is written for v2.
+GOLANGCI_LINT_VERSION=v2.15.0
+root="$(cd "$(dirname "$0")/.." && pwd)"
+lint="$root/bin/golangci-lint"
+have=""
+if [ -x "$lint" ]; then
+	have="$(go version -m "$lint" 2>/dev/null | awk '$1 == "mod" && $2 == "github.com/golangci/golangci-lint/v2" { print $3 }')"
+fi
+if [ "$have" != "$GOLANGCI_LINT_VERSION" ]; then
+	echo "deps: installing golangci-lint $GOLANGCI_LINT_VERSION into bin/"
+	GOBIN="$root/bin" go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+fi
