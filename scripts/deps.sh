@@ -24,16 +24,18 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 # golangci-lint for make lint, pinned: bin/golangci-lint, rebuilt only when
-# missing or another version. Bump GOLANGCI_LINT_VERSION deliberately (new
+# missing, another version, or built by another Go (it cannot load code of
+# a newer Go than its own). Bump GOLANGCI_LINT_VERSION deliberately (new
 # releases add checks); .golangci.yml is written for v2.
 GOLANGCI_LINT_VERSION=v2.15.0
 root="$(cd "$(dirname "$0")/.." && pwd)"
 lint="$root/bin/golangci-lint"
 have=""
 if [ -x "$lint" ]; then
-	have="$(go version -m "$lint" 2>/dev/null | awk '$1 == "mod" && $2 == "github.com/golangci/golangci-lint/v2" { print $3 }')"
+	have="$(go version -m "$lint" 2>/dev/null | awk 'NR == 1 { print $2 } $1 == "mod" && $2 == "github.com/golangci/golangci-lint/v2" { print $3 }' | paste -sd' ')"
 fi
-if [ "$have" != "$GOLANGCI_LINT_VERSION" ]; then
+gover="$(cd "$root" && go env GOVERSION)" # the project's toolchain (go.mod)
+if [ "$have" != "$gover $GOLANGCI_LINT_VERSION" ]; then
 	echo "deps: installing golangci-lint $GOLANGCI_LINT_VERSION into bin/"
-	GOBIN="$root/bin" go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+	GOTOOLCHAIN="$gover" GOBIN="$root/bin" go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
 fi
