@@ -10,6 +10,10 @@ all: build
 deps:
 	@bash scripts/deps.sh
 
+# C flags of every bpf2go line, there followed by -I<root>/bpf/include
+# relative to its gen.go (bpf/include/README.md); make lint checks them.
+BPF_CFLAGS := -O2 -g -Wall -Werror -nostdinc
+
 # Regenerates the BPF objects and their Go bindings (committed).
 generate: deps
 	$(GO) generate ./internal/datapath/...
@@ -40,6 +44,9 @@ demo: build
 lint: deps
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l cmd internal test)" || { gofmt -l cmd internal test; exit 1; }
+	@BPF_CFLAGS='$(BPF_CFLAGS)' bash scripts/check-bpf2go.sh
+	clang-format --dry-run --Werror bpf/*.c bpf/lib/*.h
+	$(BIN)/golangci-lint run ./...
 
 clean:
 	rm -rf $(BIN)

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /* bench_baseline.c - reference programs the filter is measured against:
  * one lookup of the IPv4 source in a plain BPF hash map (what most XDP
  * blocklists do), an empty program that only returns, and the "one line"

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /* bench_wrap.c - benchmark driver for BPF_PROG_TEST_RUN. Each repetition
  * rewrites the test packet's source address from a sample table (uniform
  * or Zipf, filled by the harness) indexed by a per-CPU sequence number,

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /* xdp_filter.c - tierwall's software tier: drop packets whose source is on
  * the blocklist (exact /32 and /128 first, then prefixes), let allowlisted
  * sources through whatever else matches, and count what passes into the
@@ -33,22 +33,26 @@ int tw_filter(struct xdp_md *ctx)
 
 	if (p.family == 4) {
 		if (cfg->allow4_n) {
-			struct tw_lpm4_key k = { .prefixlen = 32, .addr = p.src4 };
-			if (tw_lpm_hit(&tw_allow4, &k, &tw_allow_ctr, tw_allow_cap, cpu, len))
+			struct tw_lpm4_key k = { .prefixlen = 32,
+						 .addr = p.src4 };
+			if (tw_lpm_hit(&tw_allow4, &k, &tw_allow_ctr,
+				       tw_allow_cap, cpu, len))
 				return tw_verdict(TW_R_ALLOW, len);
 		}
 		if (cfg->exact4_n && tw_exact4_hit(p.src4, cfg->seed, cpu, len))
 			return tw_verdict(TW_R_DROP_EXACT, len);
 		if (cfg->pfx4_n) {
-			struct tw_lpm4_key k = { .prefixlen = 32, .addr = p.src4 };
-			if (tw_lpm_hit(&tw_pfx4, &k, &tw_pfx_ctr, tw_pfx_cap, cpu, len))
+			struct tw_lpm4_key k = { .prefixlen = 32,
+						 .addr = p.src4 };
+			if (tw_lpm_hit(&tw_pfx4, &k, &tw_pfx_ctr, tw_pfx_cap,
+				       cpu, len))
 				return tw_verdict(TW_R_DROP_PREFIX, len);
 		}
 	} else {
 		struct tw_lpm6_key k = { .prefixlen = 128 };
 		__builtin_memcpy(k.addr, p.src6, 16);
-		if (cfg->allow6_n &&
-		    tw_lpm_hit(&tw_allow6, &k, &tw_allow_ctr, tw_allow_cap, cpu, len))
+		if (cfg->allow6_n && tw_lpm_hit(&tw_allow6, &k, &tw_allow_ctr,
+						tw_allow_cap, cpu, len))
 			return tw_verdict(TW_R_ALLOW, len);
 		if (cfg->exact6_n && tw_exact6_hit(p.src6, cfg->seed, cpu, len))
 			return tw_verdict(TW_R_DROP_EXACT, len);

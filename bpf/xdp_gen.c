@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /* xdp_gen.c - tierwall's traffic generator. Run with BPF_PROG_TEST_RUN in
  * live-frames mode (BPF_F_TEST_XDP_LIVE_FRAMES): every repetition rewrites
  * the template frame's source address and returns XDP_TX, so the kernel
@@ -19,12 +19,12 @@ enum tw_gen_mode {
 
 struct tw_gen_config {
 	enum tw_gen_mode mode;
-	__u32 family;     /* 4 or 6 */
-	__u32 ip_csum;    /* IPv4 header checksum with a zero source (host order) */
-	__u32 l4_csum;    /* UDP/TCP checksum with a zero source (host order) */
+	__u32 family;  /* 4 or 6 */
+	__u32 ip_csum; /* IPv4 header checksum with a zero source (host order) */
+	__u32 l4_csum; /* UDP/TCP checksum with a zero source (host order) */
 	__u32 l4_csum_off; /* offset of the L4 checksum in the frame */
-	__u32 udp;        /* 1: a zero UDP checksum is sent as 0xffff */
-	__u32 spoof_len;  /* spoof: prefix length of the random sources */
+	__u32 udp;         /* 1: a zero UDP checksum is sent as 0xffff */
+	__u32 spoof_len;   /* spoof: prefix length of the random sources */
 	__u32 _pad;
 	__u8 spoof_base[16];
 };
@@ -105,13 +105,15 @@ int tw_gen(struct xdp_md *ctx)
 			if (bit + 8 <= cfg->spoof_len)
 				mask = 0xff;
 			else if (bit < cfg->spoof_len)
-				mask = (__u8)(0xff << (8 - (cfg->spoof_len - bit)));
+				mask = (__u8)(0xff
+					      << (8 - (cfg->spoof_len - bit)));
 			__u8 rb = ((__u8 *)r)[i & 15];
 			src.a[i] = (src.a[i] & mask) | (rb & ~mask);
 		}
 	} else {
 		__u32 idx = st->seq & tw_gen_mask;
-		struct tw_gen_addr *s = bpf_map_lookup_elem(&tw_gen_samples, &idx);
+		struct tw_gen_addr *s =
+			bpf_map_lookup_elem(&tw_gen_samples, &idx);
 		if (!s)
 			return XDP_ABORTED;
 		src = *s;

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0-only
 /* xdp_nic.c - the emulated SmartNIC: a bump-in-the-wire stage on the
  * wire-facing port of the "nic" network namespace. Packets matching its
  * small exact-match table are dropped (or counted and forwarded) here and

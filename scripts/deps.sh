@@ -3,7 +3,7 @@
 # packages that are missing. Safe to run again; needs root to install.
 set -euo pipefail
 
-pkgs=(clang llvm libbpf-dev bpftool linux-libc-dev iproute2 iputils-ping ethtool gcc make git nginx-light wget wrk iptables ipset nftables xdp-tools)
+pkgs=(clang clang-format llvm libbpf-dev bpftool linux-libc-dev iproute2 iputils-ping ethtool gcc make git nginx-light wget wrk iptables ipset nftables xdp-tools)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -21,4 +21,21 @@ fi
 if ! command -v go >/dev/null 2>&1; then
 	echo "deps: Go is not installed; tierwall needs Go >= 1.24 (go.mod pins 1.26, fetched by GOTOOLCHAIN=auto)" >&2
 	exit 1
+fi
+
+# golangci-lint for make lint, pinned: bin/golangci-lint, rebuilt only when
+# missing, another version, or built by another Go (it cannot load code of
+# a newer Go than its own). Bump GOLANGCI_LINT_VERSION deliberately (new
+# releases add checks); .golangci.yml is written for v2.
+GOLANGCI_LINT_VERSION=v2.15.0
+root="$(cd "$(dirname "$0")/.." && pwd)"
+lint="$root/bin/golangci-lint"
+have=""
+if [ -x "$lint" ]; then
+	have="$(go version -m "$lint" 2>/dev/null | awk 'NR == 1 { print $2 } $1 == "mod" && $2 == "github.com/golangci/golangci-lint/v2" { print $3 }' | paste -sd' ')"
+fi
+gover="$(cd "$root" && go env GOVERSION)" # the project's toolchain (go.mod)
+if [ "$have" != "$gover $GOLANGCI_LINT_VERSION" ]; then
+	echo "deps: installing golangci-lint $GOLANGCI_LINT_VERSION into bin/"
+	GOTOOLCHAIN="$gover" GOBIN="$root/bin" go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
 fi

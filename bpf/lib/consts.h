@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* consts.h - limits, verdict reasons and slot states shared by every
  * tierwall program. Enums listed here are exported to Go by bpf2go, so the
  * numbering is an ABI with pinned maps: append, never renumber. */
@@ -39,24 +40,24 @@ enum tw_slot_state {
 /* One verdict reason per packet; each has a per-CPU packets/bytes counter.
  * docs/ARCHITECTURE.md holds the policy table for the malformed kinds. */
 enum tw_reason {
-	TW_R_PASS = 0,        /* no rule matched */
-	TW_R_DROP_EXACT,      /* /32 or /128 rule */
-	TW_R_DROP_PREFIX,     /* LPM prefix rule */
-	TW_R_ALLOW,           /* allowlisted: passes whatever the block rules say */
-	TW_R_NON_IP,          /* not IPv4/IPv6 after VLAN tags */
-	TW_R_ETH_TRUNC,       /* shorter than an Ethernet header */
-	TW_R_VLAN_TRUNC,      /* VLAN tag cut short */
-	TW_R_VLAN_DEPTH,      /* more tags than TW_MAX_VLAN */
-	TW_R_IP4_TRUNC,       /* less than 20 bytes of IPv4 header */
-	TW_R_IP4_VERSION,     /* ethertype IPv4, version field not 4 */
-	TW_R_IP4_IHL,         /* IHL < 5 or options beyond the frame */
-	TW_R_IP4_LEN,         /* total length < header or > frame */
-	TW_R_IP6_TRUNC,       /* less than 40 bytes of IPv6 header */
-	TW_R_IP6_VERSION,     /* ethertype IPv6, version field not 6 */
-	TW_R_IP6_LEN,         /* payload length beyond the frame */
-	TW_R_IP6_EXT_TRUNC,   /* extension header runs past the packet */
-	TW_R_IP6_EXT_LIMIT,   /* more than TW_MAX_EXT extension headers */
-	TW_R_L4_TRUNC,        /* unfragmented TCP/UDP header cut short */
+	TW_R_PASS = 0,      /* no rule matched */
+	TW_R_DROP_EXACT,    /* /32 or /128 rule */
+	TW_R_DROP_PREFIX,   /* LPM prefix rule */
+	TW_R_ALLOW,         /* allowlisted: passes whatever block rules say */
+	TW_R_NON_IP,        /* not IPv4/IPv6 after VLAN tags */
+	TW_R_ETH_TRUNC,     /* shorter than an Ethernet header */
+	TW_R_VLAN_TRUNC,    /* VLAN tag cut short */
+	TW_R_VLAN_DEPTH,    /* more tags than TW_MAX_VLAN */
+	TW_R_IP4_TRUNC,     /* less than 20 bytes of IPv4 header */
+	TW_R_IP4_VERSION,   /* ethertype IPv4, version field not 4 */
+	TW_R_IP4_IHL,       /* IHL < 5 or options beyond the frame */
+	TW_R_IP4_LEN,       /* total length < header or > frame */
+	TW_R_IP6_TRUNC,     /* less than 40 bytes of IPv6 header */
+	TW_R_IP6_VERSION,   /* ethertype IPv6, version field not 6 */
+	TW_R_IP6_LEN,       /* payload length beyond the frame */
+	TW_R_IP6_EXT_TRUNC, /* extension header runs past the packet */
+	TW_R_IP6_EXT_LIMIT, /* more than TW_MAX_EXT extension headers */
+	TW_R_L4_TRUNC,      /* unfragmented TCP/UDP header cut short */
 	TW_R_MAX,
 };
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* features.h - the paper's feature extraction: per (source, destination,
  * protocol) packet, byte and SYN counts of traffic that passed the filter,
  * in this CPU's region of whichever buffer tw_feat currently points at
@@ -68,7 +69,8 @@ static __always_inline void tw_features(const struct tw_pkt *p, __u32 len,
 			return;
 		if (s->key.family == 0) {
 			__u32 hi = tw_nr_cpus * tw_feat_slots + cpu;
-			struct tw_feat_slot *hdr = bpf_map_lookup_elem(buf, &hi);
+			struct tw_feat_slot *hdr =
+				bpf_map_lookup_elem(buf, &hi);
 			if (!hdr || hdr->packets >= tw_feat_cap)
 				break;
 			hdr->packets++;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* maps.h - the filter's map inventory (docs/ARCHITECTURE.md lists the pin
  * names). Sizes here are placeholders: user space sets max_entries from the
  * load-time capacities before loading, and the matching masks below. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* nic.h - types and maps of the emulated SmartNIC stage (xdp_nic.c): an
  * exact-match hardware table of capacity K with per-rule counters, in front
  * of the host. Kept apart from maps.h: the NIC stage is a different device
@@ -36,11 +37,11 @@ struct tw_nic_rule {
 enum tw_nic_verdict {
 	TW_NV_HIT_DROP = 0,
 	TW_NV_HIT_FORWARD = 1,
-	TW_NV_MISS = 2,      /* IP, no rule: passed to the host */
-	TW_NV_UNHANDLED = 3, /* not parsed (non-IP, malformed): passed on */
-	TW_NV_TX_ERROR = 4,  /* redirect to the host port failed: dropped */
-	TW_NV_CPU = 5,       /* handed to the filter on the NIC CPU */
-	TW_NV_CPU_OVERLOAD = 6, /* over the NIC CPU's rate: dropped unfiltered */
+	TW_NV_MISS = 2,         /* IP, no rule: passed to the host */
+	TW_NV_UNHANDLED = 3,    /* not parsed (non-IP, malformed): passed on */
+	TW_NV_TX_ERROR = 4,     /* redirect to the host port failed: dropped */
+	TW_NV_CPU = 5,          /* handed to the filter on the NIC CPU */
+	TW_NV_CPU_OVERLOAD = 6, /* over NIC CPU rate: dropped unfiltered */
 	TW_NV_MAX = 7,
 };
 

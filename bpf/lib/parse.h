@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* parse.h - bounds-checked parsing from Ethernet to L4 for the filter.
  * One function walks the headers and returns either TW_R_PASS (a
  * well-formed IP packet, fields filled in) or the reason it stopped: non-IP
@@ -23,9 +24,9 @@
 #define TW_IP_OFFMASK 0x1fff
 
 struct tw_pkt {
-	__u8 family;  /* 4 or 6 */
-	__u8 proto;   /* upper-layer protocol after extension headers */
-	__u8 syn;     /* TCP SYN without ACK */
+	__u8 family;   /* 4 or 6 */
+	__u8 proto;    /* upper-layer protocol after extension headers */
+	__u8 syn;      /* TCP SYN without ACK */
 	__u8 nonfirst; /* non-first fragment: no L4 header here */
 	__u32 src4;
 	__u32 dst4;
@@ -33,7 +34,7 @@ struct tw_pkt {
 	__u32 dst6[4];
 	__be16 sport; /* TCP/UDP ports of a first fragment, else 0 */
 	__be16 dport;
-	__u32 l3len;  /* frame bytes from the IP header on (what NICs count) */
+	__u32 l3len; /* frame bytes from the IP header on (what NICs count) */
 };
 
 struct tw_vlan_hdr {

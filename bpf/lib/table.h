@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* table.h - the exact-match source tables: open addressing with linear
  * probing over a plain BPF array, keyed by a seeded hash that user space
  * computes identically (internal/datapath/hash.go).

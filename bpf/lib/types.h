@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
 /* types.h - every struct that crosses the kernel/user boundary. Go gets
  * these through bpf2go -type, never by hand; the asserts pin the sizes the
  * table code and the Go side rely on. */
@@ -10,7 +11,7 @@
 /* Exact-match slot for one IPv4 source. Four slots share a cache line, so
  * a probe run of a few slots usually costs one memory access. */
 struct tw_exact4 {
-	__u32 addr;     /* network byte order */
+	__u32 addr; /* network byte order */
 	enum tw_slot_state state;
 	__u64 last_hit; /* CLOCK_MONOTONIC_COARSE ns, shared, rate-limited */
 };
@@ -49,20 +50,20 @@ struct tw_lpm_val {
 /* Read by the data plane on every packet; written only by user space, which
  * also keeps here what it needs to re-adopt the pinned state. */
 struct tw_config {
-	enum tw_layout layout; /* TW_LAYOUT_VERSION of whoever created the maps */
-	__u32 seed;      /* exact-table hash seed, random per created table */
-	__u32 allow4_n;  /* entry counts: an empty trie is never searched */
+	enum tw_layout layout; /* TW_LAYOUT_VERSION of whoever made the maps */
+	__u32 seed;     /* exact-table hash seed, random per created table */
+	__u32 allow4_n; /* entry counts: an empty trie is never searched */
 	__u32 allow6_n;
 	__u32 pfx4_n;
 	__u32 pfx6_n;
 	__u32 exact4_n;
 	__u32 exact6_n;
-	__u32 features;  /* 0 disables feature extraction */
-	__u32 xdp_mode;  /* attach mode of the pinned link (1 native, 2 generic) */
+	__u32 features; /* 0 disables feature extraction */
+	__u32 xdp_mode; /* attach mode of the pinned link (1 native, 2 generic) */
 	__u32 exact4_cap; /* rule capacity; the table has more slots than this */
 	__u32 exact6_cap;
 	__u64 feat_since; /* CLOCK_MONOTONIC ns the active feature buffer started */
-	__u32 feat_cap;   /* feature keys per CPU region per interval */
+	__u32 feat_cap; /* feature keys per CPU region per interval */
 	__u32 _pad2;
 };
 
