@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/detect"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Ban is one blocked prefix with its history.
@@ -67,7 +68,12 @@ type Store struct {
 	Rails Rails
 	TTL   time.Duration // automatic bans expire this long after LastSeen; 0 = never
 
-	bans map[netip.Prefix]*Ban
+	// Baselines are values detectors learned (e.g. "rate_pps"), kept in
+	// the state file so a restart mid-attack does not learn from it.
+	Baselines map[string]float64
+
+	bans    map[netip.Prefix]*Ban
+	lengths map[plen]int // bans per prefix length, for covered
 }
 
 // NewStore makes an empty store.
@@ -78,18 +84,39 @@ func NewStore(r Rails, ttl time.Duration) *Store {
 // overlaps reports whether two prefixes share any address.
 func overlaps(a, b netip.Prefix) bool { return a.Overlaps(b) }
 
+// guarded says why p may not be banned: it lies inside allowlisted or
+// protected space. A prefix that only overlaps such space can be banned:
+// Exempt names what must pass in the data plane's allowlist first, so
+// spoofing from a /24 that holds one allowed address cannot make the /24
+// unbannable.
 func (s *Store) guarded(p netip.Prefix) string {
 	for _, a := range s.Rails.Allow {
-		if overlaps(a, p) {
+		if within(p, a) {
 			return "allowlisted (" + a.String() + ")"
 		}
 	}
 	for _, a := range s.Rails.Protected {
-		if overlaps(a, p) {
-			return "covers protected " + a.String()
+		if within(p, a) {
+			return "inside protected " + a.String()
 		}
 	}
 	return ""
+}
+
+// within reports whether p lies entirely inside q.
+func within(p, q netip.Prefix) bool { return q.Bits() <= p.Bits() && q.Contains(p.Addr()) }
+
+// Exempt lists the allowlisted and protected prefixes that a ban on p
+// overlaps without containing them whole or in part: they must pass in the
+// data plane's allowlist (which wins over every block) before p is blocked.
+func (s *Store) Exempt(p netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, a := range append(append([]netip.Prefix(nil), s.Rails.Allow...), s.Rails.Protected...) {
+		if overlaps(a, p) && !within(p, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Propose turns one interval's detections into bans, through the rails.
@@ -125,8 +152,17 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 		return nil, refused, false
 	}
 	if s.Rails.MaxEstablishedShare > 0 && share != nil {
+		// Only what this interval would really ban counts: detections past
+		// the per-interval or total limit wait for a later interval.
+		admit := len(fresh)
+		if n := s.Rails.MaxNewPerInterval; n > 0 {
+			admit = min(admit, n)
+		}
+		if n := s.Rails.MaxTotal; n > 0 {
+			admit = min(admit, max(n-len(s.bans), 0))
+		}
 		var total float64
-		for _, d := range fresh {
+		for _, d := range fresh[:admit] {
 			total += share(d.Prefix)
 		}
 		if total > s.Rails.MaxEstablishedShare {
@@ -152,20 +188,52 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 		if s.TTL > 0 && d.Detector != "list" {
 			b.Expires = now.Add(s.TTL)
 		}
-		s.bans[d.Prefix] = b
+		s.put(b)
 		added = append(added, *b)
 	}
 	return added, refused, false
 }
 
-// covered reports whether an existing broader ban contains p.
+// covered reports whether an existing broader ban contains p: one map
+// lookup per prefix length in use, not a scan of every ban.
 func (s *Store) covered(p netip.Prefix) bool {
-	for q := range s.bans {
-		if q.Bits() < p.Bits() && q.Contains(p.Addr()) {
-			return true
+	for bits, n := range s.lengths {
+		if n == 0 || bits.v6 != p.Addr().Is6() || bits.n >= p.Bits() {
+			continue
+		}
+		q, err := p.Addr().Prefix(bits.n)
+		if err == nil {
+			if _, ok := s.bans[q]; ok {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// plen is a prefix length of one family.
+type plen struct {
+	v6 bool
+	n  int
+}
+
+func (s *Store) put(b *Ban) {
+	if _, ok := s.bans[b.Prefix]; !ok {
+		if s.lengths == nil {
+			s.lengths = map[plen]int{}
+		}
+		s.lengths[plen{b.Prefix.Addr().Is6(), b.Prefix.Bits()}]++
+	}
+	s.bans[b.Prefix] = b
+}
+
+func (s *Store) del(p netip.Prefix) bool {
+	if _, ok := s.bans[p]; !ok {
+		return false
+	}
+	delete(s.bans, p)
+	s.lengths[plen{p.Addr().Is6(), p.Bits()}]--
+	return true
 }
 
 // Add records an operator ban (no expiry unless ttl > 0, never lifted by
@@ -182,7 +250,7 @@ func (s *Store) Add(now time.Time, p netip.Prefix, reason string, ttl time.Durat
 	if old, ok := s.bans[p]; ok {
 		b.FirstSeen = old.FirstSeen
 	}
-	s.bans[p] = b
+	s.put(b)
 	return *b, nil
 }
 
@@ -191,9 +259,7 @@ var ErrRefused = errors.New("ban refused")
 
 // Remove deletes a ban; false when there was none.
 func (s *Store) Remove(p netip.Prefix) bool {
-	_, ok := s.bans[p]
-	delete(s.bans, p)
-	return ok
+	return s.del(p)
 }
 
 // Unban is a ban lifted, and why.
@@ -212,10 +278,13 @@ func (s *Store) Monitor(now time.Time, rates map[netip.Prefix]float64, threshold
 		if r, ok := rates[p]; ok {
 			b.Rate = r
 			b.PeakRate = max(b.PeakRate, r)
+			if !b.Manual && b.Detector != "list" && r >= threshold && s.TTL > 0 && !b.Expires.IsZero() {
+				b.Expires = now.Add(s.TTL) // still attacking: see below
+			}
 		}
 		if !b.Expires.IsZero() && !now.Before(b.Expires) {
 			out = append(out, Unban{*b, "expired"})
-			delete(s.bans, p)
+			s.del(p)
 			continue
 		}
 		if b.Manual || b.Detector == "list" {
@@ -224,6 +293,11 @@ func (s *Store) Monitor(now time.Time, rates map[netip.Prefix]float64, threshold
 		if b.Rate >= threshold {
 			b.QuietSince = time.Time{}
 			b.LastSeen = now
+			// Banned traffic never reaches the detectors again: while its
+			// counters show the attack going on, the ban is extended.
+			if s.TTL > 0 && !b.Expires.IsZero() {
+				b.Expires = now.Add(s.TTL)
+			}
 			continue
 		}
 		if b.QuietSince.IsZero() {
@@ -231,7 +305,7 @@ func (s *Store) Monitor(now time.Time, rates map[netip.Prefix]float64, threshold
 		}
 		if now.Sub(b.QuietSince) >= hold {
 			out = append(out, Unban{*b, fmt.Sprintf("below %.0f pps for %v", threshold, hold)})
-			delete(s.bans, p)
+			s.del(p)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Ban.Prefix.String() < out[j].Ban.Prefix.String() })
@@ -268,9 +342,10 @@ func (s *Store) Get(p netip.Prefix) (Ban, bool) {
 }
 
 type stateFile struct {
-	Version int       `json:"version"`
-	Saved   time.Time `json:"saved"`
-	Bans    []Ban     `json:"bans"`
+	Version   int                `json:"version"`
+	Saved     time.Time          `json:"saved"`
+	Bans      []Ban              `json:"bans"`
+	Baselines map[string]float64 `json:"baselines,omitempty"`
 }
 
 const stateVersion = 1
@@ -279,7 +354,7 @@ const stateVersion = 1
 // directory, fsynced, renamed over the old one, directory fsynced. A crash
 // leaves the old state or the new one, never a torn file.
 func (s *Store) Save(path string, now time.Time) error {
-	b, err := json.MarshalIndent(stateFile{Version: stateVersion, Saved: now, Bans: s.All()}, "", " ")
+	b, err := json.MarshalIndent(stateFile{Version: stateVersion, Saved: now, Bans: s.All(), Baselines: s.Baselines}, "", " ")
 	if err != nil {
 		return err
 	}
@@ -333,14 +408,21 @@ func (s *Store) Load(path string, now time.Time) ([]Unban, error) {
 		return nil, fmt.Errorf("state file %s has version %d, this tierwall reads %d", path, st.Version, stateVersion)
 	}
 	var gone []Unban
-	s.bans = map[netip.Prefix]*Ban{}
+	s.bans, s.lengths = map[netip.Prefix]*Ban{}, nil
+	s.Baselines = st.Baselines
 	for i := range st.Bans {
 		bn := st.Bans[i]
+		// One bad entry (edited by hand, written by another version) is
+		// dropped and reported; it never stops the daemon from starting.
+		if err := rule.CheckPrefix(bn.Prefix); err != nil {
+			gone = append(gone, Unban{bn, fmt.Sprintf("dropped from the state file: %v", err)})
+			continue
+		}
 		if !bn.Expires.IsZero() && !now.Before(bn.Expires) {
 			gone = append(gone, Unban{bn, "expired while tierwall was not running"})
 			continue
 		}
-		s.bans[bn.Prefix] = &bn
+		s.put(&bn)
 	}
 	return gone, nil
 }

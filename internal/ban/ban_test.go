@@ -2,6 +2,7 @@ package ban
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -23,7 +24,7 @@ func TestRailsRefuseAllowedAndProtected(t *testing.T) {
 	s := NewStore(Rails{Allow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
 		Protected: []netip.Prefix{netip.MustParsePrefix("192.0.2.53/32")}}, time.Hour)
 	// The heaviest senders are our own: still never banned.
-	added, refused, _ := s.Propose(t0, []detect.Detection{det("10.1.2.3/32", 1e6), det("192.0.2.0/24", 5e5), det("198.51.100.1/32", 10)}, nil)
+	added, refused, _ := s.Propose(t0, []detect.Detection{det("10.1.2.3/32", 1e6), det("192.0.2.53/32", 5e5), det("198.51.100.1/32", 10)}, nil)
 	if len(added) != 1 || added[0].Prefix.String() != "198.51.100.1/32" || len(refused) != 2 {
 		t.Fatalf("added %+v refused %+v", added, refused)
 	}
@@ -32,6 +33,27 @@ func TestRailsRefuseAllowedAndProtected(t *testing.T) {
 	}
 	if _, err := s.Add(t0, netip.MustParsePrefix("10.9.0.0/16"), "op", 0); !errors.Is(err, ErrRefused) {
 		t.Errorf("operator ban of allowlisted space: %v", err)
+	}
+}
+
+// A prefix that only overlaps allowed or protected space is banned (the
+// data plane's allowlist keeps the allowed addresses passing): spoofing
+// from a /24 that holds one allowed address must not make it unbannable.
+func TestOverlapIsBannedWithExemptions(t *testing.T) {
+	allowed, protected := netip.MustParsePrefix("198.51.100.7/32"), netip.MustParsePrefix("192.0.2.53/32")
+	s := NewStore(Rails{Allow: []netip.Prefix{allowed}, Protected: []netip.Prefix{protected}}, time.Hour)
+	added, refused, _ := s.Propose(t0, []detect.Detection{det("198.51.100.0/24", 1e5), det("192.0.2.0/24", 1e5)}, nil)
+	if len(added) != 2 || len(refused) != 0 {
+		t.Fatalf("added %+v refused %+v", added, refused)
+	}
+	if ex := s.Exempt(netip.MustParsePrefix("198.51.100.0/24")); len(ex) != 1 || ex[0] != allowed {
+		t.Fatalf("exemptions of the /24: %v, want %v", ex, allowed)
+	}
+	if ex := s.Exempt(netip.MustParsePrefix("192.0.2.0/24")); len(ex) != 1 || ex[0] != protected {
+		t.Fatalf("exemptions of the protected /24: %v", ex)
+	}
+	if ex := s.Exempt(netip.MustParsePrefix("203.0.113.0/24")); len(ex) != 0 {
+		t.Fatalf("exemptions of unrelated space: %v", ex)
 	}
 }
 
@@ -115,9 +137,22 @@ func TestRateMonitorAndExpiry(t *testing.T) {
 	if len(un) != 1 || un[0].Ban.Prefix != p1 {
 		t.Fatalf("unbans %+v, want p1", un)
 	}
-	// p2 still sends, but its ban expires after the TTL (from its last
-	// detection, t0): gone at t0+10m.
-	if un := s.Monitor(t0.Add(10*time.Minute), rates, 50, time.Hour); len(un) != 1 || un[0].Why != "expired" {
+	// p2 still sends at its TTL (10 min after its detection): banned
+	// traffic never reaches the detectors again, so its counters extend
+	// the ban instead of letting the attack back in.
+	if un := s.Monitor(t0.Add(10*time.Minute), rates, 50, time.Hour); len(un) != 0 {
+		t.Fatalf("a ban still attacking expired: %+v", un)
+	}
+	if b, _ := s.Get(p2); !b.Expires.Equal(t0.Add(20 * time.Minute)) {
+		t.Fatalf("expiry not extended from the last interval over the threshold: %v", b.Expires)
+	}
+	// It goes quiet at 10 min: the ban ends one TTL after the last
+	// interval it was seen attacking.
+	rates[p2] = 5
+	if un := s.Monitor(t0.Add(19*time.Minute), rates, 50, time.Hour); len(un) != 0 {
+		t.Fatalf("expired early: %+v", un)
+	}
+	if un := s.Monitor(t0.Add(20*time.Minute), rates, 50, time.Hour); len(un) != 1 || un[0].Why != "expired" {
 		t.Fatalf("expiry: %+v", un)
 	}
 }
@@ -331,3 +366,51 @@ func TestSaveIsAtomic(t *testing.T) {
 }
 
 func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o600) }
+
+// One bad entry in the state file is dropped and reported; the rest load,
+// and learned baselines come back.
+func TestLoadDropsInvalidAndKeepsBaselines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	raw := `{"version": 1, "bans": [
+ {"prefix": "198.51.100.1/32", "detector": "rate", "tier": "xdp"},
+ {"prefix": "::ffff:198.51.100.2/128", "detector": "rate", "tier": "xdp"},
+ {"prefix": "10.1.2.3/8", "detector": "rate", "tier": "xdp"}],
+ "baselines": {"rate_pps": 420}}`
+	if err := os.WriteFile(path, []byte(raw), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(Rails{}, time.Hour)
+	gone, err := s.Load(path, t0)
+	if err != nil {
+		t.Fatalf("one bad entry stopped the load: %v", err)
+	}
+	if s.Len() != 1 || len(gone) != 2 || !strings.Contains(gone[0].Why, "dropped") {
+		t.Fatalf("loaded %d, dropped %+v", s.Len(), gone)
+	}
+	if s.Baselines["rate_pps"] != 420 {
+		t.Fatalf("baselines %v", s.Baselines)
+	}
+	s.Baselines["rate_pps"] = 500
+	if err := s.Save(path, t0); err != nil {
+		t.Fatal(err)
+	}
+	s2 := NewStore(Rails{}, time.Hour)
+	if _, err := s2.Load(path, t0); err != nil || s2.Baselines["rate_pps"] != 500 {
+		t.Fatalf("baseline round trip: %v %v", s2.Baselines, err)
+	}
+}
+
+// The breaker judges what this interval would ban, not every detection:
+// 10 detections each covering 10% of the established sources, with at
+// most 2 new bans per interval, cover 20% (< 50%) and are banned two by two.
+func TestBreakerCountsOnlyAdmittedBans(t *testing.T) {
+	s := NewStore(Rails{MaxNewPerInterval: 2, MaxEstablishedShare: 0.5}, 0)
+	var ds []detect.Detection
+	for i := 1; i <= 10; i++ {
+		ds = append(ds, det(fmt.Sprintf("198.51.100.%d/32", i), float64(1000+i)))
+	}
+	added, _, breaker := s.Propose(t0, ds, func(netip.Prefix) float64 { return 0.1 })
+	if breaker || len(added) != 2 {
+		t.Fatalf("breaker %v, added %d", breaker, len(added))
+	}
+}

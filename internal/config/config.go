@@ -82,6 +82,10 @@ type RateDetector struct {
 	LearnIntervals int               `yaml:"learn_intervals"`
 	Margin         float64           `yaml:"margin"`
 	MinPPS         float64           `yaml:"min_pps"`
+	// CeilingPPS caps the learned threshold and flags sources above it
+	// while learning; Quantile is the share of per-source rates learned.
+	CeilingPPS float64 `yaml:"ceiling_pps"`
+	Quantile   float64 `yaml:"quantile"`
 }
 
 type EntropyDetector struct {
@@ -105,6 +109,11 @@ type Bans struct {
 	// UnbanPPS: the rate monitor's threshold; 0 takes the rate detector's
 	// learned threshold, else its static pps, else 100.
 	UnbanPPS float64 `yaml:"unban_pps"`
+	// AggregateIPv6: when AggregateMin or more addresses of one IPv6
+	// prefix of this length are detected in an interval, ban the prefix
+	// instead (0: off).
+	AggregateIPv6 int `yaml:"aggregate_ipv6"`
+	AggregateMin  int `yaml:"aggregate_min"`
 }
 
 type Rails struct {
@@ -159,10 +168,10 @@ func Default() *Config {
 		Log:       Log{Format: "text", Level: "info"},
 		Hardware:  Hardware{Backend: "none", MaxRate: 5e6, Latency: 2 * time.Millisecond},
 		Detectors: Detectors{
-			Rate:    RateDetector{Enabled: true, LearnIntervals: 30, Margin: 2, MinPPS: 100},
+			Rate:    RateDetector{Enabled: true, LearnIntervals: 30, Margin: 2, MinPPS: 100, CeilingPPS: 1000, Quantile: 0.99},
 			Entropy: EntropyDetector{Enabled: true, History: 30, K: 3, MinPPS: 1000, Prefix4: 24, Prefix6: 48},
 		},
-		Bans:  Bans{TTL: time.Hour, Hold: 30 * time.Second},
+		Bans:  Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
 		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5},
 		API:   API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
 	}
@@ -220,7 +229,7 @@ func (c *Config) Validate() error {
 		return bad("hardware.update_latency", h.Latency, "outside 0..1s")
 	}
 	r := &c.Detectors.Rate
-	for f, v := range map[string]float64{"detectors.rate.pps": r.PPS, "detectors.rate.bps": r.BPS, "detectors.rate.syn_pps": r.SYNPPS, "detectors.rate.min_pps": r.MinPPS} {
+	for f, v := range map[string]float64{"detectors.rate.pps": r.PPS, "detectors.rate.bps": r.BPS, "detectors.rate.syn_pps": r.SYNPPS, "detectors.rate.min_pps": r.MinPPS, "detectors.rate.ceiling_pps": r.CeilingPPS} {
 		if v < 0 {
 			return bad(f, v, "is negative")
 		}
@@ -230,6 +239,15 @@ func (c *Config) Validate() error {
 	}
 	if r.LearnIntervals < 0 {
 		return bad("detectors.rate.learn_intervals", r.LearnIntervals, "is negative")
+	}
+	if r.Quantile < 0 || r.Quantile > 1 {
+		return bad("detectors.rate.quantile", r.Quantile, "outside 0..1")
+	}
+	if r.CeilingPPS > 0 && r.MinPPS > r.CeilingPPS {
+		return bad("detectors.rate.min_pps", r.MinPPS, fmt.Sprintf("above ceiling_pps %v", r.CeilingPPS))
+	}
+	if b := c.Bans; b.AggregateIPv6 != 0 && (b.AggregateIPv6 < 16 || b.AggregateIPv6 > 127 || b.AggregateMin < 2) {
+		return bad("bans.aggregate_ipv6", fmt.Sprintf("%d (min %d)", b.AggregateIPv6, b.AggregateMin), "needs 16..127 and aggregate_min >= 2, or 0 for off")
 	}
 	e := &c.Detectors.Entropy
 	if e.Enabled && (e.History < 2 || e.K <= 0) {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/tierwall/tierwall/internal/detect"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/placement"
+	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/tier"
 	"github.com/tierwall/tierwall/internal/tier/autodetect"
 	"github.com/tierwall/tierwall/internal/tier/flower"
@@ -65,7 +67,7 @@ type Daemon struct {
 	lastXDP    map[netip.Prefix]uint64 // cumulative XDP packets of each ban at the last interval
 	lastAt     time.Time
 	firstSeen  map[netip.Addr]time.Time // first interval a source showed up, for detection-to-drop latency
-	seenRun    map[netip.Addr]int       // consecutive intervals a source has been seen in
+	hist       map[netip.Addr]*history  // sources seen in the last interval, for the circuit breaker
 	rates      map[netip.Prefix]float64
 	breaker    bool
 	tierCounts map[string]int // bans per tier, for the metrics collector (under mu)
@@ -130,7 +132,7 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 // tier (nil: XDP only) and reconciles them with the state file at now.
 func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlane, hw tier.Table, now time.Time) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: now, dp: dp, hw: hw,
-		lastXDP: map[netip.Prefix]uint64{}, firstSeen: map[netip.Addr]time.Time{}, seenRun: map[netip.Addr]int{}, rates: map[netip.Prefix]float64{}}
+		lastXDP: map[netip.Prefix]uint64{}, firstSeen: map[netip.Addr]time.Time{}, hist: map[netip.Addr]*history{}, rates: map[netip.Prefix]float64{}}
 	d.Metrics = newMetrics(d)
 	if hw != nil {
 		d.off = &placement.Offloader{Table: hw, Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
@@ -141,6 +143,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	if err := d.reconcile(now); err != nil {
 		return nil, err
 	}
+	d.restoreBaselines()
 	return d, nil
 }
 
@@ -155,7 +158,8 @@ func (d *Daemon) buildDetectors() {
 	d.rate, d.entropy, d.lists = nil, nil, nil
 	if c.Rate.Enabled {
 		d.rate = &detect.Rate{Static: detect.Thresholds{PPS: c.Rate.PPS, BPS: c.Rate.BPS, SYNPPS: c.Rate.SYNPPS, PerProto: c.Rate.PerProto},
-			LearnIntervals: c.Rate.LearnIntervals, Margin: c.Rate.Margin, MinPPS: c.Rate.MinPPS}
+			LearnIntervals: c.Rate.LearnIntervals, Margin: c.Rate.Margin, MinPPS: c.Rate.MinPPS,
+			Ceiling: c.Rate.CeilingPPS, Quantile: c.Rate.Quantile}
 	}
 	if c.Entropy.Enabled {
 		d.entropy = &detect.Entropy{History: c.Entropy.History, K: c.Entropy.K, MinPPS: c.Entropy.MinPPS,
@@ -266,6 +270,9 @@ func (d *Daemon) reconcile(now time.Time) error {
 		}
 	}
 	for _, r := range rules {
+		if !inDP[r.Prefix] {
+			continue // lifted above (expired while the daemon was down)
+		}
 		if _, ok := d.store.Get(r.Prefix); !ok {
 			if _, err := d.store.Add(now, r.Prefix, "found in the data plane at start, not in the state file", 0); err != nil {
 				d.event(now, "adopt", r.Prefix, "rule in the data plane conflicts with the rails (%v); left in place, not managed", err)
@@ -346,6 +353,7 @@ func (d *Daemon) Step(now time.Time) error {
 		return err
 	}
 	ds := d.detect(tr)
+	d.keepBaselines()
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)
 	ctrs, err := d.counters()
@@ -392,7 +400,35 @@ func (d *Daemon) detect(tr *detect.Traffic) []detect.Detection {
 		d.Metrics.detections.WithLabelValues(det.Name()).Add(float64(len(out)))
 		ds = append(ds, out...)
 	}
+	ds = detect.AggregateIPv6(ds, d.cfg.Bans.AggregateIPv6, d.cfg.Bans.AggregateMin)
+	d.noteDetected(ds)
 	return ds
+}
+
+// baselineRate is the state file's key for the rate detector's learned
+// threshold.
+const baselineRate = "rate_pps"
+
+// restoreBaselines gives the detectors what they learned before this start
+// or reload, so an attack running now cannot teach them.
+func (d *Daemon) restoreBaselines() {
+	if v, ok := d.store.Baselines[baselineRate]; ok && d.rate != nil {
+		d.rate.Restore(v)
+	}
+}
+
+// keepBaselines records a newly learned value for the state file.
+func (d *Daemon) keepBaselines() {
+	if d.rate == nil {
+		return
+	}
+	if l, ok := d.rate.Learned(); ok && d.store.Baselines[baselineRate] != l {
+		if d.store.Baselines == nil {
+			d.store.Baselines = map[string]float64{}
+		}
+		d.store.Baselines[baselineRate] = l
+		d.dirty = true
+	}
 }
 
 // syncLists lifts list bans whose prefix left every threat list.
@@ -426,55 +462,166 @@ func (d *Daemon) lift(now time.Time, p netip.Prefix, why string) {
 }
 
 // ban turns detections into bans through the rails and blocks them in
-// XDP as one all-or-nothing batch.
+// XDP. The batch is all or nothing for the data plane, but one entry it
+// refuses never sinks the others: they are retried one by one.
 func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 	added, refused, breaker := d.store.Propose(now, ds, d.establishedShare(tr))
 	if breaker && !d.breaker {
 		d.event(now, "breaker", netip.Prefix{}, "circuit breaker open: %d new bans refused this interval", len(refused))
 	}
 	d.breaker = breaker
-	for _, r := range refused {
-		d.Metrics.refused.Inc()
-		d.event(now, "refused", r.Detection.Prefix, "%s: %s", r.Detection.Detector, r.Why)
-	}
-	if len(added) == 0 {
-		return
-	}
-	ps := make([]netip.Prefix, len(added))
-	for i, b := range added {
-		ps[i] = b.Prefix
-	}
-	if err := d.dp.Block(ps...); err != nil {
-		for _, p := range ps {
-			d.store.Remove(p)
+	d.reportRefusals(now, refused)
+	var ps []netip.Prefix
+	for _, b := range added {
+		if err := d.admit(b.Prefix); err != nil {
+			d.store.Remove(b.Prefix)
+			d.Metrics.refused.Inc()
+			d.event(now, "refused", b.Prefix, "%s: %v", b.Detector, err)
+			continue
 		}
-		d.event(now, "error", netip.Prefix{}, "blocking %d new bans failed, none applied: %v", len(ps), err)
+		ps = append(ps, b.Prefix)
+	}
+	if len(ps) == 0 {
 		return
+	}
+	blocked := ps
+	if err := d.dp.Block(ps...); err != nil {
+		blocked = nil
+		retry := ps
+		if len(ps) == 1 {
+			retry = nil
+			d.store.Remove(ps[0])
+			d.event(now, "error", ps[0], "blocking: %v", err)
+		}
+		for _, p := range retry {
+			if err := d.dp.Block(p); err != nil {
+				d.store.Remove(p)
+				d.event(now, "error", p, "blocking: %v (the other bans of the interval are applied)", err)
+				continue
+			}
+			blocked = append(blocked, p)
+		}
 	}
 	applied := time.Now()
-	for _, b := range added {
-		d.event(now, "ban", b.Prefix, "%s: %s", b.Detector, b.Reason)
+	for _, p := range blocked {
+		b, _ := d.store.Get(p)
+		d.event(now, "ban", p, "%s: %s", b.Detector, b.Reason)
 		d.Metrics.bans.Inc()
-		if t, ok := d.firstSeen[b.Prefix.Addr()]; ok && b.Prefix.IsSingleIP() {
+		if t, ok := d.firstSeen[p.Addr()]; ok && p.IsSingleIP() {
 			d.Metrics.detectToDrop.Observe(applied.Sub(t).Seconds())
 		}
 	}
 	d.dirty = true
 }
 
+// admit checks a new ban before the data plane sees it: it must be a
+// valid rule, and the allowlisted or protected space it overlaps must pass
+// in the data plane's allowlist first (which wins over every block).
+func (d *Daemon) admit(p netip.Prefix) error {
+	if err := rule.CheckPrefix(p); err != nil {
+		return err
+	}
+	if ex := d.store.Exempt(p); len(ex) > 0 {
+		if err := d.dp.Allow(ex...); err != nil {
+			return fmt.Errorf("allowlisting %v inside it first: %w", ex, err)
+		}
+	}
+	return nil
+}
+
+// reportRefusals counts every refusal and logs one event per reason per
+// interval, with how many it covered: an open breaker or a full table must
+// not write a line per detection.
+func (d *Daemon) reportRefusals(now time.Time, refused []ban.Refusal) {
+	type group struct {
+		n     int
+		first ban.Refusal
+	}
+	by := map[string]*group{}
+	var order []string
+	for _, r := range refused {
+		d.Metrics.refused.Inc()
+		key := r.Detection.Detector + ": " + refusalKind(r.Why)
+		g := by[key]
+		if g == nil {
+			g = &group{first: r}
+			by[key] = g
+			order = append(order, key)
+		}
+		g.n++
+	}
+	for _, k := range order {
+		g := by[k]
+		if g.n == 1 {
+			d.event(now, "refused", g.first.Detection.Prefix, "%s: %s", g.first.Detection.Detector, g.first.Why)
+			continue
+		}
+		d.event(now, "refused", g.first.Detection.Prefix, "%s: %s (and %d more this interval)", g.first.Detection.Detector, g.first.Why, g.n-1)
+	}
+}
+
+// refusalKind is a refusal's reason without the prefix it names, so that
+// refusals for the same rail group together.
+func refusalKind(why string) string {
+	if i := strings.IndexAny(why, "(0123456789"); i > 0 {
+		return why[:i]
+	}
+	return why
+}
+
+// history is what the circuit breaker knows of a source: how many
+// consecutive intervals it has been seen, whether any detector named it on
+// its own, and its usual rate.
+type history struct {
+	run      int
+	detected bool
+	norm     float64 // pps, learned while it was not detected
+	pps      float64 // this interval
+}
+
+// normJump is how far above its usual rate a source stops counting as a
+// regular client: a detector that names clients at their normal rate is
+// misconfigured; a source that jumped is attacking.
+const normJump = 3
+
+// noteDetected marks the sources a detector named on their own this
+// interval. They never become established: the breaker protects regular
+// clients from a detector gone wrong, not attackers that wait their turn
+// behind the per-interval ban limit.
+func (d *Daemon) noteDetected(ds []detect.Detection) {
+	for _, x := range ds {
+		if x.Prefix.IsSingleIP() {
+			if h := d.hist[x.Prefix.Addr()]; h != nil && (h.run < establishedAfter || h.pps > normJump*h.norm) {
+				h.detected = true
+			}
+		}
+	}
+}
+
 // establishedShare is the circuit breaker's measure: the share of the
-// established sources (seen in each of the last establishedAfter
-// intervals, this one included) that a prefix covers.
+// regular clients that a prefix covers. A regular client has been seen in
+// each of the last establishedAfter intervals, was never named by a
+// detector before it was established, and sends at its usual rate.
 func (d *Daemon) establishedShare(tr *detect.Traffic) func(netip.Prefix) float64 {
 	var established []netip.Addr
-	for a := range tr.Sources {
-		if d.seenRun[a] >= establishedAfter {
+	for a, h := range d.hist {
+		if h.run >= establishedAfter && !h.detected && h.pps <= normJump*max(h.norm, 1) {
 			established = append(established, a)
 		}
 	}
 	d.log.Debug("interval", "sources", len(tr.Sources), "established", len(established))
+	isEst := make(map[netip.Addr]bool, len(established))
+	for _, a := range established {
+		isEst[a] = true
+	}
 	return func(p netip.Prefix) float64 {
 		if len(established) == 0 {
+			return 0
+		}
+		if p.IsSingleIP() { // the common case: one lookup, not a scan
+			if isEst[p.Addr()] {
+				return 1 / float64(len(established))
+			}
 			return 0
 		}
 		n := 0
@@ -527,15 +674,29 @@ func (d *Daemon) detectors() []detect.Detector {
 // traffic (the interval's start: the earliest its first packet can have
 // been), forgetting sources silent for a minute.
 func (d *Daemon) trackFirstSeen(start time.Time, tr *detect.Traffic) {
-	for a := range tr.Sources {
+	for a, s := range tr.Sources {
 		if _, ok := d.firstSeen[a]; !ok {
 			d.firstSeen[a] = start
 		}
-		d.seenRun[a]++
+		h := d.hist[a]
+		if h == nil {
+			h = &history{}
+			d.hist[a] = h
+		}
+		h.run++
+		h.pps = tr.Rate(s.Packets)
+		switch {
+		case h.run == 1:
+			h.norm = h.pps
+		case h.run <= establishedAfter:
+			h.norm += (h.pps - h.norm) / float64(h.run) // mean while establishing
+		case !h.detected && h.pps <= normJump*h.norm:
+			h.norm = 0.95*h.norm + 0.05*h.pps // follows slow change, never a jump
+		}
 	}
-	for a := range d.seenRun {
+	for a := range d.hist {
 		if _, ok := tr.Sources[a]; !ok {
-			delete(d.seenRun, a)
+			delete(d.hist, a)
 		}
 	}
 	if len(d.firstSeen) > 4*len(tr.Sources)+10000 {
@@ -682,7 +843,8 @@ func (d *Daemon) reload(now time.Time) {
 	d.cfg = c
 	d.store.Rails, d.store.TTL = rails(c), c.Bans.TTL
 	if detChanged {
-		d.buildDetectors() // learned baselines restart with new settings
+		d.buildDetectors()
+		d.restoreBaselines() // a reload never relearns (an attack may be running)
 	}
 	if d.off != nil {
 		d.off.Params.MaxRate = c.Hardware.MaxRate

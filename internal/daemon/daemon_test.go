@@ -25,7 +25,8 @@ type fakeDP struct {
 	flows    []datapath.Flow // what the next Snapshot returns
 	at       time.Time       // end of the next snapshot interval
 	BlockErr error
-	blocks   int // Block calls
+	Refuse   map[netip.Prefix]bool // entries the data plane refuses (the whole batch fails)
+	blocks   int                   // Block calls
 }
 
 func newFakeDP(t0 time.Time) *fakeDP {
@@ -42,6 +43,11 @@ func (f *fakeDP) Block(ps ...netip.Prefix) error {
 	f.blocks++
 	if f.BlockErr != nil {
 		return f.BlockErr
+	}
+	for _, p := range ps {
+		if f.Refuse[p] {
+			return fmt.Errorf("blocking %s: %w", p, datapath.ErrTableFull)
+		}
 	}
 	for _, p := range ps {
 		if _, ok := f.blocked[p]; !ok {
@@ -234,7 +240,7 @@ func TestIntervalBlockFailureRollsBack(t *testing.T) {
 	if h.dp.blocks != 1 || h.d.store.Len() != 0 || len(h.dp.blocked) != 0 {
 		t.Fatalf("blocks %d, store %d, data plane %v", h.dp.blocks, h.d.store.Len(), h.dp.blocked)
 	}
-	if !hasEvent(h.d, "error", "none applied") {
+	if !hasEvent(h.d, "error", "blocking") {
 		t.Fatalf("no error event: %+v", h.d.events)
 	}
 	// Once the data plane accepts again, the next detection bans.

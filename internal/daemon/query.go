@@ -145,8 +145,10 @@ func (d *Daemon) SetAllow(ctx context.Context, p netip.Prefix, add bool) (err er
 				return
 			}
 			d.store.Rails.Allow = append(d.store.Rails.Allow, p)
+			// Bans inside the allowed prefix go; a broader ban stays, the
+			// data plane's allowlist passes the allowed part of it.
 			for _, b := range d.store.All() {
-				if b.Prefix.Overlaps(p) {
+				if p.Bits() <= b.Prefix.Bits() && p.Contains(b.Prefix.Addr()) {
 					d.store.Remove(b.Prefix)
 					d.unblock(now, b.Prefix)
 					d.event(now, "unban", b.Prefix, "allowlisted by operator (%s)", p)

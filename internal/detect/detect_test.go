@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -160,5 +161,72 @@ func TestListReloads(t *testing.T) {
 	os.Chtimes(p, time.Now().Add(2*time.Minute), time.Now().Add(2*time.Minute))
 	if ds := l.Detect(nil); len(ds) != 1 || ds[0].Prefix.String() != "198.51.100.7/32" || l.Err() != nil {
 		t.Fatalf("good reload: %+v %v", ds, l.Err())
+	}
+}
+
+// interval builds one second of traffic: n sources of base from 10.x at
+// pps each.
+func interval(t *Traffic, base byte, n int, pps uint64) *Traffic {
+	for i := 0; i < n; i++ {
+		src := netip.AddrFrom4([4]byte{10, base, byte(i >> 8), byte(i)})
+		t.Add(src, netip.MustParseAddr("192.0.2.1"), 17, pps, 64*pps, 0)
+	}
+	return t
+}
+
+// An attack already running when the daemon starts (200 sources x 2000
+// pps) is flagged from the first interval and teaches nothing.
+func TestLearningSurvivesAttackFromStart(t *testing.T) {
+	r := &Rate{LearnIntervals: 5, Margin: 2, MinPPS: 100, Ceiling: 1000}
+	for i := 0; i < 10; i++ {
+		tr := interval(interval(NewTraffic(time.Second), 1, 200, 2000), 2, 50, 10)
+		if ds := r.Detect(tr); len(ds) != 200 {
+			t.Fatalf("interval %d: %d detections, want the 200 attackers", i, len(ds))
+		}
+	}
+	if l, ok := r.Learned(); ok && l > 1000 {
+		t.Fatalf("learned %v from an attack", l)
+	}
+	if _, refused := r.Learning(); refused != 10 {
+		t.Fatalf("%d anomalous intervals refused, want 10", refused)
+	}
+}
+
+// A few heavy sources below the ceiling cannot lift the learned value: it
+// is a quantile, not the maximum.
+func TestLearningIsAQuantile(t *testing.T) {
+	r := &Rate{LearnIntervals: 3, Margin: 2, MinPPS: 100, Ceiling: 1000}
+	for i := 0; i < 3; i++ {
+		r.Detect(interval(interval(NewTraffic(time.Second), 1, 1000, 10), 2, 2, 900))
+	}
+	l, ok := r.Learned()
+	if !ok || l != 100 {
+		t.Fatalf("learned %v (%v), want the floor 100 (p99 of 10 pps x 2)", l, ok)
+	}
+	if ds := r.Detect(interval(NewTraffic(time.Second), 2, 2, 900)); len(ds) != 2 {
+		t.Fatalf("heavy sources after learning: %d detections", len(ds))
+	}
+	r2 := &Rate{LearnIntervals: 3, MinPPS: 100, Ceiling: 1000}
+	r2.Restore(5e6)
+	if l, ok := r2.Learned(); !ok || l != 1000 {
+		t.Fatalf("restored %v, want clamped to the ceiling", l)
+	}
+}
+
+// Rotating /128s inside one /64 become one /64 detection; a lone address
+// and IPv4 hosts are left as they are.
+func TestAggregateIPv6(t *testing.T) {
+	var ds []Detection
+	for i := 1; i <= 5; i++ {
+		ds = append(ds, Detection{Prefix: netip.MustParsePrefix(fmt.Sprintf("2001:db8:1:2::%x/128", i)), Detector: "rate", Rate: 1000})
+	}
+	ds = append(ds, Detection{Prefix: netip.MustParsePrefix("2001:db8:9::1/128"), Detector: "rate", Rate: 50},
+		Detection{Prefix: netip.MustParsePrefix("198.51.100.1/32"), Detector: "rate", Rate: 10})
+	out := AggregateIPv6(ds, 64, 3)
+	if len(out) != 3 || out[0].Prefix != netip.MustParsePrefix("2001:db8:1:2::/64") || out[0].Rate != 5000 {
+		t.Fatalf("aggregated %+v", out)
+	}
+	if got := AggregateIPv6(ds[:2], 64, 3); len(got) != 2 {
+		t.Fatalf("two addresses (below min) aggregated: %+v", got)
 	}
 }

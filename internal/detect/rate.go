@@ -13,40 +13,122 @@ type Thresholds struct {
 	PerProto map[uint8]float64 `yaml:"per_proto_pps" json:"per_proto_pps"` // IP protocol → pps
 }
 
-// Rate flags sources above static thresholds or above a learned one: the
-// highest rate one source reached during a baseline window of normal
-// traffic, times Margin (the paper's rate-monitor threshold, §IV-D).
+// Rate flags sources above static thresholds or above a learned one (the
+// paper's rate-monitor threshold, §IV-D): a high quantile of the per-source
+// rates seen during a baseline window, times Margin.
+//
+// Learning is built to survive an attack that is already running when the
+// daemon starts. From the first interval, sources above Ceiling are flagged
+// (a safe default: detection never waits for learning). Those sources, and
+// whole intervals where they make up more than a tenth of the sources,
+// teach nothing. The learned value is a quantile over every (source,
+// interval) sample, not the maximum, so a few heavy sources cannot lift it,
+// and it is clamped to [MinPPS, Ceiling], so no traffic can teach a
+// threshold the operator did not allow.
 type Rate struct {
 	Static Thresholds
-	// LearnIntervals > 0 learns a pps threshold from the first intervals
-	// seen; nothing is flagged by it until then.
+	// LearnIntervals > 0 learns a pps threshold from that many clean
+	// intervals.
 	LearnIntervals int
-	Margin         float64 // learned threshold = max seen × Margin (≥ 1)
+	Margin         float64 // learned threshold = quantile × Margin (≥ 1)
 	// MinPPS is a floor under the learned threshold, so a quiet baseline
 	// does not make every later source an attacker.
 	MinPPS float64
+	// Ceiling caps the learned threshold and is the threshold while
+	// learning (0: DefaultCeiling).
+	Ceiling float64
+	// Quantile of the samples that is learned (0: DefaultQuantile).
+	Quantile float64
 
-	seen    int
-	maxPPS  float64
+	seen    int       // clean intervals learned from
+	refused int       // anomalous intervals not learned from
+	samples []float64 // per-source rates of clean intervals, bounded
+	total   uint64    // samples offered to the reservoir
 	learned float64
 }
 
+// Learning defaults.
+const (
+	DefaultCeiling  = 1000 // pps from one source
+	DefaultQuantile = 0.99
+	// maxSamples bounds learning's memory whatever the number of sources:
+	// beyond it samples are kept by reservoir replacement.
+	maxSamples = 1 << 16
+)
+
 func (r *Rate) Name() string { return "rate" }
+
+func (r *Rate) ceiling() float64 {
+	if r.Ceiling > 0 {
+		return r.Ceiling
+	}
+	return DefaultCeiling
+}
 
 // Learned reports the learned per-source pps threshold, if learning is done.
 func (r *Rate) Learned() (float64, bool) {
-	return r.learned, r.LearnIntervals > 0 && r.seen >= r.LearnIntervals
+	return r.learned, r.LearnIntervals > 0 && r.learned > 0
+}
+
+// Restore installs a threshold learned before (from the state file), so a
+// restart in the middle of an attack does not learn again from it. Values
+// outside [MinPPS, Ceiling] are clamped.
+func (r *Rate) Restore(pps float64) {
+	if r.LearnIntervals <= 0 || pps <= 0 {
+		return
+	}
+	r.learned = min(max(pps, r.MinPPS), r.ceiling())
+	r.samples = nil
+}
+
+// Learning reports clean and refused intervals so far (for status).
+func (r *Rate) Learning() (clean, refused int) { return r.seen, r.refused }
+
+func (r *Rate) learn(t *Traffic) {
+	ceil := r.ceiling()
+	var clean []float64
+	over := 0
+	for _, s := range t.Sources {
+		pps := t.Rate(s.Packets)
+		if pps > ceil {
+			over++
+			continue
+		}
+		clean = append(clean, pps)
+	}
+	if len(t.Sources) == 0 || over*10 > len(t.Sources) {
+		r.refused++ // an attack in progress, or nothing to learn from
+		return
+	}
+	for _, v := range clean {
+		r.total++
+		if len(r.samples) < maxSamples {
+			r.samples = append(r.samples, v)
+			continue
+		}
+		// Reservoir sampling (deterministic, from the sample count): every
+		// sample has the same chance to be kept, memory stays bounded.
+		if i := splitmix(r.total) % r.total; i < maxSamples {
+			r.samples[i] = v
+		}
+	}
+	r.seen++
+	if r.seen < r.LearnIntervals {
+		return
+	}
+	q := r.Quantile
+	if q <= 0 || q > 1 {
+		q = DefaultQuantile
+	}
+	sort.Float64s(r.samples)
+	v := r.samples[min(int(q*float64(len(r.samples))), len(r.samples)-1)]
+	r.learned = min(max(v*max(r.Margin, 1), r.MinPPS), ceil)
+	r.samples = nil
 }
 
 func (r *Rate) Detect(t *Traffic) []Detection {
-	if r.LearnIntervals > 0 && r.seen < r.LearnIntervals {
-		for _, s := range t.Sources {
-			r.maxPPS = max(r.maxPPS, t.Rate(s.Packets))
-		}
-		r.seen++
-		if r.seen == r.LearnIntervals {
-			r.learned = max(r.maxPPS*max(r.Margin, 1), r.MinPPS)
-		}
+	if r.LearnIntervals > 0 && r.learned == 0 {
+		r.learn(t)
 	}
 	var out []Detection
 	for a, s := range t.Sources {
@@ -77,5 +159,16 @@ func (r *Rate) exceeds(t *Traffic, s *Source, pps float64) string {
 	if l, ok := r.Learned(); ok && pps > l {
 		return fmt.Sprintf("%.0f pps > learned %.0f", pps, l)
 	}
+	if r.LearnIntervals > 0 && r.learned == 0 && pps > r.ceiling() {
+		return fmt.Sprintf("%.0f pps > %.0f (ceiling, while learning)", pps, r.ceiling())
+	}
 	return ""
+}
+
+// splitmix is SplitMix64's finaliser: a cheap, well-mixed hash of a counter.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }

@@ -50,6 +50,9 @@ func NewTraffic(d time.Duration) *Traffic {
 
 // Add records one (source, destination, protocol) key of the snapshot.
 func (t *Traffic) Add(src, dst netip.Addr, proto uint8, packets, bytes, syns uint64) {
+	// An IPv4-mapped IPv6 address is the IPv4 host: detections must name
+	// the form a rule can hold (rules refuse mapped addresses).
+	src, dst = src.Unmap(), dst.Unmap()
 	s := t.Sources[src]
 	if s == nil {
 		s = &Source{PerProto: map[uint8]uint64{}}
