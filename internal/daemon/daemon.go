@@ -94,6 +94,9 @@ type DataPlane interface {
 	Allowed() ([]datapath.Rule, error)
 	RuleCounters(ps []netip.Prefix) (map[netip.Prefix]datapath.Counter, error)
 	Stats() (*datapath.Stats, error)
+	// Check reports datapath.ErrOrphaned when the filter no longer reads
+	// these maps (detached, re-attached, interface re-created).
+	Check() error
 	Close() error
 }
 
@@ -348,6 +351,9 @@ func (d *Daemon) unbanThreshold() float64 {
 // which reads and writes the daemon's state on this goroutine.
 func (d *Daemon) Step(now time.Time) error {
 	d.steps++
+	if err := d.dp.Check(); err != nil {
+		return err
+	}
 	tr, err := d.observe()
 	if err != nil {
 		return err
@@ -805,6 +811,12 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 		case now := <-tick.C:
 			if err := d.Step(now); err != nil {
 				d.event(now, "error", netip.Prefix{}, "interval: %v", err)
+				if errors.Is(err, datapath.ErrOrphaned) {
+					// Writing on would protect nothing: exit non-zero so the
+					// service manager starts a daemon that re-adopts.
+					d.shutdown()
+					return fmt.Errorf("the filter on %s is no longer this daemon's: %w", d.cfg.Interface, err)
+				}
 			}
 		case f := <-d.reqs:
 			f()
@@ -877,18 +889,16 @@ func (d *Daemon) shutdown() error {
 }
 
 // Do runs f on the loop goroutine and waits for it: how the API reads and
-// changes state.
+// changes state. ctx bounds only the wait for the loop to take f: once
+// taken, f runs to the end and Do reports what happened, so a caller never
+// hears "timed out" about a change that was applied.
 func (d *Daemon) Do(ctx context.Context, f func()) error {
 	done := make(chan struct{})
 	select {
 	case d.reqs <- func() { f(); close(done) }:
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("%w: the daemon was busy, nothing was done", ctx.Err())
 	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	<-done
+	return nil
 }

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +29,8 @@ type fakeDP struct {
 	at       time.Time       // end of the next snapshot interval
 	BlockErr error
 	Refuse   map[netip.Prefix]bool // entries the data plane refuses (the whole batch fails)
-	blocks   int                   // Block calls
+	CheckErr error
+	blocks   int // Block calls
 }
 
 func newFakeDP(t0 time.Time) *fakeDP {
@@ -103,6 +107,7 @@ func (f *fakeDP) RuleCounters(ps []netip.Prefix) (map[netip.Prefix]datapath.Coun
 }
 
 func (f *fakeDP) Stats() (*datapath.Stats, error) { return &datapath.Stats{}, nil }
+func (f *fakeDP) Check() error                    { return f.CheckErr }
 func (f *fakeDP) Close() error                    { return nil }
 
 // hit counts packets XDP dropped for a blocked prefix.
@@ -340,5 +345,44 @@ func TestIntervalKeepsOperatorBans(t *testing.T) {
 	}
 	if _, ok := h.d.store.Get(p); !ok || h.dp.blocked[p] == nil {
 		t.Fatal("operator ban lifted by the rate monitor")
+	}
+}
+
+// A request the loop has taken is answered with its outcome even when the
+// caller's deadline passes meanwhile; one the loop never took changed
+// nothing and says so.
+func TestDoAnswersWhatHappened(t *testing.T) {
+	h := newHarness(t, testConfig(t), false)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		f := <-h.d.reqs
+		cancel() // the deadline passes while the change runs
+		f()
+	}()
+	applied := false
+	if err := h.d.Do(ctx, func() { applied = true }); err != nil || !applied {
+		t.Fatalf("Do: %v, applied %v", err, applied)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	err := h.d.Do(ctx2, func() { t.Error("ran after the caller gave up before the loop took it") })
+	if err == nil || !strings.Contains(err.Error(), "nothing was done") {
+		t.Fatalf("Do on a busy loop: %v", err)
+	}
+}
+
+// An orphaned data plane (detached under the daemon) ends Run with an
+// error, so systemd restarts a daemon that re-adopts, instead of writing
+// to maps nothing reads.
+func TestRunExitsWhenOrphaned(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Interval = 10 * time.Millisecond
+	h := newHarness(t, cfg, false)
+	h.dp.CheckErr = fmt.Errorf("test: %w", datapath.ErrOrphaned)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := h.d.Run(ctx, nil)
+	if !errors.Is(err, datapath.ErrOrphaned) {
+		t.Fatalf("Run returned %v, want ErrOrphaned", err)
 	}
 }

@@ -122,7 +122,7 @@ func Lock(dir string) (*FileLock, error) {
 	if err := os.MkdirAll(lockDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", lockDir, err)
 	}
-	name := strings.NewReplacer("/", "_", ":", "_").Replace(strings.TrimPrefix(dir, "/"))
+	name := lockName(dir)
 	f, err := os.OpenFile(filepath.Join(lockDir, name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening lock: %w", err)
@@ -192,3 +192,17 @@ func UpdatePinnedLink(lp string, prog *ebpf.Program, ifindex int) (updated, defu
 
 // LinkPin is the name of the pinned XDP link in a stage's directory.
 const LinkPin = "link"
+
+// lockName names the lock of a pinned directory by its place in the pin
+// tree, not by the bpffs mount it was reached through: a CLI under `ip
+// netns exec` sees the tree at runBPFFS, the daemon at DefaultBPFFS, and
+// both must take the same lock.
+func lockName(dir string) string {
+	for _, root := range []string{runBPFFS, DefaultBPFFS} {
+		if rel, ok := strings.CutPrefix(dir, root+"/"); ok {
+			dir = "bpffs/" + rel
+			break
+		}
+	}
+	return strings.NewReplacer("/", "_", ":", "_").Replace(strings.TrimPrefix(dir, "/"))
+}
