@@ -146,21 +146,61 @@ func TestEntropyUniformGrowthIsNotAnAttack(t *testing.T) {
 func TestListReloads(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "feed.txt")
-	os.WriteFile(p, []byte("# feed\n192.0.2.0/24\n2001:db8::1\n"), 0o600)
+	write := func(body string, at time.Duration) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, time.Now().Add(at), time.Now().Add(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("# feed\n192.0.2.0/24\n2001:db8::1\n", 0)
 	l := &List{Paths: []string{p}}
 	if ds := l.Detect(nil); len(ds) != 2 {
 		t.Fatalf("%+v", ds)
 	}
-	// A broken update keeps the last good contents and reports the error.
-	os.WriteFile(p, []byte("not-an-address\n"), 0o600)
-	os.Chtimes(p, time.Now().Add(time.Minute), time.Now().Add(time.Minute))
+	// A broken update keeps the last good contents and reports the error
+	// (once it has settled: read at the second reload).
+	write("not-an-address\n", time.Minute)
+	l.Detect(nil)
 	if ds := l.Detect(nil); len(ds) != 2 || l.Err() == nil {
 		t.Fatalf("bad reload: %d detections, err %v", len(ds), l.Err())
 	}
-	os.WriteFile(p, []byte("198.51.100.7\n"), 0o600)
-	os.Chtimes(p, time.Now().Add(2*time.Minute), time.Now().Add(2*time.Minute))
+	write("198.51.100.7\n", 2*time.Minute)
+	if ds := l.Detect(nil); len(ds) != 2 {
+		t.Fatalf("a change was applied before it settled: %+v", ds)
+	}
 	if ds := l.Detect(nil); len(ds) != 1 || ds[0].Prefix.String() != "198.51.100.7/32" || l.Err() != nil {
 		t.Fatalf("good reload: %+v %v", ds, l.Err())
+	}
+}
+
+// A feed truncated and rewritten in place is never read half-written: the
+// bans it still lists are not lifted in between.
+func TestListWaitsForRewrittenFeed(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "feed.txt")
+	full := "198.51.100.1\n198.51.100.2\n198.51.100.3\n"
+	if err := os.WriteFile(p, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := &List{Paths: []string{p}}
+	if ds := l.Detect(nil); len(ds) != 3 {
+		t.Fatalf("%+v", ds)
+	}
+	for i, body := range []string{"", "198.51.100.1\n", full} { // truncated, half, whole
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, time.Now().Add(time.Duration(i+1)*time.Minute), time.Now().Add(time.Duration(i+1)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if ds := l.Detect(nil); len(ds) != 3 {
+			t.Fatalf("step %d of the rewrite: %d prefixes listed", i, len(ds))
+		}
+	}
+	if ds := l.Detect(nil); len(ds) != 3 {
+		t.Fatalf("after the rewrite settled: %+v", ds)
 	}
 }
 

@@ -13,11 +13,17 @@ import (
 // prefix per line, '#' comments), reloading a file when its modification
 // time or size changes. A file that fails to load keeps its last good
 // contents and the error is reported by Err.
+//
+// A changed file is read only once it has settled: the same size and
+// modification time at two reloads in a row (one control-loop interval).
+// A feed truncated and rewritten in place is otherwise read half-written,
+// and every ban missing from the half would be lifted at once.
 type List struct {
 	Paths []string
 
-	files map[string]listFile
-	err   error
+	files   map[string]listFile
+	pending map[string]listFile // changed since applied, not yet settled
+	err     error
 }
 
 type listFile struct {
@@ -45,7 +51,19 @@ func (l *List) Reload() error {
 		}
 		old, ok := l.files[p]
 		if ok && old.mtime.Equal(st.ModTime()) && old.size == st.Size() {
+			delete(l.pending, p)
 			continue
+		}
+		if ok { // a change to a file in use: wait until it settles
+			seen, was := l.pending[p]
+			if !was || !seen.mtime.Equal(st.ModTime()) || seen.size != st.Size() {
+				if l.pending == nil {
+					l.pending = map[string]listFile{}
+				}
+				l.pending[p] = listFile{mtime: st.ModTime(), size: st.Size()}
+				continue
+			}
+			delete(l.pending, p)
 		}
 		f, err := os.Open(p)
 		if err != nil {
