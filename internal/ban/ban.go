@@ -319,13 +319,52 @@ func (s *Store) SetTier(p netip.Prefix, tier string) {
 	}
 }
 
-// All returns the bans, sorted by prefix.
+// All returns the bans, sorted by prefix (address, then length).
 func (s *Store) All() []Ban {
 	out := make([]Ban, 0, len(s.bans))
 	for _, b := range s.bans {
 		out = append(out, *b)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Prefix.String() < out[j].Prefix.String() })
+	sort.Slice(out, func(i, j int) bool { return lessPrefix(out[i].Prefix, out[j].Prefix) })
+	return out
+}
+
+// lessPrefix orders prefixes without formatting them: at 500K bans a sort
+// by String() costs more than the rest of the interval.
+func lessPrefix(a, b netip.Prefix) bool {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c < 0
+	}
+	return a.Bits() < b.Bits()
+}
+
+// Prefixes returns the banned prefixes in no order: for per-interval work
+// that needs no sort.
+func (s *Store) Prefixes() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(s.bans))
+	for p := range s.bans {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Tiers counts the bans per tier.
+func (s *Store) Tiers() map[string]int {
+	out := map[string]int{}
+	for _, b := range s.bans {
+		out[b.Tier]++
+	}
+	return out
+}
+
+// ListBans returns the bans of one detector, in no order.
+func (s *Store) ListBans(detector string) []netip.Prefix {
+	var out []netip.Prefix
+	for p, b := range s.bans {
+		if b.Detector == detector {
+			out = append(out, p)
+		}
+	}
 	return out
 }
 

@@ -451,9 +451,9 @@ func (d *Daemon) syncLists(now time.Time, ds []detect.Detection) {
 			listed[x.Prefix] = true
 		}
 	}
-	for _, b := range d.store.All() {
-		if b.Detector == "list" && !listed[b.Prefix] {
-			d.lift(now, b.Prefix, "no longer in any threat list")
+	for _, p := range d.store.ListBans("list") {
+		if !listed[p] {
+			d.lift(now, p, "no longer in any threat list")
 		}
 	}
 }
@@ -643,12 +643,7 @@ func (d *Daemon) establishedShare(tr *detect.Traffic) func(netip.Prefix) float64
 // counters reads the XDP counters of every ban: a few lookups each, not
 // the tables' capacity.
 func (d *Daemon) counters() (map[netip.Prefix]datapath.Counter, error) {
-	bans := d.store.All()
-	ps := make([]netip.Prefix, len(bans))
-	for i, b := range bans {
-		ps[i] = b.Prefix
-	}
-	return d.dp.RuleCounters(ps)
+	return d.dp.RuleCounters(d.store.Prefixes())
 }
 
 // monitor lifts the bans whose rate stayed under the threshold for the
@@ -790,10 +785,7 @@ func (d *Daemon) summarize(tr *detect.Traffic) {
 
 // countTiers publishes bans per tier for the metrics collector.
 func (d *Daemon) countTiers() {
-	tc := map[string]int{}
-	for _, b := range d.store.All() {
-		tc[b.Tier]++
-	}
+	tc := d.store.Tiers()
 	d.mu.Lock()
 	d.tierCounts = tc
 	d.mu.Unlock()
