@@ -33,7 +33,9 @@ var openAPI []byte
 type Server struct {
 	D       *daemon.Daemon
 	MaxBody int64
-	Token   string // required on the TCP listener
+	// MaxBatchBody bounds POST /v1/rules/batch (default 32 MiB).
+	MaxBatchBody int64
+	Token        string // required on the TCP listener
 }
 
 // ErrorBody is every error answer.
@@ -65,12 +67,25 @@ func fail(w http.ResponseWriter, err error) {
 	writeJSON(w, code, ErrorBody{err.Error()})
 }
 
+// maxBatch bounds a batch body: 100K IPv6 prefixes are about 5 MB.
+func (s *Server) maxBatch() int64 {
+	if s.MaxBatchBody > 0 {
+		return s.MaxBatchBody
+	}
+	return 32 << 20
+}
+
 // decode reads a JSON body strictly.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	return s.decodeLimit(w, r, v, s.MaxBody)
+}
+
+// decodeLimit is decode with its own size limit.
+func (s *Server) decodeLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return fmt.Errorf("%w: content type %q, want application/json", daemon.ErrBadRequest, ct)
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.MaxBody))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
@@ -94,6 +109,21 @@ func prefixParam(r *http.Request) (netip.Prefix, error) {
 		return p, fmt.Errorf("%w: %v", daemon.ErrBadRequest, err)
 	}
 	return p, nil
+}
+
+// BatchRequest is the body of POST /v1/rules/batch: many operator bans,
+// all or nothing.
+type BatchRequest struct {
+	Prefixes []string `json:"prefixes"`
+	Reason   string   `json:"reason"`
+	TTL      string   `json:"ttl"`
+}
+
+// BatchResponse says how many prefixes the batch held and how many were
+// not banned before.
+type BatchResponse struct {
+	Prefixes int `json:"prefixes"`
+	New      int `json:"new"`
 }
 
 // RuleRequest is the body of POST /v1/rules.
@@ -163,6 +193,41 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusCreated, b)
+	})
+	m.HandleFunc("POST /v1/rules/batch", func(w http.ResponseWriter, r *http.Request) {
+		var req BatchRequest
+		if err := s.decodeLimit(w, r, &req, s.maxBatch()); err != nil {
+			fail(w, err)
+			return
+		}
+		ps := make([]netip.Prefix, 0, len(req.Prefixes))
+		for i, raw := range req.Prefixes {
+			p, err := rule.Parse(raw)
+			if err != nil {
+				fail(w, fmt.Errorf("%w: prefixes[%d]: %v (nothing changed)", daemon.ErrBadRequest, i, err))
+				return
+			}
+			ps = append(ps, p)
+		}
+		var ttl time.Duration
+		if req.TTL != "" {
+			var err error
+			if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl < 0 {
+				fail(w, fmt.Errorf("%w: ttl %q is not a positive duration", daemon.ErrBadRequest, req.TTL))
+				return
+			}
+		}
+		if req.Reason == "" {
+			req.Reason = "operator"
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		n, err := s.D.AddRules(c, ps, req.Reason, ttl)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, BatchResponse{Prefixes: len(ps), New: n})
 	})
 	m.HandleFunc("DELETE /v1/rules/{prefix...}", func(w http.ResponseWriter, r *http.Request) {
 		p, err := prefixParam(r)

@@ -126,6 +126,19 @@ func (c *Client) AddRule(ctx context.Context, p netip.Prefix, reason string, ttl
 	return b, c.Do(ctx, "POST", "/v1/rules", req, &b)
 }
 
+// AddRules bans every prefix in one request and one data-plane batch, all
+// or nothing.
+func (c *Client) AddRules(ctx context.Context, ps []netip.Prefix, reason string, ttl time.Duration) (r BatchResponse, err error) {
+	req := BatchRequest{Prefixes: make([]string, len(ps)), Reason: reason}
+	for i, p := range ps {
+		req.Prefixes[i] = p.String()
+	}
+	if ttl > 0 {
+		req.TTL = ttl.String()
+	}
+	return r, c.Do(ctx, "POST", "/v1/rules/batch", req, &r)
+}
+
 func (c *Client) DeleteRule(ctx context.Context, p netip.Prefix) error {
 	return c.Do(ctx, "DELETE", "/v1/rules/"+PathPrefix(p), nil, nil)
 }
@@ -188,6 +201,12 @@ const (
 // or nothing: when one fails, those already applied are undone, and the
 // error says so.
 func (c *Client) Change(ctx context.Context, kind string, ps []netip.Prefix, add bool, reason string) error {
+	if kind == Block && add && len(ps) > 1 {
+		if _, err := c.AddRules(ctx, ps, reason, 0); err != nil {
+			return fmt.Errorf("%w (nothing changed)", err)
+		}
+		return nil
+	}
 	apply := func(p netip.Prefix, add bool) error {
 		switch {
 		case kind == Allow && add:

@@ -55,39 +55,69 @@ func TestClientStatusErrors(t *testing.T) {
 	}
 }
 
-// Change is all or nothing: a refusal undoes what was applied before it.
+// Change is all or nothing: for the allowlist (one request per prefix) a
+// refusal undoes what was applied before it.
 func TestClientChangeUndoes(t *testing.T) {
 	var mu sync.Mutex
-	bans := map[string]bool{}
+	allowed := map[string]bool{}
 	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch r.Method {
 		case "POST":
-			var req RuleRequest
-			(&Server{MaxBody: 1 << 10}).decode(w, r, &req)
+			var req AllowRequest
+			if err := (&Server{MaxBody: 1 << 10}).decode(w, r, &req); err != nil {
+				writeJSON(w, http.StatusBadRequest, ErrorBody{err.Error()})
+				return
+			}
 			if req.Prefix == "192.0.2.3/32" {
 				writeJSON(w, http.StatusBadRequest, ErrorBody{"refused"})
 				return
 			}
-			bans[req.Prefix] = true
+			allowed[req.Prefix] = true
 			writeJSON(w, http.StatusCreated, map[string]string{"prefix": req.Prefix})
 		case "DELETE":
-			delete(bans, strings.Replace(strings.TrimPrefix(r.URL.Path, "/v1/rules/"), "_", "/", 1))
+			delete(allowed, strings.Replace(strings.TrimPrefix(r.URL.Path, "/v1/allowlist/"), "_", "/", 1))
 			w.WriteHeader(http.StatusNoContent)
 		}
 	}))
 	c := NewClient(sock)
 	ps := []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("192.0.2.2/32"), netip.MustParsePrefix("192.0.2.3/32")}
-	err := c.Change(context.Background(), Block, ps, true, "test")
+	err := c.Change(context.Background(), Allow, ps, true, "")
 	if err == nil || !strings.Contains(err.Error(), "nothing changed") || !errors.Is(err, rule.ErrInvalid) {
 		t.Fatalf("change: %v", err)
 	}
-	if len(bans) != 0 {
-		t.Fatalf("left applied after the refusal: %v", bans)
+	if len(allowed) != 0 {
+		t.Fatalf("left applied after the refusal: %v", allowed)
 	}
-	if err := c.Change(context.Background(), Block, ps[:2], true, "test"); err != nil || len(bans) != 2 {
-		t.Fatalf("change of good prefixes: %v, %v", err, bans)
+	if err := c.Change(context.Background(), Allow, ps[:2], true, ""); err != nil || len(allowed) != 2 {
+		t.Fatalf("change of good prefixes: %v, %v", err, allowed)
+	}
+}
+
+// Many bans travel as one batch request.
+func TestClientBlocksInOneBatch(t *testing.T) {
+	var got []BatchRequest
+	var paths []string
+	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		var req BatchRequest
+		if err := (&Server{}).decodeLimit(w, r, &req, 1<<20); err != nil {
+			writeJSON(w, http.StatusBadRequest, ErrorBody{err.Error()})
+			return
+		}
+		got = append(got, req)
+		writeJSON(w, http.StatusCreated, BatchResponse{Prefixes: len(req.Prefixes), New: len(req.Prefixes)})
+	}))
+	var ps []netip.Prefix
+	for i := 0; i < 1000; i++ {
+		ps = append(ps, netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}), 32))
+	}
+	if err := NewClient(sock).Change(context.Background(), Block, ps, true, "feed"); err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 1 || paths[0] != "POST /v1/rules/batch" || len(got[0].Prefixes) != 1000 || got[0].Reason != "feed" {
+		t.Fatalf("requests %v", paths)
 	}
 }
 

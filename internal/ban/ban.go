@@ -254,6 +254,9 @@ func (s *Store) Add(now time.Time, p netip.Prefix, reason string, ttl time.Durat
 	return *b, nil
 }
 
+// Put stores b as it is: how a caller undoes a change it could not apply.
+func (s *Store) Put(b Ban) { s.put(&b) }
+
 // ErrRefused is a ban the rails refuse.
 var ErrRefused = errors.New("ban refused")
 

@@ -386,3 +386,32 @@ func TestRunExitsWhenOrphaned(t *testing.T) {
 		t.Fatalf("Run returned %v, want ErrOrphaned", err)
 	}
 }
+
+// A 100K-line feed through the API is one data-plane batch, all or
+// nothing: one refused prefix changes nothing.
+func TestAddRulesIsOneBatch(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Rails.AllowPrefixes = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	h := newHarness(t, cfg, false)
+	go func() {
+		for f := range h.d.reqs {
+			f()
+		}
+	}()
+	ps := make([]netip.Prefix, 0, 100_000)
+	for i := 0; i < 100_000; i++ {
+		ps = append(ps, netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(i >> 16), byte(i >> 8), byte(i)}), 32))
+	}
+	before := h.dp.blocks
+	n, err := h.d.AddRules(context.Background(), ps, "feed", 0)
+	if err != nil || n != len(ps) || h.dp.blocks != before+1 || len(h.dp.blocked) != len(ps) || h.d.store.Len() != len(ps) {
+		t.Fatalf("added %d (%v), %d Block calls, %d in the data plane, %d in the store", n, err, h.dp.blocks-before, len(h.dp.blocked), h.d.store.Len())
+	}
+	bad := append([]netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, netip.MustParsePrefix("10.1.0.0/16"))
+	if _, err := h.d.AddRules(context.Background(), bad, "feed", 0); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("refused prefix: %v", err)
+	}
+	if _, ok := h.d.store.Get(bad[0]); ok || h.dp.blocked[bad[0]] != nil {
+		t.Fatal("a refused batch left part of itself behind")
+	}
+}

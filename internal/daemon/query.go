@@ -96,6 +96,56 @@ func (d *Daemon) AddRule(ctx context.Context, p netip.Prefix, reason string, ttl
 	return b, errors.Join(derr, err)
 }
 
+// AddRules bans every prefix as an operator ban, all or nothing: one rails
+// check each, one data-plane batch, one save. A feed of 100K lines is one
+// request and one batch, not 100K of each.
+func (d *Daemon) AddRules(ctx context.Context, ps []netip.Prefix, reason string, ttl time.Duration) (added int, err error) {
+	for _, p := range ps {
+		if err := datapath.CheckPrefix(p); err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
+	}
+	if ttl < 0 {
+		return 0, fmt.Errorf("%w: negative ttl", ErrBadRequest)
+	}
+	derr := d.Do(ctx, func() {
+		now := time.Now()
+		prev := map[netip.Prefix]ban.Ban{}
+		var done []netip.Prefix
+		undo := func() {
+			for _, p := range done {
+				d.store.Remove(p)
+				if b, ok := prev[p]; ok {
+					d.store.Put(b)
+				}
+			}
+		}
+		for _, p := range ps {
+			if b, ok := d.store.Get(p); ok {
+				prev[p] = b
+			}
+			if _, err = d.store.Add(now, p, reason, ttl); err != nil {
+				undo()
+				err = fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, err)
+				return
+			}
+			done = append(done, p)
+		}
+		if err = d.dp.Block(ps...); err != nil {
+			undo()
+			if errors.Is(err, datapath.ErrTableFull) || errors.Is(err, rule.ErrInvalid) {
+				err = fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, err)
+			}
+			return
+		}
+		added = len(ps) - len(prev)
+		d.dirty = true
+		d.event(now, "ban", netip.Prefix{}, "operator: %d prefixes (%d new): %s", len(ps), added, reason)
+		err = d.save(now)
+	})
+	return added, errors.Join(derr, err)
+}
+
 // ErrNotFound is a rule or entry that does not exist (404).
 var ErrNotFound = errors.New("not found")
 
