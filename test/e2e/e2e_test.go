@@ -113,21 +113,32 @@ func setup(t *testing.T) {
 func inNS(t *testing.T, name string, f func()) {
 	t.Helper()
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
+		runtime.UnlockOSThread()
 		t.Fatal(err)
 	}
 	defer orig.Close()
 	ns, err := netns.GetFromName(name)
 	if err != nil {
+		runtime.UnlockOSThread()
 		t.Fatal(err)
 	}
 	defer ns.Close()
 	if err := netns.Set(ns); err != nil {
+		runtime.UnlockOSThread() // setns failed: still in orig
 		t.Fatal(err)
 	}
-	defer netns.Set(orig)
+	// Unlock only a thread that is back in its own namespace, also when f
+	// ends in t.Fatal. If restoring fails, panic with the thread still
+	// locked, so that no other goroutine ever runs on it in the wrong
+	// namespace (the test binary exits; a locked thread is never reused).
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(fmt.Sprintf("restoring the network namespace after %s: %v", name, err))
+		}
+		runtime.UnlockOSThread()
+	}()
 	f()
 }
 
