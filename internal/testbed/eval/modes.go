@@ -122,8 +122,9 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 		if err != nil {
 			return Row{}, err
 		}
-		t0 := time.Now()
-		off.Step(ctx, t0, c0)
+		if _, err := off.Step(ctx, time.Now(), c0); err != nil {
+			return Row{}, err
+		}
 		if _, err := flood(dur / 2); err != nil {
 			return Row{}, err
 		}
