@@ -145,19 +145,29 @@ func TestEntropyUniformGrowthIsNotAnAttack(t *testing.T) {
 func TestListReloads(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "feed.txt")
-	os.WriteFile(p, []byte("# feed\n192.0.2.0/24\n2001:db8::1\n"), 0o600)
+	if err := os.WriteFile(p, []byte("# feed\n192.0.2.0/24\n2001:db8::1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	l := &List{Paths: []string{p}}
 	if ds := l.Detect(nil); len(ds) != 2 {
 		t.Fatalf("%+v", ds)
 	}
 	// A broken update keeps the last good contents and reports the error.
-	os.WriteFile(p, []byte("not-an-address\n"), 0o600)
-	os.Chtimes(p, time.Now().Add(time.Minute), time.Now().Add(time.Minute))
+	if err := os.WriteFile(p, []byte("not-an-address\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, time.Now().Add(time.Minute), time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
 	if ds := l.Detect(nil); len(ds) != 2 || l.Err() == nil {
 		t.Fatalf("bad reload: %d detections, err %v", len(ds), l.Err())
 	}
-	os.WriteFile(p, []byte("198.51.100.7\n"), 0o600)
-	os.Chtimes(p, time.Now().Add(2*time.Minute), time.Now().Add(2*time.Minute))
+	if err := os.WriteFile(p, []byte("198.51.100.7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, time.Now().Add(2*time.Minute), time.Now().Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
 	if ds := l.Detect(nil); len(ds) != 1 || ds[0].Prefix.String() != "198.51.100.7/32" || l.Err() != nil {
 		t.Fatalf("good reload: %+v %v", ds, l.Err())
 	}
