@@ -62,11 +62,6 @@ func run(args ...string) error {
 	return nil
 }
 
-func nsExists(name string) bool {
-	_, err := os.Stat("/run/netns/" + name)
-	return err == nil
-}
-
 // Namespaces lists the lab's namespaces that exist.
 func Namespaces() []string {
 	ents, _ := os.ReadDir("/run/netns")
