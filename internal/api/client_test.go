@@ -24,8 +24,14 @@ func unixServer(t *testing.T, h http.Handler) string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: h}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serving: %v", err)
+		}
+	})
 	return sock
 }
 
@@ -65,7 +71,11 @@ func TestClientChangeUndoes(t *testing.T) {
 		switch r.Method {
 		case "POST":
 			var req RuleRequest
-			(&Server{MaxBody: 1 << 10}).decode(w, r, &req)
+			if err := (&Server{MaxBody: 1 << 10}).decode(w, r, &req); err != nil {
+				t.Errorf("decoding the client's request: %v", err)
+				writeJSON(w, http.StatusBadRequest, ErrorBody{err.Error()})
+				return
+			}
 			if req.Prefix == "192.0.2.3/32" {
 				writeJSON(w, http.StatusBadRequest, ErrorBody{"refused"})
 				return
