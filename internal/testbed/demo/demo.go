@@ -167,7 +167,9 @@ api: {socket: %s}
 	var st struct {
 		LearnedPPS float64 `json:"learned_threshold_pps"`
 	}
-	getJSON("/v1/status", &st)
+	if err := getJSON("/v1/status", &st); err != nil {
+		return nil, fmt.Errorf("daemon status: %w", err)
+	}
 	say("   %.0f requests/s; learned threshold: %.0f pps per source", s.BaselineRPS, st.LearnedPPS)
 
 	// The attack, with legitimate traffic running alongside.
@@ -268,7 +270,9 @@ loop:
 		Prefix string
 		Tier   string
 	}
-	getJSON("/v1/rules", &rules)
+	if err := getJSON("/v1/rules", &rules); err != nil {
+		return nil, fmt.Errorf("daemon rules: %w", err)
+	}
 	s.Bans = len(rules)
 	legit := map[netip.Addr]bool{lab.Client4: true}
 	for _, c := range clients {
@@ -284,7 +288,9 @@ loop:
 	var events []struct {
 		Prefix string
 	}
-	getJSON("/v1/events?kind=ban", &events)
+	if err := getJSON("/v1/events?kind=ban", &events); err != nil {
+		return nil, fmt.Errorf("daemon ban events: %w", err)
+	}
 	seen := map[string]bool{}
 	for _, e := range events {
 		p, err := netip.ParsePrefix(e.Prefix)
