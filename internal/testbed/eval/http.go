@@ -20,11 +20,15 @@ import (
 // on the lab's host while an attack of n sources runs at each rate, with
 // the mitigation already in place (Fig. 4). Rates are packets/s sent; 0
 // is the no-attack reference, and the last is the generator's full rate.
-func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) ([]Row, error) {
+func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) (_ []Row, err error) {
 	if err := lab.Up(); err != nil {
 		return nil, err
 	}
-	defer lab.Down()
+	defer func() {
+		if derr := lab.Down(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
 	if err := lab.StartNginx(); err != nil {
 		return nil, err
 	}

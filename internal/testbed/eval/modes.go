@@ -31,11 +31,15 @@ func modeName(m nicstage.Mode) string {
 
 // LabModes measures each mode's drop rate on the lab: generator → NIC
 // stage → host, all receive-side work pinned to one CPU.
-func LabModes(ctx context.Context, p Params) ([]Row, error) {
+func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 	if err := lab.Up(); err != nil {
 		return nil, err
 	}
-	defer lab.Down()
+	defer func() {
+		if derr := lab.Down(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
 	src, err := macOf(lab.NSInet, lab.IfInet)
 	if err != nil {
 		return nil, err
