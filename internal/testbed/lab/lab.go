@@ -115,7 +115,7 @@ func Up() error {
 	)
 	for _, s := range steps {
 		if err := run(s...); err != nil {
-			Down()
+			_ = Down() // the step's error is the one to report; the next Up clears what is left
 			return fmt.Errorf("lab up: %w", err)
 		}
 	}
