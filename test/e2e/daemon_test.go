@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -304,8 +305,11 @@ api:
 	// The CLI goes through the running daemon: its bans, its rails.
 	cli := func(args ...string) (string, int) {
 		out, err := exec.Command(bin, append([]string{"-n", nsNHost, "--socket", sock}, args...)...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
 		}
 		return string(out), 0
 	}

@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -70,7 +71,8 @@ func tw(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(buildTierwall(t), append([]string{"--netns", nsRx, "--direct"}, args...)...)
 	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		return string(out), ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
