@@ -24,7 +24,9 @@ func newDemo() *cobra.Command {
 			defer stop()
 			s, err := demo.Run(ctx, o)
 			if g.json && s != nil {
-				printJSON(s)
+				if perr := printJSON(s); perr != nil && err == nil {
+					err = perr
+				}
 			}
 			return err
 		},

@@ -24,8 +24,14 @@ func unixServer(t *testing.T, h http.Handler) string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: h}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serving: %v", err)
+		}
+	})
 	return sock
 }
 
@@ -67,6 +73,7 @@ func TestClientChangeUndoes(t *testing.T) {
 		case "POST":
 			var req AllowRequest
 			if err := (&Server{MaxBody: 1 << 10}).decode(w, r, &req); err != nil {
+				t.Errorf("decoding the client's request: %v", err)
 				writeJSON(w, http.StatusBadRequest, ErrorBody{err.Error()})
 				return
 			}

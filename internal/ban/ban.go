@@ -425,7 +425,7 @@ func (s *Store) Save(path string, now time.Time) error {
 		return fmt.Errorf("replacing state: %w", err)
 	}
 	if d, err := os.Open(dir); err == nil {
-		d.Sync()
+		_ = d.Sync() // best effort: the rename is done; if a crash loses it, Load finds the previous state (or none)
 		d.Close()
 	}
 	return nil

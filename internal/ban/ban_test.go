@@ -228,7 +228,9 @@ func TestStateSurvivesRestart(t *testing.T) {
 	s := NewStore(Rails{}, time.Hour)
 	s.Propose(t0, []detect.Detection{det("198.51.100.1/32", 1000)}, nil)
 	op := netip.MustParsePrefix("2001:db8:bad::/48")
-	s.Add(t0, op, "feed", 0)
+	if _, err := s.Add(t0, op, "feed", 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Save(path, t0); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +249,9 @@ func TestStateSurvivesRestart(t *testing.T) {
 		t.Errorf("operator ban after reload: %+v", b)
 	}
 	// Two hours later the automatic ban expired while down; the operator's stays.
-	gone, _ = r.Load(path, t0.Add(2*time.Hour))
+	if gone, err = r.Load(path, t0.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	if len(gone) != 1 || gone[0].Ban.Prefix.String() != "198.51.100.1/32" || r.Len() != 1 {
 		t.Fatalf("expiry on load: gone %+v, %d left", gone, r.Len())
 	}
@@ -305,7 +309,9 @@ func TestSaveIsAtomic(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bans.json")
 	old := NewStore(Rails{}, 0)
-	old.Add(t0, netip.MustParsePrefix("198.51.100.0/24"), "old", 0)
+	if _, err := old.Add(t0, netip.MustParsePrefix("198.51.100.0/24"), "old", 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := old.Save(path, t0); err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +324,9 @@ func TestSaveIsAtomic(t *testing.T) {
 	// of it be written, then the write fails.
 	big := NewStore(Rails{}, 0)
 	for i := 0; i < 200; i++ {
-		big.Add(t0, netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, byte(i), 0}), 24), "new", 0)
+		if _, err := big.Add(t0, netip.PrefixFrom(netip.AddrFrom4([4]byte{203, 0, byte(i), 0}), 24), "new", 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	limit := uint64(len(before)) + 64
 	var lim syscall.Rlimit

@@ -25,7 +25,9 @@ func TestDefaultsAndOverrides(t *testing.T) {
 func TestErrorsNameFieldAndValue(t *testing.T) {
 	dir := t.TempDir()
 	short := filepath.Join(dir, "tok")
-	os.WriteFile(short, []byte("abc\n"), 0o600)
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ yaml, want string }{
 		{"interval: 1s\n", "interface"},
 		{"interface: eth0\ninterval: 50ms\n", "interval: 50ms"},

@@ -159,6 +159,10 @@ func setLen(b []byte, l3 int, n int) []byte {
 	return b
 }
 
+// verIHL is the first byte of an IPv4 header: version and header length
+// in 32-bit words, either of them possibly invalid on purpose.
+func verIHL(version, ihl byte) byte { return version<<4 | ihl }
+
 func malformed() []fixture {
 	var out []fixture
 	add := func(name string, b []byte, reason string) {
@@ -189,16 +193,16 @@ func malformed() []fixture {
 				add(n("tcp-short-consistent"), setLen(append([]byte{}, full[:l3+30]...), l3, 30), "malformed_l4_trunc")
 
 				b := append([]byte{}, full...)
-				b[l3] = 5<<4 | 5
+				b[l3] = verIHL(5, 5)
 				add(n("version-5"), b, "malformed_ip4_version")
 				b = append([]byte{}, full...)
-				b[l3] = 4<<4 | 4
+				b[l3] = verIHL(4, 4)
 				add(n("ihl-4"), b, "malformed_ip4_ihl")
 				b = append([]byte{}, full...)
-				b[l3] = 4<<4 | 0
+				b[l3] = verIHL(4, 0)
 				add(n("ihl-0"), b, "malformed_ip4_ihl")
 				b = append([]byte{}, full...)
-				b[l3] = 4<<4 | 15
+				b[l3] = verIHL(4, 15)
 				add(n("ihl-15-beyond-frame"), b, "malformed_ip4_ihl")
 				add(n("totlen-below-header"), setLen(append([]byte{}, full...), l3, 19), "malformed_ip4_len")
 				add(n("totlen-beyond-frame"), setLen(append([]byte{}, full...), l3, len(full)-l3+1), "malformed_ip4_len")

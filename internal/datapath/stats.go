@@ -1,9 +1,6 @@
 package datapath
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 const layoutVersion = filterTwLayoutTW_LAYOUT_VERSION
 
@@ -104,14 +101,4 @@ func (d *Datapath) Stats() (*Stats, error) {
 		s.FeatureOverflow += v.Overflow
 	}
 	return s, nil
-}
-
-// reasonByName is the inverse of reasonNames, for tests and tools.
-func reasonByName(name string) (filterTwReason, bool) {
-	for r, n := range reasonNames {
-		if strings.EqualFold(n, name) {
-			return r, true
-		}
-	}
-	return 0, false
 }

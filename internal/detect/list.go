@@ -90,7 +90,7 @@ func firstErrOf(a, b error) error {
 }
 
 func (l *List) Detect(*Traffic) []Detection {
-	l.Reload()
+	_ = l.Reload() // kept in l.err for Err; files that fail keep their last good contents
 	seen := map[netip.Prefix]bool{}
 	var out []Detection
 	for _, p := range l.Paths {

@@ -19,13 +19,18 @@ func TestOffloaderMergesTiersAndRetires(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a sent 1000 in software, b 10: a goes to hardware.
-	rep, _ := o.Step(ctx, t0.Add(time.Second), []Counted{{a, 1000}, {b, 10}})
+	rep, err := o.Step(ctx, t0.Add(time.Second), []Counted{{a, 1000}, {b, 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if rep.Rates[a] != 1000 || len(rep.Plan.Install) != 1 || rep.Plan.Install[0] != a {
 		t.Fatalf("step 2: %+v", rep)
 	}
 	// a now drops 500 in hardware (none in software): its rate is the sum.
 	tb.Hit(a, 500)
-	rep, _ = o.Step(ctx, t0.Add(2*time.Second), []Counted{{a, 1000}, {b, 2000}})
+	if rep, err = o.Step(ctx, t0.Add(2*time.Second), []Counted{{a, 1000}, {b, 2000}}); err != nil {
+		t.Fatal(err)
+	}
 	if rep.Rates[a] != 500 || rep.Rates[b] != 1990 {
 		t.Fatalf("merged rates %v", rep.Rates)
 	}
@@ -42,10 +47,18 @@ func TestOffloaderFreezesRatesWithoutCounters(t *testing.T) {
 	o := &Offloader{Table: tb, Params: Params{MaxRate: 1}}
 	t0 := time.Unix(0, 0)
 	ctx := context.Background()
-	o.Step(ctx, t0, []Counted{{a, 0}, {b, 0}})
-	o.Step(ctx, t0.Add(time.Second), []Counted{{a, 1000}, {b, 10}}) // a offloaded at 1000 pps
+	if _, err := o.Step(ctx, t0, []Counted{{a, 0}, {b, 0}}); err != nil {
+		t.Fatal(err)
+	}
+	// a offloaded at 1000 pps.
+	if _, err := o.Step(ctx, t0.Add(time.Second), []Counted{{a, 1000}, {b, 10}}); err != nil {
+		t.Fatal(err)
+	}
 	// a is invisible now (hardware drops it, no counters); b grows a bit.
-	rep, _ := o.Step(ctx, t0.Add(2*time.Second), []Counted{{a, 1000}, {b, 600}})
+	rep, err := o.Step(ctx, t0.Add(2*time.Second), []Counted{{a, 1000}, {b, 600}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if rep.Rates[a] != 1000 {
 		t.Fatalf("rate of a blind hardware entry %v, want the frozen 1000", rep.Rates[a])
 	}
@@ -60,8 +73,12 @@ func TestOffloaderEvictKeepsCountersAndReadsOnce(t *testing.T) {
 	o := &Offloader{Table: tb, Params: Params{MaxRate: 1}}
 	t0 := time.Unix(0, 0)
 	ctx := context.Background()
-	o.Step(ctx, t0, []Counted{{a, 0}, {b, 0}})
-	o.Step(ctx, t0.Add(time.Second), []Counted{{a, 1000}, {b, 900}})
+	if _, err := o.Step(ctx, t0, []Counted{{a, 0}, {b, 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Step(ctx, t0.Add(time.Second), []Counted{{a, 1000}, {b, 900}}); err != nil {
+		t.Fatal(err)
+	}
 	if !tb.Has(a) || !tb.Has(b) {
 		t.Fatalf("both should be in hardware: %v", tb.Rules)
 	}

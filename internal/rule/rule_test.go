@@ -7,14 +7,16 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	good := map[string]string{
-		"192.0.2.1": "192.0.2.1/32", "2001:db8::1": "2001:db8::1/128",
-		"198.51.100.0/24": "198.51.100.0/24", " 10.0.0.0/8 ": "10.0.0.0/8", "2001:db8::/32": "2001:db8::/32",
-	}
-	for in, want := range good {
-		p, err := Parse(in)
-		if err != nil || p.String() != want {
-			t.Errorf("Parse(%q) = %v, %v; want %s", in, p, err, want)
+	for _, tc := range []struct{ in, want string }{
+		{"192.0.2.1", "192.0.2.1/32"},
+		{"2001:db8::1", "2001:db8::1/128"},
+		{"198.51.100.0/24", "198.51.100.0/24"},
+		{" 10.0.0.0/8 ", "10.0.0.0/8"}, // surrounding space is trimmed
+		{"2001:db8::/32", "2001:db8::/32"},
+	} {
+		p, err := Parse(tc.in)
+		if err != nil || p.String() != tc.want {
+			t.Errorf("Parse(%q) = %v, %v; want %s", tc.in, p, err, tc.want)
 		}
 	}
 	for _, in := range []string{"", "10.0.0", "10.0.0.1/33", "2001:db8::/129", "10.0.0.1/8", "::ffff:10.0.0.1", "fe80::1%eth0", "host.example", "1.2.3.4/-1"} {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,14 @@ import (
 
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 )
+
+// writeFile writes a file the daemon reads.
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // startDaemon runs `tierwall run` in the host namespace of the lab and
 // waits for its API; the daemon's output is logged if the test fails.
@@ -109,9 +118,9 @@ func TestDaemonBansUnbansAndSurvivesKill(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "api.sock")
 	tokenFile := filepath.Join(dir, "token")
-	os.WriteFile(tokenFile, []byte("0123456789abcdef-secret\n"), 0o600)
+	writeFile(t, tokenFile, []byte("0123456789abcdef-secret\n"))
 	feed := filepath.Join(dir, "feed.txt")
-	os.WriteFile(feed, []byte("# threat feed\n"), 0o600)
+	writeFile(t, feed, []byte("# threat feed\n"))
 	cfgPath := filepath.Join(dir, "tierwall.yaml")
 	cfg := fmt.Sprintf(`interface: %s
 interval: 200ms
@@ -136,7 +145,7 @@ api:
   token_file: %s
   max_body: 1024
 `, ifHost, filepath.Join(dir, "state.json"), nsNic, ifWire, ifHPort, feed, sock, tokenFile)
-	os.WriteFile(cfgPath, []byte(cfg), 0o600)
+	writeFile(t, cfgPath, []byte(cfg))
 
 	d := startDaemon(t, cfgPath, sock)
 	c := apiClient(sock)
@@ -296,16 +305,19 @@ api:
 
 	// Threat lists: a prefix added to the feed is banned, and lifted when
 	// it leaves the feed.
-	os.WriteFile(feed, []byte("# threat feed\n203.0.113.128/25\n"), 0o600)
+	writeFile(t, feed, []byte("# threat feed\n203.0.113.128/25\n"))
 	waitFor(t, "the listed prefix banned", 5*time.Second, func() bool { return bans(t, c)["203.0.113.128/25"].Detector == "list" })
-	os.WriteFile(feed, []byte("# threat feed, emptied\n"), 0o600)
+	writeFile(t, feed, []byte("# threat feed, emptied\n"))
 	waitFor(t, "the delisted prefix unbanned", 5*time.Second, func() bool { _, ok := bans(t, c)["203.0.113.128/25"]; return !ok })
 
 	// The CLI goes through the running daemon: its bans, its rails.
 	cli := func(args ...string) (string, int) {
 		out, err := exec.Command(bin, append([]string{"-n", nsNHost, "--socket", sock}, args...)...).CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
 		}
 		return string(out), 0
 	}
@@ -331,7 +343,7 @@ api:
 
 	// SIGHUP: a broken file is refused and the running configuration kept;
 	// a good one takes effect.
-	os.WriteFile(cfgPath, []byte(cfg+"interval: 5ms\n"), 0o600)
+	writeFile(t, cfgPath, []byte(cfg+"interval: 5ms\n"))
 	d.Cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, "the refused reload in the log", 5*time.Second, func() bool {
 		return strings.Contains(d.Output(), "reload refused")
@@ -339,7 +351,7 @@ api:
 	if code, _ := call(t, c, "GET", "/v1/status", ""); code != 200 {
 		t.Fatalf("daemon gone after a bad reload: %d", code)
 	}
-	os.WriteFile(cfgPath, []byte(strings.Replace(cfg, "rails:\n", "rails:\n  monitor_only: true\n", 1)), 0o600)
+	writeFile(t, cfgPath, []byte(strings.Replace(cfg, "rails:\n", "rails:\n  monitor_only: true\n", 1)))
 	d.Cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, "monitor-only after reload", 5*time.Second, func() bool {
 		_, b := call(t, c, "GET", "/v1/status", "")

@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -70,7 +71,8 @@ func tw(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(buildTierwall(t), append([]string{"--netns", nsRx, "--direct"}, args...)...)
 	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		return string(out), ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
@@ -113,21 +115,32 @@ func setup(t *testing.T) {
 func inNS(t *testing.T, name string, f func()) {
 	t.Helper()
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
+		runtime.UnlockOSThread()
 		t.Fatal(err)
 	}
 	defer orig.Close()
 	ns, err := netns.GetFromName(name)
 	if err != nil {
+		runtime.UnlockOSThread()
 		t.Fatal(err)
 	}
 	defer ns.Close()
 	if err := netns.Set(ns); err != nil {
+		runtime.UnlockOSThread() // setns failed: still in orig
 		t.Fatal(err)
 	}
-	defer netns.Set(orig)
+	// Unlock only a thread that is back in its own namespace, also when f
+	// ends in t.Fatal. If restoring fails, panic with the thread still
+	// locked, so that no other goroutine ever runs on it in the wrong
+	// namespace (the test binary exits; a locked thread is never reused).
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(fmt.Sprintf("restoring the network namespace after %s: %v", name, err))
+		}
+		runtime.UnlockOSThread()
+	}()
 	f()
 }
 
@@ -151,12 +164,15 @@ func listen(t *testing.T) *receiver {
 }
 
 // drain counts datagrams per source until the sockets stay quiet.
-func (r *receiver) drain() map[netip.Addr]int {
+func (r *receiver) drain(t *testing.T) map[netip.Addr]int {
+	t.Helper()
 	got := map[netip.Addr]int{}
 	buf := make([]byte, 2048)
 	for _, c := range []*net.UDPConn{r.c4, r.c6} {
 		for {
-			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			if err := c.SetReadDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
 			_, from, err := c.ReadFromUDPAddrPort(buf)
 			if err != nil {
 				break
@@ -260,7 +276,7 @@ func TestBlockOverVeth(t *testing.T) {
 
 	// The attaching process has exited: the pinned link keeps filtering.
 	send(t, append(append([]netip.Addr{}, blocked...), clean...), perSrc)
-	got := r.drain()
+	got := r.drain(t)
 	for _, s := range blocked {
 		if got[s] != 0 {
 			t.Errorf("%d packets from blocked %s arrived", got[s], s)
@@ -288,7 +304,7 @@ func TestBlockOverVeth(t *testing.T) {
 		t.Fatalf("rules changed across re-attach:\n%v\n%v", rs, after)
 	}
 	send(t, blocked[:1], perSrc)
-	if got := r.drain(); got[blocked[0]] != 0 {
+	if got := r.drain(t); got[blocked[0]] != 0 {
 		t.Errorf("blocked source got through after re-attach")
 	}
 	if n := rules(t)["192.0.2.1/32"].Packets; n != 2*perSrc {
@@ -298,14 +314,14 @@ func TestBlockOverVeth(t *testing.T) {
 	// Unblock: traffic flows again.
 	mustTw(t, "block", "del", "192.0.2.1")
 	send(t, blocked[:1], perSrc)
-	if got := r.drain(); got[blocked[0]] != perSrc {
+	if got := r.drain(t); got[blocked[0]] != perSrc {
 		t.Errorf("%d of %d packets arrived after unblock", got[blocked[0]], perSrc)
 	}
 
 	// Detach: everything passes and the pinned state is gone.
 	mustTw(t, "detach", ifRx)
 	send(t, blocked[1:2], perSrc)
-	if got := r.drain(); got[blocked[1]] != perSrc {
+	if got := r.drain(t); got[blocked[1]] != perSrc {
 		t.Errorf("%d of %d packets arrived after detach", got[blocked[1]], perSrc)
 	}
 	if _, code := tw(t, "stats"); code != 2 {

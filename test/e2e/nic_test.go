@@ -360,7 +360,9 @@ func TestNICModes(t *testing.T) {
 		got := map[netip.Addr]int{}
 		buf := make([]byte, 2048)
 		for {
-			recv.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			if err := recv.SetReadDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
 			_, from, err := recv.ReadFromUDPAddrPort(buf)
 			if err != nil {
 				return got

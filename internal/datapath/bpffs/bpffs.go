@@ -186,7 +186,11 @@ func UpdatePinnedLink(lp string, prog *ebpf.Program, ifindex int) (updated, defu
 		}
 		return true, false, nil
 	}
-	old.Unpin()
+	// A pin left behind would make the caller's new link fail to pin,
+	// with an error that hides this one.
+	if err := old.Unpin(); err != nil {
+		return false, false, fmt.Errorf("unpinning defunct link: %w", err)
+	}
 	return false, true, nil
 }
 

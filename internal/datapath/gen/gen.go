@@ -120,7 +120,7 @@ func genConfig(t []byte) (*trafgenTwGenConfig, error) {
 			return nil, fmt.Errorf("%w: short IPv6 template", datapath.ErrInvalid)
 		}
 		if !netip.AddrFrom16([16]byte(t[14+8 : 14+24])).IsUnspecified() {
-			return nil, fmt.Errorf("%w: template source must be ::", datapath.ErrInvalid)
+			return nil, fmt.Errorf("%w: template source must be unspecified (::)", datapath.ErrInvalid)
 		}
 		c.Family, proto, l4 = 6, t[14+6], 14+40
 	default:

@@ -372,7 +372,7 @@ func Detach(wire, pinRoot string) error {
 		return fmt.Errorf("%w: no NIC stage on %s", datapath.ErrNotAttached, wire)
 	}
 	if l, err := link.LoadPinnedLink(filepath.Join(dir, bpffs.LinkPin), nil); err == nil {
-		l.Unpin()
+		_ = l.Unpin() // RemoveAll below deletes the pin too, and reports it if it cannot
 		l.Close()
 	}
 	return os.RemoveAll(dir)

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -19,11 +20,15 @@ import (
 // on the lab's host while an attack of n sources runs at each rate, with
 // the mitigation already in place (Fig. 4). Rates are packets/s sent; 0
 // is the no-attack reference, and the last is the generator's full rate.
-func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) ([]Row, error) {
+func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) (_ []Row, err error) {
 	if err := lab.Up(); err != nil {
 		return nil, err
 	}
-	defer lab.Down()
+	defer func() {
+		if derr := lab.Down(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
 	if err := lab.StartNginx(); err != nil {
 		return nil, err
 	}
@@ -51,13 +56,16 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) ([]Row
 				}
 				r, err := httpCell(ctx, mech, n, rate, src, dst, p.Duration)
 				if err != nil {
-					teardown()
+					_ = teardown() // the measurement's error is the one to report
 					return rows, err
 				}
 				fmt.Fprintf(p.Log, "eval: http %-12s %5d attackers at %5.2f Mpps: %.0f requests/s\n", mech, n, r.SentMpps, r.Extra)
 				rows = append(rows, r)
 			}
-			teardown()
+			// The next setup attaches to the same interfaces.
+			if err := teardown(); err != nil {
+				return rows, fmt.Errorf("%s: tearing down: %w", mech, err)
+			}
 		}
 	}
 	return rows, nil
@@ -66,7 +74,7 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) ([]Row
 // httpSetup installs the mitigation for n attackers: rules, NIC mode and
 // (hybrid, nic-hw) the heaviest sources in the NIC table. With uniform
 // attackers any K of them are the top-K; the first K are installed.
-func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur time.Duration) (func(), error) {
+func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur time.Duration) (func() error, error) {
 	srcs, err := trafgen.Addresses(lab.AttackNet4, n)
 	if err != nil {
 		return nil, err
@@ -84,18 +92,25 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 		}); err != nil {
 			return nil, err
 		}
-		sh("ip", "netns", "exec", lab.NSHost, "ethtool", "-K", lab.IfHost, "gro", "on")
 		m := iptablesRaw{}
-		teardown := func() {
-			inNS(lab.NSHost, -1, func() error { m.Teardown(); return nil })
+		teardown := func() error {
+			err := inNS(lab.NSHost, -1, m.Teardown)
 			nic.Close()
-			inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
+			return errors.Join(err, inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") }))
 		}
-		if err := inNS(lab.NSHost, -1, func() error { return m.Setup(lab.IfHost, srcs) }); err != nil {
-			teardown()
+		// On the error paths the setup's error is the one to report.
+		if _, err := sh("ip", "netns", "exec", lab.NSHost, "ethtool", "-K", lab.IfHost, "gro", "on"); err != nil {
+			_ = teardown()
 			return nil, err
 		}
-		pinNAPI(lab.NSHost, lab.IfHost, rxCPU)
+		if err := inNS(lab.NSHost, -1, func() error { return m.Setup(lab.IfHost, srcs) }); err != nil {
+			_ = teardown()
+			return nil, err
+		}
+		if err := pinNAPI(lab.NSHost, lab.IfHost, rxCPU); err != nil {
+			_ = teardown()
+			return nil, err
+		}
 		return teardown, nil
 	}
 	nic, _, teardown, err := labMode(mode, srcs)
@@ -105,7 +120,7 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 	if mode == nicstage.Hybrid || mode == nicstage.HW {
 		for _, a := range srcs[:min(len(srcs), nic.Caps().Capacity)] {
 			if _, err := nic.Install(ctx, tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}); err != nil {
-				teardown()
+				_ = teardown() // the install error is the one to report
 				return nil, err
 			}
 		}

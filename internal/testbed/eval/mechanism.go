@@ -27,7 +27,9 @@ type Mechanism interface {
 	MaxRules() int
 	Setup(iface string, srcs []netip.Addr) error
 	Dropped() (uint64, error)
-	Teardown()
+	// Teardown removes what Setup made. The next mechanism is measured on
+	// the same interface, so a failure must not pass unnoticed.
+	Teardown() error
 }
 
 func sh(args ...string) (string, error) {
@@ -71,12 +73,13 @@ func (m *tierwallHost) Dropped() (uint64, error) {
 	}
 	return s.Verdicts["drop_exact"].Packets, nil
 }
-func (m *tierwallHost) Teardown() {
-	if m.d != nil {
-		iface := m.d.Iface
-		m.d.Close()
-		datapath.Detach(iface, "")
+func (m *tierwallHost) Teardown() error {
+	if m.d == nil {
+		return nil
 	}
+	iface := m.d.Iface
+	m.d.Close()
+	return datapath.Detach(iface, "")
 }
 
 // --- iptables (legacy: one rule per source, matched linearly) ----------
@@ -116,7 +119,10 @@ func (iptablesRaw) Dropped() (uint64, error) {
 	}
 	return sumDropCounters(out), nil
 }
-func (iptablesRaw) Teardown() { sh("iptables-legacy", "-t", "raw", "-F", "PREROUTING") }
+func (iptablesRaw) Teardown() error {
+	_, err := sh("iptables-legacy", "-t", "raw", "-F", "PREROUTING")
+	return err
+}
 
 // --- ipset hash:ip with one iptables rule ------------------------------
 
@@ -143,9 +149,12 @@ func (ipsetOne) Dropped() (uint64, error) {
 	}
 	return sumDropCounters(out), nil
 }
-func (ipsetOne) Teardown() {
-	sh("iptables-legacy", "-t", "raw", "-F", "PREROUTING")
-	sh("ipset", "destroy", "twe-bl")
+func (ipsetOne) Teardown() error {
+	if _, err := sh("iptables-legacy", "-t", "raw", "-F", "PREROUTING"); err != nil {
+		return err
+	}
+	_, err := sh("ipset", "destroy", "twe-bl")
+	return err
 }
 
 // --- nftables set, in prerouting or in a netdev ingress chain ----------
@@ -197,12 +206,13 @@ func (m nftSet) Dropped() (uint64, error) {
 	}
 	return strconv.ParseUint(mm[1], 10, 64)
 }
-func (m nftSet) Teardown() {
+func (m nftSet) Teardown() error {
 	family := "ip"
 	if m.netdev {
 		family = "netdev"
 	}
-	sh("nft", "delete", "table", family, "twe")
+	_, err := sh("nft", "delete", "table", family, "twe")
+	return err
 }
 
 // --- xdp-filter (xdp-tools): at most 10K addresses ---------------------
@@ -240,10 +250,12 @@ func (m *xdpFilter) Dropped() (uint64, error) {
 	}
 	return strconv.ParseUint(mm[1], 10, 64)
 }
-func (m *xdpFilter) Teardown() {
-	if m.iface != "" {
-		sh("xdp-filter", "unload", m.iface, "--all")
+func (m *xdpFilter) Teardown() error {
+	if m.iface == "" {
+		return nil
 	}
+	_, err := sh("xdp-filter", "unload", m.iface, "--all")
+	return err
 }
 
 // HostMechanisms are the software mechanisms compared on one interface.

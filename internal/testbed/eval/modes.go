@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"time"
@@ -30,11 +31,15 @@ func modeName(m nicstage.Mode) string {
 
 // LabModes measures each mode's drop rate on the lab: generator → NIC
 // stage → host, all receive-side work pinned to one CPU.
-func LabModes(ctx context.Context, p Params) ([]Row, error) {
+func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 	if err := lab.Up(); err != nil {
 		return nil, err
 	}
-	defer lab.Down()
+	defer func() {
+		if derr := lab.Down(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
 	src, err := macOf(lab.NSInet, lab.IfInet)
 	if err != nil {
 		return nil, err
@@ -75,7 +80,13 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 	if err != nil {
 		return Row{}, err
 	}
-	defer detach()
+	// The next cell attaches to the same interfaces: a failed detach
+	// must not pass unnoticed.
+	defer func() {
+		if derr := detach(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
 
 	spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: src, DstMAC: dst, Dst: lab.Host4, Sources: n, Dist: d, Seed: uint64(n)}
 	flood := func(t time.Duration) (*trafgen.Report, error) {
@@ -122,8 +133,9 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 		if err != nil {
 			return Row{}, err
 		}
-		t0 := time.Now()
-		off.Step(ctx, t0, c0)
+		if _, err := off.Step(ctx, time.Now(), c0); err != nil {
+			return Row{}, err
+		}
 		if _, err := flood(dur / 2); err != nil {
 			return Row{}, err
 		}
@@ -176,7 +188,7 @@ func hostPrefixes(as []netip.Addr) []netip.Prefix {
 // labMode attaches the emulated NIC in mode and tierwall's filter where
 // that mode runs it (the host, or the NIC's CPU) with srcs blocked.
 // detach removes both; the NIC table is left empty for the caller.
-func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *datapath.Datapath, detach func(), err error) {
+func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *datapath.Datapath, detach func() error, err error) {
 	if err := inNS(lab.NSNic, -1, func() error {
 		var e error
 		nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: mode, CPURate: NICCPURate})
@@ -184,9 +196,9 @@ func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *da
 	}); err != nil {
 		return nil, nil, nil, err
 	}
-	detachNIC := func() {
+	detachNIC := func() error {
 		nic.Close()
-		inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
+		return inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
 	}
 	fns, fif, opts := lab.NSHost, lab.IfHost, datapath.Options{}
 	if mode == nicstage.HW || mode == nicstage.CPU {
@@ -200,14 +212,24 @@ func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *da
 		}
 		return dp.BlockBulk(srcs)
 	}); err != nil {
-		detachNIC()
+		_ = detachNIC() // the attach error is the one to report
 		return nil, nil, nil, err
 	}
-	pinNAPI(lab.NSNic, lab.IfWire, rxCPU)
-	pinNAPI(lab.NSHost, lab.IfHost, rxCPU)
-	return nic, dp, func() {
+	detach = func() error {
 		dp.Close()
-		inNS(fns, -1, func() error { return datapath.Detach(fif, "") })
-		detachNIC()
-	}, nil
+		err := inNS(fns, -1, func() error { return datapath.Detach(fif, "") })
+		return errors.Join(err, detachNIC())
+	}
+	// The NIC stage's XDP gives the wire a NAPI to pin. The host's veth
+	// has one only with XDP on it, i.e. with the filter (host, hybrid):
+	// in the NIC modes there may be nothing to pin there.
+	if err := pinNAPI(lab.NSNic, lab.IfWire, rxCPU); err != nil {
+		_ = detach() // the pinning error is the one to report
+		return nil, nil, nil, err
+	}
+	if err := pinNAPI(lab.NSHost, lab.IfHost, rxCPU); err != nil && fns == lab.NSHost {
+		_ = detach() // the pinning error is the one to report
+		return nil, nil, nil, err
+	}
+	return nic, dp, detach, nil
 }

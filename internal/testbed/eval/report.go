@@ -192,9 +192,13 @@ func Report(dir, mdPath string, rows []Row, o Options, started time.Time) error 
 				sort.Slice(s[k], func(i, j int) bool { return s[k][i].X < s[k][j].X })
 				args = append(args, k, s[k])
 			}
-			plotutil.AddLinePoints(p, args...)
+			if err := plotutil.AddLinePoints(p, args...); err != nil {
+				return fmt.Errorf("fig4-%d: %w", n, err)
+			}
 			for _, ext := range []string{"png", "svg"} {
-				p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, fmt.Sprintf("fig4-%d.%s", n, ext)))
+				if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, fmt.Sprintf("fig4-%d.%s", n, ext))); err != nil {
+					return err
+				}
 			}
 		}
 	}

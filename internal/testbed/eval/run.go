@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -89,7 +90,9 @@ func pinNAPI(ns, iface string, cpu int) error {
 		if strings.HasPrefix(strings.TrimSpace(string(comm)), "napi/"+iface) {
 			var set unix.CPUSet
 			set.Set(cpu)
-			unix.SchedSetaffinity(pid, &set)
+			if err := unix.SchedSetaffinity(pid, &set); err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: gone since listed
+				return fmt.Errorf("pinning %s to CPU %d: %w", strings.TrimSpace(string(comm)), cpu, err)
+			}
 		}
 	}
 	return nil
@@ -167,25 +170,32 @@ func DropRate(ctx context.Context, p Params) ([]Row, error) {
 			if err != nil {
 				return rows, err
 			}
+			// On the error paths the first error is the one to report; the
+			// teardown of a partial setup fails on what was never made.
 			if err := inNS(nsRx, -1, func() error { return m.Setup(ifRx, srcs) }); err != nil {
-				inNS(nsRx, -1, func() error { m.Teardown(); return nil })
+				_ = inNS(nsRx, -1, m.Teardown)
 				return rows, fmt.Errorf("%s with %d rules: %w", m.Name(), n, err)
 			}
-			pinNAPI(nsRx, ifRx, rxCPU)
+			if err := pinNAPI(nsRx, ifRx, rxCPU); err != nil {
+				_ = inNS(nsRx, -1, m.Teardown)
+				return rows, err
+			}
 			for _, d := range p.Dists {
 				if ctx.Err() != nil {
 					break
 				}
 				r, err := medianOf(p.Repeat, func() (Row, error) { return measure(ctx, m, n, d, src, dst, p.Duration) })
 				if err != nil {
-					inNS(nsRx, -1, func() error { m.Teardown(); return nil })
+					_ = inNS(nsRx, -1, m.Teardown)
 					return rows, err
 				}
 				r.Figure = "drop-rate"
 				fmt.Fprintf(p.Log, "eval: %-15s %-8s %7d sources: sent %.2f Mpps, dropped %.3f Mpps, rx CPU %.0f%%\n", r.Mechanism, r.Dist, n, r.SentMpps, r.DropMpps, r.CPUPct)
 				rows = append(rows, r)
 			}
-			inNS(nsRx, -1, func() error { m.Teardown(); return nil })
+			if err := inNS(nsRx, -1, m.Teardown); err != nil {
+				return rows, fmt.Errorf("tearing down %s: %w", m.Name(), err)
+			}
 		}
 	}
 	return rows, ctx.Err()

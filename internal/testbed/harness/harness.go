@@ -39,7 +39,9 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.w != nil {
-		s.w.Write(p)
+		// The copy is best effort: failing this Write would stop exec's
+		// copier and so the daemon's output, captured or not.
+		_, _ = s.w.Write(p)
 	}
 	return s.b.Write(p)
 }

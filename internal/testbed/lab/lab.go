@@ -62,11 +62,6 @@ func run(args ...string) error {
 	return nil
 }
 
-func nsExists(name string) bool {
-	_, err := os.Stat("/run/netns/" + name)
-	return err == nil
-}
-
 // Namespaces lists the lab's namespaces that exist.
 func Namespaces() []string {
 	ents, _ := os.ReadDir("/run/netns")
@@ -120,7 +115,7 @@ func Up() error {
 	)
 	for _, s := range steps {
 		if err := run(s...); err != nil {
-			Down()
+			_ = Down() // the step's error is the one to report; the next Up clears what is left
 			return fmt.Errorf("lab up: %w", err)
 		}
 	}

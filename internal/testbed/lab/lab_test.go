@@ -11,7 +11,11 @@ import (
 
 func TestUpIdempotentDownComplete(t *testing.T) {
 	testutil.RequireRoot(t)
-	t.Cleanup(func() { Down() })
+	t.Cleanup(func() {
+		if err := Down(); err != nil {
+			t.Error(err)
+		}
+	})
 	if err := Up(); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +48,9 @@ func TestUpIdempotentDownComplete(t *testing.T) {
 	// A crash half-way: one namespace gone, a process left inside another.
 	exec.Command("ip", "netns", "del", NSNic).Run()
 	sleeper := exec.Command("ip", "netns", "exec", NSHost, "sleep", "60")
-	sleeper.Start()
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
 	if err := Ready(); err == nil {
 		t.Fatal("a lab without its NIC namespace reported ready")
 	}

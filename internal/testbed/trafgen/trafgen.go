@@ -298,7 +298,7 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 			// Pace: sleep until the schedule catches up with what was sent.
 			if ahead := time.Duration(rep.Sent*uint64(time.Second)/s.Rate) - time.Since(start); ahead > 0 {
 				select {
-				case <-time.After(min(ahead, end.Sub(time.Now()))):
+				case <-time.After(min(ahead, time.Until(end))):
 				case <-ctx.Done():
 				}
 			}

@@ -291,8 +291,15 @@ func (t *Table) Install(ctx context.Context, r tier.Rule) (time.Duration, error)
 	// rule must not leave it recorded as offloaded.
 	back, err := t.read(loc)
 	if err != nil || back != r {
-		t.del(loc)
-		return 0, fmt.Errorf("%w: %s at location %d (read back %+v, %v)", tier.ErrNotInHardware, r.Match, loc, back, err)
+		err = fmt.Errorf("%w: %s at location %d (read back %+v, %v)", tier.ErrNotInHardware, r.Match, loc, back, err)
+		if derr := t.del(loc); derr != nil {
+			// Whatever the driver holds at loc may still be there: keep
+			// the location marked used so that no later rule is written
+			// over it (Open re-adopts it on the next start).
+			t.used[loc] = true
+			return 0, errors.Join(err, fmt.Errorf("deleting n-tuple rule %d on %s: %w", loc, t.iface, derr))
+		}
+		return 0, err
 	}
 	t.rules[r.Match] = loc
 	t.used[loc] = true
