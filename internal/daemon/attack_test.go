@@ -281,7 +281,9 @@ func TestReconcileDoesNotAdoptExpiredBans(t *testing.T) {
 	// A rule only in the data plane (added by the CLI) is adopted as an
 	// operator ban; one missing from the data plane is restored.
 	cli := netip.MustParsePrefix("203.0.113.0/24")
-	h.dp.Block(cli)
+	if err := h.dp.Block(cli); err != nil {
+		t.Fatal(err)
+	}
 	d3, err := newDaemon(cfg, "", quietLog(), h.dp, nil, later)
 	if err != nil {
 		t.Fatal(err)

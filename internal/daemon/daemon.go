@@ -806,8 +806,7 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 				if errors.Is(err, datapath.ErrOrphaned) {
 					// Writing on would protect nothing: exit non-zero so the
 					// service manager starts a daemon that re-adopts.
-					d.shutdown()
-					return fmt.Errorf("the filter on %s is no longer this daemon's: %w", d.cfg.Interface, err)
+					return errors.Join(fmt.Errorf("the filter on %s is no longer this daemon's: %w", d.cfg.Interface, err), d.shutdown())
 				}
 			}
 		case f := <-d.reqs:
