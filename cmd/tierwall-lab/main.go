@@ -29,20 +29,8 @@ var g struct {
 func main() { cli.Main(newRoot()) }
 
 func newRoot() *cobra.Command {
-	root := &cobra.Command{
-		Use:           "tierwall-lab",
-		Short:         "tierwall's testbed: lab, traffic generator, demo, evaluation",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if g.netns != "" {
-				return cli.EnterNetns(g.netns)
-			}
-			return nil
-		},
-	}
+	root := cli.NewRoot("tierwall-lab", "tierwall's testbed: lab, traffic generator, demo, evaluation", &g.netns)
 	pf := root.PersistentFlags()
-	pf.StringVarP(&g.netns, "netns", "n", "", "run in the named network namespace (from /run/netns)")
 	pf.StringVar(&g.tierwall, "tierwall", "", "the tierwall binary to drive (default: the one beside this command, else $PATH)")
 	root.AddCommand(newGen(), newLab(), newDemo(), newEval())
 	return root

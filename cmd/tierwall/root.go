@@ -22,20 +22,8 @@ type globals struct {
 var g globals
 
 func newRoot() *cobra.Command {
-	root := &cobra.Command{
-		Use:           "tierwall",
-		Short:         "XDP DDoS filter and flow feature extraction, across NIC, kernel and user space",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if g.netns != "" {
-				return cli.EnterNetns(g.netns)
-			}
-			return nil
-		},
-	}
+	root := cli.NewRoot("tierwall", "XDP DDoS filter and flow feature extraction, across NIC, kernel and user space", &g.netns)
 	pf := root.PersistentFlags()
-	pf.StringVarP(&g.netns, "netns", "n", "", "run in the named network namespace (from /run/netns)")
 	pf.StringVar(&g.pinRoot, "bpffs", "", "bpffs mount to pin under (default /sys/fs/bpf, mounted if missing)")
 	_ = pf.MarkHidden("bpffs")
 	pf.StringVar(&g.socket, "socket", "/run/tierwall/api.sock", "daemon API socket: block/allow go through a running daemon")

@@ -99,3 +99,23 @@ func PrintJSON(v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// NewRoot is a command's root: errors are printed once by Main, and -n
+// NAME (stored in *netns) moves the calling thread into that network
+// namespace before any subcommand runs.
+func NewRoot(use, short string, netns *string) *cobra.Command {
+	root := &cobra.Command{
+		Use:           use,
+		Short:         short,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if *netns != "" {
+				return EnterNetns(*netns)
+			}
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVarP(netns, "netns", "n", "", "run in the named network namespace (from /run/netns)")
+	return root
+}

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -148,35 +147,9 @@ api:
 	writeFile(t, cfgPath, []byte(cfg))
 
 	d := startDaemon(t, cfgPath, sock)
-	c := apiClient(sock)
-	waitFor(t, "the API", 10*time.Second, func() bool { code, _ := call(t, c, "GET", "/v1/status", ""); return code == 200 })
+	c := apiClient(sock) // the harness waited for the API
 
-	var recv *net.UDPConn
-	var err error
-	inNS(t, nsNHost, func() {
-		recv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: hostAddr.AsSlice(), Port: port})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer recv.Close()
-	var mu sync.Mutex
-	delivered := map[netip.Addr]int{}
-	counting := false
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			_, from, err := recv.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			if counting {
-				delivered[from.Addr().Unmap()]++
-			}
-			mu.Unlock()
-		}
-	}()
+	hc := countHost(t, false)
 
 	var attackers []netip.Addr
 	for i := 1; i <= 20; i++ {
@@ -230,24 +203,24 @@ api:
 	})
 	// From now on no attacker packet may reach the socket.
 	time.Sleep(300 * time.Millisecond)
-	mu.Lock()
-	counting = true
-	mu.Unlock()
+	hc.mu.Lock()
+	hc.on = true
+	hc.mu.Unlock()
 	time.Sleep(time.Second)
 
 	// kill -9 mid-attack: the data plane keeps dropping.
 	d.Kill()
 	time.Sleep(time.Second)
-	mu.Lock()
+	hc.mu.Lock()
 	for _, a := range attackers {
-		if delivered[a] != 0 {
-			t.Errorf("banned %s reached the socket %d times (with or without the daemon)", a, delivered[a])
+		if hc.delivered[a] != 0 {
+			t.Errorf("banned %s reached the socket %d times (with or without the daemon)", a, hc.delivered[a])
 		}
 	}
-	if delivered[protected] == 0 || delivered[clean] == 0 {
-		t.Errorf("protected %d / clean %d packets delivered, want both > 0", delivered[protected], delivered[clean])
+	if hc.delivered[protected] == 0 || hc.delivered[clean] == 0 {
+		t.Errorf("protected %d / clean %d packets delivered, want both > 0", hc.delivered[protected], hc.delivered[clean])
 	}
-	mu.Unlock()
+	hc.mu.Unlock()
 
 	// Restart: the state file and the pinned state are reconciled at once.
 	start := time.Now()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -91,22 +92,13 @@ func mustTw(t *testing.T, args ...string) string {
 
 func setup(t *testing.T) {
 	testutil.RequireRoot(t)
-	cleanup := func() {
-		exec.Command("ip", "netns", "del", nsTx).Run()
-		exec.Command("ip", "netns", "del", nsRx).Run()
-		os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsRx)
+	cleanup, err := harness.VethPair(nsTx, ifTx, nsRx, ifRx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	cleanup()
 	t.Cleanup(cleanup)
-	sh(t, "ip", "netns", "add", nsTx)
-	sh(t, "ip", "netns", "add", nsRx)
-	sh(t, "ip", "link", "add", ifTx, "netns", nsTx, "type", "veth", "peer", "name", ifRx, "netns", nsRx)
 	sh(t, "ip", "-n", nsRx, "addr", "add", rx4.String()+"/24", "dev", ifRx)
 	sh(t, "ip", "-n", nsRx, "addr", "add", rx6.String()+"/64", "dev", ifRx, "nodad")
-	for _, a := range [][]string{{nsTx, ifTx}, {nsRx, ifRx}} {
-		sh(t, "ip", "-n", a[0], "link", "set", a[1], "up")
-		sh(t, "ip", "-n", a[0], "link", "set", "lo", "up")
-	}
 	// Spoofed sources must reach the socket when nothing blocks them.
 	sh(t, "ip", "netns", "exec", nsRx, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf."+ifRx+".rp_filter=0")
 }

@@ -143,28 +143,7 @@ func TestEmulatedNICOffloadsTopK(t *testing.T) {
 	}
 	defer nic.Close()
 
-	var recv *net.UDPConn
-	inNS(t, nsNHost, func() {
-		recv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: hostAddr.AsSlice(), Port: port})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer recv.Close()
-	var mu sync.Mutex
-	delivered := map[netip.Addr]int{}
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			_, from, err := recv.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			delivered[from.Addr().Unmap()]++
-			mu.Unlock()
-		}
-	}()
+	hc := countHost(t, true)
 
 	// 20 blocked sources (more than K), skewed: source i sends 10*(20-i).
 	var srcs []netip.Addr
@@ -309,14 +288,14 @@ func TestEmulatedNICOffloadsTopK(t *testing.T) {
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
 	for _, s := range srcs {
-		if delivered[s] != 0 {
-			t.Errorf("blocked %s: %d packets reached the socket", s, delivered[s])
+		if hc.delivered[s] != 0 {
+			t.Errorf("blocked %s: %d packets reached the socket", s, hc.delivered[s])
 		}
 	}
-	if delivered[clean] == 0 {
+	if hc.delivered[clean] == 0 {
 		t.Error("clean source never reached the socket through the NIC stage")
 	}
 }
@@ -348,14 +327,7 @@ func TestNICModes(t *testing.T) {
 	defer nic.Close()
 	defer d.Close()
 
-	var recv *net.UDPConn
-	inNS(t, nsNHost, func() {
-		recv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: hostAddr.AsSlice(), Port: port})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer recv.Close()
+	recv := listenHost(t)
 	count := func() map[netip.Addr]int {
 		got := map[netip.Addr]int{}
 		buf := make([]byte, 2048)
@@ -451,4 +423,48 @@ func TestNICModes(t *testing.T) {
 	if m, _ := nic.Stage().Mode(); m != nicstage.CPU {
 		t.Errorf("mode after re-attach %q", m)
 	}
+}
+
+// listenHost opens the UDP socket in the host namespace that counts what
+// reaches the host's stack; it is closed when the test ends.
+func listenHost(t *testing.T) *net.UDPConn {
+	t.Helper()
+	var recv *net.UDPConn
+	var err error
+	inNS(t, nsNHost, func() {
+		recv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: hostAddr.AsSlice(), Port: port})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { recv.Close() })
+	return recv
+}
+
+// hostCounter counts, per source, the datagrams that reach the host's
+// socket (while on).
+type hostCounter struct {
+	mu        sync.Mutex
+	delivered map[netip.Addr]int
+	on        bool
+}
+
+func countHost(t *testing.T, on bool) *hostCounter {
+	recv := listenHost(t)
+	hc := &hostCounter{delivered: map[netip.Addr]int{}, on: on}
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			_, from, err := recv.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			hc.mu.Lock()
+			if hc.on {
+				hc.delivered[from.Addr().Unmap()]++
+			}
+			hc.mu.Unlock()
+		}
+	}()
+	return hc
 }

@@ -32,11 +32,7 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) (_ []R
 	if err := lab.StartNginx(); err != nil {
 		return nil, err
 	}
-	src, err := macOf(lab.NSInet, lab.IfInet)
-	if err != nil {
-		return nil, err
-	}
-	dst, err := macOf(lab.NSHost, lab.IfHost)
+	src, dst, err := labMACs()
 	if err != nil {
 		return nil, err
 	}

@@ -40,11 +40,7 @@ func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 			err = derr
 		}
 	}()
-	src, err := macOf(lab.NSInet, lab.IfInet)
-	if err != nil {
-		return nil, err
-	}
-	dst, err := macOf(lab.NSHost, lab.IfHost)
+	src, dst, err := labMACs()
 	if err != nil {
 		return nil, err
 	}
@@ -232,4 +228,14 @@ func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *da
 		return nil, nil, nil, err
 	}
 	return nic, dp, detach, nil
+}
+
+// labMACs are the generator's source and destination MACs on the lab:
+// the internet side's port and the host's.
+func labMACs() (src, dst [6]byte, err error) {
+	if src, err = macOf(lab.NSInet, lab.IfInet); err != nil {
+		return src, dst, err
+	}
+	dst, err = macOf(lab.NSHost, lab.IfHost)
+	return src, dst, err
 }

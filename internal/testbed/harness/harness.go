@@ -145,3 +145,28 @@ func RemovePins(ns string) {
 	os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + ns)
 	os.RemoveAll("/sys/fs/bpf/tierwall-nic/ns:" + ns)
 }
+
+// VethPair makes two fresh network namespaces joined by a veth pair, both
+// ends up: ifA in nsA, ifB in nsB. Leftovers of a crashed run (the
+// namespaces, nsB's pinned filter state) are removed first. The returned
+// cleanup removes them again.
+func VethPair(nsA, ifA, nsB, ifB string) (cleanup func(), err error) {
+	cleanup = func() {
+		_ = exec.Command("ip", "netns", "del", nsA).Run() // may not exist
+		_ = exec.Command("ip", "netns", "del", nsB).Run()
+		RemovePins(nsB)
+	}
+	cleanup()
+	for _, c := range [][]string{
+		{"ip", "netns", "add", nsA}, {"ip", "netns", "add", nsB},
+		{"ip", "link", "add", ifA, "netns", nsA, "type", "veth", "peer", "name", ifB, "netns", nsB},
+		{"ip", "-n", nsA, "link", "set", ifA, "up"}, {"ip", "-n", nsB, "link", "set", ifB, "up"},
+		{"ip", "-n", nsA, "link", "set", "lo", "up"}, {"ip", "-n", nsB, "link", "set", "lo", "up"},
+	} {
+		if err := Run(c...); err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
+	return cleanup, nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"runtime"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"
 )
 
@@ -53,23 +53,15 @@ func inNS(t *testing.T, name string, f func()) {
 // tierwall filter (features on, nothing blocked) in the other.
 func lab(t *testing.T) (*datapath.Datapath, [6]byte, [6]byte) {
 	testutil.RequireRoot(t)
-	clean := func() {
-		exec.Command("ip", "netns", "del", nsTx).Run()
-		exec.Command("ip", "netns", "del", nsRx).Run()
-		os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsRx)
+	clean, err := harness.VethPair(nsTx, ifTx, nsRx, ifRx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	clean()
 	t.Cleanup(clean)
-	sh(t, "ip", "netns", "add", nsTx)
-	sh(t, "ip", "netns", "add", nsRx)
 	// Nothing but generated frames leaves the generator's side.
 	sh(t, "ip", "netns", "exec", nsTx, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
-	sh(t, "ip", "link", "add", ifTx, "netns", nsTx, "type", "veth", "peer", "name", ifRx, "netns", nsRx)
-	sh(t, "ip", "-n", nsTx, "link", "set", ifTx, "up")
-	sh(t, "ip", "-n", nsRx, "link", "set", ifRx, "up")
 	var d *datapath.Datapath
 	var src, dst [6]byte
-	var err error
 	inNS(t, nsRx, func() {
 		d, err = datapath.Attach(ifRx, datapath.Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 16, AllowCapacity: 16, FeatureCapacity: 1 << 14})
 		if ifc, e := net.InterfaceByName(ifRx); e == nil {
