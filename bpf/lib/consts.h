@@ -12,8 +12,9 @@ enum tw_layout {
 	TW_LAYOUT_VERSION = 2,
 };
 
-/* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad outer); eight
- * extension headers is more than any legitimate IPv6 packet carries. */
+/* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy
+ * 0x9100/0x9200 outer tag, any TPID at either depth); eight extension
+ * headers is more than any legitimate IPv6 packet carries. */
 #define TW_MAX_VLAN 2
 #define TW_MAX_EXT 8
 

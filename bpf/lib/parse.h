@@ -21,6 +21,11 @@
 
 #define TW_ETH_P_8021Q 0x8100
 #define TW_ETH_P_8021AD 0x88A8
+/* Pre-standard QinQ outer tags, still configured on switches and
+ * carrier gear: a tag the parser does not know would hide the packet
+ * inside it as non-IP and let a blocked source through. */
+#define TW_ETH_P_QINQ1 0x9100
+#define TW_ETH_P_QINQ2 0x9200
 #define TW_IP_OFFMASK 0x1fff
 
 struct tw_pkt {
@@ -147,6 +152,14 @@ static __always_inline int tw_parse_ipv6(void *l3, void *data_end,
 	return tw_parse_l4(cur, lim, data_end, p);
 }
 
+static __always_inline int tw_is_vlan(__be16 proto)
+{
+	return proto == bpf_htons(TW_ETH_P_8021Q) ||
+	       proto == bpf_htons(TW_ETH_P_8021AD) ||
+	       proto == bpf_htons(TW_ETH_P_QINQ1) ||
+	       proto == bpf_htons(TW_ETH_P_QINQ2);
+}
+
 static __always_inline int tw_parse(void *data, void *data_end,
 				    struct tw_pkt *p)
 {
@@ -157,8 +170,7 @@ static __always_inline int tw_parse(void *data, void *data_end,
 	__be16 proto = eth->h_proto;
 
 	for (int i = 0; i < TW_MAX_VLAN; i++) {
-		if (proto != bpf_htons(TW_ETH_P_8021Q) &&
-		    proto != bpf_htons(TW_ETH_P_8021AD))
+		if (!tw_is_vlan(proto))
 			break;
 		struct tw_vlan_hdr *vh = cur;
 		if ((void *)(vh + 1) > data_end)
@@ -166,8 +178,7 @@ static __always_inline int tw_parse(void *data, void *data_end,
 		proto = vh->proto;
 		cur = (void *)(vh + 1);
 	}
-	if (proto == bpf_htons(TW_ETH_P_8021Q) ||
-	    proto == bpf_htons(TW_ETH_P_8021AD))
+	if (tw_is_vlan(proto))
 		return TW_R_VLAN_DEPTH;
 
 	p->l3len = data_end - cur;

@@ -149,6 +149,54 @@ func wellFormed() []fixture {
 	return out
 }
 
+// retag rewrites the tag protocol identifiers of a built frame's VLAN
+// tags, outer first (pkt writes 0x8100, or 0x88A8 outside with QinQ).
+func retag(b []byte, tpids ...uint16) []byte {
+	for i, t := range tpids {
+		binary.BigEndian.PutUint16(b[12+4*i:], t)
+	}
+	return b
+}
+
+// tagged runs blocked, allowlisted and clean sources behind every tag
+// protocol the parser takes as VLAN, alone and stacked: a tag it did not
+// know would turn the packet into non-IP and let a blocked source pass.
+func tagged() []fixture {
+	var out []fixture
+	stacks := [][]uint16{
+		{pkt.Ether8021Q}, {pkt.Ether8021AD}, {0x9100}, {0x9200},
+		{0x9100, pkt.Ether8021Q}, {0x9200, pkt.Ether8021Q}, {pkt.Ether8021AD, pkt.Ether8021Q}, {0x9100, 0x9100},
+	}
+	srcs := []source{sources4[0], sources4[1], sources4[3], sources4[5], sources6[0], sources6[1], sources6[3], sources6[5]}
+	name := func(stack []uint16) string {
+		n := "tpid"
+		for _, t := range stack {
+			n += fmt.Sprintf("-%04x", t)
+		}
+		return n
+	}
+	for _, stack := range stacks {
+		for _, s := range srcs {
+			f := frameFor(netip.MustParseAddr(s.addr), encap{vlan: []uint16{100, 10}[:len(stack)]})
+			f.Proto = pkt.ProtoUDP
+			out = append(out, fixture{name: fmt.Sprintf("%s/%s/%s", name(stack), s.addr, s.name),
+				frame: retag(f.Build(), stack...), reason: s.reason, rule: s.rule})
+		}
+		// Cut inside the innermost tag.
+		f := frameFor(netip.MustParseAddr("192.0.2.1"), encap{vlan: []uint16{100, 10}[:len(stack)]})
+		f.Proto = pkt.ProtoUDP
+		b := retag(f.Build(), stack...)
+		out = append(out, fixture{name: name(stack) + "/cut-in-tag", frame: b[:14+4*(len(stack)-1)+2], reason: "malformed_vlan_trunc"})
+	}
+	// A third tag of any kind is one too many.
+	for _, stack := range [][]uint16{{0x9100, pkt.Ether8021Q, pkt.Ether8021Q}, {0x9200, 0x9100, pkt.Ether8021AD}, {pkt.Ether8021Q, pkt.Ether8021Q, 0x9100}} {
+		f := frameFor(netip.MustParseAddr("192.0.2.1"), encap{vlan: []uint16{1, 2, 3}})
+		f.Proto = pkt.ProtoUDP
+		out = append(out, fixture{name: name(stack) + "/depth", frame: retag(f.Build(), stack...), reason: "malformed_vlan_depth"})
+	}
+	return out
+}
+
 // setLen rewrites the IPv4 total length or IPv6 payload length.
 func setLen(b []byte, l3 int, n int) []byte {
 	if b[l3]>>4 == 4 {
@@ -382,7 +430,7 @@ func TestFixtures(t *testing.T) {
 	if err := d.Allow(mustPrefixes(t, allowRules)...); err != nil {
 		t.Fatal(err)
 	}
-	fixtures := append(wellFormed(), malformed()...)
+	fixtures := append(append(wellFormed(), malformed()...), tagged()...)
 	if len(fixtures) < 200 {
 		t.Fatalf("only %d fixtures", len(fixtures))
 	}
