@@ -26,6 +26,14 @@
  * inside it as non-IP and let a blocked source through. */
 #define TW_ETH_P_QINQ1 0x9100
 #define TW_ETH_P_QINQ2 0x9200
+/* Non-IP ethertypes counted by class: they pass unchecked, and the
+ * counters show how much does (MPLS and PPPoE sessions carry IP the filter
+ * does not look into). */
+#define TW_ETH_P_ARP 0x0806
+#define TW_ETH_P_MPLS_UC 0x8847
+#define TW_ETH_P_MPLS_MC 0x8848
+#define TW_ETH_P_PPPOE_DISC 0x8863
+#define TW_ETH_P_PPPOE_SES 0x8864
 #define TW_IP_OFFMASK 0x1fff
 
 struct tw_pkt {
@@ -160,6 +168,19 @@ static __always_inline int tw_is_vlan(__be16 proto)
 	       proto == bpf_htons(TW_ETH_P_QINQ2);
 }
 
+static __always_inline int tw_non_ip(__be16 proto)
+{
+	if (proto == bpf_htons(TW_ETH_P_ARP))
+		return TW_R_NON_IP_ARP;
+	if (proto == bpf_htons(TW_ETH_P_MPLS_UC) ||
+	    proto == bpf_htons(TW_ETH_P_MPLS_MC))
+		return TW_R_NON_IP_MPLS;
+	if (proto == bpf_htons(TW_ETH_P_PPPOE_DISC) ||
+	    proto == bpf_htons(TW_ETH_P_PPPOE_SES))
+		return TW_R_NON_IP_PPPOE;
+	return TW_R_NON_IP;
+}
+
 static __always_inline int tw_parse(void *data, void *data_end,
 				    struct tw_pkt *p)
 {
@@ -186,7 +207,7 @@ static __always_inline int tw_parse(void *data, void *data_end,
 		return tw_parse_ipv4(cur, data_end, p);
 	if (proto == bpf_htons(ETH_P_IPV6))
 		return tw_parse_ipv6(cur, data_end, p);
-	return TW_R_NON_IP;
+	return tw_non_ip(proto);
 }
 
 #endif

@@ -313,12 +313,35 @@ func malformed() []fixture {
 	add("vlan-depth-3", three.Build(), "malformed_vlan_depth")
 	three.QinQ = true
 	add("vlan-depth-3-qinq", three.Build(), "malformed_vlan_depth")
-	for _, et := range []uint16{pkt.EtherARP, 0x88CC, 0x8847, 0x0842} {
+	// Non-IP passes, counted by class. The MPLS and PPPoE session frames
+	// carry an IPv4 header from a blocked source: the filter does not
+	// look inside them, and the class counter is what shows it.
+	inner := eth
+	inner.Payload = []byte("tierwall")
+	ip := inner.Build()[14:]
+	for _, c := range []struct {
+		et      uint16
+		payload []byte
+		reason  string
+	}{
+		{pkt.EtherARP, make([]byte, 28), "non_ip_arp"},
+		{0x8847, append([]byte{0, 0x01, 0x01, 0x40}, ip...), "non_ip_mpls"}, // label 16, bottom of stack
+		{0x8848, append([]byte{0, 0x01, 0x01, 0x40}, ip...), "non_ip_mpls"},
+		{0x8863, make([]byte, 6), "non_ip_pppoe"},
+		{0x8864, append([]byte{0x11, 0, 0, 1, byte((len(ip) + 2) >> 8), byte(len(ip) + 2), 0, 0x21}, ip...), "non_ip_pppoe"},
+		{0x88CC, make([]byte, 28), "non_ip"}, // LLDP
+		{0x0842, make([]byte, 28), "non_ip"}, // Wake-on-LAN
+		{0x8035, make([]byte, 28), "non_ip"}, // RARP is not ARP's class
+		{0x86DE, make([]byte, 28), "non_ip"}, // one off IPv6
+	} {
 		for _, e := range encaps {
 			f := eth
-			f.EtherType, f.VLANs, f.QinQ, f.Payload = et, e.vlan, e.qinq, make([]byte, 28)
-			add(fmt.Sprintf("non-ip-%04x/%s", et, e.name), f.Build(), "non_ip")
+			f.EtherType, f.VLANs, f.QinQ, f.Payload = c.et, e.vlan, e.qinq, c.payload
+			add(fmt.Sprintf("non-ip-%04x/%s", c.et, e.name), f.Build(), c.reason)
 		}
+		f := eth
+		f.EtherType, f.VLANs, f.Payload = c.et, []uint16{100, 10}, c.payload
+		add(fmt.Sprintf("non-ip-%04x/tpid-9100-8100", c.et), retag(f.Build(), 0x9100, pkt.Ether8021Q), c.reason)
 	}
 	// Runts: frames shorter than an Ethernet header, cut from a frame
 	// whose source is blocked: they must not reach any rule.
