@@ -41,6 +41,7 @@ struct tw_pkt {
 	__u8 proto;    /* upper-layer protocol after extension headers */
 	__u8 syn;      /* TCP SYN without ACK */
 	__u8 nonfirst; /* non-first fragment: no L4 header here */
+	__u8 mapped;   /* IPv6 with an IPv4-mapped source, see tw_unmap */
 	__u32 src4;
 	__u32 dst4;
 	__u32 src6[4];
@@ -158,6 +159,30 @@ static __always_inline int tw_parse_ipv6(void *l3, void *data_end,
 	if (cur > data_end)
 		return TW_R_IP6_EXT_TRUNC;
 	return tw_parse_l4(cur, lim, data_end, p);
+}
+
+static __always_inline int tw_is_mapped(const __u32 *a)
+{
+	return a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0xffff);
+}
+
+/* An IPv6 packet from ::ffff:a.b.c.d is a packet from a.b.c.d: a
+ * dual-stack socket hands it to the application as that IPv4 peer, and
+ * rules only ever name the IPv4 form (they refuse mapped prefixes). So it
+ * becomes family 4 for the rule lookups and the feature key, with the
+ * destination unmapped too, or 0.0.0.0 when it has no IPv4 form; the IPv6
+ * addresses stay in src6/dst6. Other encodings of IPv4 in IPv6
+ * (::a.b.c.d, 64:ff9b::/96, 2002::/16) are routable IPv6 sources and stay
+ * IPv6. Called by the filter only: the NIC stage matches what hardware
+ * would, the header as it is. */
+static __always_inline void tw_unmap(struct tw_pkt *p)
+{
+	if (p->family != 6 || !tw_is_mapped(p->src6))
+		return;
+	p->family = 4;
+	p->mapped = 1;
+	p->src4 = p->src6[3];
+	p->dst4 = tw_is_mapped(p->dst6) ? p->dst6[3] : 0;
 }
 
 static __always_inline int tw_is_vlan(__be16 proto)

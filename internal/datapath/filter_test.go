@@ -41,6 +41,8 @@ var (
 		"2001:db8::1/128", "2001:db8:bad::/48", "2001:db8:a11::7/128", "2001:db8:a11:1::/64",
 		// exact rules inside a blocked prefix: the exact table is asked first
 		"198.51.100.9/32", "2001:db8:bad::9/128",
+		// 198.51.100.1 through NAT64: an IPv6 source, banned as one
+		"64:ff9b::c633:6401/128",
 	}
 	allowRules = []string{"203.0.113.0/24", "2001:db8:a11::/48"}
 )
@@ -69,6 +71,29 @@ var sources6 = []source{
 	{"allow-over-exact", "2001:db8:a11::7", "allowlisted", "2001:db8:a11::/48"},
 	{"allow-over-prefix", "2001:db8:a11:1::9", "allowlisted", "2001:db8:a11::/48"},
 	{"clean", "2001:db8:c1ea::1", "pass", ""},
+}
+
+// IPv4-mapped sources are IPv4 sources: the IPv4 rules and allowlist
+// decide, and their counters move.
+var sourcesMapped = []source{
+	{"mapped-exact", "::ffff:192.0.2.1", "drop_exact", "192.0.2.1/32"},
+	{"mapped-prefix", "::ffff:198.51.100.1", "drop_prefix", "198.51.100.0/24"},
+	{"mapped-exact-inside-prefix", "::ffff:198.51.100.9", "drop_exact", "198.51.100.9/32"},
+	{"mapped-allow-over-exact", "::ffff:203.0.113.7", "allowlisted", "203.0.113.0/24"},
+	{"mapped-allow-over-prefix", "::ffff:203.0.113.200", "allowlisted", "203.0.113.0/24"},
+	{"mapped-clean", "::ffff:10.9.9.9", "pass", ""},
+	{"mapped-neighbour-of-exact", "::ffff:192.0.2.2", "pass", ""},
+}
+
+var sourcesEmbedded = []source{
+	// The other encodings of an IPv4 address in IPv6 are routable IPv6
+	// sources: the IPv4 rules do not apply, IPv6 rules do.
+	{"compat-of-exact", "::192.0.2.1", "pass", ""},
+	{"6to4-of-exact", "2002:c000:201::1", "pass", ""},
+	{"nat64-of-exact", "64:ff9b::192.0.2.1", "pass", ""},
+	{"nat64-blocked-as-ipv6", "64:ff9b::198.51.100.1", "drop_exact", "64:ff9b::c633:6401/128"},
+	{"mapped-lookalike", "::fffe:192.0.2.1", "pass", ""},
+	{"mapped-lookalike-2", "0:0:1::ffff:192.0.2.1", "pass", ""},
 }
 
 type encap struct {
@@ -146,6 +171,8 @@ func wellFormed() []fixture {
 	}
 	gen(sources4, variants4)
 	gen(sources6, variants6)
+	gen(sourcesMapped, variants6)
+	gen(sourcesEmbedded, variants6[:3])
 	return out
 }
 
@@ -214,7 +241,7 @@ func malformed() []fixture {
 	}
 	// The source of each malformed frame is blocked or allowlisted: a
 	// malformed verdict must come first and not touch any rule counter.
-	for _, sa := range []string{"192.0.2.1", "203.0.113.7", "10.9.9.9", "2001:db8::1", "2001:db8:a11::7", "2001:db8:c1ea::1"} {
+	for _, sa := range []string{"192.0.2.1", "203.0.113.7", "10.9.9.9", "2001:db8::1", "2001:db8:a11::7", "2001:db8:c1ea::1", "::ffff:192.0.2.1", "::ffff:203.0.113.7"} {
 		src := netip.MustParseAddr(sa)
 		for _, e := range []encap{encaps[0], encaps[2]} {
 			base := frameFor(src, e)

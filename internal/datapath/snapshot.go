@@ -166,13 +166,25 @@ func drain(buf []filterTwFeatSlot, sz sizes) []Flow {
 	return flows
 }
 
+// flowOf decodes a key. The data plane already records an IPv4-mapped
+// source as family 4 (tw_unmap); a family-6 key with one, which no current
+// program writes, is unmapped here the same way, so no Flow ever carries a
+// source that no rule can name, and Src and Dst are of one family.
 func flowOf(k *filterTwFeatKey) Flow {
 	f := Flow{Proto: k.Proto}
 	if k.Family == 4 {
 		f.Src = netip.AddrFrom4([4]byte(k.Src[:4]))
 		f.Dst = netip.AddrFrom4([4]byte(k.Dst[:4]))
-	} else {
-		f.Src, f.Dst = netip.AddrFrom16(k.Src), netip.AddrFrom16(k.Dst)
+		return f
+	}
+	f.Src, f.Dst = netip.AddrFrom16(k.Src), netip.AddrFrom16(k.Dst)
+	if f.Src.Is4In6() {
+		f.Src = f.Src.Unmap()
+		if f.Dst.Is4In6() {
+			f.Dst = f.Dst.Unmap()
+		} else {
+			f.Dst = netip.IPv4Unspecified()
+		}
 	}
 	return f
 }

@@ -556,3 +556,105 @@ func TestExactTombstonesTrimmed(t *testing.T) {
 		t.Fatalf("%s dropped after unblock", as[0])
 	}
 }
+
+func TestMappedSourceAndIPv6Rules(t *testing.T) {
+	// A mapped source is IPv4 for the allowlist, but still on an IPv6
+	// packet for blocks: an IPv6 prefix covering ::ffff:0:0/96 drops it,
+	// an IPv6 allowlist entry covering it does not let it through.
+	d := loadTestDatapath(t)
+	if err := d.Block(mustPrefixes(t, []string{"::/80", "192.0.2.1/32"})...); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Allow(mustPrefixes(t, []string{"203.0.113.0/24"})...); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		src  string
+		want uint32
+	}{
+		{"::ffff:10.9.9.9", xdpDrop},    // by ::/80
+		{"::ffff:192.0.2.1", xdpDrop},   // by 192.0.2.1/32, before ::/80
+		{"::ffff:203.0.113.7", xdpPass}, // the IPv4 allowlist first
+		{"10.9.9.9", xdpPass},           // an IPv6 rule never touches IPv4
+		{"::10.9.9.9", xdpDrop},         // IPv4-compatible: IPv6, in ::/80
+		{"2001:db8::1", xdpPass},
+	} {
+		if got := verdictOf(t, d, netip.MustParseAddr(c.src)); got != c.want {
+			t.Errorf("%s: action %d, want %d", c.src, got, c.want)
+		}
+	}
+	cs, err := d.RuleCounters(mustPrefixes(t, []string{"::/80", "192.0.2.1/32"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p6, p4 := cs[netip.MustParsePrefix("::/80")].Packets, cs[netip.MustParsePrefix("192.0.2.1/32")].Packets; p6 != 2 || p4 != 1 {
+		t.Errorf("::/80 counted %d, 192.0.2.1/32 %d; want 2 and 1", p6, p4)
+	}
+
+	d2 := loadTestDatapath(t)
+	if err := d2.Block(mustPrefixes(t, []string{"192.0.2.1/32"})...); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Allow(mustPrefixes(t, []string{"::/80"})...); err != nil {
+		t.Fatal(err)
+	}
+	if got := verdictOf(t, d2, netip.MustParseAddr("::ffff:192.0.2.1")); got != xdpDrop {
+		t.Errorf("::ffff:192.0.2.1 under an IPv6 allow ::/80: action %d, want the IPv4 block to drop it", got)
+	}
+}
+
+func TestSnapshotUnmapsSources(t *testing.T) {
+	// Features of a mapped source are keyed by its IPv4 address, merged
+	// with the same source's native IPv4 traffic; a destination without
+	// an IPv4 form is 0.0.0.0. Every flow's addresses are of one family.
+	d := loadTestDatapath(t)
+	if _, err := d.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	send := func(src, dst string, n int) {
+		f := frameFor(netip.MustParseAddr(src), encaps[0])
+		f.Dst, f.Proto = netip.MustParseAddr(dst), pkt.ProtoUDP
+		b := f.Build()
+		for i := 0; i < n; i++ {
+			run(t, d.Program(), fixture{frame: b})
+		}
+	}
+	send("10.1.1.1", "192.168.77.1", 1)
+	send("::ffff:10.1.1.1", "::ffff:192.168.77.1", 2)
+	send("::ffff:10.1.1.1", "fd00:77::1", 4)
+	send("2001:db8::5", "::ffff:192.168.77.1", 8) // an IPv6 source stays IPv6
+	s, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, f := range s.Flows {
+		got[f.Src.String()+">"+f.Dst.String()] = f.Packets
+		if f.Src.Is4In6() || f.Src.Is4() != f.Dst.Is4() || !f.Src.IsValid() || !f.Dst.IsValid() {
+			t.Errorf("flow %+v: mapped source or mixed families", f)
+		}
+	}
+	want := map[string]uint64{"10.1.1.1>192.168.77.1": 3, "10.1.1.1>0.0.0.0": 4, "2001:db8::5>::ffff:192.168.77.1": 8}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("flows %v, want %v", got, want)
+	}
+}
+
+func TestFlowOfUnmaps(t *testing.T) {
+	// Pure Go: a family-6 key with a mapped source, which the data plane
+	// no longer writes, still decodes to an IPv4 flow.
+	k := func(src, dst string) *filterTwFeatKey {
+		return &filterTwFeatKey{Family: 6, Proto: pkt.ProtoUDP, Src: netip.MustParseAddr(src).As16(), Dst: netip.MustParseAddr(dst).As16()}
+	}
+	for _, c := range []struct{ src, dst, wsrc, wdst string }{
+		{"::ffff:198.51.100.1", "::ffff:192.168.77.1", "198.51.100.1", "192.168.77.1"},
+		{"::ffff:198.51.100.1", "fd00:77::1", "198.51.100.1", "0.0.0.0"},
+		{"2001:db8::1", "::ffff:192.168.77.1", "2001:db8::1", "::ffff:192.168.77.1"},
+		{"::198.51.100.1", "fd00:77::1", "::c633:6401", "fd00:77::1"},
+	} {
+		f := flowOf(k(c.src, c.dst))
+		if f.Src != netip.MustParseAddr(c.wsrc) || f.Dst != netip.MustParseAddr(c.wdst) {
+			t.Errorf("%s>%s decoded as %s>%s, want %s>%s", c.src, c.dst, f.Src, f.Dst, c.wsrc, c.wdst)
+		}
+	}
+}
