@@ -74,7 +74,7 @@ int tw_filter(struct xdp_md *ctx)
 	}
 
 	if (cfg->features)
-		tw_features(&p, len, cpu);
+		tw_features(&p, len, cpu, cfg->feat_seed);
 	return tw_verdict(TW_R_PASS, len);
 }
 

@@ -28,6 +28,10 @@ enum tw_layout {
  * counted as overflow like a full region. */
 #define TW_FEAT_PROBE 32
 
+/* 32-bit words of the feature hash seed: one per word of the 36-byte
+ * feature key, plus one to pair with the last (see tw_feat_hash). */
+#define TW_FEAT_SEED_WORDS 10
+
 /* last_hit is shared by all CPUs; it is only rewritten when older than this,
  * so a flood does not bounce the cache line between cores. */
 #define TW_LAST_HIT_RES_NS 250000000ULL

@@ -30,6 +30,7 @@ type filterTwConfig struct {
 	FeatSince uint64
 	FeatCap   uint32
 	Pad2      uint32
+	FeatSeed  [10]uint32
 }
 
 type filterTwCtr struct {

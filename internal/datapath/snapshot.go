@@ -73,7 +73,7 @@ func (d *Datapath) Snapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Flows = drain(buf, d.sizes)
+	s.Flows = drain(buf, d.sizes, &cfg.FeatSeed)
 	var fs []filterTwFeatStats
 	if err := d.maps.TwFstats.Lookup(uint32(0), &fs); err != nil {
 		return nil, fmt.Errorf("reading feature stats: %w", err)
@@ -119,7 +119,7 @@ func (d *Datapath) unmapFeatures() {
 // region is scanned (only until its header's key count is reached), used
 // slots are merged by key across CPUs and zeroed, then the headers are
 // reset for the buffer's next turn.
-func drain(buf []filterTwFeatSlot, sz sizes) []Flow {
+func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) []Flow {
 	ncpu, slots := int(sz.ncpu), int(sz.featSlots)
 	hdrs := buf[ncpu*slots:]
 	total := 0
@@ -127,9 +127,10 @@ func drain(buf []filterTwFeatSlot, sz sizes) []Flow {
 		total += int(h.Packets)
 	}
 	// Merge across CPUs through an open-addressing index keyed by the data
-	// plane's own hash: regions are laid out in hash order, so index probes
-	// and counter updates walk memory sequentially (a Go map here costs a
-	// cache miss per key, over half of the 100 ms budget at 300K keys).
+	// plane's own hash and seed: regions are laid out in hash order, so
+	// index probes and counter updates walk memory sequentially (a Go map
+	// here costs a cache miss per key, over half of the 100 ms budget at
+	// 300K keys).
 	mask := uint32(1<<bits.Len(uint(2*total)) - 1)
 	tbl := make([]int32, mask+1)
 	for i := range tbl {
@@ -146,7 +147,7 @@ func drain(buf []filterTwFeatSlot, sz sizes) []Flow {
 				continue
 			}
 			left--
-			p := featHash(&e.Key) & mask
+			p := featHash(&e.Key, seed) & mask
 			for tbl[p] >= 0 && keys[tbl[p]] != e.Key {
 				p = (p + 1) & mask
 			}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -293,9 +294,17 @@ func TestFeatureRegionsHashAndMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg, err := d.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With a zero seed, a data plane that ignored its seed would agree.
+	if cfg.FeatSeed == (featSeed{}) {
+		t.Fatal("feature hash seed is zero")
+	}
 	slots := int(d.sizes.featSlots)
 	key := filterTwFeatKey{Family: 4, Proto: pkt.ProtoUDP, Src: [16]byte{10, 9, 8, 7}, Dst: [16]byte{192, 168, 77, 1}}
-	home := int(featHash(&key)) & (slots - 1)
+	home := int(featHash(&key, &cfg.FeatSeed)) & (slots - 1)
 	for cpu := 0; cpu < 2; cpu++ {
 		s := buf[cpu*slots+home]
 		if s.Key != key || s.Packets != uint64(cpu+3) {
@@ -315,6 +324,44 @@ func TestFeatureRegionsHashAndMerge(t *testing.T) {
 	for i := range buf {
 		if buf[i] != (filterTwFeatSlot{}) {
 			t.Fatalf("drained buffer slot %d not cleared: %+v", i, buf[i])
+		}
+	}
+}
+
+func TestFeatureSeedPerLoad(t *testing.T) {
+	// Each created state draws its own feature hash seed (and exact-table
+	// seed): keys colliding under one load's hash tell nothing about the
+	// next. 2^-320 chance of a false failure.
+	var seeds []featSeed
+	for i := 0; i < 2; i++ {
+		d := loadTestDatapath(t)
+		cfg, err := d.config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, cfg.FeatSeed)
+	}
+	if seeds[0] == seeds[1] || seeds[0] == (featSeed{}) {
+		t.Fatalf("two loads got feature seeds %x and %x", seeds[0], seeds[1])
+	}
+}
+
+func TestFeatHashSeeded(t *testing.T) {
+	// Pure Go: the seed changes where a key lives, every word of the key
+	// counts, and the ninth word counts even when the seed's last word is 0.
+	k := filterTwFeatKey{Family: 4, Proto: pkt.ProtoUDP, Src: [16]byte{198, 51, 100, 1}, Dst: [16]byte{192, 168, 77, 1}}
+	s1 := featSeed{1, 2, 3, 4, 5, 6, 7, 8, 9, 0}
+	s2 := s1
+	s2[0]++
+	if featHash(&k, &s1) == featHash(&k, &s2) {
+		t.Errorf("seed word 0 does not change the hash")
+	}
+	for i := 0; i < 36; i++ {
+		k2 := k
+		b := (*[36]byte)(unsafe.Pointer(&k2))
+		b[i] ^= 0x80
+		if featHash(&k2, &s1) == featHash(&k, &s1) {
+			t.Errorf("flipping key byte %d does not change the hash", i)
 		}
 	}
 }
