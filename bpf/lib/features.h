@@ -21,8 +21,8 @@
  * under which two different keys agree in all 64 bits for about one seed
  * in 2^32, then folded and finalised into the slot bits. Five multiplies,
  * as it runs for every packet that passes (SipHash-1-3 cost 20 ns more per
- * packet here). User space mirrors it (hash.go) to merge in region
- * order. */
+ * packet here). User space mirrors it (hash.go) to merge in region order
+ * and bounds its own probing (snapshot.go). */
 static __always_inline __u32 tw_feat_hash(const struct tw_feat_key *k,
 					  const __u32 *seed)
 {

@@ -29,6 +29,10 @@ type Snapshot struct {
 	// Overflow is the total of packets never counted because a buffer was
 	// full, since attach (not per snapshot).
 	Overflow uint64 `json:"overflow_packets_total"`
+	// MergeFallback is how many keys of this snapshot were merged through
+	// the fallback map because their run in the merge index reached
+	// mergeProbe: a handful by chance, many only for crafted keys.
+	MergeFallback int `json:"merge_fallback_keys"`
 }
 
 // Snapshot swaps the feature buffers and returns the one that was being
@@ -73,7 +77,9 @@ func (d *Datapath) Snapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Flows = drain(buf, d.sizes, &cfg.FeatSeed)
+	var ds drainStats
+	s.Flows, ds = drain(buf, d.sizes, &cfg.FeatSeed)
+	s.MergeFallback = ds.fallback
 	var fs []filterTwFeatStats
 	if err := d.maps.TwFstats.Lookup(uint32(0), &fs); err != nil {
 		return nil, fmt.Errorf("reading feature stats: %w", err)
@@ -115,11 +121,26 @@ func (d *Datapath) unmapFeatures() {
 	}
 }
 
+// mergeProbe bounds a probe run in the merge index. The index is seeded
+// and at most half full, so runs are short; a key that would need a longer
+// one (crafted keys sharing a home slot, or rare bad luck) is merged
+// through a Go map instead, whose hash is randomised per map. Either way a
+// key costs at most mergeProbe probes and one map operation, so no choice
+// of keys makes a drain quadratic.
+const mergeProbe = 32
+
+// drainStats is the work of one drain: probes of the merge index (at most
+// keys × mergeProbe) and keys merged through the fallback map.
+type drainStats struct {
+	probes   int
+	fallback int
+}
+
 // drain reads and empties a quiescent feature buffer in place: each CPU
 // region is scanned (only until its header's key count is reached), used
 // slots are merged by key across CPUs and zeroed, then the headers are
 // reset for the buffer's next turn.
-func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) []Flow {
+func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]Flow, drainStats) {
 	ncpu, slots := int(sz.ncpu), int(sz.featSlots)
 	hdrs := buf[ncpu*slots:]
 	total := 0
@@ -130,7 +151,7 @@ func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) []Flow {
 	// plane's own hash and seed: regions are laid out in hash order, so
 	// index probes and counter updates walk memory sequentially (a Go map
 	// here costs a cache miss per key, over half of the 100 ms budget at
-	// 300K keys).
+	// 300K keys). A power of two above 2 × keys: at most half full.
 	mask := uint32(1<<bits.Len(uint(2*total)) - 1)
 	tbl := make([]int32, mask+1)
 	for i := range tbl {
@@ -138,6 +159,13 @@ func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) []Flow {
 	}
 	keys := make([]filterTwFeatKey, 0, total)
 	flows := make([]Flow, 0, total)
+	var st drainStats
+	var spill map[filterTwFeatKey]int32
+	add := func(k *filterTwFeatKey) int32 {
+		keys = append(keys, *k)
+		flows = append(flows, flowOf(k))
+		return int32(len(flows) - 1)
+	}
 	for cpu := 0; cpu < ncpu; cpu++ {
 		left := hdrs[cpu].Packets
 		region := buf[cpu*slots : (cpu+1)*slots]
@@ -147,16 +175,36 @@ func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) []Flow {
 				continue
 			}
 			left--
+			// A key is in the index iff its first mergeProbe slots
+			// hold it: runs only grow during a drain, so one that was
+			// too long for a key stays too long, and the key is in
+			// spill.
+			at := int32(-1)
 			p := featHash(&e.Key, seed) & mask
-			for tbl[p] >= 0 && keys[tbl[p]] != e.Key {
+			for n := 0; n < mergeProbe; n++ {
+				st.probes++
+				if j := tbl[p]; j < 0 {
+					at = add(&e.Key)
+					tbl[p] = at
+					break
+				} else if keys[j] == e.Key {
+					at = j
+					break
+				}
 				p = (p + 1) & mask
 			}
-			if tbl[p] < 0 {
-				tbl[p] = int32(len(keys))
-				keys = append(keys, e.Key)
-				flows = append(flows, flowOf(&e.Key))
+			if at < 0 {
+				var ok bool
+				if at, ok = spill[e.Key]; !ok {
+					if spill == nil {
+						spill = map[filterTwFeatKey]int32{}
+					}
+					at = add(&e.Key)
+					spill[e.Key] = at
+					st.fallback++
+				}
 			}
-			f := &flows[tbl[p]]
+			f := &flows[at]
 			f.Packets += e.Packets
 			f.Bytes += e.Bytes
 			f.SYNs += e.Syns
@@ -164,7 +212,7 @@ func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) []Flow {
 		}
 		hdrs[cpu] = filterTwFeatSlot{}
 	}
-	return flows
+	return flows, st
 }
 
 // flowOf decodes a key. The data plane already records an IPv4-mapped

@@ -3,6 +3,7 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"os"
 	"runtime"
@@ -362,6 +363,76 @@ func TestFeatHashSeeded(t *testing.T) {
 		b[i] ^= 0x80
 		if featHash(&k2, &s1) == featHash(&k, &s1) {
 			t.Errorf("flipping key byte %d does not change the hash", i)
+		}
+	}
+}
+
+func TestDrainBoundedOnCollidingKeys(t *testing.T) {
+	// Pure Go: keys crafted to share one home slot of the merge index,
+	// present on both CPUs. Unbounded linear probing costs ~n²/2 probes
+	// per CPU; the merge caps each key at mergeProbe probes and sends the
+	// rest through the fallback map, and still merges every key.
+	const n, slots = 1024, 4096
+	sz := sizes{ncpu: 2, featSlots: slots}
+	seed := featSeed{0x9e3779b9, 0x7f4a7c15, 0xf39cc060, 0x5cedc834, 0x2ea8a0e3, 0x1b873593, 0xcc9e2d51, 0x85ebca6b, 0xc2b2ae35, 0x27d4eb2f}
+	mask := uint32(1<<bits.Len(uint(2*2*n)) - 1) // as drain sizes it for 2n keys
+	keyOf := func(i int) filterTwFeatKey {
+		return filterTwFeatKey{Family: 4, Proto: pkt.ProtoUDP, Src: [16]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}, Dst: [16]byte{192, 168, 77, 1}}
+	}
+	var colliding, plain []filterTwFeatKey
+	k0 := keyOf(0)
+	home := featHash(&k0, &seed) & mask
+	for i := 0; len(colliding) < n; i++ {
+		k := keyOf(i)
+		if featHash(&k, &seed)&mask == home {
+			colliding = append(colliding, k)
+		}
+		if len(plain) < n {
+			plain = append(plain, k)
+		}
+	}
+	fill := func(keys []filterTwFeatKey) []filterTwFeatSlot {
+		buf := make([]filterTwFeatSlot, sz.featEntries())
+		for cpu := 0; cpu < 2; cpu++ {
+			for i, k := range keys {
+				// anywhere in the region: the drain scans it in order
+				buf[cpu*slots+(i*7+cpu)%slots] = filterTwFeatSlot{Key: k, Packets: uint64(cpu + 1), Bytes: 64, Syns: 1}
+			}
+			buf[2*slots+cpu].Packets = n
+		}
+		return buf
+	}
+	for _, c := range []struct {
+		name     string
+		keys     []filterTwFeatKey
+		fallback int
+	}{
+		{"one home", colliding, n - mergeProbe},
+		{"spread", plain, 0},
+	} {
+		buf := fill(c.keys)
+		flows, st := drain(buf, sz, &seed)
+		t.Logf("%s: %d keys on 2 CPUs, %d probes, %d through the fallback map", c.name, n, st.probes, st.fallback)
+		if st.probes > 2*n*mergeProbe {
+			t.Errorf("%s: %d probes, want at most %d (2 × %d keys × %d)", c.name, st.probes, 2*n*mergeProbe, n, mergeProbe)
+		}
+		if st.fallback != c.fallback {
+			t.Errorf("%s: %d keys through the fallback map, want %d", c.name, st.fallback, c.fallback)
+		}
+		if len(flows) != n {
+			t.Fatalf("%s: %d flows, want %d", c.name, len(flows), n)
+		}
+		seen := map[netip.Addr]bool{}
+		for _, f := range flows {
+			if f.Packets != 3 || f.Bytes != 128 || f.SYNs != 2 || seen[f.Src] {
+				t.Fatalf("%s: flow %+v not merged once from both CPUs", c.name, f)
+			}
+			seen[f.Src] = true
+		}
+		for i := range buf {
+			if buf[i] != (filterTwFeatSlot{}) {
+				t.Fatalf("%s: slot %d not cleared", c.name, i)
+			}
 		}
 	}
 }
