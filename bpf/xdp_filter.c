@@ -2,7 +2,8 @@
 /* xdp_filter.c - tierwall's software tier: drop packets whose source is on
  * the blocklist (exact /32 and /128 first, then prefixes), let allowlisted
  * sources through whatever else matches, and count what passes into the
- * feature buffers for detection. */
+ * feature buffers for detection. An IPv4-mapped IPv6 source is checked and
+ * counted as the IPv4 address it carries. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "lib/consts.h"
@@ -24,6 +25,7 @@ int tw_filter(struct xdp_md *ctx)
 	int r = tw_parse(data, data_end, &p);
 	if (r != TW_R_PASS)
 		return tw_verdict(r, len);
+	tw_unmap(&p);
 
 	__u32 zero = 0;
 	struct tw_config *cfg = bpf_map_lookup_elem(&tw_cfg, &zero);
@@ -48,6 +50,16 @@ int tw_filter(struct xdp_md *ctx)
 				       cpu, len))
 				return tw_verdict(TW_R_DROP_PREFIX, len);
 		}
+		/* A mapped source is still on an IPv6 packet: an IPv6 prefix
+		 * that covers ::ffff:0:0/96 (::/0 to ::/80) blocks it too. The
+		 * IPv6 allowlist does not pass it: only IPv4 entries can. */
+		if (p.mapped && cfg->pfx6_n) {
+			struct tw_lpm6_key k = { .prefixlen = 128 };
+			__builtin_memcpy(k.addr, p.src6, 16);
+			if (tw_lpm_hit(&tw_pfx6, &k, &tw_pfx_ctr, tw_pfx_cap,
+				       cpu, len))
+				return tw_verdict(TW_R_DROP_PREFIX, len);
+		}
 	} else {
 		struct tw_lpm6_key k = { .prefixlen = 128 };
 		__builtin_memcpy(k.addr, p.src6, 16);
@@ -62,7 +74,7 @@ int tw_filter(struct xdp_md *ctx)
 	}
 
 	if (cfg->features)
-		tw_features(&p, len, cpu);
+		tw_features(&p, len, cpu, cfg->feat_seed);
 	return tw_verdict(TW_R_PASS, len);
 }
 

@@ -9,11 +9,12 @@
  * refuses to re-adopt pinned state written under another layout. An enum
  * so that bpf2go exports it. */
 enum tw_layout {
-	TW_LAYOUT_VERSION = 2,
+	TW_LAYOUT_VERSION = 3,
 };
 
-/* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad outer); eight
- * extension headers is more than any legitimate IPv6 packet carries. */
+/* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy
+ * 0x9100/0x9200 outer tag, any TPID at either depth); eight extension
+ * headers is more than any legitimate IPv6 packet carries. */
 #define TW_MAX_VLAN 2
 #define TW_MAX_EXT 8
 
@@ -26,6 +27,10 @@ enum tw_layout {
  * twice as many slots as the capacity, so runs stay short; a longer one is
  * counted as overflow like a full region. */
 #define TW_FEAT_PROBE 32
+
+/* 32-bit words of the feature hash seed: one per word of the 36-byte
+ * feature key, plus one to pair with the last (see tw_feat_hash). */
+#define TW_FEAT_SEED_WORDS 10
 
 /* last_hit is shared by all CPUs; it is only rewritten when older than this,
  * so a flood does not bounce the cache line between cores. */
@@ -44,7 +49,7 @@ enum tw_reason {
 	TW_R_DROP_EXACT,    /* /32 or /128 rule */
 	TW_R_DROP_PREFIX,   /* LPM prefix rule */
 	TW_R_ALLOW,         /* allowlisted: passes whatever block rules say */
-	TW_R_NON_IP,        /* not IPv4/IPv6 after VLAN tags */
+	TW_R_NON_IP,        /* not IPv4/IPv6 after the tags, nor below */
 	TW_R_ETH_TRUNC,     /* shorter than an Ethernet header */
 	TW_R_VLAN_TRUNC,    /* VLAN tag cut short */
 	TW_R_VLAN_DEPTH,    /* more tags than TW_MAX_VLAN */
@@ -58,6 +63,9 @@ enum tw_reason {
 	TW_R_IP6_EXT_TRUNC, /* extension header runs past the packet */
 	TW_R_IP6_EXT_LIMIT, /* more than TW_MAX_EXT extension headers */
 	TW_R_L4_TRUNC,      /* unfragmented TCP/UDP header cut short */
+	TW_R_NON_IP_ARP,    /* ARP (0x0806), passed */
+	TW_R_NON_IP_MPLS,   /* MPLS (0x8847, 0x8848), passed */
+	TW_R_NON_IP_PPPOE,  /* PPPoE (0x8863, 0x8864), passed */
 	TW_R_MAX,
 };
 

@@ -21,6 +21,19 @@
 
 #define TW_ETH_P_8021Q 0x8100
 #define TW_ETH_P_8021AD 0x88A8
+/* Pre-standard QinQ outer tags, still configured on switches and
+ * carrier gear: a tag the parser does not know would hide the packet
+ * inside it as non-IP and let a blocked source through. */
+#define TW_ETH_P_QINQ1 0x9100
+#define TW_ETH_P_QINQ2 0x9200
+/* Non-IP ethertypes counted by class: they pass unchecked, and the
+ * counters show how much does (MPLS and PPPoE sessions carry IP the filter
+ * does not look into). */
+#define TW_ETH_P_ARP 0x0806
+#define TW_ETH_P_MPLS_UC 0x8847
+#define TW_ETH_P_MPLS_MC 0x8848
+#define TW_ETH_P_PPPOE_DISC 0x8863
+#define TW_ETH_P_PPPOE_SES 0x8864
 #define TW_IP_OFFMASK 0x1fff
 
 struct tw_pkt {
@@ -28,6 +41,7 @@ struct tw_pkt {
 	__u8 proto;    /* upper-layer protocol after extension headers */
 	__u8 syn;      /* TCP SYN without ACK */
 	__u8 nonfirst; /* non-first fragment: no L4 header here */
+	__u8 mapped;   /* IPv6 with an IPv4-mapped source, see tw_unmap */
 	__u32 src4;
 	__u32 dst4;
 	__u32 src6[4];
@@ -147,6 +161,51 @@ static __always_inline int tw_parse_ipv6(void *l3, void *data_end,
 	return tw_parse_l4(cur, lim, data_end, p);
 }
 
+static __always_inline int tw_is_mapped(const __u32 *a)
+{
+	return a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0xffff);
+}
+
+/* An IPv6 packet from ::ffff:a.b.c.d is a packet from a.b.c.d: a
+ * dual-stack socket hands it to the application as that IPv4 peer, and
+ * rules only ever name the IPv4 form (they refuse mapped prefixes). So it
+ * becomes family 4 for the rule lookups and the feature key, with the
+ * destination unmapped too, or 0.0.0.0 when it has no IPv4 form; the IPv6
+ * addresses stay in src6/dst6. Other encodings of IPv4 in IPv6
+ * (::a.b.c.d, 64:ff9b::/96, 2002::/16) are routable IPv6 sources and stay
+ * IPv6. Called by the filter only: the NIC stage matches what hardware
+ * would, the header as it is. */
+static __always_inline void tw_unmap(struct tw_pkt *p)
+{
+	if (p->family != 6 || !tw_is_mapped(p->src6))
+		return;
+	p->family = 4;
+	p->mapped = 1;
+	p->src4 = p->src6[3];
+	p->dst4 = tw_is_mapped(p->dst6) ? p->dst6[3] : 0;
+}
+
+static __always_inline int tw_is_vlan(__be16 proto)
+{
+	return proto == bpf_htons(TW_ETH_P_8021Q) ||
+	       proto == bpf_htons(TW_ETH_P_8021AD) ||
+	       proto == bpf_htons(TW_ETH_P_QINQ1) ||
+	       proto == bpf_htons(TW_ETH_P_QINQ2);
+}
+
+static __always_inline int tw_non_ip(__be16 proto)
+{
+	if (proto == bpf_htons(TW_ETH_P_ARP))
+		return TW_R_NON_IP_ARP;
+	if (proto == bpf_htons(TW_ETH_P_MPLS_UC) ||
+	    proto == bpf_htons(TW_ETH_P_MPLS_MC))
+		return TW_R_NON_IP_MPLS;
+	if (proto == bpf_htons(TW_ETH_P_PPPOE_DISC) ||
+	    proto == bpf_htons(TW_ETH_P_PPPOE_SES))
+		return TW_R_NON_IP_PPPOE;
+	return TW_R_NON_IP;
+}
+
 static __always_inline int tw_parse(void *data, void *data_end,
 				    struct tw_pkt *p)
 {
@@ -157,8 +216,7 @@ static __always_inline int tw_parse(void *data, void *data_end,
 	__be16 proto = eth->h_proto;
 
 	for (int i = 0; i < TW_MAX_VLAN; i++) {
-		if (proto != bpf_htons(TW_ETH_P_8021Q) &&
-		    proto != bpf_htons(TW_ETH_P_8021AD))
+		if (!tw_is_vlan(proto))
 			break;
 		struct tw_vlan_hdr *vh = cur;
 		if ((void *)(vh + 1) > data_end)
@@ -166,8 +224,7 @@ static __always_inline int tw_parse(void *data, void *data_end,
 		proto = vh->proto;
 		cur = (void *)(vh + 1);
 	}
-	if (proto == bpf_htons(TW_ETH_P_8021Q) ||
-	    proto == bpf_htons(TW_ETH_P_8021AD))
+	if (tw_is_vlan(proto))
 		return TW_R_VLAN_DEPTH;
 
 	p->l3len = data_end - cur;
@@ -175,7 +232,7 @@ static __always_inline int tw_parse(void *data, void *data_end,
 		return tw_parse_ipv4(cur, data_end, p);
 	if (proto == bpf_htons(ETH_P_IPV6))
 		return tw_parse_ipv6(cur, data_end, p);
-	return TW_R_NON_IP;
+	return tw_non_ip(proto);
 }
 
 #endif

@@ -20,6 +20,9 @@ static __always_inline int tw_verdict(__u32 reason, __u32 len)
 	case TW_R_PASS:
 	case TW_R_ALLOW:
 	case TW_R_NON_IP:
+	case TW_R_NON_IP_ARP:
+	case TW_R_NON_IP_MPLS:
+	case TW_R_NON_IP_PPPOE:
 		return XDP_PASS;
 	default:
 		return XDP_DROP;

@@ -65,6 +65,8 @@ struct tw_config {
 	__u64 feat_since; /* CLOCK_MONOTONIC ns the active feature buffer started */
 	__u32 feat_cap; /* feature keys per CPU region per interval */
 	__u32 _pad2;
+	/* Feature hash seed, random per created state (tw_feat_hash). */
+	__u32 feat_seed[TW_FEAT_SEED_WORDS];
 };
 
 /* Feature-extraction key: one per (family, source, destination, protocol). */
@@ -95,7 +97,7 @@ _Static_assert(sizeof(struct tw_exact4) == 16, "exact4 slot size");
 _Static_assert(sizeof(struct tw_exact6) == 32, "exact6 slot size");
 _Static_assert(sizeof(struct tw_ctr) == 16, "counter size");
 _Static_assert(sizeof(struct tw_feat_key) == 36, "feature key size");
-_Static_assert(sizeof(struct tw_config) == 64, "config size");
+_Static_assert(sizeof(struct tw_config) == 104, "config size");
 _Static_assert(sizeof(struct tw_feat_slot) == 64, "feature slot size");
 
 #endif

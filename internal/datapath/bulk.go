@@ -55,11 +55,15 @@ func (d *Datapath) PreloadFeatures(entries int, packets uint64) error {
 	if entries > slots/2 {
 		return fmt.Errorf("%w: %d feature keys per CPU (capacity %d)", ErrInvalid, entries, slots/2)
 	}
+	cfg, err := d.config()
+	if err != nil {
+		return err
+	}
 	img := make([]filterTwFeatSlot, d.sizes.featEntries())
 	for c := 0; c < ncpu; c++ {
 		for i := 0; i < entries; i++ {
 			k := filterTwFeatKey{Family: 4, Proto: 17, Src: [16]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}, Dst: [16]byte{192, 168, 0, 1}}
-			slot := int(featHash(&k)) & (slots - 1)
+			slot := int(featHash(&k, &cfg.FeatSeed)) & (slots - 1)
 			for img[c*slots+slot].Key.Family != 0 {
 				slot = (slot + 1) & (slots - 1)
 			}

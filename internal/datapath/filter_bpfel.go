@@ -30,6 +30,7 @@ type filterTwConfig struct {
 	FeatSince uint64
 	FeatCap   uint32
 	Pad2      uint32
+	FeatSeed  [10]uint32
 }
 
 type filterTwCtr struct {
@@ -79,7 +80,7 @@ type filterTwFeatStats struct {
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 2
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 3
 )
 
 type filterTwLpm4Key struct {
@@ -122,7 +123,10 @@ const (
 	filterTwReasonTW_R_IP6EXT_TRUNC filterTwReason = 15
 	filterTwReasonTW_R_IP6EXT_LIMIT filterTwReason = 16
 	filterTwReasonTW_R_L4TRUNC      filterTwReason = 17
-	filterTwReasonTW_R_MAX          filterTwReason = 18
+	filterTwReasonTW_R_NON_IP_ARP   filterTwReason = 18
+	filterTwReasonTW_R_NON_IP_MPLS  filterTwReason = 19
+	filterTwReasonTW_R_NON_IP_PPPOE filterTwReason = 20
+	filterTwReasonTW_R_MAX          filterTwReason = 21
 )
 
 type filterTwSlotState uint32

@@ -41,6 +41,8 @@ var (
 		"2001:db8::1/128", "2001:db8:bad::/48", "2001:db8:a11::7/128", "2001:db8:a11:1::/64",
 		// exact rules inside a blocked prefix: the exact table is asked first
 		"198.51.100.9/32", "2001:db8:bad::9/128",
+		// 198.51.100.1 through NAT64: an IPv6 source, banned as one
+		"64:ff9b::c633:6401/128",
 	}
 	allowRules = []string{"203.0.113.0/24", "2001:db8:a11::/48"}
 )
@@ -69,6 +71,29 @@ var sources6 = []source{
 	{"allow-over-exact", "2001:db8:a11::7", "allowlisted", "2001:db8:a11::/48"},
 	{"allow-over-prefix", "2001:db8:a11:1::9", "allowlisted", "2001:db8:a11::/48"},
 	{"clean", "2001:db8:c1ea::1", "pass", ""},
+}
+
+// IPv4-mapped sources are IPv4 sources: the IPv4 rules and allowlist
+// decide, and their counters move.
+var sourcesMapped = []source{
+	{"mapped-exact", "::ffff:192.0.2.1", "drop_exact", "192.0.2.1/32"},
+	{"mapped-prefix", "::ffff:198.51.100.1", "drop_prefix", "198.51.100.0/24"},
+	{"mapped-exact-inside-prefix", "::ffff:198.51.100.9", "drop_exact", "198.51.100.9/32"},
+	{"mapped-allow-over-exact", "::ffff:203.0.113.7", "allowlisted", "203.0.113.0/24"},
+	{"mapped-allow-over-prefix", "::ffff:203.0.113.200", "allowlisted", "203.0.113.0/24"},
+	{"mapped-clean", "::ffff:10.9.9.9", "pass", ""},
+	{"mapped-neighbour-of-exact", "::ffff:192.0.2.2", "pass", ""},
+}
+
+var sourcesEmbedded = []source{
+	// The other encodings of an IPv4 address in IPv6 are routable IPv6
+	// sources: the IPv4 rules do not apply, IPv6 rules do.
+	{"compat-of-exact", "::192.0.2.1", "pass", ""},
+	{"6to4-of-exact", "2002:c000:201::1", "pass", ""},
+	{"nat64-of-exact", "64:ff9b::192.0.2.1", "pass", ""},
+	{"nat64-blocked-as-ipv6", "64:ff9b::198.51.100.1", "drop_exact", "64:ff9b::c633:6401/128"},
+	{"mapped-lookalike", "::fffe:192.0.2.1", "pass", ""},
+	{"mapped-lookalike-2", "0:0:1::ffff:192.0.2.1", "pass", ""},
 }
 
 type encap struct {
@@ -146,6 +171,56 @@ func wellFormed() []fixture {
 	}
 	gen(sources4, variants4)
 	gen(sources6, variants6)
+	gen(sourcesMapped, variants6)
+	gen(sourcesEmbedded, variants6[:3])
+	return out
+}
+
+// retag rewrites the tag protocol identifiers of a built frame's VLAN
+// tags, outer first (pkt writes 0x8100, or 0x88A8 outside with QinQ).
+func retag(b []byte, tpids ...uint16) []byte {
+	for i, t := range tpids {
+		binary.BigEndian.PutUint16(b[12+4*i:], t)
+	}
+	return b
+}
+
+// tagged runs blocked, allowlisted and clean sources behind every tag
+// protocol the parser takes as VLAN, alone and stacked: a tag it did not
+// know would turn the packet into non-IP and let a blocked source pass.
+func tagged() []fixture {
+	var out []fixture
+	stacks := [][]uint16{
+		{pkt.Ether8021Q}, {pkt.Ether8021AD}, {0x9100}, {0x9200},
+		{0x9100, pkt.Ether8021Q}, {0x9200, pkt.Ether8021Q}, {pkt.Ether8021AD, pkt.Ether8021Q}, {0x9100, 0x9100},
+	}
+	srcs := []source{sources4[0], sources4[1], sources4[3], sources4[5], sources6[0], sources6[1], sources6[3], sources6[5]}
+	name := func(stack []uint16) string {
+		n := "tpid"
+		for _, t := range stack {
+			n += fmt.Sprintf("-%04x", t)
+		}
+		return n
+	}
+	for _, stack := range stacks {
+		for _, s := range srcs {
+			f := frameFor(netip.MustParseAddr(s.addr), encap{vlan: []uint16{100, 10}[:len(stack)]})
+			f.Proto = pkt.ProtoUDP
+			out = append(out, fixture{name: fmt.Sprintf("%s/%s/%s", name(stack), s.addr, s.name),
+				frame: retag(f.Build(), stack...), reason: s.reason, rule: s.rule})
+		}
+		// Cut inside the innermost tag.
+		f := frameFor(netip.MustParseAddr("192.0.2.1"), encap{vlan: []uint16{100, 10}[:len(stack)]})
+		f.Proto = pkt.ProtoUDP
+		b := retag(f.Build(), stack...)
+		out = append(out, fixture{name: name(stack) + "/cut-in-tag", frame: b[:14+4*(len(stack)-1)+2], reason: "malformed_vlan_trunc"})
+	}
+	// A third tag of any kind is one too many.
+	for _, stack := range [][]uint16{{0x9100, pkt.Ether8021Q, pkt.Ether8021Q}, {0x9200, 0x9100, pkt.Ether8021AD}, {pkt.Ether8021Q, pkt.Ether8021Q, 0x9100}} {
+		f := frameFor(netip.MustParseAddr("192.0.2.1"), encap{vlan: []uint16{1, 2, 3}})
+		f.Proto = pkt.ProtoUDP
+		out = append(out, fixture{name: name(stack) + "/depth", frame: retag(f.Build(), stack...), reason: "malformed_vlan_depth"})
+	}
 	return out
 }
 
@@ -170,7 +245,7 @@ func malformed() []fixture {
 	}
 	// The source of each malformed frame is blocked or allowlisted: a
 	// malformed verdict must come first and not touch any rule counter.
-	for _, sa := range []string{"192.0.2.1", "203.0.113.7", "10.9.9.9", "2001:db8::1", "2001:db8:a11::7", "2001:db8:c1ea::1"} {
+	for _, sa := range []string{"192.0.2.1", "203.0.113.7", "10.9.9.9", "2001:db8::1", "2001:db8:a11::7", "2001:db8:c1ea::1", "::ffff:192.0.2.1", "::ffff:203.0.113.7"} {
 		src := netip.MustParseAddr(sa)
 		for _, e := range []encap{encaps[0], encaps[2]} {
 			base := frameFor(src, e)
@@ -269,12 +344,35 @@ func malformed() []fixture {
 	add("vlan-depth-3", three.Build(), "malformed_vlan_depth")
 	three.QinQ = true
 	add("vlan-depth-3-qinq", three.Build(), "malformed_vlan_depth")
-	for _, et := range []uint16{pkt.EtherARP, 0x88CC, 0x8847, 0x0842} {
+	// Non-IP passes, counted by class. The MPLS and PPPoE session frames
+	// carry an IPv4 header from a blocked source: the filter does not
+	// look inside them, and the class counter is what shows it.
+	inner := eth
+	inner.Payload = []byte("tierwall")
+	ip := inner.Build()[14:]
+	for _, c := range []struct {
+		et      uint16
+		payload []byte
+		reason  string
+	}{
+		{pkt.EtherARP, make([]byte, 28), "non_ip_arp"},
+		{0x8847, append([]byte{0, 0x01, 0x01, 0x40}, ip...), "non_ip_mpls"}, // label 16, bottom of stack
+		{0x8848, append([]byte{0, 0x01, 0x01, 0x40}, ip...), "non_ip_mpls"},
+		{0x8863, make([]byte, 6), "non_ip_pppoe"},
+		{0x8864, append([]byte{0x11, 0, 0, 1, byte((len(ip) + 2) >> 8), byte(len(ip) + 2), 0, 0x21}, ip...), "non_ip_pppoe"},
+		{0x88CC, make([]byte, 28), "non_ip"}, // LLDP
+		{0x0842, make([]byte, 28), "non_ip"}, // Wake-on-LAN
+		{0x8035, make([]byte, 28), "non_ip"}, // RARP is not ARP's class
+		{0x86DE, make([]byte, 28), "non_ip"}, // one off IPv6
+	} {
 		for _, e := range encaps {
 			f := eth
-			f.EtherType, f.VLANs, f.QinQ, f.Payload = et, e.vlan, e.qinq, make([]byte, 28)
-			add(fmt.Sprintf("non-ip-%04x/%s", et, e.name), f.Build(), "non_ip")
+			f.EtherType, f.VLANs, f.QinQ, f.Payload = c.et, e.vlan, e.qinq, c.payload
+			add(fmt.Sprintf("non-ip-%04x/%s", c.et, e.name), f.Build(), c.reason)
 		}
+		f := eth
+		f.EtherType, f.VLANs, f.Payload = c.et, []uint16{100, 10}, c.payload
+		add(fmt.Sprintf("non-ip-%04x/tpid-9100-8100", c.et), retag(f.Build(), 0x9100, pkt.Ether8021Q), c.reason)
 	}
 	// Runts: frames shorter than an Ethernet header, cut from a frame
 	// whose source is blocked: they must not reach any rule.
@@ -386,7 +484,7 @@ func TestFixtures(t *testing.T) {
 	if err := d.Allow(mustPrefixes(t, allowRules)...); err != nil {
 		t.Fatal(err)
 	}
-	fixtures := append(wellFormed(), malformed()...)
+	fixtures := append(append(wellFormed(), malformed()...), tagged()...)
 	if len(fixtures) < 200 {
 		t.Fatalf("only %d fixtures", len(fixtures))
 	}

@@ -273,9 +273,9 @@ func load(o Options) (_ *Datapath, _ *ebpf.CollectionSpec, err error) {
 			d.Close()
 		}
 	}()
-	var seed [4]byte
+	var seed [4 + 4*len(featSeed{})]byte
 	if _, err := rand.Read(seed[:]); err != nil {
-		return nil, nil, fmt.Errorf("seeding hash: %w", err)
+		return nil, nil, fmt.Errorf("seeding hashes: %w", err)
 	}
 	cfg := filterTwConfig{
 		Layout:    layoutVersion,
@@ -286,6 +286,9 @@ func load(o Options) (_ *Datapath, _ *ebpf.CollectionSpec, err error) {
 		Exact6Cap: sz.exact6,
 		FeatCap:   sz.feat,
 		FeatSince: monoNow(),
+	}
+	for i := range cfg.FeatSeed {
+		cfg.FeatSeed[i] = binary.NativeEndian.Uint32(seed[4+4*i:])
 	}
 	if err := d.maps.TwCfg.Put(uint32(0), &cfg); err != nil {
 		return nil, nil, fmt.Errorf("writing config: %w", err)

@@ -29,6 +29,10 @@ type Snapshot struct {
 	// Overflow is the total of packets never counted because a buffer was
 	// full, since attach (not per snapshot).
 	Overflow uint64 `json:"overflow_packets_total"`
+	// MergeFallback is how many keys of this snapshot were merged through
+	// the fallback map because their run in the merge index reached
+	// mergeProbe: a handful by chance, many only for crafted keys.
+	MergeFallback int `json:"merge_fallback_keys"`
 }
 
 // Snapshot swaps the feature buffers and returns the one that was being
@@ -73,7 +77,9 @@ func (d *Datapath) Snapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.Flows = drain(buf, d.sizes)
+	var ds drainStats
+	s.Flows, ds = drain(buf, d.sizes, &cfg.FeatSeed)
+	s.MergeFallback = ds.fallback
 	var fs []filterTwFeatStats
 	if err := d.maps.TwFstats.Lookup(uint32(0), &fs); err != nil {
 		return nil, fmt.Errorf("reading feature stats: %w", err)
@@ -115,11 +121,26 @@ func (d *Datapath) unmapFeatures() {
 	}
 }
 
+// mergeProbe bounds a probe run in the merge index. The index is seeded
+// and at most half full, so runs are short; a key that would need a longer
+// one (crafted keys sharing a home slot, or rare bad luck) is merged
+// through a Go map instead, whose hash is randomised per map. Either way a
+// key costs at most mergeProbe probes and one map operation, so no choice
+// of keys makes a drain quadratic.
+const mergeProbe = 32
+
+// drainStats is the work of one drain: probes of the merge index (at most
+// keys × mergeProbe) and keys merged through the fallback map.
+type drainStats struct {
+	probes   int
+	fallback int
+}
+
 // drain reads and empties a quiescent feature buffer in place: each CPU
 // region is scanned (only until its header's key count is reached), used
 // slots are merged by key across CPUs and zeroed, then the headers are
 // reset for the buffer's next turn.
-func drain(buf []filterTwFeatSlot, sz sizes) []Flow {
+func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]Flow, drainStats) {
 	ncpu, slots := int(sz.ncpu), int(sz.featSlots)
 	hdrs := buf[ncpu*slots:]
 	total := 0
@@ -127,9 +148,10 @@ func drain(buf []filterTwFeatSlot, sz sizes) []Flow {
 		total += int(h.Packets)
 	}
 	// Merge across CPUs through an open-addressing index keyed by the data
-	// plane's own hash: regions are laid out in hash order, so index probes
-	// and counter updates walk memory sequentially (a Go map here costs a
-	// cache miss per key, over half of the 100 ms budget at 300K keys).
+	// plane's own hash and seed: regions are laid out in hash order, so
+	// index probes and counter updates walk memory sequentially (a Go map
+	// here costs a cache miss per key, over half of the 100 ms budget at
+	// 300K keys). A power of two above 2 × keys: at most half full.
 	mask := uint32(1<<bits.Len(uint(2*total)) - 1)
 	tbl := make([]int32, mask+1)
 	for i := range tbl {
@@ -137,6 +159,13 @@ func drain(buf []filterTwFeatSlot, sz sizes) []Flow {
 	}
 	keys := make([]filterTwFeatKey, 0, total)
 	flows := make([]Flow, 0, total)
+	var st drainStats
+	var spill map[filterTwFeatKey]int32
+	add := func(k *filterTwFeatKey) int32 {
+		keys = append(keys, *k)
+		flows = append(flows, flowOf(k))
+		return int32(len(flows) - 1)
+	}
 	for cpu := 0; cpu < ncpu; cpu++ {
 		left := hdrs[cpu].Packets
 		region := buf[cpu*slots : (cpu+1)*slots]
@@ -146,16 +175,36 @@ func drain(buf []filterTwFeatSlot, sz sizes) []Flow {
 				continue
 			}
 			left--
-			p := featHash(&e.Key) & mask
-			for tbl[p] >= 0 && keys[tbl[p]] != e.Key {
+			// A key is in the index iff its first mergeProbe slots
+			// hold it: runs only grow during a drain, so one that was
+			// too long for a key stays too long, and the key is in
+			// spill.
+			at := int32(-1)
+			p := featHash(&e.Key, seed) & mask
+			for n := 0; n < mergeProbe; n++ {
+				st.probes++
+				if j := tbl[p]; j < 0 {
+					at = add(&e.Key)
+					tbl[p] = at
+					break
+				} else if keys[j] == e.Key {
+					at = j
+					break
+				}
 				p = (p + 1) & mask
 			}
-			if tbl[p] < 0 {
-				tbl[p] = int32(len(keys))
-				keys = append(keys, e.Key)
-				flows = append(flows, flowOf(&e.Key))
+			if at < 0 {
+				var ok bool
+				if at, ok = spill[e.Key]; !ok {
+					if spill == nil {
+						spill = map[filterTwFeatKey]int32{}
+					}
+					at = add(&e.Key)
+					spill[e.Key] = at
+					st.fallback++
+				}
 			}
-			f := &flows[tbl[p]]
+			f := &flows[at]
 			f.Packets += e.Packets
 			f.Bytes += e.Bytes
 			f.SYNs += e.Syns
@@ -163,16 +212,28 @@ func drain(buf []filterTwFeatSlot, sz sizes) []Flow {
 		}
 		hdrs[cpu] = filterTwFeatSlot{}
 	}
-	return flows
+	return flows, st
 }
 
+// flowOf decodes a key. The data plane already records an IPv4-mapped
+// source as family 4 (tw_unmap); a family-6 key with one, which no current
+// program writes, is unmapped here the same way, so no Flow ever carries a
+// source that no rule can name, and Src and Dst are of one family.
 func flowOf(k *filterTwFeatKey) Flow {
 	f := Flow{Proto: k.Proto}
 	if k.Family == 4 {
 		f.Src = netip.AddrFrom4([4]byte(k.Src[:4]))
 		f.Dst = netip.AddrFrom4([4]byte(k.Dst[:4]))
-	} else {
-		f.Src, f.Dst = netip.AddrFrom16(k.Src), netip.AddrFrom16(k.Dst)
+		return f
+	}
+	f.Src, f.Dst = netip.AddrFrom16(k.Src), netip.AddrFrom16(k.Dst)
+	if f.Src.Is4In6() {
+		f.Src = f.Src.Unmap()
+		if f.Dst.Is4In6() {
+			f.Dst = f.Dst.Unmap()
+		} else {
+			f.Dst = netip.IPv4Unspecified()
+		}
 	}
 	return f
 }

@@ -31,6 +31,17 @@ var reasonNames = map[filterTwReason]string{
 	filterTwReasonTW_R_IP6EXT_TRUNC: "malformed_ip6_ext_trunc",
 	filterTwReasonTW_R_IP6EXT_LIMIT: "malformed_ip6_ext_limit",
 	filterTwReasonTW_R_L4TRUNC:      "malformed_l4_trunc",
+	filterTwReasonTW_R_NON_IP_ARP:   "non_ip_arp",
+	filterTwReasonTW_R_NON_IP_MPLS:  "non_ip_mpls",
+	filterTwReasonTW_R_NON_IP_PPPOE: "non_ip_pppoe",
+}
+
+// passing are the reasons whose packets tw_verdict passes (bpf/lib/stats.h);
+// every other reason drops. non_ip counts the non-IP traffic outside the
+// ARP, MPLS and PPPoE classes.
+var passing = map[string]bool{
+	"pass": true, "allowlisted": true,
+	"non_ip": true, "non_ip_arp": true, "non_ip_mpls": true, "non_ip_pppoe": true,
 }
 
 // Reasons lists every verdict reason name in data-plane order.
@@ -43,13 +54,7 @@ func Reasons() []string {
 }
 
 // IsDrop tells whether packets counted under a reason were dropped.
-func IsDrop(reason string) bool {
-	switch reason {
-	case "pass", "allowlisted", "non_ip":
-		return false
-	}
-	return true
-}
+func IsDrop(reason string) bool { return !passing[reason] }
 
 // Occupancy is how full one table is.
 type Occupancy struct {

@@ -3,10 +3,12 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"os"
 	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -293,9 +295,17 @@ func TestFeatureRegionsHashAndMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg, err := d.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With a zero seed, a data plane that ignored its seed would agree.
+	if cfg.FeatSeed == (featSeed{}) {
+		t.Fatal("feature hash seed is zero")
+	}
 	slots := int(d.sizes.featSlots)
 	key := filterTwFeatKey{Family: 4, Proto: pkt.ProtoUDP, Src: [16]byte{10, 9, 8, 7}, Dst: [16]byte{192, 168, 77, 1}}
-	home := int(featHash(&key)) & (slots - 1)
+	home := int(featHash(&key, &cfg.FeatSeed)) & (slots - 1)
 	for cpu := 0; cpu < 2; cpu++ {
 		s := buf[cpu*slots+home]
 		if s.Key != key || s.Packets != uint64(cpu+3) {
@@ -315,6 +325,114 @@ func TestFeatureRegionsHashAndMerge(t *testing.T) {
 	for i := range buf {
 		if buf[i] != (filterTwFeatSlot{}) {
 			t.Fatalf("drained buffer slot %d not cleared: %+v", i, buf[i])
+		}
+	}
+}
+
+func TestFeatureSeedPerLoad(t *testing.T) {
+	// Each created state draws its own feature hash seed (and exact-table
+	// seed): keys colliding under one load's hash tell nothing about the
+	// next. 2^-320 chance of a false failure.
+	var seeds []featSeed
+	for i := 0; i < 2; i++ {
+		d := loadTestDatapath(t)
+		cfg, err := d.config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, cfg.FeatSeed)
+	}
+	if seeds[0] == seeds[1] || seeds[0] == (featSeed{}) {
+		t.Fatalf("two loads got feature seeds %x and %x", seeds[0], seeds[1])
+	}
+}
+
+func TestFeatHashSeeded(t *testing.T) {
+	// Pure Go: the seed changes where a key lives, every word of the key
+	// counts, and the ninth word counts even when the seed's last word is 0.
+	k := filterTwFeatKey{Family: 4, Proto: pkt.ProtoUDP, Src: [16]byte{198, 51, 100, 1}, Dst: [16]byte{192, 168, 77, 1}}
+	s1 := featSeed{1, 2, 3, 4, 5, 6, 7, 8, 9, 0}
+	s2 := s1
+	s2[0]++
+	if featHash(&k, &s1) == featHash(&k, &s2) {
+		t.Errorf("seed word 0 does not change the hash")
+	}
+	for i := 0; i < 36; i++ {
+		k2 := k
+		b := (*[36]byte)(unsafe.Pointer(&k2))
+		b[i] ^= 0x80
+		if featHash(&k2, &s1) == featHash(&k, &s1) {
+			t.Errorf("flipping key byte %d does not change the hash", i)
+		}
+	}
+}
+
+func TestDrainBoundedOnCollidingKeys(t *testing.T) {
+	// Pure Go: keys crafted to share one home slot of the merge index,
+	// present on both CPUs. Unbounded linear probing costs ~n²/2 probes
+	// per CPU; the merge caps each key at mergeProbe probes and sends the
+	// rest through the fallback map, and still merges every key.
+	const n, slots = 1024, 4096
+	sz := sizes{ncpu: 2, featSlots: slots}
+	seed := featSeed{0x9e3779b9, 0x7f4a7c15, 0xf39cc060, 0x5cedc834, 0x2ea8a0e3, 0x1b873593, 0xcc9e2d51, 0x85ebca6b, 0xc2b2ae35, 0x27d4eb2f}
+	mask := uint32(1<<bits.Len(uint(2*2*n)) - 1) // as drain sizes it for 2n keys
+	keyOf := func(i int) filterTwFeatKey {
+		return filterTwFeatKey{Family: 4, Proto: pkt.ProtoUDP, Src: [16]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}, Dst: [16]byte{192, 168, 77, 1}}
+	}
+	var colliding, plain []filterTwFeatKey
+	k0 := keyOf(0)
+	home := featHash(&k0, &seed) & mask
+	for i := 0; len(colliding) < n; i++ {
+		k := keyOf(i)
+		if featHash(&k, &seed)&mask == home {
+			colliding = append(colliding, k)
+		}
+		if len(plain) < n {
+			plain = append(plain, k)
+		}
+	}
+	fill := func(keys []filterTwFeatKey) []filterTwFeatSlot {
+		buf := make([]filterTwFeatSlot, sz.featEntries())
+		for cpu := 0; cpu < 2; cpu++ {
+			for i, k := range keys {
+				// anywhere in the region: the drain scans it in order
+				buf[cpu*slots+(i*7+cpu)%slots] = filterTwFeatSlot{Key: k, Packets: uint64(cpu + 1), Bytes: 64, Syns: 1}
+			}
+			buf[2*slots+cpu].Packets = n
+		}
+		return buf
+	}
+	for _, c := range []struct {
+		name     string
+		keys     []filterTwFeatKey
+		fallback int
+	}{
+		{"one home", colliding, n - mergeProbe},
+		{"spread", plain, 0},
+	} {
+		buf := fill(c.keys)
+		flows, st := drain(buf, sz, &seed)
+		t.Logf("%s: %d keys on 2 CPUs, %d probes, %d through the fallback map", c.name, n, st.probes, st.fallback)
+		if st.probes > 2*n*mergeProbe {
+			t.Errorf("%s: %d probes, want at most %d (2 × %d keys × %d)", c.name, st.probes, 2*n*mergeProbe, n, mergeProbe)
+		}
+		if st.fallback != c.fallback {
+			t.Errorf("%s: %d keys through the fallback map, want %d", c.name, st.fallback, c.fallback)
+		}
+		if len(flows) != n {
+			t.Fatalf("%s: %d flows, want %d", c.name, len(flows), n)
+		}
+		seen := map[netip.Addr]bool{}
+		for _, f := range flows {
+			if f.Packets != 3 || f.Bytes != 128 || f.SYNs != 2 || seen[f.Src] {
+				t.Fatalf("%s: flow %+v not merged once from both CPUs", c.name, f)
+			}
+			seen[f.Src] = true
+		}
+		for i := range buf {
+			if buf[i] != (filterTwFeatSlot{}) {
+				t.Fatalf("%s: slot %d not cleared", c.name, i)
+			}
 		}
 	}
 }
@@ -554,5 +672,107 @@ func TestExactTombstonesTrimmed(t *testing.T) {
 	}
 	if ret := verdictOf(t, d, as[0]); ret != xdpPass {
 		t.Fatalf("%s dropped after unblock", as[0])
+	}
+}
+
+func TestMappedSourceAndIPv6Rules(t *testing.T) {
+	// A mapped source is IPv4 for the allowlist, but still on an IPv6
+	// packet for blocks: an IPv6 prefix covering ::ffff:0:0/96 drops it,
+	// an IPv6 allowlist entry covering it does not let it through.
+	d := loadTestDatapath(t)
+	if err := d.Block(mustPrefixes(t, []string{"::/80", "192.0.2.1/32"})...); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Allow(mustPrefixes(t, []string{"203.0.113.0/24"})...); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		src  string
+		want uint32
+	}{
+		{"::ffff:10.9.9.9", xdpDrop},    // by ::/80
+		{"::ffff:192.0.2.1", xdpDrop},   // by 192.0.2.1/32, before ::/80
+		{"::ffff:203.0.113.7", xdpPass}, // the IPv4 allowlist first
+		{"10.9.9.9", xdpPass},           // an IPv6 rule never touches IPv4
+		{"::10.9.9.9", xdpDrop},         // IPv4-compatible: IPv6, in ::/80
+		{"2001:db8::1", xdpPass},
+	} {
+		if got := verdictOf(t, d, netip.MustParseAddr(c.src)); got != c.want {
+			t.Errorf("%s: action %d, want %d", c.src, got, c.want)
+		}
+	}
+	cs, err := d.RuleCounters(mustPrefixes(t, []string{"::/80", "192.0.2.1/32"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p6, p4 := cs[netip.MustParsePrefix("::/80")].Packets, cs[netip.MustParsePrefix("192.0.2.1/32")].Packets; p6 != 2 || p4 != 1 {
+		t.Errorf("::/80 counted %d, 192.0.2.1/32 %d; want 2 and 1", p6, p4)
+	}
+
+	d2 := loadTestDatapath(t)
+	if err := d2.Block(mustPrefixes(t, []string{"192.0.2.1/32"})...); err != nil {
+		t.Fatal(err)
+	}
+	if err := d2.Allow(mustPrefixes(t, []string{"::/80"})...); err != nil {
+		t.Fatal(err)
+	}
+	if got := verdictOf(t, d2, netip.MustParseAddr("::ffff:192.0.2.1")); got != xdpDrop {
+		t.Errorf("::ffff:192.0.2.1 under an IPv6 allow ::/80: action %d, want the IPv4 block to drop it", got)
+	}
+}
+
+func TestSnapshotUnmapsSources(t *testing.T) {
+	// Features of a mapped source are keyed by its IPv4 address, merged
+	// with the same source's native IPv4 traffic; a destination without
+	// an IPv4 form is 0.0.0.0. Every flow's addresses are of one family.
+	d := loadTestDatapath(t)
+	if _, err := d.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	send := func(src, dst string, n int) {
+		f := frameFor(netip.MustParseAddr(src), encaps[0])
+		f.Dst, f.Proto = netip.MustParseAddr(dst), pkt.ProtoUDP
+		b := f.Build()
+		for i := 0; i < n; i++ {
+			run(t, d.Program(), fixture{frame: b})
+		}
+	}
+	send("10.1.1.1", "192.168.77.1", 1)
+	send("::ffff:10.1.1.1", "::ffff:192.168.77.1", 2)
+	send("::ffff:10.1.1.1", "fd00:77::1", 4)
+	send("2001:db8::5", "::ffff:192.168.77.1", 8) // an IPv6 source stays IPv6
+	s, err := d.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint64{}
+	for _, f := range s.Flows {
+		got[f.Src.String()+">"+f.Dst.String()] = f.Packets
+		if f.Src.Is4In6() || f.Src.Is4() != f.Dst.Is4() || !f.Src.IsValid() || !f.Dst.IsValid() {
+			t.Errorf("flow %+v: mapped source or mixed families", f)
+		}
+	}
+	want := map[string]uint64{"10.1.1.1>192.168.77.1": 3, "10.1.1.1>0.0.0.0": 4, "2001:db8::5>::ffff:192.168.77.1": 8}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("flows %v, want %v", got, want)
+	}
+}
+
+func TestFlowOfUnmaps(t *testing.T) {
+	// Pure Go: a family-6 key with a mapped source, which the data plane
+	// no longer writes, still decodes to an IPv4 flow.
+	k := func(src, dst string) *filterTwFeatKey {
+		return &filterTwFeatKey{Family: 6, Proto: pkt.ProtoUDP, Src: netip.MustParseAddr(src).As16(), Dst: netip.MustParseAddr(dst).As16()}
+	}
+	for _, c := range []struct{ src, dst, wsrc, wdst string }{
+		{"::ffff:198.51.100.1", "::ffff:192.168.77.1", "198.51.100.1", "192.168.77.1"},
+		{"::ffff:198.51.100.1", "fd00:77::1", "198.51.100.1", "0.0.0.0"},
+		{"2001:db8::1", "::ffff:192.168.77.1", "2001:db8::1", "::ffff:192.168.77.1"},
+		{"::198.51.100.1", "fd00:77::1", "::c633:6401", "fd00:77::1"},
+	} {
+		f := flowOf(k(c.src, c.dst))
+		if f.Src != netip.MustParseAddr(c.wsrc) || f.Dst != netip.MustParseAddr(c.wdst) {
+			t.Errorf("%s>%s decoded as %s>%s, want %s>%s", c.src, c.dst, f.Src, f.Dst, c.wsrc, c.wdst)
+		}
 	}
 }
