@@ -386,6 +386,7 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
+	d.Metrics.mergeFallback.Add(float64(snap.MergeFallback))
 	dt := snap.End.Sub(snap.Start)
 	if dt <= 0 {
 		dt = d.cfg.Interval

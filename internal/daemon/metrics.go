@@ -16,6 +16,7 @@ type Metrics struct {
 	bans             prometheus.Counter
 	unbans           prometheus.Counter
 	refused          prometheus.Counter
+	mergeFallback    prometheus.Counter
 	placementUpdates prometheus.Counter
 	detectToDrop     prometheus.Histogram
 	hwLatency        prometheus.Histogram
@@ -27,13 +28,15 @@ func newMetrics(d *Daemon) *Metrics {
 	m.bans = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierwall_bans_total", Help: "Bans applied."})
 	m.unbans = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierwall_unbans_total", Help: "Bans lifted (rate monitor or expiry)."})
 	m.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierwall_bans_refused_total", Help: "Detections the safety rails refused."})
+	m.mergeFallback = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierwall_snapshot_merge_fallback_keys_total",
+		Help: "Feature keys merged through the slow path because their probe run was too long (colliding keys: a hash-flooding attempt or bad luck)."})
 	m.placementUpdates = prometheus.NewCounter(prometheus.CounterOpts{Name: "tierwall_placement_updates_total", Help: "Hardware rule installs and removals made by placement."})
 	m.detectToDrop = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tierwall_detection_to_drop_seconds",
 		Help:    "From the start of the interval a banned source first appeared in to its ban being applied.",
 		Buckets: []float64{0.05, 0.1, 0.2, 0.5, 1, 2, 3, 5, 10, 30}})
 	m.hwLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tierwall_hw_update_latency_seconds",
 		Help: "Measured latency of one hardware rule update.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)})
-	m.Registry.MustRegister(m.detections, m.bans, m.unbans, m.refused, m.placementUpdates, m.detectToDrop, m.hwLatency,
+	m.Registry.MustRegister(m.detections, m.bans, m.unbans, m.refused, m.mergeFallback, m.placementUpdates, m.detectToDrop, m.hwLatency,
 		&bpfCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
