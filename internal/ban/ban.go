@@ -103,6 +103,9 @@ func (s *Store) guarded(p netip.Prefix) string {
 	return ""
 }
 
+// Guarded says why the rails refuse a ban on p ("" when they do not).
+func (s *Store) Guarded(p netip.Prefix) string { return s.guarded(p) }
+
 // within reports whether p lies entirely inside q.
 func within(p, q netip.Prefix) bool { return q.Bits() <= p.Bits() && q.Contains(p.Addr()) }
 

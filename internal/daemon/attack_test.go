@@ -296,3 +296,52 @@ func TestReconcileDoesNotAdoptExpiredBans(t *testing.T) {
 		t.Fatalf("ban missing from the data plane not restored: %v", err)
 	}
 }
+
+// At start, restored and adopted bans pass today's rails: one inside space
+// allowlisted since is lifted from the data plane and logged as refused,
+// never left enforced and unmanaged; one the data plane refuses does not
+// keep the daemon from starting.
+func TestReconcileAppliesTheRails(t *testing.T) {
+	cfg := testConfig(t)
+	h := newHarness(t, cfg, false)
+	kept, nowAllowed := netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24")
+	for _, p := range []netip.Prefix{kept, nowAllowed} {
+		if _, err := h.d.store.Add(h.now, p, "operator", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.d.dirty = true
+	if err := h.d.save(h.now); err != nil {
+		t.Fatal(err)
+	}
+	cli := netip.MustParsePrefix("10.20.0.0/16") // added by the CLI, inside the new allowlist
+	if err := h.dp.Block(cli); err != nil {
+		t.Fatal(err)
+	}
+	missing := netip.MustParsePrefix("192.0.2.0/24")
+	if _, err := h.d.store.Add(h.now, missing, "operator", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.save(h.now); err != nil {
+		t.Fatal(err)
+	}
+	h.dp.Refuse = map[netip.Prefix]bool{missing: true} // cannot be restored
+	cfg2 := *cfg
+	cfg2.Rails.AllowPrefixes = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("10.0.0.0/8")}
+	d2, err := newDaemon(&cfg2, "", quietLog(), h.dp, nil, h.now)
+	if err != nil {
+		t.Fatalf("one ban the data plane refuses kept the daemon from starting: %v", err)
+	}
+	if _, ok := d2.store.Get(nowAllowed); ok || h.dp.blocked[nowAllowed] != nil {
+		t.Error("restored ban inside allowlisted space still enforced")
+	}
+	if _, ok := d2.store.Get(cli); ok || h.dp.blocked[cli] != nil {
+		t.Error("CLI rule inside allowlisted space left enforced and unmanaged")
+	}
+	if _, ok := d2.store.Get(kept); !ok || h.dp.blocked[kept] == nil {
+		t.Error("a ban the rails allow was lost")
+	}
+	if !hasEvent(d2, "refused", "lifted") {
+		t.Errorf("no refusal logged: %+v", d2.events)
+	}
+}

@@ -258,6 +258,18 @@ func (d *Daemon) reconcile(now time.Time) error {
 		}
 		d.event(now, "unban", u.Ban.Prefix, "%s", u.Why)
 	}
+	// Restored bans pass today's rails: the allowlist or the protected
+	// space may have grown while the daemon was down.
+	for _, b := range d.store.All() {
+		if why := d.store.Guarded(b.Prefix); why != "" {
+			d.store.Remove(b.Prefix)
+			if inDP[b.Prefix] {
+				d.unblock(now, b.Prefix)
+				delete(inDP, b.Prefix)
+			}
+			d.event(now, "refused", b.Prefix, "ban from the state file is %s: lifted", why)
+		}
+	}
 	var restore []netip.Prefix
 	for _, b := range d.store.All() {
 		if !inDP[b.Prefix] {
@@ -265,10 +277,7 @@ func (d *Daemon) reconcile(now time.Time) error {
 		}
 	}
 	if len(restore) > 0 {
-		if err := d.dp.Block(restore...); err != nil {
-			return fmt.Errorf("restoring %d bans from %s: %w", len(restore), d.cfg.StateFile, err)
-		}
-		for _, p := range restore {
+		for _, p := range d.blockEach(now, restore) {
 			d.event(now, "restore", p, "ban in the state file was missing from the data plane: restored")
 		}
 	}
@@ -278,7 +287,9 @@ func (d *Daemon) reconcile(now time.Time) error {
 		}
 		if _, ok := d.store.Get(r.Prefix); !ok {
 			if _, err := d.store.Add(now, r.Prefix, "found in the data plane at start, not in the state file", 0); err != nil {
-				d.event(now, "adopt", r.Prefix, "rule in the data plane conflicts with the rails (%v); left in place, not managed", err)
+				// The rails win over a rule nobody manages: lift it.
+				d.unblock(now, r.Prefix)
+				d.event(now, "refused", r.Prefix, "rule found in the data plane at start: %v; lifted", err)
 				continue
 			}
 			d.event(now, "adopt", r.Prefix, "rule found in the data plane at start: adopted as an operator ban")
@@ -491,24 +502,7 @@ func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 	if len(ps) == 0 {
 		return
 	}
-	blocked := ps
-	if err := d.dp.Block(ps...); err != nil {
-		blocked = nil
-		retry := ps
-		if len(ps) == 1 {
-			retry = nil
-			d.store.Remove(ps[0])
-			d.event(now, "error", ps[0], "blocking: %v", err)
-		}
-		for _, p := range retry {
-			if err := d.dp.Block(p); err != nil {
-				d.store.Remove(p)
-				d.event(now, "error", p, "blocking: %v (the other bans of the interval are applied)", err)
-				continue
-			}
-			blocked = append(blocked, p)
-		}
-	}
+	blocked := d.blockEach(now, ps)
 	applied := time.Now()
 	for _, p := range blocked {
 		b, _ := d.store.Get(p)
@@ -519,6 +513,32 @@ func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 		}
 	}
 	d.dirty = true
+}
+
+// blockEach blocks ps as one batch; when the data plane refuses the batch
+// (all or nothing), each entry is tried alone, so one it refuses never
+// sinks the others. Refused entries leave the store, with an event. It
+// returns what is blocked.
+func (d *Daemon) blockEach(now time.Time, ps []netip.Prefix) []netip.Prefix {
+	err := d.dp.Block(ps...)
+	if err == nil {
+		return ps
+	}
+	if len(ps) == 1 {
+		d.store.Remove(ps[0])
+		d.event(now, "error", ps[0], "blocking: %v", err)
+		return nil
+	}
+	var blocked []netip.Prefix
+	for _, p := range ps {
+		if err := d.dp.Block(p); err != nil {
+			d.store.Remove(p)
+			d.event(now, "error", p, "blocking: %v (the others of the batch are applied)", err)
+			continue
+		}
+		blocked = append(blocked, p)
+	}
+	return blocked
 }
 
 // admit checks a new ban before the data plane sees it: it must be a
