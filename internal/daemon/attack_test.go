@@ -345,3 +345,32 @@ func TestReconcileAppliesTheRails(t *testing.T) {
 		t.Errorf("no refusal logged: %+v", d2.events)
 	}
 }
+
+// A flood of new keys that overflows the feature buffers is reported, does
+// not push the regular clients out of the breaker's denominator, and does
+// not grow the daemon's per-source state beyond a bound.
+func TestOverflowKeepsClientsAndStaysBounded(t *testing.T) {
+	h := newHarness(t, testConfig(t), false)
+	clients := addrs(10, 1, 100)
+	for i := 0; i < 6; i++ {
+		h.dp.send(10, clients...)
+		h.step(t)
+	}
+	for i := 0; i < 6; i++ { // clients crowded out; 1000 new sources each interval
+		h.dp.overflow += 50_000
+		h.dp.send(10, addrs(172, byte(16+i), 1000)...)
+		h.step(t)
+		if i < maxMissed && len(h.d.hist) < 100+1000 {
+			t.Fatalf("overflow interval %d: %d sources tracked, the 100 clients dropped out", i, len(h.d.hist))
+		}
+		if len(h.d.hist) > 100+1000 {
+			t.Fatalf("overflow interval %d: %d sources tracked, state grows with the flood", i, len(h.d.hist))
+		}
+	}
+	if len(h.d.hist) != 1000 {
+		t.Fatalf("%d sources tracked after the clients were gone for good", len(h.d.hist))
+	}
+	if !hasEvent(h.d, "overflow", "50000 packets") {
+		t.Fatalf("overflow not reported: %+v", h.d.events[len(h.d.events)-3:])
+	}
+}

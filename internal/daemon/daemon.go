@@ -61,21 +61,22 @@ type Daemon struct {
 	entropy *detect.Entropy
 	lists   *detect.List
 
-	events     []Event
-	lastTop    []detect.Talker
-	lastSnap   time.Time
-	lastXDP    map[netip.Prefix]uint64 // cumulative XDP packets of each ban at the last interval
-	lastAt     time.Time
-	firstSeen  map[netip.Addr]time.Time // first interval a source showed up, for detection-to-drop latency
-	hist       map[netip.Addr]*history  // sources seen in the last interval, for the circuit breaker
-	rates      map[netip.Prefix]float64
-	breaker    bool
-	tierCounts map[string]int // bans per tier, for the metrics collector (under mu)
-	started    time.Time
-	hwUpdates  uint64 // hardware updates placement applied
-	lastSave   time.Time
-	steps      uint64
-	dirty      bool
+	events       []Event
+	lastTop      []detect.Talker
+	lastSnap     time.Time
+	lastXDP      map[netip.Prefix]uint64 // cumulative XDP packets of each ban at the last interval
+	lastOverflow uint64                  // feature overflow counter at the last snapshot
+	lastAt       time.Time
+	firstSeen    map[netip.Addr]time.Time // first interval a source showed up, for detection-to-drop latency
+	hist         map[netip.Addr]*history  // sources seen in the last interval, for the circuit breaker
+	rates        map[netip.Prefix]float64
+	breaker      bool
+	tierCounts   map[string]int // bans per tier, for the metrics collector (under mu)
+	started      time.Time
+	hwUpdates    uint64 // hardware updates placement applied
+	lastSave     time.Time
+	steps        uint64
+	dirty        bool
 
 	Metrics *Metrics
 	reqs    chan func()
@@ -406,6 +407,17 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	for _, f := range snap.Flows {
 		tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
 	}
+	// Packets the feature buffers could not hold: the interval is partial,
+	// and sources missing from it may simply not have fit.
+	overflow := snap.Overflow - d.lastOverflow
+	if d.lastOverflow == 0 && d.steps <= 1 || snap.Overflow < d.lastOverflow {
+		overflow = 0 // first reading, or the counter restarted (re-attach)
+	}
+	d.lastOverflow = snap.Overflow
+	tr.Overflow = overflow
+	if overflow > 0 {
+		d.event(snap.End, "overflow", netip.Prefix{}, "feature buffers full: %d packets of this interval not counted (raise capacity.features)", overflow)
+	}
 	d.trackFirstSeen(snap.Start, tr)
 	return tr, nil
 }
@@ -604,7 +616,12 @@ type history struct {
 	detected bool
 	norm     float64 // pps, learned while it was not detected
 	pps      float64 // this interval
+	missed   int     // intervals missed in a row while the buffers overflowed
 }
+
+// maxMissed is how many overflowing intervals an established source may
+// be missing from before it is forgotten.
+const maxMissed = 3
 
 // normJump is how far above its usual rate a source stops counting as a
 // regular client: a detector that names clients at their normal rate is
@@ -716,10 +733,21 @@ func (d *Daemon) trackFirstSeen(start time.Time, tr *detect.Traffic) {
 			h.norm = 0.95*h.norm + 0.05*h.pps // follows slow change, never a jump
 		}
 	}
-	for a := range d.hist {
-		if _, ok := tr.Sources[a]; !ok {
-			delete(d.hist, a)
+	// A source missing from an interval that overflowed may not have fit:
+	// an established client stays in the breaker's denominator through up
+	// to maxMissed such intervals (a flood of new keys must not push the
+	// regular clients out), so this state stays bounded by the buffers'
+	// capacity times maxMissed+1 whatever the attacker does.
+	for a, h := range d.hist {
+		if _, ok := tr.Sources[a]; ok {
+			h.missed = 0
+			continue
 		}
+		if tr.Overflow > 0 && h.run >= establishedAfter && h.missed < maxMissed {
+			h.missed++
+			continue
+		}
+		delete(d.hist, a)
 	}
 	if len(d.firstSeen) > 4*len(tr.Sources)+10000 {
 		for a := range d.firstSeen {

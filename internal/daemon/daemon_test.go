@@ -30,6 +30,7 @@ type fakeDP struct {
 	BlockErr error
 	Refuse   map[netip.Prefix]bool // entries the data plane refuses (the whole batch fails)
 	CheckErr error
+	overflow uint64 // cumulative packets the feature buffers could not hold
 	blocks   int // Block calls
 }
 
@@ -38,7 +39,7 @@ func newFakeDP(t0 time.Time) *fakeDP {
 }
 
 func (f *fakeDP) Snapshot() (*datapath.Snapshot, error) {
-	s := &datapath.Snapshot{Start: f.at.Add(-time.Second), End: f.at, Flows: f.flows}
+	s := &datapath.Snapshot{Start: f.at.Add(-time.Second), End: f.at, Flows: f.flows, Overflow: f.overflow}
 	f.flows = nil
 	return s, nil
 }

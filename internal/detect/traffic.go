@@ -38,6 +38,10 @@ type Traffic struct {
 	Dests    map[netip.Addr]*Counts
 	Pairs    map[Pair]uint64 // packets per (source, destination)
 	Total    Counts
+	// Overflow is the packets of this interval the feature buffers could
+	// not hold (not in Sources): detectors must not read the interval as
+	// complete when it is not zero.
+	Overflow uint64
 }
 
 // Pair is a (source, destination) couple.
