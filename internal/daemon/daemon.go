@@ -67,8 +67,7 @@ type Daemon struct {
 	lastXDP      map[netip.Prefix]uint64 // cumulative XDP packets of each ban at the last interval
 	lastOverflow uint64                  // feature overflow counter at the last snapshot
 	lastAt       time.Time
-	firstSeen    map[netip.Addr]time.Time // first interval a source showed up, for detection-to-drop latency
-	hist         map[netip.Addr]*history  // sources seen in the last interval, for the circuit breaker
+	hist         map[netip.Addr]*history // sources seen in the last interval, for the circuit breaker
 	rates        map[netip.Prefix]float64
 	breaker      bool
 	tierCounts   map[string]int // bans per tier, for the metrics collector (under mu)
@@ -136,7 +135,7 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 // tier (nil: XDP only) and reconciles them with the state file at now.
 func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlane, hw tier.Table, now time.Time) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: now, dp: dp, hw: hw,
-		lastXDP: map[netip.Prefix]uint64{}, firstSeen: map[netip.Addr]time.Time{}, hist: map[netip.Addr]*history{}, rates: map[netip.Prefix]float64{}}
+		lastXDP: map[netip.Prefix]uint64{}, hist: map[netip.Addr]*history{}, rates: map[netip.Prefix]float64{}}
 	d.Metrics = newMetrics(d)
 	if hw != nil {
 		d.off = &placement.Offloader{Table: hw, Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
@@ -403,7 +402,7 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	if dt <= 0 {
 		dt = d.cfg.Interval
 	}
-	tr := detect.NewTraffic(dt)
+	tr := detect.NewTrafficSized(dt, len(snap.Flows))
 	for _, f := range snap.Flows {
 		tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
 	}
@@ -418,7 +417,7 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	if overflow > 0 {
 		d.event(snap.End, "overflow", netip.Prefix{}, "feature buffers full: %d packets of this interval not counted (raise capacity.features)", overflow)
 	}
-	d.trackFirstSeen(snap.Start, tr)
+	d.track(snap.Start, tr)
 	return tr, nil
 }
 
@@ -520,8 +519,8 @@ func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 		b, _ := d.store.Get(p)
 		d.event(now, "ban", p, "%s: %s", b.Detector, b.Reason)
 		d.Metrics.bans.Inc()
-		if t, ok := d.firstSeen[p.Addr()]; ok && p.IsSingleIP() {
-			d.Metrics.detectToDrop.Observe(applied.Sub(t).Seconds())
+		if h := d.hist[p.Addr()]; h != nil && p.IsSingleIP() {
+			d.Metrics.detectToDrop.Observe(applied.Sub(h.first).Seconds())
 		}
 	}
 	d.dirty = true
@@ -614,10 +613,17 @@ func refusalKind(why string) string {
 type history struct {
 	run      int
 	detected bool
-	norm     float64 // pps, learned while it was not detected
-	pps      float64 // this interval
-	missed   int     // intervals missed in a row while the buffers overflowed
+	norm     float64   // pps, learned while it was not detected
+	pps      float64   // this interval
+	missed   int       // intervals missed in a row while the buffers overflowed
+	first    time.Time // start of the interval it showed up in, for detection-to-drop latency
 }
+
+// maxTracked bounds the sources the daemon keeps a history of. Past it, a
+// flood's new sources are not tracked (they cannot become regular clients
+// while it lasts); the clients known before it keep theirs. At ~120 bytes
+// a source this is ~30 MiB whatever the number of sources.
+const maxTracked = 1 << 18
 
 // maxMissed is how many overflowing intervals an established source may
 // be missing from before it is forgotten.
@@ -709,17 +715,18 @@ func (d *Daemon) detectors() []detect.Detector {
 	return out
 }
 
-// trackFirstSeen remembers when each source first showed up in passed
-// traffic (the interval's start: the earliest its first packet can have
-// been), forgetting sources silent for a minute.
-func (d *Daemon) trackFirstSeen(start time.Time, tr *detect.Traffic) {
+// track keeps each source's history: when it showed up in passed traffic
+// (the interval's start: the earliest its first packet can have been), for
+// how many intervals in a row, and its usual rate. A source absent from an
+// interval is forgotten (see below for intervals that overflowed).
+func (d *Daemon) track(start time.Time, tr *detect.Traffic) {
 	for a, s := range tr.Sources {
-		if _, ok := d.firstSeen[a]; !ok {
-			d.firstSeen[a] = start
-		}
 		h := d.hist[a]
 		if h == nil {
-			h = &history{}
+			if len(d.hist) >= maxTracked {
+				continue
+			}
+			h = &history{first: start}
 			d.hist[a] = h
 		}
 		h.run++
@@ -748,13 +755,6 @@ func (d *Daemon) trackFirstSeen(start time.Time, tr *detect.Traffic) {
 			continue
 		}
 		delete(d.hist, a)
-	}
-	if len(d.firstSeen) > 4*len(tr.Sources)+10000 {
-		for a := range d.firstSeen {
-			if _, ok := tr.Sources[a]; !ok {
-				delete(d.firstSeen, a)
-			}
-		}
 	}
 }
 

@@ -31,7 +31,7 @@ type fakeDP struct {
 	Refuse   map[netip.Prefix]bool // entries the data plane refuses (the whole batch fails)
 	CheckErr error
 	overflow uint64 // cumulative packets the feature buffers could not hold
-	blocks   int // Block calls
+	blocks   int    // Block calls
 }
 
 func newFakeDP(t0 time.Time) *fakeDP {

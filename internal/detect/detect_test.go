@@ -270,3 +270,29 @@ func TestAggregateIPv6(t *testing.T) {
 		t.Fatalf("two addresses (below min) aggregated: %+v", got)
 	}
 }
+
+// Top keeps the n heaviest, heaviest first, ties by address, and counts
+// each source's destinations.
+func TestTopSelectsAndOrders(t *testing.T) {
+	tr := NewTraffic(time.Second)
+	for i := 1; i <= 50; i++ {
+		tr.Add(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), netip.MustParseAddr("192.0.2.1"), 17, uint64(i%10), 64, 0)
+	}
+	tr.Add(netip.MustParseAddr("10.0.0.9"), netip.MustParseAddr("192.0.2.2"), 6, 1, 64, 1)
+	top := tr.Top(5)
+	want := []string{"10.0.0.9", "10.0.0.19", "10.0.0.29", "10.0.0.39", "10.0.0.49"}
+	if len(top) != 5 {
+		t.Fatalf("%d talkers", len(top))
+	}
+	for i, w := range want {
+		if top[i].Src.String() != w {
+			t.Fatalf("talker %d is %s, want %s (%+v)", i, top[i].Src, w, top)
+		}
+	}
+	if top[0].Packets != 10 || top[0].Dests != 2 || top[0].SYNPS != 1 || top[1].Dests != 1 {
+		t.Fatalf("first talker %+v, second %+v", top[0], top[1])
+	}
+	if got := tr.Sources[netip.MustParseAddr("10.0.0.9")].Proto(6); got != 1 {
+		t.Fatalf("TCP packets %d", got)
+	}
+}

@@ -152,7 +152,7 @@ func (r *Rate) exceeds(t *Traffic, s *Source, pps float64) string {
 		return fmt.Sprintf("%.0f SYN/s > %.0f", t.Rate(s.SYNs), st.SYNPPS)
 	}
 	for p, lim := range st.PerProto {
-		if v := t.Rate(s.PerProto[p]); lim > 0 && v > lim {
+		if v := t.Rate(s.Proto(p)); lim > 0 && v > lim {
 			return fmt.Sprintf("%.0f pps of protocol %d > %.0f", v, p, lim)
 		}
 	}

@@ -7,6 +7,7 @@
 package detect
 
 import (
+	"container/heap"
 	"net/netip"
 	"sort"
 	"time"
@@ -28,7 +29,36 @@ func (c *Counts) add(p, b, s uint64) {
 // Source is one source's traffic over an interval.
 type Source struct {
 	Counts
-	PerProto map[uint8]uint64 // packets per IP protocol
+	Dests int // distinct destinations
+	// protos holds packets per IP protocol: a short list, not a map, since
+	// a source nearly always uses one or two protocols and a flood brings
+	// a million sources.
+	protos []protoCount
+}
+
+type protoCount struct {
+	proto   uint8
+	packets uint64
+}
+
+// Proto is the packets the source sent with IP protocol p.
+func (s *Source) Proto(p uint8) uint64 {
+	for _, c := range s.protos {
+		if c.proto == p {
+			return c.packets
+		}
+	}
+	return 0
+}
+
+func (s *Source) addProto(p uint8, n uint64) {
+	for i := range s.protos {
+		if s.protos[i].proto == p {
+			s.protos[i].packets += n
+			return
+		}
+	}
+	s.protos = append(s.protos, protoCount{p, n})
 }
 
 // Traffic is one interval of passed traffic.
@@ -42,14 +72,25 @@ type Traffic struct {
 	// not hold (not in Sources): detectors must not read the interval as
 	// complete when it is not zero.
 	Overflow uint64
+
+	perSec float64 // 1 / Interval in seconds
 }
 
 // Pair is a (source, destination) couple.
 type Pair struct{ Src, Dst netip.Addr }
 
 // NewTraffic starts an empty interval of length d.
-func NewTraffic(d time.Duration) *Traffic {
-	return &Traffic{Interval: d, Sources: map[netip.Addr]*Source{}, Dests: map[netip.Addr]*Counts{}, Pairs: map[Pair]uint64{}}
+func NewTraffic(d time.Duration) *Traffic { return NewTrafficSized(d, 0) }
+
+// NewTrafficSized starts an empty interval of length d for about n keys:
+// sized up front, the maps of a million-source interval never grow.
+func NewTrafficSized(d time.Duration, n int) *Traffic {
+	t := &Traffic{Interval: d, Sources: make(map[netip.Addr]*Source, n), Dests: map[netip.Addr]*Counts{},
+		Pairs: make(map[Pair]uint64, n)}
+	if d > 0 {
+		t.perSec = 1 / d.Seconds()
+	}
+	return t
 }
 
 // Add records one (source, destination, protocol) key of the snapshot.
@@ -59,28 +100,27 @@ func (t *Traffic) Add(src, dst netip.Addr, proto uint8, packets, bytes, syns uin
 	src, dst = src.Unmap(), dst.Unmap()
 	s := t.Sources[src]
 	if s == nil {
-		s = &Source{PerProto: map[uint8]uint64{}}
+		s = &Source{}
 		t.Sources[src] = s
 	}
 	s.add(packets, bytes, syns)
-	s.PerProto[proto] += packets
+	s.addProto(proto, packets)
 	d := t.Dests[dst]
 	if d == nil {
 		d = &Counts{}
 		t.Dests[dst] = d
 	}
 	d.add(packets, bytes, syns)
-	t.Pairs[Pair{src, dst}] += packets
+	pair := Pair{src, dst}
+	if _, ok := t.Pairs[pair]; !ok {
+		s.Dests++
+	}
+	t.Pairs[pair] += packets
 	t.Total.add(packets, bytes, syns)
 }
 
 // Rate converts a count over the interval to a per-second rate.
-func (t *Traffic) Rate(n uint64) float64 {
-	if t.Interval <= 0 {
-		return 0
-	}
-	return float64(n) / t.Interval.Seconds()
-}
+func (t *Traffic) Rate(n uint64) float64 { return float64(n) * t.perSec }
 
 // Detection names something to block and why.
 type Detection struct {
@@ -114,25 +154,51 @@ type Talker struct {
 	Banned   bool       `json:"banned"`
 }
 
-// Top ranks the n heaviest sources by packets (ties by address).
+// Top ranks the n heaviest sources by packets (ties by address). It keeps
+// only n candidates while it scans, so a million sources cost a scan, not
+// a sort.
 func (t *Traffic) Top(n int) []Talker {
-	dests := map[netip.Addr]int{}
-	for p := range t.Pairs {
-		dests[p.Src]++
+	if n <= 0 {
+		return []Talker{}
 	}
-	out := make([]Talker, 0, len(t.Sources))
+	h := &talkerHeap{}
 	for a, s := range t.Sources {
-		out = append(out, Talker{Src: a, Packets: s.Packets, PPS: t.Rate(s.Packets), BPS: 8 * t.Rate(s.Bytes),
-			SYNPS: t.Rate(s.SYNs), Dests: dests[a], Interval: t.Interval.Seconds()})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Packets != out[j].Packets {
-			return out[i].Packets > out[j].Packets
+		if h.Len() == n && !heavier(s.Packets, a, (*h)[0].Packets, (*h)[0].Src) {
+			continue
 		}
-		return out[i].Src.Less(out[j].Src)
-	})
-	if len(out) > n {
-		out = out[:n]
+		tk := Talker{Src: a, Packets: s.Packets, PPS: t.Rate(s.Packets), BPS: 8 * t.Rate(s.Bytes),
+			SYNPS: t.Rate(s.SYNs), Dests: s.Dests, Interval: t.Interval.Seconds()}
+		if h.Len() < n {
+			heap.Push(h, tk)
+		} else {
+			(*h)[0] = tk
+			heap.Fix(h, 0)
+		}
 	}
+	out := []Talker(*h)
+	sort.Slice(out, func(i, j int) bool { return heavier(out[i].Packets, out[i].Src, out[j].Packets, out[j].Src) })
 	return out
+}
+
+func heavier(p1 uint64, a1 netip.Addr, p2 uint64, a2 netip.Addr) bool {
+	if p1 != p2 {
+		return p1 > p2
+	}
+	return a1.Less(a2)
+}
+
+// talkerHeap is a min-heap: the lightest of the kept talkers on top.
+type talkerHeap []Talker
+
+func (h talkerHeap) Len() int { return len(h) }
+func (h talkerHeap) Less(i, j int) bool {
+	return heavier(h[j].Packets, h[j].Src, h[i].Packets, h[i].Src)
+}
+func (h talkerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *talkerHeap) Push(x any)   { *h = append(*h, x.(Talker)) }
+func (h *talkerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
