@@ -73,7 +73,8 @@ type Store struct {
 	Baselines map[string]float64
 
 	bans    map[netip.Prefix]*Ban
-	lengths map[plen]int // bans per prefix length, for covered
+	lengths map[plen]int   // bans per prefix length, for covered
+	tiers   map[string]int // bans per tier, kept as bans change
 }
 
 // NewStore makes an empty store.
@@ -221,21 +222,26 @@ type plen struct {
 }
 
 func (s *Store) put(b *Ban) {
-	if _, ok := s.bans[b.Prefix]; !ok {
-		if s.lengths == nil {
-			s.lengths = map[plen]int{}
-		}
+	if s.lengths == nil {
+		s.lengths, s.tiers = map[plen]int{}, map[string]int{}
+	}
+	if old, ok := s.bans[b.Prefix]; ok {
+		s.tiers[old.Tier]--
+	} else {
 		s.lengths[plen{b.Prefix.Addr().Is6(), b.Prefix.Bits()}]++
 	}
+	s.tiers[b.Tier]++
 	s.bans[b.Prefix] = b
 }
 
 func (s *Store) del(p netip.Prefix) bool {
-	if _, ok := s.bans[p]; !ok {
+	b, ok := s.bans[p]
+	if !ok {
 		return false
 	}
 	delete(s.bans, p)
 	s.lengths[plen{p.Addr().Is6(), p.Bits()}]--
+	s.tiers[b.Tier]--
 	return true
 }
 
@@ -320,7 +326,9 @@ func (s *Store) Monitor(now time.Time, rates map[netip.Prefix]float64, threshold
 
 // SetTier records where a ban is enforced.
 func (s *Store) SetTier(p netip.Prefix, tier string) {
-	if b, ok := s.bans[p]; ok {
+	if b, ok := s.bans[p]; ok && b.Tier != tier {
+		s.tiers[b.Tier]--
+		s.tiers[tier]++
 		b.Tier = tier
 	}
 }
@@ -354,11 +362,13 @@ func (s *Store) Prefixes() []netip.Prefix {
 	return out
 }
 
-// Tiers counts the bans per tier.
+// Tiers counts the bans per tier (kept as bans change: no scan).
 func (s *Store) Tiers() map[string]int {
-	out := map[string]int{}
-	for _, b := range s.bans {
-		out[b.Tier]++
+	out := make(map[string]int, len(s.tiers))
+	for t, n := range s.tiers {
+		if n > 0 {
+			out[t] = n
+		}
 	}
 	return out
 }
@@ -453,7 +463,7 @@ func (s *Store) Load(path string, now time.Time) ([]Unban, error) {
 		return nil, fmt.Errorf("state file %s has version %d, this tierwall reads %d", path, st.Version, stateVersion)
 	}
 	var gone []Unban
-	s.bans, s.lengths = map[netip.Prefix]*Ban{}, nil
+	s.bans, s.lengths, s.tiers = map[netip.Prefix]*Ban{}, nil, nil
 	s.Baselines = st.Baselines
 	for i := range st.Bans {
 		bn := st.Bans[i]

@@ -47,3 +47,41 @@ func BenchmarkIntervalMillionSources(b *testing.B) {
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "MiB-live-heap")
 }
+
+// BenchmarkInterval500KBans measures one quiet interval's work with 500K
+// bans (the default max_total): counters, rates, rate monitor, tiers.
+// The fake data plane answers counters from memory, so the data plane's
+// own lookups are not in it. `go test -run '^$' -bench 500KBans
+// -benchtime 5x ./internal/daemon`.
+func BenchmarkInterval500KBans(b *testing.B) {
+	cfg := testConfig(&testing.T{})
+	cfg.StateFile = b.TempDir() + "/state.json"
+	dp := newFakeDP(t0)
+	d, err := newDaemon(cfg, "", quietLog(), dp, nil, t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < 500_000; i++ {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(i >> 16), byte(i >> 8), byte(i)}), 32)
+		if _, err := d.store.Add(t0, p, "bench", 0); err != nil {
+			b.Fatal(err)
+		}
+		dp.blocked[p] = &datapath.Counter{}
+	}
+	now := t0
+	for i := 0; i < 2; i++ { // first readings
+		now = now.Add(time.Second)
+		dp.at = now
+		if err := d.Step(now); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		now = now.Add(time.Second)
+		dp.at = now
+		if err := d.Step(now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

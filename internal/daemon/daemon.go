@@ -779,20 +779,21 @@ func (d *Daemon) measure(now time.Time, ctrs map[netip.Prefix]datapath.Counter) 
 			return fmt.Errorf("reading hardware counters: %w", err)
 		}
 	}
-	cur := make(map[netip.Prefix]uint64, len(ctrs))
+	// lastXDP is updated in place (unblock deletes lifted bans from it):
+	// at 500K bans a fresh map per interval costs more than the rest.
 	for p, c := range ctrs {
-		cur[p] = c.Packets
+		prev, seen := d.lastXDP[p]
+		d.lastXDP[p] = c.Packets
 		if r, ok := hw[p.Addr()]; ok && p.IsSingleIP() {
-			if _, seen := d.lastXDP[p]; seen && !first {
+			if seen && !first {
 				d.rates[p] = r
 			}
 			continue
 		}
-		if prev, ok := d.lastXDP[p]; ok && !first && secs > 0 && c.Packets >= prev {
+		if seen && !first && secs > 0 && c.Packets >= prev {
 			d.rates[p] = float64(c.Packets-prev) / secs
 		}
 	}
-	d.lastXDP = cur
 	return nil
 }
 
