@@ -67,6 +67,22 @@ func fail(w http.ResponseWriter, err error) {
 	writeJSON(w, code, ErrorBody{err.Error()})
 }
 
+// banOptions reads a ban request's ttl (Go duration, empty: none) and
+// reason (empty: "operator").
+func banOptions(ttl, reason string) (time.Duration, string, error) {
+	var d time.Duration
+	if ttl != "" {
+		var err error
+		if d, err = time.ParseDuration(ttl); err != nil || d < 0 {
+			return 0, "", fmt.Errorf("%w: ttl %q is not a positive duration", daemon.ErrBadRequest, ttl)
+		}
+	}
+	if reason == "" {
+		reason = "operator"
+	}
+	return d, reason, nil
+}
+
 // maxBatch bounds a batch body: 100K IPv6 prefixes are about 5 MB.
 func (s *Server) maxBatch() int64 {
 	if s.MaxBatchBody > 0 {
@@ -175,19 +191,14 @@ func (s *Server) Handler() http.Handler {
 			fail(w, fmt.Errorf("%w: prefix: %v", daemon.ErrBadRequest, err))
 			return
 		}
-		var ttl time.Duration
-		if req.TTL != "" {
-			if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl < 0 {
-				fail(w, fmt.Errorf("%w: ttl %q is not a positive duration", daemon.ErrBadRequest, req.TTL))
-				return
-			}
-		}
-		if req.Reason == "" {
-			req.Reason = "operator"
+		ttl, reason, err := banOptions(req.TTL, req.Reason)
+		if err != nil {
+			fail(w, err)
+			return
 		}
 		c, cancel := ctx(r)
 		defer cancel()
-		b, err := s.D.AddRule(c, p, req.Reason, ttl)
+		b, err := s.D.AddRule(c, p, reason, ttl)
 		if err != nil {
 			fail(w, err)
 			return
@@ -209,20 +220,14 @@ func (s *Server) Handler() http.Handler {
 			}
 			ps = append(ps, p)
 		}
-		var ttl time.Duration
-		if req.TTL != "" {
-			var err error
-			if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl < 0 {
-				fail(w, fmt.Errorf("%w: ttl %q is not a positive duration", daemon.ErrBadRequest, req.TTL))
-				return
-			}
-		}
-		if req.Reason == "" {
-			req.Reason = "operator"
+		ttl, reason, err := banOptions(req.TTL, req.Reason)
+		if err != nil {
+			fail(w, err)
+			return
 		}
 		c, cancel := ctx(r)
 		defer cancel()
-		n, err := s.D.AddRules(c, ps, req.Reason, ttl)
+		n, err := s.D.AddRules(c, ps, reason, ttl)
 		if err != nil {
 			fail(w, err)
 			return
