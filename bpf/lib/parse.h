@@ -49,6 +49,15 @@ struct tw_pkt {
 	__be16 sport; /* TCP/UDP ports of a first fragment, else 0 */
 	__be16 dport;
 	__u32 l3len; /* frame bytes from the IP header on (what NICs count) */
+	/* For the flow probe: offsets from the frame start of the IP header,
+	 * the L4 header, the L4 payload and the end of the datagram as its
+	 * length fields declare it (Ethernet padding excluded). l4off and
+	 * payoff are 0 when there is no L4 header (non-first fragment). */
+	__u16 l3off;
+	__u16 l4off;
+	__u16 payoff;
+	__u16 l3end;
+	__u8 tcp_flags; /* the whole flags byte (FIN 0x01 ... CWR 0x80) */
 };
 
 struct tw_vlan_hdr {
@@ -70,14 +79,20 @@ static __always_inline int tw_parse_l4(void *l4, void *lim, void *data_end,
 		if ((void *)(th + 1) > data_end || (void *)(th + 1) > lim)
 			return TW_R_L4_TRUNC;
 		p->syn = th->syn && !th->ack;
+		p->tcp_flags = ((__u8 *)th)[13];
 		p->sport = th->source;
 		p->dport = th->dest;
+		/* A data offset below 5 words is malformed; the payload is
+		 * then taken to start after the fixed header. */
+		__u16 doff = th->doff * 4;
+		p->payoff = p->l4off + (doff < sizeof(*th) ? sizeof(*th) : doff);
 	} else if (p->proto == IPPROTO_UDP) {
 		struct udphdr *uh = l4;
 		if ((void *)(uh + 1) > data_end || (void *)(uh + 1) > lim)
 			return TW_R_L4_TRUNC;
 		p->sport = uh->source;
 		p->dport = uh->dest;
+		p->payoff = p->l4off + sizeof(*uh);
 	}
 	return TW_R_PASS;
 }
@@ -103,6 +118,9 @@ static __always_inline int tw_parse_ipv4(void *l3, void *data_end,
 	p->src4 = iph->saddr;
 	p->dst4 = iph->daddr;
 	p->nonfirst = (bpf_ntohs(iph->frag_off) & TW_IP_OFFMASK) != 0;
+	p->l3end = p->l3off + tot;
+	if (!p->nonfirst)
+		p->l4off = p->l3off + hlen;
 	return tw_parse_l4(l3 + hlen, l3 + tot, data_end, p);
 }
 
@@ -158,6 +176,9 @@ static __always_inline int tw_parse_ipv6(void *l3, void *data_end,
 	p->proto = nh;
 	if (cur > data_end)
 		return TW_R_IP6_EXT_TRUNC;
+	p->l3end = p->l3off + (lim - l3);
+	if (!p->nonfirst)
+		p->l4off = p->l3off + (cur - l3);
 	return tw_parse_l4(cur, lim, data_end, p);
 }
 
@@ -228,6 +249,7 @@ static __always_inline int tw_parse(void *data, void *data_end,
 		return TW_R_VLAN_DEPTH;
 
 	p->l3len = data_end - cur;
+	p->l3off = cur - data;
 	if (proto == bpf_htons(ETH_P_IP))
 		return tw_parse_ipv4(cur, data_end, p);
 	if (proto == bpf_htons(ETH_P_IPV6))

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* flow.h - the flow probe's shared types (Deri et al., HPSR 2024): the
+ * flow key both tiers use, the mark the NIC stage leaves in XDP metadata
+ * for the host, the software flow entry and the DPI sample. The NIC stage
+ * (xdp_nicflow.c) and the host's probe (xdp_probe.c) include it; Go gets
+ * every struct through bpf2go -type. */
+#ifndef TW_FLOW_H
+#define TW_FLOW_H
+
+#include <linux/types.h>
+#include "parse.h"
+
+/* A flow key names both directions: the endpoints are sorted, the lower
+ * (address bytes, then port in host order) first. IPv4 addresses sit in the
+ * first four bytes. dir 0 is a packet sent by the lo endpoint, dir 1 by the
+ * hi one. Go's flow.Key sorts the same way (tested against this code). */
+struct tw_flow_key {
+	__u8 family; /* 4 or 6 */
+	__u8 proto;
+	__u16 _pad;
+	__be16 port_lo; /* port of addr_lo; 0 for protocols without ports */
+	__be16 port_hi;
+	__u8 addr_lo[16];
+	__u8 addr_hi[16];
+};
+
+/* How the NIC handled a packet that reaches the host: PF_RING's
+ * PKT_FLAGS_FLOW_HIT / _MISS / _UNHANDLED. */
+enum tw_flow_mark {
+	TW_MARK_NONE = 0, /* no NIC stage marked it (no metadata) */
+	TW_MARK_HIT = 1,  /* a learned flow (inline: forwarded by software) */
+	TW_MARK_MISS = 2, /* no learned flow */
+	TW_MARK_UNHANDLED =
+		3, /* not matchable: non-TCP/UDP, fragment, table full */
+};
+
+#define TW_META_MAGIC 0x74776d6b /* "twmk": metadata we wrote, not garbage */
+
+/* XDP metadata (bpf_xdp_adjust_meta) in front of every packet the NIC
+ * stage passes on; it survives bpf_redirect between veths. */
+struct tw_flow_meta {
+	__u32 magic;
+	__u8 mark; /* enum tw_flow_mark */
+	__u8 dir;  /* direction within the flow key */
+	__u16 _pad;
+	__u32 hash; /* the NIC's flow hash (RSS-like), 0 when unhandled */
+	__u32 _pad2;
+	__u64 flow_id; /* the application's id of a hit flow, else 0 */
+};
+
+/* Software flow states: new -> dpi -> learning -> offloaded | software
+ * -> ended. Appended only. */
+enum tw_flow_state {
+	TW_FS_NEW = 0,       /* first packet seen */
+	TW_FS_DPI = 1,       /* samples going to user space */
+	TW_FS_LEARNING = 2,  /* verdict given, learn queued to the NIC */
+	TW_FS_OFFLOADED = 3, /* the NIC counts and handles it */
+	TW_FS_SOFTWARE = 4,  /* kept in software (policy, learn failed) */
+	TW_FS_ENDED = 5,     /* record emitted, entry about to go */
+};
+
+/* What software does with a flow's packets (inline mode). */
+enum tw_flow_action {
+	TW_FA_FORWARD = 0,
+	TW_FA_DISCARD = 1,
+};
+
+/* One software flow. Counters are updated with atomic adds: both
+ * directions of a flow may be handled on different CPUs. */
+struct tw_flow {
+	__u64 packets[2]; /* per direction */
+	__u64 bytes[2];   /* from the IP header on, as the NIC counts */
+	__u64 first_ns;   /* bpf_ktime_get_ns */
+	__u64 last_ns;
+	__u32 hash;        /* the NIC's flow hash, or ours without a NIC */
+	__u32 dpi_sent;    /* samples handed to user space (atomic) */
+	__u32 dpi_lost;    /* samples the ring buffer refused */
+	__u8 state;        /* enum tw_flow_state */
+	__u8 action;       /* enum tw_flow_action */
+	__u8 init_dir;     /* direction of the first packet seen */
+	__u8 tcp_flags[2]; /* OR of the flags seen, per direction */
+	__u8 _pad[7];
+	__u64 marks[4]; /* packets per enum tw_flow_mark */
+};
+
+/* A DPI sample: the IP packet from its header on, at most snaplen bytes. */
+#define TW_DPI_SNAP_MAX 1024
+
+struct tw_dpi_sample {
+	struct tw_flow_key key;
+	__u64 ts_ns;
+	__u32 hash;
+	__u16 caplen; /* bytes in data */
+	__u16 l3len;  /* the datagram's length */
+	__u16 l4off;  /* offsets within data; 0: no L4 header */
+	__u16 payoff;
+	__u8 dir;
+	__u8 seq; /* sample number within the flow, from 0 */
+	__u8 tcp_flags;
+	__u8 mark;
+	__u8 data[TW_DPI_SNAP_MAX];
+};
+
+_Static_assert(sizeof(struct tw_flow_key) == 40, "flow key size");
+_Static_assert(sizeof(struct tw_flow_meta) == 24, "flow meta size");
+_Static_assert(sizeof(struct tw_flow) == 104, "flow entry size");
+
+static __always_inline int tw_flow_addr_cmp(const __u8 *a, const __u8 *b)
+{
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		if (a[i] != b[i])
+			return a[i] < b[i] ? -1 : 1;
+	}
+	return 0;
+}
+
+/* Builds the key of a parsed packet and returns its direction. Called on
+ * the header as it is (no unmapping): hardware matches what it sees. */
+static __always_inline __u8 tw_flow_key_of(const struct tw_pkt *p,
+					   struct tw_flow_key *k)
+{
+	__u8 src[16] = {}, dst[16] = {};
+	if (p->family == 4) {
+		__builtin_memcpy(src, &p->src4, 4);
+		__builtin_memcpy(dst, &p->dst4, 4);
+	} else {
+		__builtin_memcpy(src, p->src6, 16);
+		__builtin_memcpy(dst, p->dst6, 16);
+	}
+	k->family = p->family;
+	k->proto = p->proto;
+	k->_pad = 0;
+	int c = tw_flow_addr_cmp(src, dst);
+	if (c == 0)
+		c = bpf_ntohs(p->sport) < bpf_ntohs(p->dport) ? -1 :
+		    bpf_ntohs(p->sport) > bpf_ntohs(p->dport) ? 1 :
+								0;
+	if (c <= 0) {
+		__builtin_memcpy(k->addr_lo, src, 16);
+		__builtin_memcpy(k->addr_hi, dst, 16);
+		k->port_lo = p->sport;
+		k->port_hi = p->dport;
+		return 0;
+	}
+	__builtin_memcpy(k->addr_lo, dst, 16);
+	__builtin_memcpy(k->addr_hi, src, 16);
+	k->port_lo = p->dport;
+	k->port_hi = p->sport;
+	return 1;
+}
+
+#endif
