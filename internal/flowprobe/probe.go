@@ -1,0 +1,469 @@
+// Package flowprobe is tierwall's flow probe (Deri, Cardigliano, Fusco,
+// HPSR 2024): the software flow tier in XDP keeps every flow and hands the
+// first packets of each new one to DPI here; once DPI has a verdict (or
+// gives up) the per-application policy decides whether the NIC's flow
+// table learns the flow (offload: the NIC counts and handles it from then
+// on), discards it, or whether it stays in software. Flow records merge the
+// software counters with the final hardware counters of the NIC's
+// unlearn event, so every packet is counted exactly once across the tiers.
+//
+// A Probe runs on one goroutine (Run, or Step in tests); Stats, Top and
+// Apps may be called from any goroutine.
+package flowprobe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/flow"
+	"github.com/tierwall/tierwall/internal/tier"
+)
+
+// Decision is what the policy does with a classified flow.
+type Decision uint8
+
+const (
+	Offload  Decision = iota // learn into the NIC: counted there, forwarded (inline) or consumed (passive)
+	Discard                  // drop: in the NIC when it can, else in software
+	Software                 // keep in software: every packet through the host
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Offload:
+		return "offload"
+	case Discard:
+		return "discard"
+	case Software:
+		return "software"
+	}
+	return fmt.Sprintf("decision(%d)", uint8(d))
+}
+
+// ParseDecision reads a policy action as configured.
+func ParseDecision(s string) (Decision, error) {
+	switch s {
+	case "offload", "offload-forward":
+		return Offload, nil
+	case "discard", "drop":
+		return Discard, nil
+	case "software", "keep":
+		return Software, nil
+	}
+	return 0, fmt.Errorf("policy action %q: want offload, discard or software", s)
+}
+
+// Verdict is DPI's answer for a flow.
+type Verdict struct {
+	Done bool   // the classifier is sure, no more packets needed
+	App  string // canonical lower-case name, "unknown" when it gave up
+	Host string // SNI, HTTP Host or DNS name, when seen
+}
+
+// Classifier starts DPI on a flow.
+type Classifier interface {
+	NewFlow(k tier.FlowKey, initDir uint8) DPIFlow
+}
+
+// DPIFlow is DPI's state for one flow: Add takes samples in order until a
+// verdict is Done; Giveup asks for the best answer so far.
+type DPIFlow interface {
+	Add(s *flow.Sample) Verdict
+	Giveup() Verdict
+	Close()
+}
+
+// Config tunes the probe; zero values take the defaults.
+type Config struct {
+	Inline        bool                  // inline (IPS bridge) rather than passive (mirror)
+	DPIPackets    int                   // give up after this many samples of a flow (default 10)
+	DPITimeout    time.Duration         // give up on flows that stop short of that (default 2 s)
+	MaxDPI        int                   // flows in DPI at once; beyond, new flows skip DPI (default 65536)
+	IdleTimeout   time.Duration         // software flows end after this long idle (default 30 s)
+	ActiveTimeout time.Duration         // a long-lived flow is reported this often (default 120 s)
+	EndGrace      time.Duration         // wait after a flow's end for its last packets (default 1 s)
+	SweepEvery    time.Duration         // pass over the software table (default 500 ms)
+	Learn         tier.LearnOptions     // options of every learned flow
+	Policy        func(string) Decision // per application; nil: offload everything
+	Now           func() time.Time      // tests
+}
+
+func (c *Config) defaults() {
+	if c.DPIPackets <= 0 {
+		c.DPIPackets = 10
+	}
+	if c.DPITimeout <= 0 {
+		c.DPITimeout = 2 * time.Second
+	}
+	if c.MaxDPI <= 0 {
+		c.MaxDPI = 65536
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 30 * time.Second
+	}
+	if c.ActiveTimeout <= 0 {
+		c.ActiveTimeout = 120 * time.Second
+	}
+	if c.EndGrace <= 0 {
+		c.EndGrace = time.Second
+	}
+	if c.SweepEvery <= 0 {
+		c.SweepEvery = 500 * time.Millisecond
+	}
+	if c.Policy == nil {
+		c.Policy = func(string) Decision { return Offload }
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// tracked is the probe's own state of a flow from its first sample (or
+// first sweep) until its last record. The software entry in XDP holds the
+// counters; this holds what XDP cannot: the application, the learned id and
+// what the NIC counted of flows it no longer holds.
+type tracked struct {
+	app      string
+	host     string
+	decision Decision
+	state    flow.State
+	id       uint64    // learned id while in the NIC, else 0
+	learnAt  time.Time // learn requested, for the latency
+	hw       tier.FlowCounters
+	sentPkts [2]uint64 // software counters already reported
+	sentByts [2]uint64
+	exported time.Time // last record (active timeout)
+	endAt    time.Time // the NIC ended the flow: record after EndGrace
+	cause    tier.Cause
+}
+
+type dpiState struct {
+	f     DPIFlow
+	first time.Time
+	n     int
+}
+
+// Probe is the engine. Its fields are owned by the goroutine in Run.
+type Probe struct {
+	cfg  Config
+	sw   flow.SoftwareTier
+	hw   tier.FlowTable // nil: software only
+	cls  Classifier     // nil: no DPI, every flow is "unknown"
+	sink func(Record)
+
+	flows     map[tier.FlowKey]*tracked
+	dpi       map[tier.FlowKey]*dpiState
+	byID      map[uint64]tier.FlowKey
+	nextID    uint64
+	learns    []tier.Learn
+	events    []tier.FlowEvent
+	lastSweep time.Time
+
+	stats Stats
+	view  view
+
+	mu  sync.Mutex
+	pub published
+}
+
+// New returns a probe over the software tier sw and, when hw is not nil,
+// the NIC's flow table. Records go to sink, called on the probe's
+// goroutine: it must not block (the IPFIX exporter drops and counts).
+func New(cfg Config, sw flow.SoftwareTier, hw tier.FlowTable, cls Classifier, sink func(Record)) *Probe {
+	cfg.defaults()
+	if sink == nil {
+		sink = func(Record) {}
+	}
+	return &Probe{
+		cfg: cfg, sw: sw, hw: hw, cls: cls, sink: sink,
+		flows:  map[tier.FlowKey]*tracked{},
+		dpi:    map[tier.FlowKey]*dpiState{},
+		byID:   map[uint64]tier.FlowKey{},
+		events: make([]tier.FlowEvent, 4096),
+		stats:  newStats(),
+		view:   newView(),
+	}
+}
+
+// Run serves the probe until ctx ends, then flushes: flows still in the
+// NIC are unlearned and every flow gets its last record.
+func (p *Probe) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if err := p.Step(p.cfg.Now().Add(10 * time.Millisecond)); err != nil {
+			return err
+		}
+	}
+	return p.Flush()
+}
+
+// Step reads samples until deadline (at most a batch), applies the NIC's
+// events and, when due, sweeps the software table.
+func (p *Probe) Step(deadline time.Time) error {
+	_, err := p.sw.ReadSamples(deadline, 4096, p.sample)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("reading DPI samples: %w", err)
+	}
+	if err := p.drainEvents(); err != nil {
+		return err
+	}
+	now := p.cfg.Now()
+	if now.Sub(p.lastSweep) >= p.cfg.SweepEvery {
+		p.lastSweep = now
+		if err := p.sweep(now); err != nil {
+			return err
+		}
+	}
+	p.flushLearns()
+	p.publish()
+	return nil
+}
+
+func (p *Probe) sample(s *flow.Sample) {
+	p.stats.Samples++
+	t := p.flows[s.Key]
+	if t != nil && t.state != flow.StateDPI {
+		p.stats.SamplesLate++
+		return
+	}
+	d := p.dpi[s.Key]
+	if d == nil {
+		if t == nil {
+			t = &tracked{state: flow.StateDPI}
+			p.flows[s.Key] = t
+		}
+		if p.cls == nil || len(p.dpi) >= p.cfg.MaxDPI {
+			// No room for another flow's DPI state: it is decided
+			// as unknown rather than queued without bound.
+			p.stats.DPISkipped++
+			p.decide(s.Key, t, Verdict{App: "unknown"})
+			return
+		}
+		d = &dpiState{f: p.cls.NewFlow(s.Key, s.Dir), first: s.Time}
+		p.dpi[s.Key] = d
+	}
+	d.n++
+	v := d.f.Add(s)
+	if !v.Done && d.n < p.cfg.DPIPackets {
+		return
+	}
+	if !v.Done {
+		v = d.f.Giveup()
+		p.stats.DPIGiveups++
+	}
+	p.endDPI(s.Key, d)
+	p.decide(s.Key, t, v)
+}
+
+func (p *Probe) endDPI(k tier.FlowKey, d *dpiState) {
+	d.f.Close()
+	delete(p.dpi, k)
+}
+
+// decide applies the policy to a classified flow.
+func (p *Probe) decide(k tier.FlowKey, t *tracked, v Verdict) {
+	if v.App == "" {
+		v.App = "unknown"
+	}
+	t.app, t.host = v.App, v.Host
+	t.decision = p.cfg.Policy(v.App)
+	p.stats.Classified[v.App]++
+	if p.hw == nil || t.decision == Software {
+		p.keepInSoftware(k, t)
+		return
+	}
+	p.nextID++
+	t.id = p.nextID
+	t.learnAt = p.cfg.Now()
+	t.state = flow.StateLearning
+	p.byID[t.id] = k
+	p.learns = append(p.learns, tier.Learn{ID: t.id, Key: k, Action: p.nicAction(t.decision), Options: p.cfg.Learn})
+	p.setState(k, t, flow.StateLearning)
+}
+
+// nicAction maps a decision to the NIC's action. A passive probe only
+// wants the NIC's counters: its offloaded flows are consumed there, which
+// is the NIC's discard; inline, offloaded flows go to the twin port.
+func (p *Probe) nicAction(d Decision) tier.FlowAction {
+	if d == Discard || !p.cfg.Inline {
+		return tier.FlowDiscard
+	}
+	return tier.FlowForward
+}
+
+func (t *tracked) swAction() flow.Action {
+	if t.decision == Discard {
+		return flow.Discard
+	}
+	return flow.Forward
+}
+
+func (p *Probe) keepInSoftware(k tier.FlowKey, t *tracked) {
+	t.id = 0
+	p.setState(k, t, flow.StateSoftware)
+}
+
+func (p *Probe) setState(k tier.FlowKey, t *tracked, s flow.State) {
+	t.state = s
+	if err := p.sw.SetState(k, s, t.swAction()); err != nil {
+		// The entry is gone (refused or ended meanwhile): the
+		// next sample or sweep starts over.
+		p.stats.StateErrors++
+	}
+}
+
+func (p *Probe) flushLearns() {
+	if len(p.learns) == 0 {
+		return
+	}
+	n, err := p.hw.Learn(p.learns)
+	p.stats.LearnRequests += uint64(n)
+	if err != nil {
+		// The firmware queue is full: the rest stay in software,
+		// counted, and nothing waits for an answer that never comes.
+		for _, l := range p.learns[n:] {
+			p.stats.LearnQueueFull++
+			if t := p.flows[l.Key]; t != nil && t.id == l.ID {
+				delete(p.byID, l.ID)
+				p.keepInSoftware(l.Key, t)
+			}
+		}
+	}
+	p.learns = p.learns[:0]
+}
+
+func (p *Probe) drainEvents() error {
+	if p.hw == nil {
+		return nil
+	}
+	for {
+		n, err := p.hw.Events(p.events)
+		if err != nil {
+			return fmt.Errorf("reading flow events: %w", err)
+		}
+		for i := range p.events[:n] {
+			p.event(&p.events[i])
+		}
+		if n < len(p.events) {
+			return nil
+		}
+	}
+}
+
+func (p *Probe) event(ev *tier.FlowEvent) {
+	k, known := p.byID[ev.ID]
+	var t *tracked
+	if known {
+		t = p.flows[k]
+	}
+	switch ev.Kind {
+	case tier.LearnDone:
+		p.stats.LearnDone++
+		if t == nil || t.id != ev.ID {
+			// The flow ended in software while the learn was
+			// queued: take it out again.
+			p.stats.LearnStale++
+			if _, err := p.hw.Unlearn([]uint64{ev.ID}); err != nil {
+				p.stats.UnlearnQueueFull++
+			}
+			return
+		}
+		p.observeLearn(ev.At.Sub(t.learnAt))
+		p.setState(k, t, flow.StateOffloaded)
+	case tier.LearnFailed, tier.LearnIgnored:
+		if ev.Kind == tier.LearnFailed {
+			p.stats.LearnFailed++
+			if errors.Is(ev.Err, tier.ErrTableFull) {
+				p.stats.LearnTableFull++
+			}
+		} else {
+			p.stats.LearnIgnored++
+		}
+		if t != nil && t.id == ev.ID {
+			delete(p.byID, ev.ID)
+			p.keepInSoftware(k, t)
+		}
+	case tier.Unlearned:
+		p.stats.Unlearned[ev.Cause]++
+		delete(p.byID, ev.ID)
+		if !known {
+			k = ev.Key
+			t = p.flows[k]
+		}
+		if t == nil {
+			// Nothing in software any more: the NIC's counters
+			// alone make the record.
+			p.stats.OrphanEvents++
+			p.emit(Record{Key: k, App: "unknown", Start: ev.Counters.First, End: ev.Counters.Last,
+				Packets: ev.Counters.Packets, Bytes: ev.Counters.Bytes,
+				HWPackets: ev.Counters.Packets, HWBytes: ev.Counters.Bytes,
+				TCPFlags: ev.Counters.TCPFlags, Reason: reasonOf(ev.Cause), Final: true})
+			return
+		}
+		t.id = 0
+		addCounters(&t.hw, &ev.Counters)
+		if ev.Cause == tier.CauseLifetime {
+			// Still alive: reported as an active timeout, and
+			// carried on in software.
+			p.exportActive(k, t, p.cfg.Now())
+			p.keepInSoftware(k, t)
+			return
+		}
+		t.endAt, t.cause = p.cfg.Now(), ev.Cause
+		p.setState(k, t, flow.StateEnded)
+	}
+}
+
+func addCounters(dst, src *tier.FlowCounters) {
+	for d := 0; d < 2; d++ {
+		dst.Packets[d] += src.Packets[d]
+		dst.Bytes[d] += src.Bytes[d]
+		dst.TCPFlags[d] |= src.TCPFlags[d]
+	}
+	if dst.First.IsZero() || (!src.First.IsZero() && src.First.Before(dst.First)) {
+		dst.First = src.First
+	}
+	if src.Last.After(dst.Last) {
+		dst.Last = src.Last
+	}
+}
+
+// Flush unlearns every flow still in the NIC and reports every flow's last
+// record (forced end), as on shutdown.
+func (p *Probe) Flush() error {
+	if p.hw != nil {
+		ids := make([]uint64, 0, len(p.byID))
+		for id := range p.byID {
+			ids = append(ids, id)
+		}
+		if _, err := p.hw.Unlearn(ids); err != nil {
+			p.stats.UnlearnQueueFull++
+		}
+	}
+	var errs []error
+	if p.hw != nil {
+		errs = append(errs, p.hw.Close(), p.drainEvents())
+	}
+	var keys []tier.FlowKey
+	errs = append(errs, p.sw.Walk(func(k tier.FlowKey, _ *flow.Entry) bool {
+		keys = append(keys, k)
+		return true
+	}))
+	for _, k := range keys {
+		t := p.flows[k]
+		if t == nil {
+			t = &tracked{app: "unknown"}
+		}
+		if t.cause == 0 {
+			t.cause = tier.CauseFlush
+		}
+		p.finish(k, t)
+	}
+	for k, d := range p.dpi {
+		p.endDPI(k, d)
+	}
+	p.publish()
+	return errors.Join(errs...)
+}

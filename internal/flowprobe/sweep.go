@@ -1,0 +1,153 @@
+package flowprobe
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/flow"
+	"github.com/tierwall/tierwall/internal/tier"
+)
+
+const (
+	tcpFIN = 0x01
+	tcpRST = 0x04
+)
+
+// tcpEnded reports whether software saw a TCP flow end: a RST, or a FIN
+// from each side.
+func tcpEnded(k tier.FlowKey, e *flow.Entry) bool {
+	if k.Proto != 6 {
+		return false
+	}
+	f := e.TCPFlags
+	return (f[0]|f[1])&tcpRST != 0 || (f[0]&tcpFIN != 0 && f[1]&tcpFIN != 0)
+}
+
+type sweepAction struct {
+	k      tier.FlowKey
+	final  bool
+	reason EndReason
+}
+
+// sweep passes over the software table: it gives up DPI on flows that
+// stopped short, ends flows that are idle or finished, and reports
+// long-lived ones. Deletions wait until the walk is over.
+func (p *Probe) sweep(now time.Time) error {
+	var acts []sweepAction
+	var giveup []tier.FlowKey
+	flows := 0
+	err := p.sw.Walk(func(k tier.FlowKey, e *flow.Entry) bool {
+		flows++
+		t := p.flows[k]
+		switch {
+		case t != nil && !t.endAt.IsZero():
+			if now.Sub(t.endAt) >= p.cfg.EndGrace {
+				acts = append(acts, sweepAction{k: k, final: true, reason: reasonOf(t.cause)})
+			}
+			return true
+		case t == nil || t.state == flow.StateDPI:
+			// No sample arrived (the ring was full) or DPI is
+			// waiting for packets that do not come.
+			if now.Sub(e.First) >= p.cfg.DPITimeout {
+				giveup = append(giveup, k)
+			}
+		case t.state == flow.StateLearning || t.state == flow.StateOffloaded:
+			// The NIC ages it and says when it ends.
+			return true
+		}
+		switch {
+		case tcpEnded(k, e) && now.Sub(e.Last) >= p.cfg.EndGrace:
+			acts = append(acts, sweepAction{k: k, final: true, reason: EndOfFlow})
+		case now.Sub(e.Last) >= p.cfg.IdleTimeout:
+			acts = append(acts, sweepAction{k: k, final: true, reason: EndIdle})
+		case t != nil && now.Sub(p.since(t, e)) >= p.cfg.ActiveTimeout:
+			acts = append(acts, sweepAction{k: k, reason: EndActive})
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("sweeping software flows: %w", err)
+	}
+	p.stats.SoftwareFlows = flows
+	for _, k := range giveup {
+		t := p.flows[k]
+		if t == nil {
+			t = &tracked{state: flow.StateDPI}
+			p.flows[k] = t
+		}
+		v := Verdict{App: "unknown"}
+		if d := p.dpi[k]; d != nil {
+			v = d.f.Giveup()
+			p.endDPI(k, d)
+		}
+		p.stats.DPIGiveups++
+		p.decide(k, t, v)
+	}
+	for _, a := range acts {
+		t := p.flows[a.k]
+		if t == nil {
+			t = &tracked{app: "unknown"}
+		}
+		if !a.final {
+			p.exportActive(a.k, t, now)
+			continue
+		}
+		if t.cause == 0 {
+			t.cause = map[EndReason]tier.Cause{EndIdle: tier.CauseIdle, EndOfFlow: tier.CauseTCPTerm}[a.reason]
+		}
+		p.finish(a.k, t)
+	}
+	return nil
+}
+
+// since is when flow t was last reported, or began.
+func (p *Probe) since(t *tracked, e *flow.Entry) time.Time {
+	if !t.exported.IsZero() {
+		return t.exported
+	}
+	return e.First
+}
+
+// exportActive reports what a live flow did since its last record.
+func (p *Probe) exportActive(k tier.FlowKey, t *tracked, now time.Time) {
+	e, err := p.sw.Lookup(k)
+	var ep *flow.Entry
+	if err == nil {
+		ep = &e
+	}
+	t.exported = now
+	p.emit(t.record(k, ep, EndActive, false))
+}
+
+// finish deletes flow k from software and reports its last record.
+func (p *Probe) finish(k tier.FlowKey, t *tracked) {
+	e, err := p.sw.Delete(k)
+	var ep *flow.Entry
+	if err == nil {
+		ep = &e
+	}
+	if t.id != 0 {
+		// Still in the NIC (a software end seen first): its
+		// counters arrive with the unlearn, as an orphan record.
+		if _, err := p.hw.Unlearn([]uint64{t.id}); err != nil {
+			p.stats.UnlearnQueueFull++
+		}
+		delete(p.byID, t.id)
+	}
+	if d := p.dpi[k]; d != nil {
+		p.endDPI(k, d)
+	}
+	delete(p.flows, k)
+	reason := reasonOf(t.cause)
+	if t.cause == tier.CauseApp || t.cause == tier.CauseFlush || t.cause == 0 {
+		reason = EndForced
+	}
+	p.emit(t.record(k, ep, reason, true))
+}
+
+func (p *Probe) emit(r Record) {
+	p.stats.Records++
+	p.stats.RecordsByReason[r.Reason]++
+	p.view.add(&r)
+	p.sink(r)
+}
