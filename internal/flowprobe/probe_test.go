@@ -145,9 +145,9 @@ func tcpFlow(cport uint16) (c, s netip.AddrPort, k tier.FlowKey) {
 func TestOffloadedFlowCountedOnceAcrossTiers(t *testing.T) {
 	r := newRig(t, 16, Config{Learn: tier.LearnOptions{TCPAutoUnlearn: true}})
 	c, s, k := tcpFlow(40000)
-	r.send(6, c, s, 0x02, "", 1)         // SYN
-	r.send(6, s, c, 0x12, "", 1)         // SYN-ACK
-	r.send(6, c, s, 0x10, "", 1)         // ACK
+	r.send(6, c, s, 0x02, "", 1) // SYN
+	r.send(6, s, c, 0x12, "", 1) // SYN-ACK
+	r.send(6, c, s, 0x10, "", 1) // ACK
 	r.send(6, c, s, 0x18, "GET / HTTP/1.1\r\n", 1)
 	r.step()
 	if st := r.sw.Flows[k].State; st != flow.StateOffloaded {
