@@ -23,6 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/probed"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -31,7 +32,8 @@ var openAPI []byte
 
 // Server serves the API for one daemon.
 type Server struct {
-	D       *daemon.Daemon
+	D       *daemon.Daemon // the mitigation role
+	P       *probed.Probed // the probe role (D nil)
 	MaxBody int64
 	// MaxBatchBody bounds POST /v1/rules/batch (default 32 MiB).
 	MaxBatchBody int64
@@ -178,6 +180,17 @@ func (s *Server) Handler() http.Handler {
 		s.MaxBody = 64 << 10
 	}
 	m := http.NewServeMux()
+	m.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(openAPI)
+	})
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, ErrorBody{fmt.Sprintf("no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)})
+	})
+	if s.D == nil {
+		s.probeRoutes(m)
+		return m
+	}
 	read(m, "GET /v1/status", func(c context.Context) (any, error) { return s.D.Status(c) })
 	read(m, "GET /v1/rules", func(c context.Context) (any, error) { return s.D.Rules(c) })
 	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
@@ -316,14 +329,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, out)
 	})
-	m.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(openAPI)
-	})
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.D.Metrics.Registry, promhttp.HandlerOpts{}))
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, ErrorBody{fmt.Sprintf("no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)})
-	})
 	return m
 }
 

@@ -23,7 +23,8 @@ var ErrInvalid = errors.New("invalid configuration")
 
 // Config is the daemon's configuration.
 type Config struct {
-	Interface string        `yaml:"interface"` // host interface carrying the XDP filter
+	Role      string        `yaml:"role"`      // mitigation (default) or probe
+	Interface string        `yaml:"interface"` // host interface carrying the XDP filter or the probe
 	Interval  time.Duration `yaml:"interval"`  // control-loop period, 100ms..1m (default 1s)
 	StateFile string        `yaml:"state_file"`
 	Log       Log           `yaml:"log"`
@@ -33,6 +34,7 @@ type Config struct {
 	Bans      Bans          `yaml:"bans"`
 	Rails     Rails         `yaml:"rails"`
 	API       API           `yaml:"api"`
+	Probe     Probe         `yaml:"probe"`
 }
 
 type Log struct {
@@ -163,6 +165,8 @@ func Parse(b []byte) (*Config, error) {
 // Default is the configuration every field starts from.
 func Default() *Config {
 	return &Config{
+		Role:      RoleMitigation,
+		Probe:     defaultProbe(),
 		Interval:  time.Second,
 		StateFile: "/var/lib/tierwall/state.json",
 		Log:       Log{Format: "text", Level: "info"},
@@ -266,7 +270,16 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	if !r.Enabled && !e.Enabled && !c.Detectors.Lists.Enabled {
+	switch c.Role {
+	case RoleMitigation:
+	case RoleProbe:
+		if err := c.Probe.validate(); err != nil {
+			return err
+		}
+	default:
+		return bad("role", c.Role, "is not mitigation or probe")
+	}
+	if c.Role == RoleMitigation && !r.Enabled && !e.Enabled && !c.Detectors.Lists.Enabled {
 		return bad("detectors", "all", "are disabled: nothing would ever be banned")
 	}
 	if c.Bans.TTL < 0 || c.Bans.Hold < 0 || c.Bans.UnbanPPS < 0 {

@@ -1,6 +1,7 @@
 package flowprobe
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/flow"
@@ -35,6 +36,20 @@ func (r EndReason) String() string {
 	return "unknown"
 }
 
+// MarshalText writes the reason's name.
+func (r EndReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText reads a reason's name.
+func (r *EndReason) UnmarshalText(b []byte) error {
+	for c := EndIdle; c <= EndResources; c++ {
+		if c.String() == string(b) {
+			*r = c
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown end reason %q", b)
+}
+
 func reasonOf(c tier.Cause) EndReason {
 	switch c {
 	case tier.CauseIdle:
@@ -52,21 +67,21 @@ func reasonOf(c tier.Cause) EndReason {
 // the key (0: sent by Key.Lo); InitDir is the direction of the flow's
 // first packet, so the client is the sender of InitDir.
 type Record struct {
-	Key       tier.FlowKey
-	InitDir   uint8
-	App       string
-	Host      string
-	Start     time.Time
-	End       time.Time
-	Packets   [2]uint64 // every packet of the period, once
-	Bytes     [2]uint64 // from the IP header on
-	HWPackets [2]uint64 // of those, what the NIC counted
-	HWBytes   [2]uint64
-	TCPFlags  [2]uint8
-	Marks     [flow.NumMarks]uint64 // packets that reached the host so far, by mark (cumulative)
-	Reason    EndReason
-	Final     bool // the flow's last record
-	Offloaded bool // the NIC held the flow during the period
+	Key       tier.FlowKey          `json:"key"`
+	InitDir   uint8                 `json:"init_dir"`
+	App       string                `json:"app"`
+	Host      string                `json:"host,omitempty"`
+	Start     time.Time             `json:"start"`
+	End       time.Time             `json:"end"`
+	Packets   [2]uint64             `json:"packets"`    // every packet of the period, once
+	Bytes     [2]uint64             `json:"bytes"`      // from the IP header on
+	HWPackets [2]uint64             `json:"hw_packets"` // of those, what the NIC counted
+	HWBytes   [2]uint64             `json:"hw_bytes"`
+	TCPFlags  [2]uint8              `json:"tcp_flags"`
+	Marks     [flow.NumMarks]uint64 `json:"marks"` // packets that reached the host so far, by mark (cumulative)
+	Reason    EndReason             `json:"reason"`
+	Final     bool                  `json:"final"`     // the flow's last record
+	Offloaded bool                  `json:"offloaded"` // the NIC held the flow during the period
 }
 
 // Tier names who counted the record's packets: "hardware", "software" or

@@ -35,8 +35,9 @@ var (
 // (address, then port) first, as bpf/lib/flow.h sorts them. A packet from
 // Lo to Hi is direction 0.
 type FlowKey struct {
-	Proto  uint8
-	Lo, Hi netip.AddrPort
+	Proto uint8          `json:"proto"`
+	Lo    netip.AddrPort `json:"lo"`
+	Hi    netip.AddrPort `json:"hi"`
 }
 
 // NewFlowKey returns the key of a packet from src to dst and the packet's
@@ -183,6 +184,20 @@ func (c Cause) String() string {
 		return "flush"
 	}
 	return fmt.Sprintf("cause(%d)", uint8(c))
+}
+
+// MarshalText writes the cause's name (JSON map keys, logs).
+func (c Cause) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText reads a cause's name.
+func (c *Cause) UnmarshalText(b []byte) error {
+	for v := CauseIdle; v <= CauseFlush; v++ {
+		if v.String() == string(b) {
+			*c = v
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown unlearn cause %q", b)
 }
 
 // FlowCounters are a learned flow's hardware counters, per direction of

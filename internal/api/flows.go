@@ -1,0 +1,48 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/flowprobe"
+	"github.com/tierwall/tierwall/internal/probed"
+)
+
+// The probe role's endpoints: the probe's status, its largest flows and
+// its totals per application.
+func (s *Server) probeRoutes(m *http.ServeMux) {
+	read(m, "GET /v1/flows/status", func(context.Context) (probed.Status, error) { return s.P.Status() })
+	read(m, "GET /v1/flows/apps", func(context.Context) ([]flowprobe.AppTotals, error) { return s.P.Engine.Apps(), nil })
+	m.HandleFunc("GET /v1/flows/top", func(w http.ResponseWriter, r *http.Request) {
+		n := 20
+		if v := r.URL.Query().Get("n"); v != "" {
+			var err error
+			if n, err = strconv.Atoi(v); err != nil || n < 1 {
+				fail(w, fmt.Errorf("%w: n=%q is not a positive number", daemon.ErrBadRequest, v))
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, s.P.Engine.Top(n))
+	})
+	m.Handle("GET /metrics", promhttp.HandlerFor(s.P.Metrics, promhttp.HandlerOpts{}))
+}
+
+// FlowStatus is the probe's status.
+func (c *Client) FlowStatus(ctx context.Context) (st probed.Status, err error) {
+	return st, c.Do(ctx, "GET", "/v1/flows/status", nil, &st)
+}
+
+// FlowTop returns the n largest flows reported.
+func (c *Client) FlowTop(ctx context.Context, n int) (rs []flowprobe.Record, err error) {
+	return rs, c.Do(ctx, "GET", "/v1/flows/top?n="+strconv.Itoa(n), nil, &rs)
+}
+
+// FlowApps returns the probe's totals per application.
+func (c *Client) FlowApps(ctx context.Context) (as []flowprobe.AppTotals, err error) {
+	return as, c.Do(ctx, "GET", "/v1/flows/apps", nil, &as)
+}

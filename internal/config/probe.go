@@ -1,0 +1,134 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Roles: a mitigation box (detect and drop, the default) or a flow probe
+// (count, classify and export flows, Deri et al. 2024).
+const (
+	RoleMitigation = "mitigation"
+	RoleProbe      = "probe"
+)
+
+// Probe configures the flow probe role.
+type Probe struct {
+	// Mode: passive (a mirror: every packet is consumed after counting)
+	// or inline (an IPS bridge: packets leave by Egress).
+	Mode     string        `yaml:"mode"`
+	Egress   string        `yaml:"egress"`   // inline: the port forwarded packets leave by
+	Capacity int           `yaml:"capacity"` // software flow table entries (default 1M)
+	DPI      ProbeDPI      `yaml:"dpi"`
+	Timeouts ProbeTimeouts `yaml:"timeouts"`
+	// Policy maps an application (DPI's lower-case name) to offload,
+	// discard or software; "default" covers the rest (default offload).
+	Policy   map[string]string `yaml:"policy"`
+	Hardware ProbeHardware     `yaml:"hardware"`
+}
+
+type ProbeDPI struct {
+	Engine   string        `yaml:"engine"`     // builtin, ndpi (needs a build with -tags ndpi) or none
+	Packets  int           `yaml:"packets"`    // samples per flow, 1..32 (default 10)
+	SnapLen  int           `yaml:"snaplen"`    // bytes of each sample, 64..1024 (default 512)
+	Timeout  time.Duration `yaml:"timeout"`    // give up on flows that stop short (default 2s)
+	MaxFlows int           `yaml:"max_flows"`  // flows in DPI at once (default 65536)
+	Ring     int           `yaml:"ring_bytes"` // sample ring buffer, a power of two (default 8 MiB)
+}
+
+type ProbeTimeouts struct {
+	Idle     time.Duration `yaml:"idle"`      // default 30s
+	Active   time.Duration `yaml:"active"`    // default 120s
+	EndGrace time.Duration `yaml:"end_grace"` // default 1s
+}
+
+// ProbeHardware is the NIC's flow table.
+type ProbeHardware struct {
+	Backend        string          `yaml:"backend"` // none or emulated
+	Capacity       int             `yaml:"capacity"`
+	LearnRate      int             `yaml:"learn_rate"`    // learns per second the firmware serves
+	LearnLatency   time.Duration   `yaml:"learn_latency"` // firmware time per update
+	TCPAutoUnlearn bool            `yaml:"tcp_auto_unlearn"`
+	IdleTimeout    time.Duration   `yaml:"idle_timeout"`
+	Lifetime       time.Duration   `yaml:"lifetime"`
+	Emulated       EmulatedFlowNIC `yaml:"emulated"`
+}
+
+// EmulatedFlowNIC locates the emulated NIC's flow stage.
+type EmulatedFlowNIC struct {
+	Netns string `yaml:"netns"`
+	Wire  string `yaml:"wire"` // wire-facing port, the stage's interface
+	Host  string `yaml:"host"` // host-facing port
+	Twin  string `yaml:"twin"` // inline: the other wire port
+}
+
+func defaultProbe() Probe {
+	return Probe{
+		Mode:     "passive",
+		Capacity: 1 << 20,
+		DPI:      ProbeDPI{Engine: "builtin", Packets: 10, SnapLen: 512, Timeout: 2 * time.Second, MaxFlows: 65536, Ring: 8 << 20},
+		Timeouts: ProbeTimeouts{Idle: 30 * time.Second, Active: 120 * time.Second, EndGrace: time.Second},
+		Hardware: ProbeHardware{Backend: "none", Capacity: 1 << 20, LearnRate: 100000, LearnLatency: 50 * time.Microsecond,
+			TCPAutoUnlearn: true, IdleTimeout: 30 * time.Second},
+	}
+}
+
+var policyActions = map[string]bool{"offload": true, "discard": true, "software": true}
+
+func (p *Probe) validate() error {
+	switch p.Mode {
+	case "passive":
+	case "inline":
+		if p.Egress == "" {
+			return bad("probe.egress", `""`, "is required inline")
+		}
+	default:
+		return bad("probe.mode", p.Mode, "is not passive or inline")
+	}
+	if p.Capacity < 1 || p.Capacity > 1<<26 {
+		return bad("probe.capacity", p.Capacity, "outside 1..67108864")
+	}
+	d := &p.DPI
+	switch d.Engine {
+	case "builtin", "ndpi", "none":
+	default:
+		return bad("probe.dpi.engine", d.Engine, "is not builtin, ndpi or none")
+	}
+	if d.Packets < 1 || d.Packets > 32 {
+		return bad("probe.dpi.packets", d.Packets, "outside 1..32")
+	}
+	if d.SnapLen < 64 || d.SnapLen > 1024 {
+		return bad("probe.dpi.snaplen", d.SnapLen, "outside 64..1024")
+	}
+	if d.Timeout <= 0 || d.MaxFlows < 1 {
+		return bad("probe.dpi", fmt.Sprintf("timeout=%v max_flows=%d", d.Timeout, d.MaxFlows), "must be positive")
+	}
+	if d.Ring < 4096 || d.Ring > 1<<30 || d.Ring&(d.Ring-1) != 0 {
+		return bad("probe.dpi.ring_bytes", d.Ring, "is not a power of two in 4096..1073741824")
+	}
+	t := p.Timeouts
+	if t.Idle <= 0 || t.Active <= 0 || t.EndGrace <= 0 {
+		return bad("probe.timeouts", fmt.Sprintf("idle=%v active=%v end_grace=%v", t.Idle, t.Active, t.EndGrace), "must be positive")
+	}
+	for app, a := range p.Policy {
+		if !policyActions[a] {
+			return bad("probe.policy."+app, a, "is not offload, discard or software")
+		}
+	}
+	h := &p.Hardware
+	switch h.Backend {
+	case "none":
+	case "emulated":
+		if h.Emulated.Wire == "" || h.Emulated.Host == "" || (p.Mode == "inline" && h.Emulated.Twin == "") {
+			return bad("probe.hardware.emulated", fmt.Sprintf("wire=%q host=%q twin=%q", h.Emulated.Wire, h.Emulated.Host, h.Emulated.Twin),
+				"needs wire and host ports, and twin inline")
+		}
+	default:
+		return bad("probe.hardware.backend", h.Backend, "is not none or emulated")
+	}
+	if h.Capacity < 1 || h.Capacity > 1<<26 || h.LearnRate < 1 || h.LearnLatency < 0 || h.IdleTimeout < 0 || h.Lifetime < 0 {
+		return bad("probe.hardware", fmt.Sprintf("capacity=%d learn_rate=%d learn_latency=%v idle=%v lifetime=%v",
+			h.Capacity, h.LearnRate, h.LearnLatency, h.IdleTimeout, h.Lifetime), "out of range")
+	}
+	return nil
+}

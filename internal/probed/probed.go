@@ -1,0 +1,136 @@
+// Package probed runs tierwall in the probe role: the software flow tier
+// in XDP, the NIC's flow table, DPI and the flowprobe engine, with the
+// probe's metrics and the status the API serves. It is to the probe what
+// internal/daemon is to the mitigation role.
+package probed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/flow"
+	"github.com/tierwall/tierwall/internal/flowprobe"
+	"github.com/tierwall/tierwall/internal/tier"
+)
+
+// Probed is a running probe.
+type Probed struct {
+	Engine  *flowprobe.Probe
+	SW      flow.SoftwareTier
+	HW      tier.FlowTable // nil: software only
+	Metrics *prometheus.Registry
+
+	cfg    *config.Config
+	log    *slog.Logger
+	closer func() error
+}
+
+// Parts are the tiers a probe runs over; New builds them from the
+// configuration, tests pass fakes to Assemble.
+type Parts struct {
+	SW     flow.SoftwareTier
+	HW     tier.FlowTable
+	DPI    flowprobe.Classifier
+	Sink   func(flowprobe.Record)
+	Closer func() error // releases what the parts hold (links, maps)
+}
+
+// Assemble builds a probe over parts.
+func Assemble(cfg *config.Config, log *slog.Logger, parts Parts) (*Probed, error) {
+	pol, err := Policy(cfg.Probe.Policy)
+	if err != nil {
+		return nil, err
+	}
+	h := cfg.Probe.Hardware
+	ecfg := flowprobe.Config{
+		Inline:        cfg.Probe.Mode == "inline",
+		DPIPackets:    cfg.Probe.DPI.Packets,
+		DPITimeout:    cfg.Probe.DPI.Timeout,
+		MaxDPI:        cfg.Probe.DPI.MaxFlows,
+		IdleTimeout:   cfg.Probe.Timeouts.Idle,
+		ActiveTimeout: cfg.Probe.Timeouts.Active,
+		EndGrace:      cfg.Probe.Timeouts.EndGrace,
+		Learn:         tier.LearnOptions{TCPAutoUnlearn: h.TCPAutoUnlearn, IdleTimeout: h.IdleTimeout, Lifetime: h.Lifetime},
+		Policy:        pol,
+	}
+	p := &Probed{SW: parts.SW, HW: parts.HW, cfg: cfg, log: log, closer: parts.Closer}
+	p.Engine = flowprobe.New(ecfg, parts.SW, parts.HW, parts.DPI, parts.Sink)
+	p.Metrics = prometheus.NewRegistry()
+	p.Metrics.MustRegister(&collector{p}, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return p, nil
+}
+
+// Policy turns the configured per-application actions into the engine's
+// policy; "default" covers applications not listed (default offload).
+func Policy(m map[string]string) (func(string) flowprobe.Decision, error) {
+	def := flowprobe.Offload
+	per := map[string]flowprobe.Decision{}
+	for app, a := range m {
+		d, err := flowprobe.ParseDecision(a)
+		if err != nil {
+			return nil, fmt.Errorf("%w: probe.policy.%s: %v", config.ErrInvalid, app, err)
+		}
+		if app == "default" {
+			def = d
+			continue
+		}
+		per[strings.ToLower(app)] = d
+	}
+	return func(app string) flowprobe.Decision {
+		if d, ok := per[app]; ok {
+			return d
+		}
+		return def
+	}, nil
+}
+
+// Run serves the probe until ctx ends; then every flow gets its last
+// record and the tiers are released.
+func (p *Probed) Run(ctx context.Context) error {
+	caps := tier.FlowCaps{Name: "none"}
+	if p.HW != nil {
+		caps = p.HW.Caps()
+	}
+	p.log.Info("probe running", "mode", p.cfg.Probe.Mode, "interface", p.cfg.Interface,
+		"nic", caps.Name, "nic_capacity", caps.Capacity, "dpi", p.cfg.Probe.DPI.Engine)
+	err := p.Engine.Run(ctx)
+	if p.closer != nil {
+		err = errors.Join(err, p.closer())
+	}
+	return err
+}
+
+// Status is what GET /v1/flows/status answers.
+type Status struct {
+	Mode     string          `json:"mode"`
+	Engine   flowprobe.Stats `json:"engine"`
+	Software flow.TierStats  `json:"software"`
+	NIC      *NICStatus      `json:"nic,omitempty"`
+}
+
+// NICStatus is the flow table's side.
+type NICStatus struct {
+	Caps      tier.FlowCaps `json:"caps"`
+	Occupancy int           `json:"occupancy"`
+}
+
+// Status reads the tiers' counters now.
+func (p *Probed) Status() (Status, error) {
+	sw, err := p.SW.Stats()
+	if err != nil {
+		return Status{}, fmt.Errorf("reading the software flow tier: %w", err)
+	}
+	st := Status{Mode: p.cfg.Probe.Mode, Engine: p.Engine.Stats(), Software: sw}
+	if p.HW != nil {
+		st.NIC = &NICStatus{Caps: p.HW.Caps(), Occupancy: st.Engine.Offloaded}
+	}
+	return st, nil
+}
