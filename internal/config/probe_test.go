@@ -1,0 +1,35 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestProbeRole(t *testing.T) {
+	c, err := Parse([]byte("role: probe\ninterface: eth0\ndetectors:\n  rate: {enabled: false}\n  entropy: {enabled: false}\n" +
+		"probe:\n  policy: {default: offload, dns: software, bittorrent: discard}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Probe.Mode != "passive" || c.Probe.DPI.Packets != 10 || c.Probe.Policy["dns"] != "software" {
+		t.Fatalf("%+v", c.Probe)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"role: router\ninterface: eth0\n", "role: router"},
+		{"role: probe\ninterface: eth0\nprobe: {mode: tap}\n", "probe.mode: tap"},
+		{"role: probe\ninterface: eth0\nprobe: {mode: inline}\n", "probe.egress"},
+		{"role: probe\ninterface: eth0\nprobe: {dpi: {packets: 33}}\n", "probe.dpi.packets: 33"},
+		{"role: probe\ninterface: eth0\nprobe: {dpi: {engine: magic}}\n", "probe.dpi.engine: magic"},
+		{"role: probe\ninterface: eth0\nprobe: {dpi: {ring_bytes: 5000}}\n", "probe.dpi.ring_bytes: 5000"},
+		{"role: probe\ninterface: eth0\nprobe: {policy: {http: forward-to-mars}}\n", "probe.policy.http: forward-to-mars"},
+		{"role: probe\ninterface: eth0\nprobe: {hardware: {backend: emulated}}\n", "probe.hardware.emulated"},
+		{"role: probe\ninterface: eth0\nprobe: {mode: inline, egress: e1, hardware: {backend: emulated, emulated: {wire: w, host: h}}}\n", "twin"},
+		{"role: probe\ninterface: eth0\nprobe: {timeouts: {idle: 0s}}\n", "probe.timeouts"},
+	} {
+		_, err := Parse([]byte(tc.yaml))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an invalid-config error naming %q", tc.yaml, err, tc.want)
+		}
+	}
+}
