@@ -122,8 +122,8 @@ func (f *builtinFlow) classify(s *flow.Sample, p []byte, client bool) (Verdict, 
 		if parseSSH(p) {
 			return verdictFor(AppSSH, "", SourceDPI), true
 		}
-		if app := parseBanner(p, client, on(21)); app != "" {
-			return verdictFor(app, "", SourceDPI), true
+		if app, host := parseBanner(p, client, on(21)); app != "" {
+			return verdictFor(app, host, SourceDPI), true
 		}
 	} else {
 		if parseQUIC(p, udpPayloadLen(s, len(p)), client) {

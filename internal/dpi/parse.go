@@ -414,8 +414,9 @@ func parseDHCP(p []byte) bool {
 }
 
 // parseBanner recognizes the first line of a mail or FTP session: a
-// server's greeting or a client's SMTP hello.
-func parseBanner(p []byte, fromClient bool, ftpPort bool) string {
+// server's greeting or a client's SMTP hello. An SMTP greeting names its
+// server ("220 mail.example.org ESMTP"): host.
+func parseBanner(p []byte, fromClient bool, ftpPort bool) (app, host string) {
 	if len(p) > 512 {
 		p = p[:512]
 	}
@@ -424,23 +425,27 @@ func parseBanner(p []byte, fromClient bool, ftpPort bool) string {
 	}
 	if fromClient {
 		if len(p) > 5 && (bytes.EqualFold(p[:5], []byte("EHLO ")) || bytes.EqualFold(p[:5], []byte("HELO "))) {
-			return AppSMTP
+			return AppSMTP, ""
 		}
-		return ""
+		return "", ""
 	}
 	switch {
 	case len(p) >= 4 && bytes.HasPrefix(p, []byte("220")) && (p[3] == ' ' || p[3] == '-'):
 		up := bytes.ToUpper(p)
 		if bytes.Contains(up, []byte("SMTP")) {
-			return AppSMTP
+			name, _, _ := bytes.Cut(p[4:], []byte(" "))
+			if bytes.IndexByte(name, '.') < 0 {
+				name = nil
+			}
+			return AppSMTP, string(bytes.TrimSpace(name))
 		}
 		if ftpPort || bytes.Contains(up, []byte("FTP")) {
-			return AppFTP
+			return AppFTP, ""
 		}
 	case bytes.HasPrefix(p, []byte("* OK")) || bytes.HasPrefix(p, []byte("* PREAUTH")):
-		return AppIMAP
+		return AppIMAP, ""
 	case bytes.HasPrefix(p, []byte("+OK")):
-		return AppPOP3
+		return AppPOP3, ""
 	}
-	return ""
+	return "", ""
 }
