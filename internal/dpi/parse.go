@@ -357,6 +357,9 @@ func parseQUIC(p []byte, dgram int, fromClient bool) bool {
 		return false
 	}
 	off += 1 + scid
+	if off >= len(p) {
+		return false
+	}
 	token, n := quicVarint(p[off:])
 	if n == 0 || token > uint64(dgram) {
 		return false
