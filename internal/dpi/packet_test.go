@@ -35,7 +35,7 @@ type conn struct {
 	cli, srv netip.AddrPort
 	key      tier.FlowKey
 	initDir  uint8
-	seq, ack [2]uint32 // per side (0 client, 1 server): next sequence number to send, last ack
+	seq      [2]uint32 // per side (0 client, 1 server): the next sequence number to send
 	samples  []*flow.Sample
 	now      time.Time
 	ipID     uint16
@@ -140,7 +140,8 @@ func (c *conn) packet(side int, flags uint8, payload []byte) {
 		copy(ip[24:], d[:])
 	}
 	l4Off := len(ip)
-	data := append(ip, l4...)
+	ip = append(ip, l4...)
+	data := ip
 	dir := c.initDir
 	if side == 1 {
 		dir ^= 1
