@@ -86,6 +86,7 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/tierwall/tierwall/internal/flow"
@@ -171,8 +172,12 @@ func (f *ndpiFlow) Add(s *flow.Sample) Verdict {
 	pkt := unsafe.Slice((*byte)(f.c.pkt), maxPacket)[:n]
 	copy(pkt, s.Data)
 	fitLengths(pkt)
+	ts := s.Time
+	if ts.IsZero() {
+		ts = time.Now()
+	}
 	var r C.tw_ndpi_result
-	C.tw_ndpi_process(f.c.mod, f.f, f.c.pkt, C.ushort(n), C.uint64_t(s.Time.UnixMilli()), &r)
+	C.tw_ndpi_process(f.c.mod, f.f, f.c.pkt, C.ushort(n), C.uint64_t(ts.UnixMilli()), &r)
 	// A protocol known from the addresses alone may still be refined by the
 	// payload; only a payload verdict ends the flow's DPI.
 	if src := ndpiSource(uint8(r.confidence)); (r.app != 0 || r.master != 0) && src >= SourceCache {

@@ -76,3 +76,22 @@ func TestNDPISnapped(t *testing.T) {
 		t.Errorf("%s, want dns", v)
 	}
 }
+
+// At give-up nDPI guesses from the ports, as the built-in classifier does.
+func TestNDPIGiveup(t *testing.T) {
+	n := newNDPI(t)
+	for _, tc := range []struct {
+		conn *conn
+		app  string
+		src  Source
+	}{
+		{tcpConn(cli4+":40210", srv4+":443"), AppTLS, SourcePort},
+		{newConn(protoUDP, cli4+":40211", srv4+":53").send(0, []byte{1, 2, 3}), AppDNS, SourcePort},
+		{tcpConn(cli4+":40212", srv4+":40213"), AppUnknown, SourceNone},
+	} {
+		v, k := classify(n, tc.conn)
+		if k != 0 || v.App != tc.app || v.Source != tc.src {
+			t.Errorf("%v: %s after %d samples, want %s from %s at give-up", tc.conn.key, v, k, tc.app, tc.src)
+		}
+	}
+}
