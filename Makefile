@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export GOTOOLCHAIN ?= auto
 
-.PHONY: all deps generate check-generated build test bench demo eval lint clean
+.PHONY: all deps generate check-generated build test test-ndpi bench demo eval lint clean
 
 all: build
 
@@ -33,6 +33,15 @@ build: deps
 test: build
 	$(GO) vet ./...
 	$(GO) test -count=1 -p 1 ./...
+	@$(MAKE) --no-print-directory test-ndpi
+
+# The nDPI classifier: cgo against libndpi-dev (scripts/deps.sh), behind a
+# build tag so that the default build needs no cgo. Only internal/dpi has
+# tagged files; vet looks at everything as built with the tag.
+NDPI_TAGS := ndpi
+test-ndpi: deps
+	$(GO) vet -tags $(NDPI_TAGS) ./...
+	$(GO) test -count=1 -tags $(NDPI_TAGS) ./internal/dpi/...
 
 bench: build
 	$(BIN)/tierwall-bench -out docs/BENCHMARKS.md
@@ -47,6 +56,7 @@ lint: deps
 	@BPF_CFLAGS='$(BPF_CFLAGS)' bash scripts/check-bpf2go.sh
 	clang-format --dry-run --Werror bpf/*.c bpf/lib/*.h
 	$(BIN)/golangci-lint run ./...
+	$(BIN)/golangci-lint run --build-tags $(NDPI_TAGS) ./internal/dpi/...
 
 clean:
 	rm -rf $(BIN)
