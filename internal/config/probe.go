@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/dpi"
 )
 
 // Roles: a mitigation box (detect and drop, the default) or a flow probe
@@ -73,8 +75,6 @@ func defaultProbe() Probe {
 	}
 }
 
-var policyActions = map[string]bool{"offload": true, "discard": true, "software": true}
-
 func (p *Probe) validate() error {
 	switch p.Mode {
 	case "passive":
@@ -110,10 +110,8 @@ func (p *Probe) validate() error {
 	if t.Idle <= 0 || t.Active <= 0 || t.EndGrace <= 0 {
 		return bad("probe.timeouts", fmt.Sprintf("idle=%v active=%v end_grace=%v", t.Idle, t.Active, t.EndGrace), "must be positive")
 	}
-	for app, a := range p.Policy {
-		if !policyActions[a] {
-			return bad("probe.policy."+app, a, "is not offload, discard or software")
-		}
+	if _, err := dpi.ParsePolicy(p.Policy); err != nil {
+		return fmt.Errorf("%w: probe.policy: %v", ErrInvalid, err)
 	}
 	h := &p.Hardware
 	switch h.Backend {

@@ -22,7 +22,7 @@ func TestProbeRole(t *testing.T) {
 		{"role: probe\ninterface: eth0\nprobe: {dpi: {packets: 33}}\n", "probe.dpi.packets: 33"},
 		{"role: probe\ninterface: eth0\nprobe: {dpi: {engine: magic}}\n", "probe.dpi.engine: magic"},
 		{"role: probe\ninterface: eth0\nprobe: {dpi: {ring_bytes: 5000}}\n", "probe.dpi.ring_bytes: 5000"},
-		{"role: probe\ninterface: eth0\nprobe: {policy: {http: forward-to-mars}}\n", "probe.policy.http: forward-to-mars"},
+		{"role: probe\ninterface: eth0\nprobe: {policy: {http: forward-to-mars}}\n", "forward-to-mars"},
 		{"role: probe\ninterface: eth0\nprobe: {hardware: {backend: emulated}}\n", "probe.hardware.emulated"},
 		{"role: probe\ninterface: eth0\nprobe: {mode: inline, egress: e1, hardware: {backend: emulated, emulated: {wire: w, host: h}}}\n", "twin"},
 		{"role: probe\ninterface: eth0\nprobe: {timeouts: {idle: 0s}}\n", "probe.timeouts"},

@@ -43,24 +43,12 @@ func (d Decision) String() string {
 	return fmt.Sprintf("decision(%d)", uint8(d))
 }
 
-// ParseDecision reads a policy action as configured.
-func ParseDecision(s string) (Decision, error) {
-	switch s {
-	case "offload", "offload-forward":
-		return Offload, nil
-	case "discard", "drop":
-		return Discard, nil
-	case "software", "keep":
-		return Software, nil
-	}
-	return 0, fmt.Errorf("policy action %q: want offload, discard or software", s)
-}
-
 // Verdict is DPI's answer for a flow.
 type Verdict struct {
-	Done bool   // the classifier is sure, no more packets needed
-	App  string // canonical lower-case name, "unknown" when it gave up
-	Host string // SNI, HTTP Host or DNS name, when seen
+	Done  bool   // the classifier is sure, no more packets needed
+	App   string // canonical lower-case name, "unknown" when it gave up
+	Proto string // the protocol carrying App ("tls" for "youtube"), may be empty
+	Host  string // SNI, HTTP Host or DNS name, when seen
 }
 
 // Classifier starts DPI on a flow.
@@ -78,17 +66,17 @@ type DPIFlow interface {
 
 // Config tunes the probe; zero values take the defaults.
 type Config struct {
-	Inline        bool                  // inline (IPS bridge) rather than passive (mirror)
-	DPIPackets    int                   // give up after this many samples of a flow (default 10)
-	DPITimeout    time.Duration         // give up on flows that stop short of that (default 2 s)
-	MaxDPI        int                   // flows in DPI at once; beyond, new flows skip DPI (default 65536)
-	IdleTimeout   time.Duration         // software flows end after this long idle (default 30 s)
-	ActiveTimeout time.Duration         // a long-lived flow is reported this often (default 120 s)
-	EndGrace      time.Duration         // wait after a flow's end for its last packets (default 1 s)
-	SweepEvery    time.Duration         // pass over the software table (default 500 ms)
-	Learn         tier.LearnOptions     // options of every learned flow
-	Policy        func(string) Decision // per application; nil: offload everything
-	Now           func() time.Time      // tests
+	Inline        bool                   // inline (IPS bridge) rather than passive (mirror)
+	DPIPackets    int                    // give up after this many samples of a flow (default 10)
+	DPITimeout    time.Duration          // give up on flows that stop short of that (default 2 s)
+	MaxDPI        int                    // flows in DPI at once; beyond, new flows skip DPI (default 65536)
+	IdleTimeout   time.Duration          // software flows end after this long idle (default 30 s)
+	ActiveTimeout time.Duration          // a long-lived flow is reported this often (default 120 s)
+	EndGrace      time.Duration          // wait after a flow's end for its last packets (default 1 s)
+	SweepEvery    time.Duration          // pass over the software table (default 500 ms)
+	Learn         tier.LearnOptions      // options of every learned flow
+	Policy        func(Verdict) Decision // per application; nil: offload everything
+	Now           func() time.Time       // tests
 }
 
 func (c *Config) defaults() {
@@ -114,7 +102,7 @@ func (c *Config) defaults() {
 		c.SweepEvery = 500 * time.Millisecond
 	}
 	if c.Policy == nil {
-		c.Policy = func(string) Decision { return Offload }
+		c.Policy = func(Verdict) Decision { return Offload }
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -268,7 +256,7 @@ func (p *Probe) decide(k tier.FlowKey, t *tracked, v Verdict) {
 		v.App = "unknown"
 	}
 	t.app, t.host = v.App, v.Host
-	t.decision = p.cfg.Policy(v.App)
+	t.decision = p.cfg.Policy(v)
 	p.stats.Classified[v.App]++
 	if p.hw == nil || t.decision == Software {
 		p.keepInSoftware(k, t)

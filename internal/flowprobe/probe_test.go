@@ -204,8 +204,8 @@ func TestTableFullKeepsFlowsInSoftwareWithNothingLost(t *testing.T) {
 }
 
 func TestPolicyKeepsAndDiscards(t *testing.T) {
-	r := newRig(t, 16, Config{Inline: true, Policy: func(app string) Decision {
-		return map[string]Decision{"dns": Software, "http": Discard}[app]
+	r := newRig(t, 16, Config{Inline: true, Policy: func(v Verdict) Decision {
+		return map[string]Decision{"dns": Software, "http": Discard}[v.App]
 	}})
 	dc, ds := netip.AddrPortFrom(client, 5353), netip.AddrPortFrom(server, 53)
 	r.send(17, dc, ds, 0, "q", 1)
@@ -350,16 +350,5 @@ func TestStaleLearnUnlearnedAgain(t *testing.T) {
 	r.step()
 	if r.nic.Occupancy() != 0 || r.p.Stats().LearnStale != 1 {
 		t.Fatalf("occupancy %d stale %d, want 0 1", r.nic.Occupancy(), r.p.Stats().LearnStale)
-	}
-}
-
-func TestParseDecision(t *testing.T) {
-	for in, want := range map[string]Decision{"offload": Offload, "discard": Discard, "software": Software} {
-		if d, err := ParseDecision(in); err != nil || d != want {
-			t.Errorf("%s: %v %v", in, d, err)
-		}
-	}
-	if _, err := ParseDecision("forward-to-mars"); err == nil {
-		t.Error("bad action accepted")
 	}
 }

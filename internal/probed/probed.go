@@ -9,12 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/dpi"
 	"github.com/tierwall/tierwall/internal/flow"
 	"github.com/tierwall/tierwall/internal/flowprobe"
 	"github.com/tierwall/tierwall/internal/tier"
@@ -37,7 +37,7 @@ type Probed struct {
 type Parts struct {
 	SW     flow.SoftwareTier
 	HW     tier.FlowTable
-	DPI    flowprobe.Classifier
+	DPI    dpi.Classifier // nil: no DPI, every flow is "unknown"
 	Sink   func(flowprobe.Record)
 	Closer func() error // releases what the parts hold (links, maps)
 }
@@ -61,35 +61,15 @@ func Assemble(cfg *config.Config, log *slog.Logger, parts Parts) (*Probed, error
 		Policy:        pol,
 	}
 	p := &Probed{SW: parts.SW, HW: parts.HW, cfg: cfg, log: log, closer: parts.Closer}
-	p.Engine = flowprobe.New(ecfg, parts.SW, parts.HW, parts.DPI, parts.Sink)
+	var cls flowprobe.Classifier
+	if parts.DPI != nil {
+		cls = classifier{parts.DPI}
+	}
+	p.Engine = flowprobe.New(ecfg, parts.SW, parts.HW, cls, parts.Sink)
 	p.Metrics = prometheus.NewRegistry()
 	p.Metrics.MustRegister(&collector{p}, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return p, nil
-}
-
-// Policy turns the configured per-application actions into the engine's
-// policy; "default" covers applications not listed (default offload).
-func Policy(m map[string]string) (func(string) flowprobe.Decision, error) {
-	def := flowprobe.Offload
-	per := map[string]flowprobe.Decision{}
-	for app, a := range m {
-		d, err := flowprobe.ParseDecision(a)
-		if err != nil {
-			return nil, fmt.Errorf("%w: probe.policy.%s: %v", config.ErrInvalid, app, err)
-		}
-		if app == "default" {
-			def = d
-			continue
-		}
-		per[strings.ToLower(app)] = d
-	}
-	return func(app string) flowprobe.Decision {
-		if d, ok := per[app]; ok {
-			return d
-		}
-		return def
-	}, nil
 }
 
 // Run serves the probe until ctx ends; then every flow gets its last
