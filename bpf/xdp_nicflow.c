@@ -118,6 +118,18 @@ static __noinline __u8 tw_nf_key(const struct tw_pkt *p, struct tw_flow_key *k)
 	return tw_flow_key_of(p, k);
 }
 
+/* A global function: the verifier checks it once, on its own, and the
+ * caller goes on from one state instead of one per path through the
+ * parser (with it inlined, the program took 720K verified instructions and
+ * two seconds to load). */
+__noinline int tw_nf_parse(struct xdp_md *ctx, struct tw_pkt *p)
+{
+	if (!p)
+		return TW_R_ETH_TRUNC;
+	return tw_parse((void *)(long)ctx->data, (void *)(long)ctx->data_end,
+			p);
+}
+
 SEC("xdp")
 int tw_nicflow(struct xdp_md *ctx)
 {
@@ -126,7 +138,7 @@ int tw_nicflow(struct xdp_md *ctx)
 	__u32 flen = data_end - data;
 	struct tw_pkt p = {};
 
-	if (tw_parse(data, data_end, &p) != TW_R_PASS)
+	if (tw_nf_parse(ctx, &p) != TW_R_PASS)
 		return tw_nf_host(ctx, TW_NFV_UNH_PARSE, flen,
 				  TW_MARK_UNHANDLED, 0, 0, 0);
 	if (p.family == 4) {
