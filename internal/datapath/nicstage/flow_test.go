@@ -630,3 +630,19 @@ func TestFlowFirmwareGoroutine(t *testing.T) {
 	}
 	t.Fatal("no learn outcome within 5s")
 }
+
+// A termination whose ring record is lost (ring full) is found by the
+// ageing sweep: the entry itself says TERMINATING.
+func TestFlowTermSweepBackstop(t *testing.T) {
+	ft, clk := newFlow(t, FlowOptions{})
+	k := mustKey(pkt.ProtoTCP, cli, web)
+	learnNow(t, ft, clk, tier.Learn{ID: 1, Key: k, Action: tier.FlowForward, Options: tier.LearnOptions{TCPAutoUnlearn: true}})
+	runMeta(t, ft.Program(), frame(web, cli, pkt.ProtoTCP, 0x04), nil)
+	if got := ft.drainRing(nil, 8); len(got) != 1 || got[0].id != 1 {
+		t.Fatalf("ring held %+v, want flow 1's record", got) // and now it is gone
+	}
+	ev := stepFor(t, ft, clk, 1)[0]
+	if ev.Kind != tier.Unlearned || ev.Cause != tier.CauseTCPTerm || ev.Counters.Packets != [2]uint64{0, 1} {
+		t.Errorf("%+v, want flow 1 unlearned by tcp-term with one packet", ev)
+	}
+}
