@@ -1,0 +1,75 @@
+package nicstage
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/tierwall/tierwall/internal/netnsx"
+	"github.com/tierwall/tierwall/internal/testutil"
+	"github.com/tierwall/tierwall/internal/tier"
+)
+
+// AttachFlow in a namespace of its own (names prefixed twnf-, unique per
+// process): both programs go on their ports in inline mode and come off
+// at Close.
+func TestFlowAttach(t *testing.T) {
+	testutil.RequireRoot(t)
+	ns := fmt.Sprintf("twnf-%d", os.Getpid())
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	ip("netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	for _, p := range []string{"w", "h", "t"} {
+		ip("-n", ns, "link", "add", "twnf"+p+"0", "type", "veth", "peer", "name", "twnf"+p+"1")
+		ip("-n", ns, "link", "set", "twnf"+p+"0", "up")
+		ip("-n", ns, "link", "set", "twnf"+p+"1", "up")
+	}
+	err := netnsx.Do(ns, -1, func() error {
+		ft, err := AttachFlow("twnfw0", "twnfh0", "twnft0", FlowOptions{Capacity: 16, Inline: true})
+		if err != nil {
+			return err
+		}
+		if len(ft.links) != 2 || ft.Caps().Capacity != 16 || !ft.Caps().TCPAutoUnlearn {
+			return fmt.Errorf("links %d, caps %+v", len(ft.links), ft.Caps())
+		}
+		if _, err := ft.Learn([]tier.Learn{{ID: 1, Key: mustKey(6, cli, web), Action: tier.FlowForward}}); err != nil {
+			return err
+		}
+		hasXDP := func(want bool) error {
+			for _, ifn := range []string{"twnfw0", "twnfh0"} {
+				out, err := exec.Command("ip", "-d", "link", "show", ifn).CombinedOutput()
+				if err != nil {
+					return err
+				}
+				if strings.Contains(string(out), "prog/xdp") != want {
+					return fmt.Errorf("%s: XDP attached %v, want %v: %s", ifn, !want, want, out)
+				}
+			}
+			return nil
+		}
+		if err := hasXDP(true); err != nil {
+			return err
+		}
+		if err := ft.Close(); err != nil {
+			return err
+		}
+		if err := hasXDP(false); err != nil {
+			return err
+		}
+		_, err = AttachFlow("twnfw0", "twnfh0", "", FlowOptions{Capacity: 16, Inline: true})
+		if err == nil {
+			return fmt.Errorf("inline without a twin port attached")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
