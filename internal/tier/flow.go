@@ -104,8 +104,8 @@ func (k FlowKey) String() string {
 type FlowAction uint8
 
 const (
-	FlowForward FlowAction = 1 // passive: consumed; inline: to the twin port
-	FlowDiscard FlowAction = 2 // dropped
+	FlowForward FlowAction = 1 // passive: counted, to the host marked hit; inline: to the twin port
+	FlowDiscard FlowAction = 2 // counted and dropped: a passive probe's offload (the NIC consumes it)
 )
 
 func (a FlowAction) String() string {
