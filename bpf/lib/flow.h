@@ -28,7 +28,8 @@ struct tw_flow_key {
  * PKT_FLAGS_FLOW_HIT / _MISS / _UNHANDLED. */
 enum tw_flow_mark {
 	TW_MARK_NONE = 0, /* no NIC stage marked it (no metadata) */
-	TW_MARK_HIT = 1,  /* a learned flow the NIC counted and still passed up */
+	TW_MARK_HIT =
+		1, /* a learned flow the NIC counted and still passed up */
 	TW_MARK_MISS = 2, /* no learned flow */
 	TW_MARK_UNHANDLED =
 		3, /* not matchable: non-TCP/UDP, fragment, table full */
