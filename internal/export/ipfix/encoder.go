@@ -89,7 +89,8 @@ type Options struct {
 	Now func() time.Time
 	// Boot is the NetFlow v9 system's start: sysUptime and the
 	// first/last switched times count milliseconds from it (default: the
-	// encoder's creation). Times before it are sent as 0.
+	// encoder's creation, on the second). Times before it are sent as 0:
+	// the probe starts with its exporter, so its flows start later.
 	Boot time.Time
 }
 
@@ -145,7 +146,8 @@ func NewEncoder(o Options) (*Encoder, error) {
 		o.Now = time.Now
 	}
 	if o.Boot.IsZero() {
-		o.Boot = o.Now()
+		// On a whole second: sysUptime is sent at whole seconds.
+		o.Boot = o.Now().Truncate(time.Second)
 	}
 	e := &Encoder{opt: o, templates: map[uint16][]field{}, hdrLen: 16, setHdrLen: 4}
 	if o.Format == NetFlow9 {
