@@ -100,7 +100,8 @@ type Exporter struct {
 	queue chan flowprobe.Record
 
 	queued, dropped atomic.Uint64
-	closed          atomic.Bool
+	mu              sync.RWMutex
+	closed          bool
 	stop            chan struct{}
 	done            chan struct{}
 	closeOnce       sync.Once
@@ -176,7 +177,9 @@ func (x *Exporter) newSink(c Collector, now func() time.Time) (*sink, error) {
 // Export queues r for export and returns at once; with the queue full,
 // or the exporter closed, r is dropped and counted.
 func (x *Exporter) Export(r flowprobe.Record) {
-	if x.closed.Load() {
+	x.mu.RLock() // against Close: a record queued is a record sent
+	defer x.mu.RUnlock()
+	if x.closed {
 		x.dropped.Add(1)
 		return
 	}
@@ -200,10 +203,12 @@ func (x *Exporter) Stats() Stats {
 }
 
 // Close sends what is queued and closes the sockets. Records exported
-// after Close are dropped.
+// after Close are dropped and counted.
 func (x *Exporter) Close() error {
 	x.closeOnce.Do(func() {
-		x.closed.Store(true)
+		x.mu.Lock()
+		x.closed = true
+		x.mu.Unlock()
 		close(x.stop)
 		<-x.done
 	})

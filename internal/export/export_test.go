@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tierwall/tierwall/internal/export/ipfix/ipfixtest"
 	"github.com/tierwall/tierwall/internal/flowprobe"
 	"github.com/tierwall/tierwall/internal/tier"
@@ -229,5 +231,29 @@ func TestConfigInvalid(t *testing.T) {
 		if x != nil {
 			x.Close()
 		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	l := listen(t)
+	x, err := New(Config{Collectors: []Collector{{Address: l.addr()}, {Address: deadAddr(t), Format: "netflow9"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.Export(record(0))
+	x.Close()
+	x.Export(record(1))
+	if err := promtest.CollectAndCompare(x.Collector(), strings.NewReader(`
+# HELP tierwall_export_records_dropped_total Flow records dropped before export: queue full or exporter closed.
+# TYPE tierwall_export_records_dropped_total counter
+tierwall_export_records_dropped_total 1
+# HELP tierwall_export_records_queued_total Flow records accepted for export.
+# TYPE tierwall_export_records_queued_total counter
+tierwall_export_records_queued_total 1
+`), "tierwall_export_records_dropped_total", "tierwall_export_records_queued_total"); err != nil {
+		t.Error(err)
+	}
+	if n := promtest.CollectAndCount(x.Collector(), "tierwall_export_messages_total"); n != 2 {
+		t.Errorf("%d message counters, want one per collector", n)
 	}
 }
