@@ -4,12 +4,14 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"gopkg.in/yaml.v3"
 
 	"github.com/tierwall/tierwall/internal/export/ipfix/ipfixtest"
 	"github.com/tierwall/tierwall/internal/flowprobe"
@@ -255,5 +257,31 @@ tierwall_export_records_queued_total 1
 	}
 	if n := promtest.CollectAndCount(x.Collector(), "tierwall_export_messages_total"); n != 2 {
 		t.Errorf("%d message counters, want one per collector", n)
+	}
+}
+
+func TestConfigYAML(t *testing.T) {
+	var c Config
+	err := yaml.Unmarshal([]byte(`
+collectors:
+  - {address: "127.0.0.1:4739", format: ipfix}
+  - {address: "127.0.0.1:2055", format: netflow9}
+observation_domain: 7
+biflow: true
+mtu: 1200
+template_refresh: 30s
+template_refresh_messages: 50
+enterprise_number: 4242
+queue_len: 100
+flush_interval: 250ms
+`), &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Collectors: []Collector{{"127.0.0.1:4739", "ipfix"}, {"127.0.0.1:2055", "netflow9"}}, ObservationDomain: 7,
+		Biflow: true, MTU: 1200, TemplateRefresh: 30 * time.Second, TemplateRefreshMessages: 50, EnterpriseNumber: 4242,
+		QueueLen: 100, FlushInterval: 250 * time.Millisecond}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("got %+v\nwant %+v", c, want)
 	}
 }
