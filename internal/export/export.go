@@ -1,0 +1,283 @@
+// Package export sends the flow probe's records to flow collectors, IPFIX
+// or NetFlow v9 over UDP (package ipfix encodes). The probe hands records
+// to Export, which never blocks: a bounded queue, and a full queue drops
+// the record and counts it. One goroutine batches the queue into messages
+// and sends them to every collector; a collector that is down (ICMP port
+// unreachable turns into ECONNREFUSED on the connected socket) or slow
+// costs its own send errors, never the probe's time.
+package export
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/export/ipfix"
+	"github.com/tierwall/tierwall/internal/flowprobe"
+)
+
+// ErrInvalid reports a configuration the exporter cannot work with.
+var ErrInvalid = errors.New("invalid flow export configuration")
+
+// Defaults of Config.
+const (
+	DefaultQueueLen      = 8192
+	DefaultFlushInterval = time.Second
+	DefaultMaxBatch      = 1024
+	sendTimeout          = 100 * time.Millisecond
+)
+
+// Collector is one flow collector.
+type Collector struct {
+	Address string `yaml:"address"` // host:port, UDP
+	Format  string `yaml:"format"`  // "ipfix" (default) or "netflow9"
+}
+
+// Config is the flow export section of the probe's configuration.
+type Config struct {
+	Collectors []Collector `yaml:"collectors"`
+	// ObservationDomain is the IPFIX observation domain ID (NetFlow v9
+	// source ID).
+	ObservationDomain uint32 `yaml:"observation_domain"`
+	// Biflow sends IPFIX records as RFC 5103 biflows, one per flow;
+	// default one record per direction (NetFlow v9 is always so).
+	Biflow bool `yaml:"biflow"`
+	// MTU bounds a message's UDP payload (default 1400, 512..65507).
+	MTU int `yaml:"mtu"`
+	// Templates are resent every TemplateRefresh (default 1m) and every
+	// TemplateRefreshMessages messages (default 100), whichever first;
+	// negative: not on that trigger.
+	TemplateRefresh         time.Duration `yaml:"template_refresh"`
+	TemplateRefreshMessages int           `yaml:"template_refresh_messages"`
+	// EnterpriseNumber carries tierwall's own elements (counting tier,
+	// NIC counts); default 32473, RFC 5612's number for documentation.
+	EnterpriseNumber uint32 `yaml:"enterprise_number"`
+	// QueueLen bounds the records waiting to be sent (default 8192);
+	// beyond it records are dropped and counted.
+	QueueLen int `yaml:"queue_len"`
+	// FlushInterval is the longest a record waits for a message to fill
+	// (default 1s).
+	FlushInterval time.Duration `yaml:"flush_interval"`
+}
+
+// Stats are the exporter's counters, for metrics.
+type Stats struct {
+	Queued     uint64 // records accepted by Export
+	Dropped    uint64 // records refused: queue full, or exporter closed
+	Collectors []CollectorStats
+}
+
+// CollectorStats count what was sent to one collector.
+type CollectorStats struct {
+	Address    string
+	Format     string
+	Messages   uint64 // messages sent
+	Records    uint64 // data records in them
+	Bytes      uint64 // UDP payload bytes
+	SendErrors uint64 // messages not sent (refused, timed out, ...)
+	Lost       uint64 // data records in messages not sent
+	LastError  string
+}
+
+// sink is one collector: its own export session and socket.
+type sink struct {
+	addr   string
+	format ipfix.Format
+	enc    *ipfix.Encoder
+	conn   net.Conn
+
+	messages, records, bytes, errs, lost atomic.Uint64
+	lastErr                              atomic.Value // string
+}
+
+// Exporter sends records to the configured collectors.
+type Exporter struct {
+	cfg   Config
+	sinks []*sink
+	queue chan flowprobe.Record
+
+	queued, dropped atomic.Uint64
+	mu              sync.RWMutex
+	closed          bool
+	stop            chan struct{}
+	done            chan struct{}
+	closeOnce       sync.Once
+}
+
+// New validates cfg, opens a UDP socket per collector and starts the
+// sending goroutine. Collector addresses are resolved once, here.
+func New(cfg Config) (*Exporter, error) {
+	x, err := newExporter(cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	go x.run()
+	return x, nil
+}
+
+// newExporter builds an exporter without starting it; tests inject the
+// encoders' clock.
+func newExporter(cfg Config, now func() time.Time) (*Exporter, error) {
+	if len(cfg.Collectors) == 0 {
+		return nil, fmt.Errorf("%w: no collector", ErrInvalid)
+	}
+	if cfg.QueueLen == 0 {
+		cfg.QueueLen = DefaultQueueLen
+	}
+	if cfg.QueueLen < 0 {
+		return nil, fmt.Errorf("%w: queue length %d", ErrInvalid, cfg.QueueLen)
+	}
+	if cfg.FlushInterval == 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.FlushInterval < 0 {
+		return nil, fmt.Errorf("%w: flush interval %v", ErrInvalid, cfg.FlushInterval)
+	}
+	x := &Exporter{cfg: cfg, queue: make(chan flowprobe.Record, cfg.QueueLen), stop: make(chan struct{}), done: make(chan struct{})}
+	for _, c := range cfg.Collectors {
+		s, err := x.newSink(c, now)
+		if err != nil {
+			x.closeSinks()
+			return nil, err
+		}
+		x.sinks = append(x.sinks, s)
+	}
+	return x, nil
+}
+
+func (x *Exporter) newSink(c Collector, now func() time.Time) (*sink, error) {
+	name := c.Format
+	if name == "" {
+		name = "ipfix"
+	}
+	f, err := ipfix.ParseFormat(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: collector %s: %v", ErrInvalid, c.Address, err)
+	}
+	enc, err := ipfix.NewEncoder(ipfix.Options{Format: f, ObservationDomain: x.cfg.ObservationDomain, Biflow: x.cfg.Biflow,
+		MaxMessageSize: x.cfg.MTU, TemplateRefresh: x.cfg.TemplateRefresh, TemplateRefreshMessages: x.cfg.TemplateRefreshMessages,
+		EnterpriseNumber: x.cfg.EnterpriseNumber, Now: now})
+	if err != nil {
+		return nil, fmt.Errorf("%w: collector %s: %v", ErrInvalid, c.Address, err)
+	}
+	// Connected: the kernel reports the collector's ICMP port
+	// unreachable on the next send, which is then counted.
+	conn, err := net.Dial("udp", c.Address)
+	if err != nil {
+		return nil, fmt.Errorf("%w: collector %s: %v", ErrInvalid, c.Address, err)
+	}
+	s := &sink{addr: c.Address, format: f, enc: enc, conn: conn}
+	s.lastErr.Store("")
+	return s, nil
+}
+
+// Export queues r for export and returns at once; with the queue full,
+// or the exporter closed, r is dropped and counted.
+func (x *Exporter) Export(r flowprobe.Record) {
+	x.mu.RLock() // against Close: a record queued is a record sent
+	defer x.mu.RUnlock()
+	if x.closed {
+		x.dropped.Add(1)
+		return
+	}
+	select {
+	case x.queue <- r:
+		x.queued.Add(1)
+	default:
+		x.dropped.Add(1)
+	}
+}
+
+// Stats returns the counters.
+func (x *Exporter) Stats() Stats {
+	st := Stats{Queued: x.queued.Load(), Dropped: x.dropped.Load()}
+	for _, s := range x.sinks {
+		st.Collectors = append(st.Collectors, CollectorStats{Address: s.addr, Format: s.format.String(),
+			Messages: s.messages.Load(), Records: s.records.Load(), Bytes: s.bytes.Load(),
+			SendErrors: s.errs.Load(), Lost: s.lost.Load(), LastError: s.lastErr.Load().(string)})
+	}
+	return st
+}
+
+// Close sends what is queued and closes the sockets. Records exported
+// after Close are dropped and counted.
+func (x *Exporter) Close() error {
+	x.closeOnce.Do(func() {
+		x.mu.Lock()
+		x.closed = true
+		x.mu.Unlock()
+		close(x.stop)
+		<-x.done
+	})
+	return nil
+}
+
+func (x *Exporter) closeSinks() {
+	for _, s := range x.sinks {
+		s.conn.Close()
+	}
+}
+
+// run is the sending goroutine: it fills a batch from the queue and sends
+// it when it is large enough, every FlushInterval (which also lets idle
+// sessions refresh their templates), and at Close.
+func (x *Exporter) run() {
+	defer close(x.done)
+	defer x.closeSinks()
+	tick := time.NewTicker(x.cfg.FlushInterval)
+	defer tick.Stop()
+	batch := make([]flowprobe.Record, 0, DefaultMaxBatch)
+	flush := func() {
+		for _, s := range x.sinks {
+			for _, m := range s.enc.Encode(batch) {
+				s.send(m)
+			}
+		}
+		clear(batch) // drop the records' strings
+		batch = batch[:0]
+	}
+	flush() // templates first, so collectors know them before data
+	for {
+		select {
+		case r := <-x.queue:
+			batch = append(batch, r)
+			if len(batch) == cap(batch) {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		case <-x.stop:
+			for len(x.queue) > 0 {
+				batch = append(batch, <-x.queue)
+				if len(batch) == cap(batch) {
+					flush()
+				}
+			}
+			if len(batch) > 0 {
+				flush()
+			}
+			return
+		}
+	}
+}
+
+// send writes one message; failures are counted, never returned: flow
+// export is best effort over UDP.
+func (s *sink) send(m ipfix.Message) {
+	err := s.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
+	if err == nil {
+		_, err = s.conn.Write(m.Bytes)
+	}
+	if err != nil {
+		s.errs.Add(1)
+		s.lost.Add(uint64(m.Records))
+		s.lastErr.Store(err.Error())
+		return
+	}
+	s.messages.Add(1)
+	s.records.Add(uint64(m.Records))
+	s.bytes.Add(uint64(len(m.Bytes)))
+}
