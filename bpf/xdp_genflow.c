@@ -146,7 +146,7 @@ static __always_inline int tw_gf_build(struct xdp_md *ctx,
 
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
-	if (data + 14 + 40 + 20 > data_end)
+	if (data + 14 + 20 > data_end)
 		return -1;
 	for (int i = 0; i < 12; i++)
 		data[i] = tw_gf_mac[i];
@@ -168,6 +168,8 @@ static __always_inline int tw_gf_build(struct xdp_md *ctx,
 						(64 << 8 | proto) + asum));
 		ph = asum + proto + l4len;
 	} else {
+		if (ip + 40 > data_end)
+			return -1;
 		data[12] = 0x86;
 		data[13] = 0xdd;
 		tw_gf_put32(ip, 0x60000000);

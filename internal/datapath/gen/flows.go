@@ -284,6 +284,7 @@ type SendResult struct {
 	Dropped      []uint32 // indices of frames not transmitted, unordered
 	XmitDrops    uint32   // of them, refused by the driver
 	RedirectErrs uint32   // of them, refused before queueing
+	Refused      uint32   // of them, the program could not build (a bug)
 }
 
 // Send transmits pkts in order in one live-frames test run (pinned to the
@@ -324,6 +325,7 @@ func (g *FlowGen) Send(pkts []FlowPkt) (SendResult, error) {
 			ErrLostTrack, st.Seq, st.N, st.Qtail-st.Qhead, st.Lost)
 	}
 	res.XmitDrops, res.RedirectErrs = st.XmitDrops, st.RedirectErrs
+	res.Refused = st.Ndrop - st.XmitDrops - st.RedirectErrs
 	var err2 error
 	if res.Dropped, err2 = g.readDrops(st.Ndrop); err2 != nil {
 		return res, err2

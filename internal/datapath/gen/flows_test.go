@@ -16,21 +16,33 @@ import (
 func TestFlowGenBuild(t *testing.T) {
 	testutil.RequireRoot(t)
 	payloads := [][]byte{nil, []byte("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n"), bytes.Repeat([]byte{0xa5}, 301), {0xff}}
+	// Without templates, 64-byte frames: the smallest buffer there is.
+	small := []FlowPkt{
+		{Flow: 1, Seq: 1, IPLen: 40, ServerPort: 9000, TCPFlags: 0x02},
+		{Flow: 2, Seq: 1, Ack: 2, IPLen: 46, ServerPort: 9000, TCPFlags: 0x18, S2C: true},
+		{Flow: 3, IPLen: 46, ServerPort: 9000, UDP: true},
+	}
 	for _, fam := range []struct {
-		name       string
-		clients    netip.Addr
-		servers    netip.Addr
+		name        string
+		clients     netip.Addr
+		servers     netip.Addr
 		iphl, hosts uint32
+		small       bool
 	}{
-		{"ipv4", netip.MustParseAddr("10.128.0.1"), netip.MustParseAddr("192.0.2.10"), 20, 1000},
-		{"ipv6", netip.MustParseAddr("fd00:100::1"), netip.MustParseAddr("fd00:200::10"), 40, 70000},
+		{"ipv4", netip.MustParseAddr("10.128.0.1"), netip.MustParseAddr("192.0.2.10"), 20, 1000, false},
+		{"ipv6", netip.MustParseAddr("fd00:100::1"), netip.MustParseAddr("fd00:200::10"), 40, 70000, false},
+		{"ipv4-small", netip.MustParseAddr("10.128.0.1"), netip.MustParseAddr("192.0.2.10"), 20, 1000, true},
 	} {
 		t.Run(fam.name, func(t *testing.T) {
 			plan := AddrPlan{Clients: fam.clients, Hosts: fam.hosts, PortLo: 1024, Ports: 64512, Servers: fam.servers, NServers: 3}
-			g, err := NewFlowGen(FlowGenSpec{
+			spec := FlowGenSpec{
 				SrcMAC: [6]byte{2, 0, 0, 0, 0, 1}, DstMAC: [6]byte{2, 0, 0, 0, 0, 2},
 				Plan: plan, Payloads: payloads, MaxIPLen: 1500, Capacity: 64,
-			})
+			}
+			if fam.small {
+				spec.Payloads, spec.MaxIPLen = [][]byte{nil}, 46
+			}
+			g, err := NewFlowGen(spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -45,6 +57,9 @@ func TestFlowGenBuild(t *testing.T) {
 				{Flow: 5, IPLen: 1500, ServerPort: 9000, UDP: true},
 				{Flow: 5, IPLen: 1500, ServerPort: 9000, TCPFlags: 0x11, S2C: true},
 				{Flow: 4000000000, IPLen: ih + 8 + 18, ServerPort: 9000, UDP: true},
+			}
+			if fam.small {
+				pkts = small
 			}
 			// Beyond the region every frame rewrites, a page keeps the
 			// zeros it was initialised with.
@@ -87,7 +102,7 @@ func TestFlowGenBuild(t *testing.T) {
 				if !want.UDP && (p.Seq != want.Seq || p.Ack != want.Ack || p.TCPFlags != want.TCPFlags) {
 					t.Errorf("frame %d: seq %d ack %d flags %#x", i, p.Seq, p.Ack, p.TCPFlags)
 				}
-				tmpl := payloads[want.Payload]
+				tmpl := spec.Payloads[want.Payload]
 				if !bytes.HasPrefix(p.Payload, tmpl) || len(bytes.Trim(p.Payload[len(tmpl):], "\x00")) != 0 {
 					t.Errorf("frame %d: payload %q, want %q and zeros", i, p.Payload, tmpl)
 				}

@@ -489,6 +489,9 @@ func runFlows(ctx context.Context, s Spec) (*Report, error) {
 			rate = float64(n) / d.Seconds()
 		}
 		sch.account(batch[:n], res.Dropped, mark)
+		if res.Refused > 0 {
+			return rep, fmt.Errorf("the generator could not build %d frames of %d (reported dropped)", res.Refused, n)
+		}
 		rep.Elapsed = time.Since(start)
 		if s.Rate > 0 {
 			if ahead := time.Duration(rep.Scheduled*uint64(time.Second)/s.Rate) - time.Since(start); ahead > 0 {
