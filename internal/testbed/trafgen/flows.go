@@ -247,6 +247,47 @@ type flowSlot struct {
 	next [2]uint32 // next sequence number: client, server
 }
 
+// flowCtr is what a flow sent, by client→server (0) and server→client
+// (1); pointer-free, so millions cost the garbage collector nothing.
+// FlowStat is made from it at the end of the run.
+type flowCtr struct {
+	pk, by          [2]uint64
+	flags           [2]uint8
+	syn, fin, ended bool
+}
+
+// flowCtrs holds one flowCtr per flow index, in chunks so that growing
+// never copies.
+type flowCtrs struct{ chunks [][]flowCtr }
+
+const ctrChunk = 1 << 16
+
+func (c *flowCtrs) add() {
+	if n := len(c.chunks); n == 0 || len(c.chunks[n-1]) == ctrChunk {
+		c.chunks = append(c.chunks, make([]flowCtr, 0, ctrChunk))
+	}
+	last := &c.chunks[len(c.chunks)-1]
+	*last = append(*last, flowCtr{})
+}
+
+func (c *flowCtrs) at(i uint32) *flowCtr { return &c.chunks[i/ctrChunk][i%ctrChunk] }
+
+// stats turns the counters into the report's flows.
+func (s *scheduler) stats() []FlowStat {
+	out := make([]FlowStat, 0, s.born)
+	for i := uint64(0); i < s.born; i++ {
+		c := s.ctrs.at(uint32(i))
+		app, udp := s.p.flowApp(i)
+		k, cd := s.p.key(i, app, udp)
+		st := FlowStat{Index: i, Key: k, App: s.p.apps[app].name, ClientDir: cd, SYN: c.syn, FIN: c.fin, Ended: c.ended}
+		for d := range 2 {
+			st.Packets[cd^d], st.Bytes[cd^d], st.TCPFlags[cd^d] = c.pk[d], c.by[d], c.flags[d]
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
 // scheduler turns the flow model into frames.
 type scheduler struct {
 	p       *flowPlan
@@ -259,12 +300,13 @@ type scheduler struct {
 	pending []gen.FlowPkt // the rest of a close and an open
 	ph      int
 	rep     *Report
-	stats   bool // keep rep.Flows
-	full    bool // the window has filled
+	perFlow bool     // count per flow
+	ctrs    flowCtrs // by flow index
+	full    bool     // the window has filled
 }
 
-func newScheduler(p *flowPlan, a int, every float64, rep *Report, stats bool) *scheduler {
-	return &scheduler{p: p, a: a, every: every, slots: make([]flowSlot, a), rep: rep, stats: stats}
+func newScheduler(p *flowPlan, a int, every float64, rep *Report, perFlow bool) *scheduler {
+	return &scheduler{p: p, a: a, every: every, slots: make([]flowSlot, a), rep: rep, perFlow: perFlow}
 }
 
 // fill schedules len(out) frames.
@@ -311,8 +353,8 @@ func (s *scheduler) birth() {
 			f.next[1]++
 			s.tcp(f, false, tcpACK)
 		}
-		if s.stats {
-			s.rep.Flows[f.idx].Ended = true
+		if s.perFlow {
+			s.ctrs.at(f.idx).ended = true
 		}
 		s.rep.Ended++
 	}
@@ -320,9 +362,8 @@ func (s *scheduler) birth() {
 	app, udp := s.p.flowApp(i)
 	f := &s.slots[i%uint64(s.a)]
 	*f = flowSlot{idx: uint32(i), app: uint8(app), udp: udp, next: isn(uint32(i))}
-	if s.stats {
-		k, cd := s.p.key(i, app, udp)
-		s.rep.Flows = append(s.rep.Flows, FlowStat{Index: i, Key: k, App: s.p.apps[app].name, ClientDir: cd})
+	if s.perFlow {
+		s.ctrs.add()
 	}
 	s.born++
 	s.rep.Born++
@@ -394,7 +435,7 @@ func (s *scheduler) account(batch []gen.FlowPkt, dropped []uint32, mark []bool) 
 	s.rep.Scheduled += uint64(len(batch))
 	s.rep.Dropped += uint64(len(dropped))
 	s.rep.Sent += uint64(len(batch) - len(dropped))
-	if !s.stats {
+	if !s.perFlow {
 		for _, k := range dropped {
 			mark[k] = false
 		}
@@ -406,14 +447,14 @@ func (s *scheduler) account(batch []gen.FlowPkt, dropped []uint32, mark []bool) 
 			continue
 		}
 		p := &batch[k]
-		st := &s.rep.Flows[p.Flow]
-		d := st.ClientDir ^ b2i(p.S2C)
-		st.Packets[d]++
-		st.Bytes[d] += uint64(p.IPLen)
-		st.TCPFlags[d] |= p.TCPFlags
+		c := s.ctrs.at(p.Flow)
+		d := b2i(p.S2C)
+		c.pk[d]++
+		c.by[d] += uint64(p.IPLen)
+		c.flags[d] |= p.TCPFlags
 		if !p.S2C {
-			st.SYN = st.SYN || p.TCPFlags == tcpSYN
-			st.FIN = st.FIN || p.TCPFlags&tcpFIN != 0
+			c.syn = c.syn || p.TCPFlags == tcpSYN
+			c.fin = c.fin || p.TCPFlags&tcpFIN != 0
 		}
 	}
 }
@@ -504,6 +545,9 @@ func runFlows(ctx context.Context, s Spec) (*Report, error) {
 	}
 	rep.Elapsed = time.Since(start)
 	rep.PPS = float64(rep.Sent) / rep.Elapsed.Seconds()
+	if sch.perFlow {
+		rep.Flows = sch.stats()
+	}
 	if !fullAt.IsZero() {
 		if d := time.Since(fullAt).Seconds(); d > 0 {
 			rep.BirthRate = float64(rep.Born-bornFull) / d

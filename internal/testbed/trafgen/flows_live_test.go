@@ -5,14 +5,13 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sort"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierwall/tierwall/internal/datapath/gen"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"
@@ -26,7 +25,7 @@ const (
 	ifFlowTx, ifFlowRx = "twgf-a", "twgf-b"
 )
 
-func flowLab(t *testing.T) (src, dst [6]byte) {
+func flowLab(t testing.TB) (src, dst [6]byte) {
 	testutil.RequireRoot(t)
 	clean, err := harness.VethPair(nsFlowTx, ifFlowTx, nsFlowRx, ifFlowRx)
 	if err != nil {
@@ -191,49 +190,24 @@ func TestFlowRunReceived(t *testing.T) {
 	}
 }
 
-// counter attaches to the receiver an XDP program that counts and drops
-// (the fastest receiver) or passes to the stack (a slow one: skbs).
-func counter(t *testing.T, verdict int32) *ebpf.Map {
+// counter attaches a gen.Sink to the receiver: it counts frames, then drops
+// them or passes them to the stack.
+func counter(t testing.TB, pass bool) *gen.Sink {
 	t.Helper()
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	var s *gen.Sink
+	var err error
+	inNS(t, nsFlowRx, func() { s, err = gen.NewSink(ifFlowRx, pass) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close() })
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL", Instructions: asm.Instructions{
-		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.LoadMapPtr(asm.R1, m.FD()),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Imm(asm.R1, 1),
-		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
-		asm.Mov.Imm(asm.R0, verdict).WithSymbol("out"),
-		asm.Return(),
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prog.Close() })
-	var l link.Link
-	inNS(t, nsFlowRx, func() {
-		var ifc *net.Interface
-		if ifc, err = net.InterfaceByName(ifFlowRx); err == nil {
-			l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifc.Index})
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return m
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
-func count(t *testing.T, m *ebpf.Map) uint64 {
+func count(t testing.TB, s *gen.Sink) uint64 {
 	t.Helper()
-	var n uint64
-	if err := m.Lookup(uint32(0), &n); err != nil {
+	n, err := s.Count()
+	if err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -263,14 +237,14 @@ func TestFlowRunDropsAccounted(t *testing.T) {
 	})
 	for _, r := range []struct {
 		name     string
-		verdict  int32
+		pass     bool
 		threaded bool
-	}{{"xdp-drop", 1, false}, {"xdp-pass-threaded", 2, true}} {
+	}{{"xdp-drop", false, false}, {"xdp-pass-threaded", true, true}} {
 		t.Run(r.name, func(t *testing.T) {
 			// Threaded NAPI takes the receiver off the generator's CPU
 			// (else it runs in lockstep at the end of every 64-frame
 			// batch), so a slow one lets the veth ring overflow.
-			m := counter(t, r.verdict) // NAPI exists from here on
+			m := counter(t, r.pass) // NAPI exists from here on
 			if r.threaded {
 				sh(t, "ip", "netns", "exec", nsFlowRx, "sh", "-c", "echo 1 > /sys/class/net/"+ifFlowRx+"/threaded")
 			}
@@ -279,7 +253,7 @@ func TestFlowRunDropsAccounted(t *testing.T) {
 	}
 }
 
-func accounted(t *testing.T, s Spec, m *ebpf.Map) {
+func accounted(t *testing.T, s Spec, m *gen.Sink) {
 	rep := runIn(t, nsFlowTx, s)
 	time.Sleep(200 * time.Millisecond) // frames in flight
 	got := count(t, m)
@@ -291,4 +265,105 @@ func accounted(t *testing.T, s Spec, m *ebpf.Map) {
 	if rep.Scheduled != s.Packets || got != rep.Sent || sum != rep.Sent {
 		t.Fatalf("scheduled %d, sent %d, flows sum to %d, receiver counted %d", rep.Scheduled, rep.Sent, sum, got)
 	}
+}
+
+// BenchmarkFlowGen measures frames per second into an XDP receiver that
+// drops, in rounds interleaving the plain generator (64-byte UDP, sources
+// cycled: the baseline), the flow generator's kernel side alone (one
+// pre-built schedule sent again and again) and the whole flow mode
+// (scheduling and accounting included). The machine is shared: compare the
+// ratios, medians over rounds (-benchtime Nx: N rounds).
+func BenchmarkFlowGen(b *testing.B) {
+	src, dst := flowLab(b)
+	counter(b, false)
+	for _, c := range []struct {
+		name  string
+		flows int
+		size  int
+		apps  []string
+	}{{"1K-64B", 1000, 64, nil}, {"1M-64B", 1 << 20, 64, nil}, {"1K-970B", 1000, 970, nil}, {"1K-64B-apps", 1000, 64, []string{AppHTTP, AppTLS, AppDNS, AppGeneric}}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := Spec{Iface: ifFlowTx, SrcMAC: src, DstMAC: dst, Dst: netip.MustParseAddr("192.0.2.1"),
+				Flows: c.flows, BirthEvery: 10, PacketSize: c.size, Apps: c.apps, Packets: 1}
+			if err := s.flowDefaults(); err != nil {
+				b.Fatal(err)
+			}
+			p, err := newFlowPlan(&s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			const n = 1 << 20
+			var base, kern, whole []float64
+			inNS(b, nsFlowTx, func() {
+				g, err := gen.NewFlowGen(p.genSpec(&s))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer g.Close()
+				plain, err := gen.NewGenerator(gen.GenSpec{Iface: ifFlowTx, Template: pkt.Frame{DstMAC: dst, SrcMAC: src,
+					Src: netip.IPv4Unspecified(), Dst: s.Dst, Proto: pkt.ProtoUDP, SrcPort: 1, DstPort: 9, Payload: make([]byte, 18)}.Build(),
+					Samples: sampleAddrs(1024)})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer plain.Close()
+				frame := pkt.Frame{DstMAC: dst, SrcMAC: src, Src: netip.IPv4Unspecified(), Dst: s.Dst, Proto: pkt.ProtoUDP, SrcPort: 1, DstPort: 9, Payload: make([]byte, 18)}.Build()
+				rep := &Report{}
+				sch := newScheduler(p, s.Flows, s.BirthEvery, rep, true)
+				batch := make([]gen.FlowPkt, n)
+				mark := make([]bool, n)
+				for done := 0; done < 4*c.flows; done += n { // fill the window
+					if err := sch.fill(batch); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+				mpps := func(f func() error) float64 {
+					t0 := time.Now()
+					if err := f(); err != nil {
+						b.Error(err)
+					}
+					return n / time.Since(t0).Seconds() / 1e6
+				}
+				b.ResetTimer()
+				for range b.N {
+					base = append(base, mpps(func() error { _, _, err := plain.Send(frame, n); return err }))
+					kern = append(kern, mpps(func() error { _, err := g.Send(batch); return err }))
+					whole = append(whole, mpps(func() error {
+						if err := sch.fill(batch); err != nil {
+							return err
+						}
+						res, err := g.Send(batch)
+						sch.account(batch, res.Dropped, mark)
+						return err
+					}))
+				}
+			})
+			b.ReportMetric(median(base), "base-Mpps")
+			b.ReportMetric(median(kern), "kernel-Mpps")
+			b.ReportMetric(median(whole), "flow-Mpps")
+			b.ReportMetric(median(whole)/median(base), "flow/base")
+		})
+	}
+}
+
+func sampleAddrs(n int) []netip.Addr {
+	out := make([]netip.Addr, n)
+	a := netip.MustParseAddr("10.128.0.1")
+	for i := range out {
+		out[i] = a
+		a = a.Next()
+	}
+	return out
+}
+
+func median(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	y := append([]float64(nil), x...)
+	sort.Float64s(y)
+	return y[len(y)/2]
 }

@@ -48,6 +48,7 @@ func schedule(t *testing.T, s Spec, total int, pDrop float64, seed uint64) (*Rep
 		sch.account(batch, dropped, mark)
 		done += n
 	}
+	rep.Flows = sch.stats()
 	return rep, p, sent
 }
 
@@ -213,5 +214,41 @@ func TestFlowApps(t *testing.T) {
 	}
 	if ch[5] != 1 || !bytes.Contains(ch, []byte("sni.example.org")) {
 		t.Errorf("ClientHello % x", ch)
+	}
+}
+
+// BenchmarkFlowSchedule is the user-space cost per frame: scheduling and
+// accounting (the kernel's is BenchmarkFlowGen's).
+func BenchmarkFlowSchedule(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		flows int
+		apps  []string
+	}{{"1K-generic", 1000, nil}, {"1M-generic", 1 << 20, nil}, {"1K-apps", 1000, []string{AppHTTP, AppTLS, AppDNS, AppGeneric}}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := Spec{Dst: netip.MustParseAddr("192.0.2.1"), Flows: c.flows, BirthEvery: 10, Apps: c.apps, Packets: 1}
+			if err := s.flowDefaults(); err != nil {
+				b.Fatal(err)
+			}
+			p, err := newFlowPlan(&s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rep := &Report{}
+			sch := newScheduler(p, s.Flows, s.BirthEvery, rep, true)
+			batch := make([]gen.FlowPkt, 1<<16)
+			mark := make([]bool, len(batch))
+			if err := sch.fill(make([]gen.FlowPkt, 4*c.flows)); err != nil { // the window fills
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for done := 0; done < b.N; done += len(batch) {
+				n := min(len(batch), b.N-done)
+				if err := sch.fill(batch[:n]); err != nil {
+					b.Fatal(err)
+				}
+				sch.account(batch[:n], nil, mark)
+			}
+		})
 	}
 }
