@@ -497,7 +497,7 @@ func runFlows(ctx context.Context, s Spec) (*Report, error) {
 	start := time.Now()
 	end := start.Add(s.Duration)
 	var fullAt time.Time
-	var bornFull uint64
+	var bornFull, schedFull uint64
 	for ctx.Err() == nil {
 		now := time.Now()
 		if !now.Before(end) || (s.Packets > 0 && rep.Scheduled >= s.Packets) {
@@ -511,15 +511,16 @@ func runFlows(ctx context.Context, s Spec) (*Report, error) {
 		if s.Packets > 0 {
 			n = min(n, s.Packets-rep.Scheduled)
 		}
-		if s.BirthRate > 0 && rep.Elapsed > 0 {
-			// Births paced on the rate frames have been leaving at.
-			sch.every = max(1, float64(rep.Scheduled)/time.Since(start).Seconds()/s.BirthRate)
+		if s.BirthRate > 0 && !fullAt.IsZero() && rep.Scheduled > schedFull {
+			// Births paced on the rate frames have been leaving at since
+			// the window filled.
+			sch.every = max(1, float64(rep.Scheduled-schedFull)/time.Since(fullAt).Seconds()/s.BirthRate)
 		}
 		if err := sch.fill(batch[:n]); err != nil {
 			return rep, err
 		}
 		if sch.full && fullAt.IsZero() {
-			fullAt, bornFull = time.Now(), rep.Born
+			fullAt, bornFull, schedFull = time.Now(), rep.Born, rep.Scheduled
 		}
 		callStart := time.Now()
 		res, err := g.Send(batch[:n])
@@ -545,13 +546,13 @@ func runFlows(ctx context.Context, s Spec) (*Report, error) {
 	}
 	rep.Elapsed = time.Since(start)
 	rep.PPS = float64(rep.Sent) / rep.Elapsed.Seconds()
-	if sch.perFlow {
-		rep.Flows = sch.stats()
-	}
 	if !fullAt.IsZero() {
 		if d := time.Since(fullAt).Seconds(); d > 0 {
 			rep.BirthRate = float64(rep.Born-bornFull) / d
 		}
+	}
+	if sch.perFlow {
+		rep.Flows = sch.stats()
 	}
 	return rep, nil
 }
