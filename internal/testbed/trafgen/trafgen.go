@@ -4,6 +4,11 @@
 // distribution, or from random spoofed sources, at a rate cap, for a
 // duration, with rankings that can change over time. It reports exactly
 // what the kernel was handed to transmit, per source.
+//
+// In flow mode (Spec.Flows > 0, flows.go, gen.FlowGen) it stands for a
+// whole wire instead: a sliding window of active TCP and UDP flows, both
+// directions, with handshakes, application payloads and FINs, and reports
+// exactly what was transmitted per flow.
 package trafgen
 
 import (
@@ -52,6 +57,22 @@ type Spec struct {
 	Duration  time.Duration // required, at most MaxDuration
 	Reshuffle time.Duration // every this long the ranking of sources changes (0: never)
 	Seed      uint64
+
+	// Flow mode (Flows > 0; flows.go). Dst is the first server address and
+	// its family the run's; Sources, Base, Dist, Spoof, SYN and Reshuffle
+	// do not apply. Duration may be 0 when Packets is set.
+	Flows        int          // A: active flows, a sliding window of flow indices
+	BirthRate    float64      // new flows per second, paced on the measured send rate
+	BirthEvery   float64      // or: a new flow every this many frames (reproducible)
+	PacketSize   int          // data frames on the wire with FCS, 64..1518 (default 64)
+	Proto        string       // generic flows: tcp, udp or mixed (alternating); default tcp
+	Apps         []string     // flow i runs Apps[i % len(Apps)]; default generic
+	Packets      uint64       // stop after exactly this many frames (0: at Duration)
+	Clients      netip.Prefix // client addresses (default 10.128.0.0/16, fd00:100::/112)
+	ClientPorts  [2]uint16    // client port range (default 1024..65535)
+	Servers      int          // server addresses counted from Dst (default 1)
+	Host         string       // DNS name, HTTP Host and TLS SNI (default www.example.com)
+	NoFlowReport bool         // report totals only (a FlowStat costs ~150 bytes)
 }
 
 // Report is what was sent.
@@ -62,6 +83,15 @@ type Report struct {
 	Sources   int                   `json:"sources"`
 	Epochs    int                   `json:"epochs"`
 	PerSource map[netip.Addr]uint64 `json:"-"`
+
+	// Flow mode. Sent = Scheduled - Dropped.
+	Scheduled uint64     `json:"scheduled,omitempty"`  // frames built
+	Dropped   uint64     `json:"dropped,omitempty"`    // built, not transmitted (TX failures)
+	Born      uint64     `json:"born,omitempty"`       // flows started
+	Ended     uint64     `json:"ended,omitempty"`      // flows that left the window
+	Window    int        `json:"window,omitempty"`     // A
+	BirthRate float64    `json:"birth_rate,omitempty"` // flows/s after the window filled
+	Flows     []FlowStat `json:"flows,omitempty"`      // by flow index
 }
 
 // Addresses returns the n source addresses of a spec (also what a test
@@ -185,6 +215,9 @@ func sampleTable(weights []float64, rank []int, slots int, rng *rand.Rand) []int
 // Run sends the flood and reports what was sent. It stops at the duration
 // or when ctx ends, whichever comes first.
 func Run(ctx context.Context, s Spec) (*Report, error) {
+	if s.Flows > 0 {
+		return runFlows(ctx, s)
+	}
 	if err := s.defaults(); err != nil {
 		return nil, err
 	}

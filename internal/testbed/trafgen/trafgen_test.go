@@ -21,14 +21,14 @@ const (
 	ifTx, ifRx = "twg-tx", "twg-rx"
 )
 
-func sh(t *testing.T, args ...string) {
+func sh(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %v\n%s", args, err, out)
 	}
 }
 
-func inNS(t *testing.T, name string, f func()) {
+func inNS(t testing.TB, name string, f func()) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
