@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/dpi"
+	"github.com/tierwall/tierwall/internal/export"
 )
 
 // Roles: a mitigation box (detect and drop, the default) or a flow probe
@@ -27,6 +28,9 @@ type Probe struct {
 	// discard or software; "default" covers the rest (default offload).
 	Policy   map[string]string `yaml:"policy"`
 	Hardware ProbeHardware     `yaml:"hardware"`
+	// Export sends flow records to IPFIX / NetFlow v9 collectors
+	// (docs/FLOW-EXPORT.md); no collectors: no export.
+	Export export.Config `yaml:"export"`
 }
 
 type ProbeDPI struct {
@@ -112,6 +116,16 @@ func (p *Probe) validate() error {
 	}
 	if _, err := dpi.ParsePolicy(p.Policy); err != nil {
 		return fmt.Errorf("%w: probe.policy: %v", ErrInvalid, err)
+	}
+	for i, c := range p.Export.Collectors {
+		if c.Address == "" {
+			return bad(fmt.Sprintf("probe.export.collectors[%d].address", i), `""`, "is required")
+		}
+		switch c.Format {
+		case "", "ipfix", "netflow9":
+		default:
+			return bad(fmt.Sprintf("probe.export.collectors[%d].format", i), c.Format, "is not ipfix or netflow9")
+		}
 	}
 	h := &p.Hardware
 	switch h.Backend {
