@@ -14,6 +14,7 @@ import (
 	"github.com/tierwall/tierwall/internal/api"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/probed"
 )
 
 func newRun() *cobra.Command {
@@ -32,14 +33,28 @@ with the state file.`,
 				return err
 			}
 			log := newLogger(cfg.Log)
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if cfg.Role == config.RoleProbe {
+				p, err := probed.New(cfg, log)
+				if err != nil {
+					return err
+				}
+				if err := serveAPI(ctx, log, cfg, &api.Server{P: p, MaxBody: cfg.API.MaxBody, Token: cfg.API.Token}); err != nil {
+					_ = p.Close()
+					return err
+				}
+				if cfg.API.Socket != "" {
+					defer os.Remove(cfg.API.Socket)
+				}
+				return p.Run(ctx)
+			}
 			// The loop runs on this goroutine: the one locked to the main
 			// thread, in the namespace --netns chose.
 			d, err := daemon.New(cfg, path, log)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			reload := make(chan struct{}, 1)
@@ -51,37 +66,47 @@ with the state file.`,
 					}
 				}
 			}()
-			srv := &api.Server{D: d, MaxBody: cfg.API.MaxBody, Token: cfg.API.Token}
-			if cfg.API.Socket != "" {
-				l, err := api.ListenUnix(cfg.API.Socket)
-				if err != nil {
-					return fmt.Errorf("api socket: %w", err)
-				}
-				defer os.Remove(cfg.API.Socket)
-				go func() {
-					if err := api.Serve(ctx, l, srv.Handler()); err != nil {
-						log.Error("api socket stopped", "err", err)
-					}
-				}()
-				log.Info("api listening", "socket", cfg.API.Socket)
+			if err := serveAPI(ctx, log, cfg, &api.Server{D: d, MaxBody: cfg.API.MaxBody, Token: cfg.API.Token}); err != nil {
+				return err
 			}
-			if cfg.API.TCP != "" {
-				l, err := net.Listen("tcp", cfg.API.TCP)
-				if err != nil {
-					return fmt.Errorf("api tcp: %w", err)
-				}
-				go func() {
-					if err := api.Serve(ctx, l, srv.Authenticated(srv.Handler())); err != nil {
-						log.Error("api tcp stopped", "err", err)
-					}
-				}()
-				log.Info("api listening", "tcp", cfg.API.TCP)
+			if cfg.API.Socket != "" {
+				defer os.Remove(cfg.API.Socket)
 			}
 			return d.Run(ctx, reload)
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "/etc/tierwall/tierwall.yaml", "configuration file")
 	return c
+}
+
+// serveAPI serves srv on the configured unix socket and TCP address until
+// ctx ends.
+func serveAPI(ctx context.Context, log *slog.Logger, cfg *config.Config, srv *api.Server) error {
+	if cfg.API.Socket != "" {
+		l, err := api.ListenUnix(cfg.API.Socket)
+		if err != nil {
+			return fmt.Errorf("api socket: %w", err)
+		}
+		go func() {
+			if err := api.Serve(ctx, l, srv.Handler()); err != nil {
+				log.Error("api socket stopped", "err", err)
+			}
+		}()
+		log.Info("api listening", "socket", cfg.API.Socket)
+	}
+	if cfg.API.TCP != "" {
+		l, err := net.Listen("tcp", cfg.API.TCP)
+		if err != nil {
+			return fmt.Errorf("api tcp: %w", err)
+		}
+		go func() {
+			if err := api.Serve(ctx, l, srv.Authenticated(srv.Handler())); err != nil {
+				log.Error("api tcp stopped", "err", err)
+			}
+		}()
+		log.Info("api listening", "tcp", cfg.API.TCP)
+	}
+	return nil
 }
 
 func newLogger(c config.Log) *slog.Logger {

@@ -40,6 +40,8 @@ type Parts struct {
 	DPI    dpi.Classifier // nil: no DPI, every flow is "unknown"
 	Sink   func(flowprobe.Record)
 	Closer func() error // releases what the parts hold (links, maps)
+	// Collectors are more metrics to serve (the exporter's).
+	Collectors []prometheus.Collector
 }
 
 // Assemble builds a probe over parts.
@@ -69,6 +71,7 @@ func Assemble(cfg *config.Config, log *slog.Logger, parts Parts) (*Probed, error
 	p.Metrics = prometheus.NewRegistry()
 	p.Metrics.MustRegister(&collector{p}, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.Metrics.MustRegister(parts.Collectors...)
 	return p, nil
 }
 
@@ -86,6 +89,14 @@ func (p *Probed) Run(ctx context.Context) error {
 		err = errors.Join(err, p.closer())
 	}
 	return err
+}
+
+// Close releases the tiers without running: for a probe that never ran.
+func (p *Probed) Close() error {
+	if p.closer == nil {
+		return nil
+	}
+	return p.closer()
 }
 
 // Status is what GET /v1/flows/status answers.

@@ -1,0 +1,102 @@
+package probed
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
+	"github.com/tierwall/tierwall/internal/datapath/probe"
+	"github.com/tierwall/tierwall/internal/dpi"
+	"github.com/tierwall/tierwall/internal/export"
+	"github.com/tierwall/tierwall/internal/netnsx"
+	"github.com/tierwall/tierwall/internal/tier"
+)
+
+// New opens the probe's tiers as configured: the software flow tier on
+// cfg.Interface, the NIC's flow table, DPI and the exporter. On error
+// nothing stays attached.
+func New(cfg *config.Config, log *slog.Logger) (_ *Probed, err error) {
+	pc := cfg.Probe
+	var closers []func() error
+	closeAll := func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			_ = closeAll()
+		}
+	}()
+
+	var cls dpi.Classifier
+	switch pc.DPI.Engine {
+	case "builtin":
+		cls = dpi.NewBuiltin()
+	case "ndpi":
+		if cls, err = newNDPI(); err != nil {
+			return nil, err
+		}
+	}
+	if cls != nil {
+		closers = append(closers, cls.Close)
+	}
+
+	var hw tier.FlowTable
+	if h := pc.Hardware; h.Backend == "emulated" {
+		var ft *nicstage.FlowTable
+		opts := nicstage.FlowOptions{Capacity: h.Capacity, LearnRate: h.LearnRate, LearnLatency: h.LearnLatency,
+			IdleTimeout: h.IdleTimeout, Lifetime: h.Lifetime, Inline: pc.Mode == "inline"}
+		if opts.IdleTimeout == 0 {
+			opts.IdleTimeout = -1 // configured 0: never, where the table's 0 means its default
+		}
+		err := netnsx.Do(h.Emulated.Netns, -1, func() error {
+			var err error
+			ft, err = nicstage.AttachFlow(h.Emulated.Wire, h.Emulated.Host, h.Emulated.Twin, opts)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("emulated NIC flow table on %s in netns %q: %w", h.Emulated.Wire, h.Emulated.Netns, err)
+		}
+		hw = ft
+		closers = append(closers, ft.Close)
+	}
+
+	sw, err := probe.Load(probe.Config{Capacity: pc.Capacity, DPIPackets: pc.DPI.Packets, SnapLen: pc.DPI.SnapLen,
+		RingBytes: pc.DPI.Ring, Inline: pc.Mode == "inline"})
+	if err != nil {
+		return nil, fmt.Errorf("loading the software flow tier: %w", err)
+	}
+	closers = append(closers, sw.Close)
+	if pc.Mode == "inline" {
+		eg, err := net.InterfaceByName(pc.Egress)
+		if err != nil {
+			return nil, fmt.Errorf("%w: probe.egress %q: %v", config.ErrInvalid, pc.Egress, err)
+		}
+		if err := sw.SetEgress(eg.Index); err != nil {
+			return nil, fmt.Errorf("setting the egress port %s: %w", pc.Egress, err)
+		}
+	}
+	if err := sw.Attach(cfg.Interface); err != nil {
+		return nil, fmt.Errorf("attaching the software flow tier to %s: %w", cfg.Interface, err)
+	}
+
+	parts := Parts{SW: sw, HW: hw, DPI: cls}
+	if len(pc.Export.Collectors) > 0 {
+		x, err := export.New(pc.Export)
+		if err != nil {
+			return nil, fmt.Errorf("%w: probe.export: %v", config.ErrInvalid, err)
+		}
+		// Closed after the engine's last records, before the tiers.
+		closers = append(closers, x.Close)
+		parts.Sink = x.Export
+		parts.Collectors = append(parts.Collectors, x.Collector())
+	}
+	parts.Closer = closeAll
+	return Assemble(cfg, log, parts)
+}
