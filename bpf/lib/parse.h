@@ -85,7 +85,8 @@ static __always_inline int tw_parse_l4(void *l4, void *lim, void *data_end,
 		/* A data offset below 5 words is malformed; the payload is
 		 * then taken to start after the fixed header. */
 		__u16 doff = th->doff * 4;
-		p->payoff = p->l4off + (doff < sizeof(*th) ? sizeof(*th) : doff);
+		p->payoff =
+			p->l4off + (doff < sizeof(*th) ? sizeof(*th) : doff);
 	} else if (p->proto == IPPROTO_UDP) {
 		struct udphdr *uh = l4;
 		if ((void *)(uh + 1) > data_end || (void *)(uh + 1) > lim)
