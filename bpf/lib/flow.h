@@ -116,39 +116,52 @@ static __always_inline int tw_flow_addr_cmp(const __u8 *a, const __u8 *b)
 	return 0;
 }
 
+static __always_inline int tw_flow_word_cmp(__u32 a, __u32 b)
+{
+	__u32 x = bpf_ntohl(a), y = bpf_ntohl(b);
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
 /* Builds the key of a parsed packet and returns its direction. Called on
- * the header as it is (no unmapping): hardware matches what it sees. */
+ * the header as it is (no unmapping): hardware matches what it sees.
+ * Addresses are compared as big-endian 32-bit words, which orders them as
+ * tw_flow_addr_cmp orders bytes, and copied straight from the packet
+ * fields: byte arrays on the stack cost a program ~320 of its 512 bytes. */
 static __always_inline __u8 tw_flow_key_of(const struct tw_pkt *p,
 					   struct tw_flow_key *k)
 {
-	__u8 src[16] = {}, dst[16] = {};
+	int c = 0;
 	if (p->family == 4) {
-		__builtin_memcpy(src, &p->src4, 4);
-		__builtin_memcpy(dst, &p->dst4, 4);
+		c = tw_flow_word_cmp(p->src4, p->dst4);
 	} else {
-		__builtin_memcpy(src, p->src6, 16);
-		__builtin_memcpy(dst, p->dst6, 16);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			if (c == 0)
+				c = tw_flow_word_cmp(p->src6[i], p->dst6[i]);
+		}
 	}
-	k->family = p->family;
-	k->proto = p->proto;
-	k->_pad = 0;
-	int c = tw_flow_addr_cmp(src, dst);
 	if (c == 0)
 		c = bpf_ntohs(p->sport) < bpf_ntohs(p->dport) ? -1 :
 		    bpf_ntohs(p->sport) > bpf_ntohs(p->dport) ? 1 :
 								0;
-	if (c <= 0) {
-		__builtin_memcpy(k->addr_lo, src, 16);
-		__builtin_memcpy(k->addr_hi, dst, 16);
-		k->port_lo = p->sport;
-		k->port_hi = p->dport;
-		return 0;
+	__u8 dir = c > 0;
+	k->family = p->family;
+	k->proto = p->proto;
+	k->_pad = 0;
+	k->port_lo = dir ? p->dport : p->sport;
+	k->port_hi = dir ? p->sport : p->dport;
+	__builtin_memset(k->addr_lo, 0, sizeof(k->addr_lo));
+	__builtin_memset(k->addr_hi, 0, sizeof(k->addr_hi));
+	if (p->family == 4) {
+		__u32 lo = dir ? p->dst4 : p->src4,
+		      hi = dir ? p->src4 : p->dst4;
+		__builtin_memcpy(k->addr_lo, &lo, 4);
+		__builtin_memcpy(k->addr_hi, &hi, 4);
+	} else {
+		__builtin_memcpy(k->addr_lo, dir ? p->dst6 : p->src6, 16);
+		__builtin_memcpy(k->addr_hi, dir ? p->src6 : p->dst6, 16);
 	}
-	__builtin_memcpy(k->addr_lo, dst, 16);
-	__builtin_memcpy(k->addr_hi, src, 16);
-	k->port_lo = p->dport;
-	k->port_hi = p->sport;
-	return 1;
+	return dir;
 }
 
 #endif
