@@ -153,8 +153,9 @@ type Probe struct {
 	stats Stats
 	view  view
 
-	mu  sync.Mutex
-	pub published
+	mu     sync.Mutex
+	pub    published
+	recent recent
 }
 
 // New returns a probe over the software tier sw and, when hw is not nil,

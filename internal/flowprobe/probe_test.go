@@ -352,3 +352,26 @@ func TestStaleLearnUnlearnedAgain(t *testing.T) {
 		t.Fatalf("occupancy %d stale %d, want 0 1", r.nic.Occupancy(), r.p.Stats().LearnStale)
 	}
 }
+
+func TestRecentRecordsPaged(t *testing.T) {
+	r := newRig(t, 0, Config{})
+	for i := 0; i < 5; i++ {
+		c, s, _ := tcpFlow(uint16(41000 + i))
+		r.send(6, c, s, 0x18, "GET /", 1)
+	}
+	r.step()
+	if err := r.p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got, next := r.p.Records(0, 3)
+	if len(got) != 3 || next != 3 {
+		t.Fatalf("first page: %d records, next %d", len(got), next)
+	}
+	got, next = r.p.Records(next, 100)
+	if len(got) != 2 || next != 5 {
+		t.Fatalf("second page: %d records, next %d", len(got), next)
+	}
+	if got, _ := r.p.Records(next, 100); len(got) != 0 {
+		t.Fatalf("records past the end: %d", len(got))
+	}
+}

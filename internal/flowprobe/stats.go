@@ -3,6 +3,7 @@ package flowprobe
 import (
 	"maps"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/tier"
@@ -88,6 +89,55 @@ type view struct {
 }
 
 func newView() view { return view{apps: map[string]*AppTotals{}} }
+
+// RecentRecords bounds the records kept for GET /v1/flows/records.
+const RecentRecords = 1 << 16
+
+// recent is a ring of the last RecentRecords records, numbered from 1.
+type recent struct {
+	mu   sync.Mutex
+	ring []Record
+	next uint64 // number of the next record
+}
+
+func (r *recent) add(rec *Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ring == nil {
+		r.ring = make([]Record, 0, 1024)
+	}
+	if len(r.ring) < RecentRecords {
+		r.ring = append(r.ring, *rec)
+	} else {
+		r.ring[r.next%RecentRecords] = *rec
+	}
+	r.next++
+}
+
+// Records returns up to max records numbered since and later, and the
+// number to ask for next. Records older than the ring holds are gone:
+// the first one returned then has a later number than since.
+func (p *Probe) Records(since uint64, max int) ([]Record, uint64) {
+	r := &p.recent
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	oldest := uint64(0)
+	if r.next > RecentRecords {
+		oldest = r.next - RecentRecords
+	}
+	if since < oldest {
+		since = oldest
+	}
+	var out []Record
+	for n := since; n < r.next && len(out) < max; n++ {
+		if len(r.ring) < RecentRecords {
+			out = append(out, r.ring[n])
+		} else {
+			out = append(out, r.ring[n%RecentRecords])
+		}
+	}
+	return out, since + uint64(len(out))
+}
 
 func (v *view) add(r *Record) {
 	a := v.apps[r.App]

@@ -149,5 +149,6 @@ func (p *Probe) emit(r Record) {
 	p.stats.Records++
 	p.stats.RecordsByReason[r.Reason]++
 	p.view.add(&r)
+	p.recent.add(&r)
 	p.sink(r)
 }
