@@ -412,6 +412,9 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	if dt <= 0 {
 		dt = d.cfg.Interval
 	}
+	// A fresh Traffic each interval: reusing one keeps a flood's
+	// million-entry maps and pair slice live between intervals (measured:
+	// twice the live heap after the interval) for a small gain in time.
 	tr := detect.NewTrafficSized(dt, len(snap.Flows))
 	for _, f := range snap.Flows {
 		tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
