@@ -133,6 +133,13 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 	return d, nil
 }
 
+// NewOver builds the loop over a data plane the caller loaded (no
+// hardware tier, no configuration file to reload): for benchmarks that
+// drive Step themselves.
+func NewOver(cfg *config.Config, log *slog.Logger, dp DataPlane, now time.Time) (*Daemon, error) {
+	return newDaemon(cfg, "", log, dp, nil, now)
+}
+
 // newDaemon builds the loop over a data plane and an optional hardware
 // tier (nil: XDP only) and reconciles them with the state file at now.
 func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlane, hw tier.Table, now time.Time) (*Daemon, error) {
