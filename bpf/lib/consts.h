@@ -9,7 +9,7 @@
  * refuses to re-adopt pinned state written under another layout. An enum
  * so that bpf2go exports it. */
 enum tw_layout {
-	TW_LAYOUT_VERSION = 3,
+	TW_LAYOUT_VERSION = 4, /* 4: exact tables and counters mmapable */
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy

@@ -11,7 +11,12 @@
 #include "consts.h"
 
 /* Set before load. Exact tables are powers of two; counters are laid out
- * [cpu][slot] so the data plane needs the slot count and the CPU count. */
+ * [cpu][slot] so the data plane needs the slot count and the CPU count.
+ * The exact tables and their counters are mmapable: the daemon reads the
+ * counters of every ban each interval, and at 500K bans a syscall per slot
+ * (lookup or batch, ~300 ns each here) costs seconds, a read from memory
+ * milliseconds. Writes still go through the syscall, in the order the
+ * table's concurrency rules need. */
 volatile const __u32 tw_ex4_slots = 1;
 volatile const __u32 tw_ex6_slots = 1;
 volatile const __u32 tw_pfx_cap = 1;
@@ -26,6 +31,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct tw_exact4);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 } tw_ex4 SEC(".maps");
 
@@ -33,6 +39,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct tw_exact6);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 } tw_ex6 SEC(".maps");
 
@@ -40,6 +47,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct tw_ctr);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 } tw_ex4_ctr SEC(".maps");
 
@@ -47,6 +55,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct tw_ctr);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 } tw_ex6_ctr SEC(".maps");
 

@@ -21,10 +21,15 @@ func main() {
 	rounds := flag.Int("rounds", 7, "interleaved rounds per cell")
 	repeat := flag.Int("repeat", 2_000_000, "packets per program per round")
 	sizes := flag.String("rules", "1,1024,16384,131072,1048576", "exact rule counts")
-	only := flag.String("sections", "filter,snapshot,placement,detection", "sections to run")
+	only := flag.String("sections", "filter,snapshot,placement,detection,control", "sections to run")
+	child := flag.Int("million-child", 0, "internal: run this many 1M-source intervals and report (a process of its own, for its RSS)")
 	tierwallBin := flag.String("tierwall", "bin/tierwall", "tierwall binary for the daemon benchmark")
 	detRuns := flag.Int("detection-runs", 20, "sources per interval setting in the detection benchmark")
 	flag.Parse()
+	if *child > 0 {
+		millionChild(*child)
+		return
+	}
 	want := map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
 		want[s] = true
@@ -46,6 +51,11 @@ func main() {
 	}
 	if want["detection"] {
 		benchDetection(&b, *tierwallBin, *detRuns)
+	}
+	if want["control"] {
+		benchBans(&b, *rounds)
+		benchPersist(&b)
+		benchMillion(&b, *rounds)
 	}
 
 	if *out == "" {

@@ -8,17 +8,13 @@
 package ban
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/detect"
-	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Ban is one blocked prefix with its history.
@@ -72,14 +68,64 @@ type Store struct {
 	// the state file so a restart mid-attack does not learn from it.
 	Baselines map[string]float64
 
-	bans    map[netip.Prefix]*Ban
+	// RefreshEvery is how often Save also writes bans whose rate, expiry
+	// or quiet time changed (changes of what is banned are written by
+	// every Save); 0 means every Save.
+	RefreshEvery time.Duration
+
+	// The bans are dense: ban i is list[i], its prefix prefixes[i] and
+	// its meter meters[i], and index maps a prefix to i. Per-interval work
+	// (counters, rates, the rate monitor) walks these slices instead of
+	// doing a map lookup per ban per stage: at 500K bans each lookup stage
+	// cost about a quarter of a second. A removal moves the last ban into
+	// the hole, so indices are stable between changes only.
+	list     []Ban
+	prefixes []netip.Prefix
+	meters   []Meter
+	touched  []bool // refresh fields changed since they were last written
+	index    map[netip.Prefix]int32
+
 	lengths map[plen]int   // bans per prefix length, for covered
 	tiers   map[string]int // bans per tier, kept as bans change
+
+	// pending are the prefixes added, replaced, removed or moved between
+	// tiers since the last Save: what the journal must record.
+	pending   map[netip.Prefix]struct{}
+	j         *journal
+	loadedGen uint64 // snapshot generation Load read: the next one is newer
+
+	// Warnings are what Load recovered from (a torn journal tail), for
+	// the daemon to log.
+	Warnings []string
+}
+
+// Meter is what the daemon measured of one ban: its last cumulative XDP
+// packet count, and the rate over the last interval both tiers saw.
+type Meter struct {
+	Packets  uint64
+	Read     bool // Packets holds a reading
+	Rate     float64
+	Measured bool // Rate holds a measurement (the rate monitor uses it)
 }
 
 // NewStore makes an empty store.
 func NewStore(r Rails, ttl time.Duration) *Store {
-	return &Store{Rails: r, TTL: ttl, bans: map[netip.Prefix]*Ban{}}
+	return &Store{Rails: r, TTL: ttl, index: map[netip.Prefix]int32{}, pending: map[netip.Prefix]struct{}{}}
+}
+
+// at returns the ban on p, nil when there is none. The pointer is valid
+// until the next change of the bans.
+func (s *Store) at(p netip.Prefix) *Ban {
+	if i, ok := s.index[p]; ok {
+		return &s.list[i]
+	}
+	return nil
+}
+
+func (s *Store) touch(p netip.Prefix) {
+	if i, ok := s.index[p]; ok {
+		s.touched[i] = true
+	}
 }
 
 // overlaps reports whether two prefixes share any address.
@@ -133,7 +179,8 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 			refused = append(refused, Refusal{d, why})
 			continue
 		}
-		if b, ok := s.bans[d.Prefix]; ok {
+		if b := s.at(d.Prefix); b != nil {
+			s.touch(d.Prefix)
 			b.LastSeen, b.Rate = now, d.Rate
 			b.PeakRate = max(b.PeakRate, d.Rate)
 			b.QuietSince = time.Time{}
@@ -163,7 +210,7 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 			admit = min(admit, n)
 		}
 		if n := s.Rails.MaxTotal; n > 0 {
-			admit = min(admit, max(n-len(s.bans), 0))
+			admit = min(admit, max(n-len(s.list), 0))
 		}
 		var total float64
 		for _, d := range fresh[:admit] {
@@ -181,19 +228,19 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 		case s.Rails.MaxNewPerInterval > 0 && len(added) >= s.Rails.MaxNewPerInterval:
 			refused = append(refused, Refusal{d, fmt.Sprintf("more than %d new bans this interval", s.Rails.MaxNewPerInterval)})
 			continue
-		case s.Rails.MaxTotal > 0 && len(s.bans) >= s.Rails.MaxTotal:
+		case s.Rails.MaxTotal > 0 && len(s.list) >= s.Rails.MaxTotal:
 			for _, r := range fresh[i:] {
 				refused = append(refused, Refusal{r, fmt.Sprintf("ban limit %d reached", s.Rails.MaxTotal)})
 			}
 			return added, refused, false
 		}
-		b := &Ban{Prefix: d.Prefix, Detector: d.Detector, Reason: d.Reason, FirstSeen: now, LastSeen: now,
+		b := Ban{Prefix: d.Prefix, Detector: d.Detector, Reason: d.Reason, FirstSeen: now, LastSeen: now,
 			Rate: d.Rate, PeakRate: d.Rate, Tier: "xdp"}
 		if s.TTL > 0 && d.Detector != "list" {
 			b.Expires = now.Add(s.TTL)
 		}
 		s.put(b)
-		added = append(added, *b)
+		added = append(added, b)
 	}
 	return added, refused, false
 }
@@ -207,7 +254,7 @@ func (s *Store) covered(p netip.Prefix) bool {
 		}
 		q, err := p.Addr().Prefix(bits.n)
 		if err == nil {
-			if _, ok := s.bans[q]; ok {
+			if _, ok := s.index[q]; ok {
 				return true
 			}
 		}
@@ -221,27 +268,48 @@ type plen struct {
 	n  int
 }
 
-func (s *Store) put(b *Ban) {
+// put adds or replaces a ban; a replaced ban keeps its meter.
+func (s *Store) put(b Ban) {
 	if s.lengths == nil {
 		s.lengths, s.tiers = map[plen]int{}, map[string]int{}
 	}
-	if old, ok := s.bans[b.Prefix]; ok {
-		s.tiers[old.Tier]--
-	} else {
-		s.lengths[plen{b.Prefix.Addr().Is6(), b.Prefix.Bits()}]++
+	if s.index == nil {
+		s.index, s.pending = map[netip.Prefix]int32{}, map[netip.Prefix]struct{}{}
 	}
+	s.pending[b.Prefix] = struct{}{}
+	if i, ok := s.index[b.Prefix]; ok {
+		s.tiers[s.list[i].Tier]--
+		s.tiers[b.Tier]++
+		s.list[i] = b
+		return
+	}
+	s.lengths[plen{b.Prefix.Addr().Is6(), b.Prefix.Bits()}]++
 	s.tiers[b.Tier]++
-	s.bans[b.Prefix] = b
+	s.index[b.Prefix] = int32(len(s.list))
+	s.list = append(s.list, b)
+	s.prefixes = append(s.prefixes, b.Prefix)
+	s.meters = append(s.meters, Meter{})
+	s.touched = append(s.touched, false)
 }
 
+// del removes the ban on p, moving the last ban into its place.
 func (s *Store) del(p netip.Prefix) bool {
-	b, ok := s.bans[p]
+	i, ok := s.index[p]
 	if !ok {
 		return false
 	}
-	delete(s.bans, p)
+	b := &s.list[i]
 	s.lengths[plen{p.Addr().Is6(), p.Bits()}]--
 	s.tiers[b.Tier]--
+	last := int32(len(s.list) - 1)
+	if i != last {
+		s.list[i], s.prefixes[i], s.meters[i], s.touched[i] = s.list[last], s.prefixes[last], s.meters[last], s.touched[last]
+		s.index[s.prefixes[i]] = i
+	}
+	s.list[last] = Ban{} // drop its strings for the GC
+	s.list, s.prefixes, s.meters, s.touched = s.list[:last], s.prefixes[:last], s.meters[:last], s.touched[:last]
+	delete(s.index, p)
+	s.pending[p] = struct{}{}
 	return true
 }
 
@@ -256,15 +324,15 @@ func (s *Store) Add(now time.Time, p netip.Prefix, reason string, ttl time.Durat
 	if ttl > 0 {
 		b.Expires = now.Add(ttl)
 	}
-	if old, ok := s.bans[p]; ok {
+	if old := s.at(p); old != nil {
 		b.FirstSeen = old.FirstSeen
 	}
-	s.put(b)
+	s.put(*b)
 	return *b, nil
 }
 
 // Put stores b as it is: how a caller undoes a change it could not apply.
-func (s *Store) Put(b Ban) { s.put(&b) }
+func (s *Store) Put(b Ban) { s.put(b) }
 
 // ErrRefused is a ban the rails refuse.
 var ErrRefused = errors.New("ban refused")
@@ -280,23 +348,38 @@ type Unban struct {
 	Why string `json:"why"`
 }
 
-// Monitor is the rate monitor plus expiry: rates maps each banned prefix
-// to its current rate in pps (both tiers). A ban whose rate stayed below
-// threshold for hold is lifted, as is one past its expiry. Operator bans
-// only expire. Lists re-add what they still contain on the next interval.
+// Monitor is the rate monitor plus expiry: rates maps banned prefixes to
+// their current rate in pps (both tiers), recorded in their meters; then
+// see MonitorMeters.
 func (s *Store) Monitor(now time.Time, rates map[netip.Prefix]float64, threshold float64, hold time.Duration) []Unban {
+	for p, r := range rates {
+		if i, ok := s.index[p]; ok {
+			s.meters[i].Rate, s.meters[i].Measured = r, true
+		}
+	}
+	return s.MonitorMeters(now, threshold, hold)
+}
+
+// MonitorMeters is the rate monitor plus expiry over the rates in the
+// meters. A ban whose rate stayed below threshold for hold is lifted, as is
+// one past its expiry. Operator bans only expire. Lists re-add what they
+// still contain on the next interval. One pass over the dense slices, no
+// map lookup per ban.
+func (s *Store) MonitorMeters(now time.Time, threshold float64, hold time.Duration) []Unban {
 	var out []Unban
-	for p, b := range s.bans {
-		if r, ok := rates[p]; ok {
-			b.Rate = r
-			b.PeakRate = max(b.PeakRate, r)
-			if !b.Manual && b.Detector != "list" && r >= threshold && s.TTL > 0 && !b.Expires.IsZero() {
+	// Backwards: del moves the last ban, already visited, into the hole.
+	for i := len(s.list) - 1; i >= 0; i-- {
+		b, m := &s.list[i], &s.meters[i]
+		if m.Measured {
+			b.Rate = m.Rate
+			b.PeakRate = max(b.PeakRate, m.Rate)
+			if !b.Manual && b.Detector != "list" && m.Rate >= threshold && s.TTL > 0 && !b.Expires.IsZero() {
 				b.Expires = now.Add(s.TTL) // still attacking: see below
 			}
 		}
 		if !b.Expires.IsZero() && !now.Before(b.Expires) {
 			out = append(out, Unban{*b, "expired"})
-			s.del(p)
+			s.del(b.Prefix)
 			continue
 		}
 		if b.Manual || b.Detector == "list" {
@@ -310,35 +393,35 @@ func (s *Store) Monitor(now time.Time, rates map[netip.Prefix]float64, threshold
 			if s.TTL > 0 && !b.Expires.IsZero() {
 				b.Expires = now.Add(s.TTL)
 			}
+			s.touched[i] = true
 			continue
 		}
 		if b.QuietSince.IsZero() {
 			b.QuietSince = now
+			s.touched[i] = true
 		}
 		if now.Sub(b.QuietSince) >= hold {
 			out = append(out, Unban{*b, fmt.Sprintf("below %.0f pps for %v", threshold, hold)})
-			s.del(p)
+			s.del(b.Prefix)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Ban.Prefix.String() < out[j].Ban.Prefix.String() })
+	sort.Slice(out, func(i, j int) bool { return lessPrefix(out[i].Ban.Prefix, out[j].Ban.Prefix) })
 	return out
 }
 
 // SetTier records where a ban is enforced.
 func (s *Store) SetTier(p netip.Prefix, tier string) {
-	if b, ok := s.bans[p]; ok && b.Tier != tier {
+	if b := s.at(p); b != nil && b.Tier != tier {
 		s.tiers[b.Tier]--
 		s.tiers[tier]++
 		b.Tier = tier
+		s.pending[p] = struct{}{}
 	}
 }
 
 // All returns the bans, sorted by prefix (address, then length).
 func (s *Store) All() []Ban {
-	out := make([]Ban, 0, len(s.bans))
-	for _, b := range s.bans {
-		out = append(out, *b)
-	}
+	out := append([]Ban(nil), s.list...)
 	sort.Slice(out, func(i, j int) bool { return lessPrefix(out[i].Prefix, out[j].Prefix) })
 	return out
 }
@@ -352,14 +435,30 @@ func lessPrefix(a, b netip.Prefix) bool {
 	return a.Bits() < b.Bits()
 }
 
-// Prefixes returns the banned prefixes in no order: for per-interval work
-// that needs no sort.
-func (s *Store) Prefixes() []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(s.bans))
-	for p := range s.bans {
-		out = append(out, p)
+// Prefixes returns the banned prefixes in the store's dense order, the
+// order of Meters: for per-interval work that needs no sort. The slice is
+// the store's own: read it, do not keep it past the next change of the bans.
+func (s *Store) Prefixes() []netip.Prefix { return s.prefixes }
+
+// Meters returns the bans' meters, parallel to Prefixes: the daemon
+// records its counter readings and rates in them. Valid until the next
+// change of the bans.
+func (s *Store) Meters() []Meter { return s.meters }
+
+// IndexOf is p's index in Prefixes and Meters, -1 when p is not banned.
+func (s *Store) IndexOf(p netip.Prefix) int {
+	if i, ok := s.index[p]; ok {
+		return int(i)
 	}
-	return out
+	return -1
+}
+
+// Meter returns the meter of the ban on p.
+func (s *Store) Meter(p netip.Prefix) (Meter, bool) {
+	if i, ok := s.index[p]; ok {
+		return s.meters[i], true
+	}
+	return Meter{}, false
 }
 
 // Tiers counts the bans per tier (kept as bans change: no scan).
@@ -376,108 +475,21 @@ func (s *Store) Tiers() map[string]int {
 // ListBans returns the bans of one detector, in no order.
 func (s *Store) ListBans(detector string) []netip.Prefix {
 	var out []netip.Prefix
-	for p, b := range s.bans {
-		if b.Detector == detector {
-			out = append(out, p)
+	for i := range s.list {
+		if s.list[i].Detector == detector {
+			out = append(out, s.list[i].Prefix)
 		}
 	}
 	return out
 }
 
 // Len is the number of bans.
-func (s *Store) Len() int { return len(s.bans) }
+func (s *Store) Len() int { return len(s.list) }
 
 // Get returns the ban on p.
 func (s *Store) Get(p netip.Prefix) (Ban, bool) {
-	b, ok := s.bans[p]
-	if !ok {
-		return Ban{}, false
+	if b := s.at(p); b != nil {
+		return *b, true
 	}
-	return *b, true
-}
-
-type stateFile struct {
-	Version   int                `json:"version"`
-	Saved     time.Time          `json:"saved"`
-	Bans      []Ban              `json:"bans"`
-	Baselines map[string]float64 `json:"baselines,omitempty"`
-}
-
-const stateVersion = 1
-
-// Save writes the bans to path atomically: a temporary file in the same
-// directory, fsynced, renamed over the old one, directory fsynced. A crash
-// leaves the old state or the new one, never a torn file.
-func (s *Store) Save(path string, now time.Time) error {
-	b, err := json.MarshalIndent(stateFile{Version: stateVersion, Saved: now, Bans: s.All(), Baselines: s.Baselines}, "", " ")
-	if err != nil {
-		return err
-	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	f, err := os.CreateTemp(dir, ".state-*")
-	if err != nil {
-		return fmt.Errorf("writing state: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("writing state: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("syncing state: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("replacing state: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // best effort: the rename is done; if a crash loses it, Load finds the previous state (or none)
-		d.Close()
-	}
-	return nil
-}
-
-// Load reads a state file written by Save, dropping bans that expired
-// while nothing was running (returned as unbans). A missing file is an
-// empty store.
-func (s *Store) Load(path string, now time.Time) ([]Unban, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading state: %w", err)
-	}
-	var st stateFile
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("state file %s is corrupt: %w", path, err)
-	}
-	if st.Version != stateVersion {
-		return nil, fmt.Errorf("state file %s has version %d, this tierwall reads %d", path, st.Version, stateVersion)
-	}
-	var gone []Unban
-	s.bans, s.lengths, s.tiers = map[netip.Prefix]*Ban{}, nil, nil
-	s.Baselines = st.Baselines
-	for i := range st.Bans {
-		bn := st.Bans[i]
-		// One bad entry (edited by hand, written by another version) is
-		// dropped and reported; it never stops the daemon from starting.
-		if err := rule.CheckPrefix(bn.Prefix); err != nil {
-			gone = append(gone, Unban{bn, fmt.Sprintf("dropped from the state file: %v", err)})
-			continue
-		}
-		if !bn.Expires.IsZero() && !now.Before(bn.Expires) {
-			gone = append(gone, Unban{bn, "expired while tierwall was not running"})
-			continue
-		}
-		s.put(&bn)
-	}
-	return gone, nil
+	return Ban{}, false
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -148,7 +147,7 @@ func TestAttackFromStartAndBaselinePersistence(t *testing.T) {
 	if !ok || l != cfg.Detectors.Rate.MinPPS {
 		t.Fatalf("learned %v (%v), want the floor %v from clients at 10 pps", l, ok, cfg.Detectors.Rate.MinPPS)
 	}
-	raw, _ := os.ReadFile(cfg.StateFile)
+	raw, _ := stateText(cfg.StateFile)
 	if !strings.Contains(string(raw), `"rate_pps"`) {
 		t.Fatalf("learned baseline not in the state file:\n%s", raw)
 	}

@@ -97,14 +97,14 @@ func (f *fakeDP) Blocked() ([]datapath.Rule, error) {
 
 func (f *fakeDP) Allowed() ([]datapath.Rule, error) { return nil, nil }
 
-func (f *fakeDP) RuleCounters(ps []netip.Prefix) (map[netip.Prefix]datapath.Counter, error) {
-	out := map[netip.Prefix]datapath.Counter{}
-	for _, p := range ps {
+func (f *fakeDP) RuleCountersInto(ps []netip.Prefix, out []datapath.Reading) error {
+	for i, p := range ps {
+		out[i] = datapath.Reading{}
 		if c, ok := f.blocked[p]; ok {
-			out[p] = *c
+			out[i] = datapath.Reading{Counter: *c, Found: true}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func (f *fakeDP) Stats() (*datapath.Stats, error) { return &datapath.Stats{}, nil }
@@ -223,7 +223,7 @@ func TestIntervalDetectsBansPlacesAndSaves(t *testing.T) {
 	if b, _ := h.d.store.Get(pfx(atk)); b.Tier != "hw" || b.Rate != 5000 {
 		t.Fatalf("ban after placement %+v", b)
 	}
-	raw, err := os.ReadFile(h.d.cfg.StateFile)
+	raw, err := stateText(h.d.cfg.StateFile)
 	if err != nil || !contains(string(raw), "198.51.100.7/32") {
 		t.Fatalf("state file %q: %v", raw, err)
 	}
@@ -415,4 +415,18 @@ func TestAddRulesIsOneBatch(t *testing.T) {
 	if _, ok := h.d.store.Get(bad[0]); ok || h.dp.blocked[bad[0]] != nil {
 		t.Fatal("a refused batch left part of itself behind")
 	}
+}
+
+// stateText is what the state holds on disk: the snapshot and its journal
+// of changes since.
+func stateText(path string) ([]byte, error) {
+	snap, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	j, err := os.ReadFile(path + ".journal")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return append(snap, j...), nil
 }

@@ -56,7 +56,8 @@ type RuleView struct {
 func (d *Daemon) Rules(ctx context.Context) (out []RuleView, err error) {
 	err = d.Do(ctx, func() {
 		for _, b := range d.store.All() {
-			out = append(out, RuleView{Ban: b, Packets: d.lastXDP[b.Prefix]})
+			m, _ := d.store.Meter(b.Prefix)
+			out = append(out, RuleView{Ban: b, Packets: m.Packets})
 		}
 	})
 	if out == nil {

@@ -44,6 +44,7 @@ type exactTable struct {
 	seed  uint32
 	keys  *ebpf.Map
 	ctrs  *ebpf.Map
+	mem   *exactView // mapped on first read, see view
 }
 
 func (t *exactTable) home(a netip.Addr) uint32 {

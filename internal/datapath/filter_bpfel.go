@@ -80,7 +80,7 @@ type filterTwFeatStats struct {
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 3
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 4
 )
 
 type filterTwLpm4Key struct {

@@ -204,6 +204,8 @@ func (d *Datapath) Close() error {
 		d.prog.Close()
 	}
 	d.unmapFeatures()
+	d.ex4.unmap()
+	d.ex6.unmap()
 	return d.maps.Close()
 }
 

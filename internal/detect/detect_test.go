@@ -134,8 +134,8 @@ func TestEntropyUniformGrowthIsNotAnAttack(t *testing.T) {
 	e := learnedEntropy(t)
 	tr := NewTraffic(time.Second)
 	for _, half := range []*Traffic{normal(12), normal(13)} {
-		for p, n := range half.Pairs {
-			tr.Add(p.Src, p.Dst, 6, n, n*100, 0)
+		for _, p := range half.Pairs {
+			tr.Add(p.Src, p.Dst, 6, p.Packets, p.Packets*100, 0)
 		}
 	}
 	if ds := e.Detect(tr); len(ds) != 0 {

@@ -153,7 +153,8 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 	// Each attacked destination is judged on its own: a source's share is
 	// of the traffic to that victim (all traffic when no single victim).
 	groups := map[netip.Addr]map[netip.Addr]uint64{}
-	for p, n := range t.Pairs {
+	for _, pc := range t.Pairs {
+		p, n := pc.Pair, pc.Packets
 		if !all && !targets[p.Dst] {
 			continue
 		}

@@ -34,7 +34,16 @@ type Source struct {
 	// a source nearly always uses one or two protocols and a flood brings
 	// a million sources.
 	protos []protoCount
+	// dst0 and dsts are the distinct destinations, for Dests: the first
+	// inline (a flood's sources nearly all have one), then a short list,
+	// then Traffic.seen past maxDsts.
+	dst0 netip.Addr
+	dsts []netip.Addr
 }
+
+// maxDsts is how many destinations of one source are kept in its list;
+// past it a source's pairs go to a map (a scan would be quadratic).
+const maxDsts = 8
 
 type protoCount struct {
 	proto   uint8
@@ -66,18 +75,29 @@ type Traffic struct {
 	Interval time.Duration
 	Sources  map[netip.Addr]*Source
 	Dests    map[netip.Addr]*Counts
-	Pairs    map[Pair]uint64 // packets per (source, destination)
-	Total    Counts
+	// Pairs holds packets per (source, destination), one entry per key
+	// the snapshot had: a pair seen with two protocols appears twice (sum
+	// them when it matters). A slice, not a map: at a million sources a
+	// pair map was the largest part of the interval's memory and time.
+	Pairs []PairCount
+	Total Counts
 	// Overflow is the packets of this interval the feature buffers could
 	// not hold (not in Sources): detectors must not read the interval as
 	// complete when it is not zero.
 	Overflow uint64
 
-	perSec float64 // 1 / Interval in seconds
+	perSec float64           // 1 / Interval in seconds
+	seen   map[Pair]struct{} // pairs of sources with more than maxDsts destinations
 }
 
 // Pair is a (source, destination) couple.
 type Pair struct{ Src, Dst netip.Addr }
+
+// PairCount is the packets of one (source, destination) key.
+type PairCount struct {
+	Pair
+	Packets uint64
+}
 
 // NewTraffic starts an empty interval of length d.
 func NewTraffic(d time.Duration) *Traffic { return NewTrafficSized(d, 0) }
@@ -85,12 +105,55 @@ func NewTraffic(d time.Duration) *Traffic { return NewTrafficSized(d, 0) }
 // NewTrafficSized starts an empty interval of length d for about n keys:
 // sized up front, the maps of a million-source interval never grow.
 func NewTrafficSized(d time.Duration, n int) *Traffic {
-	t := &Traffic{Interval: d, Sources: make(map[netip.Addr]*Source, n), Dests: map[netip.Addr]*Counts{},
-		Pairs: make(map[Pair]uint64, n)}
+	t := &Traffic{Sources: make(map[netip.Addr]*Source, n), Dests: map[netip.Addr]*Counts{},
+		Pairs: make([]PairCount, 0, n)}
+	t.Reset(d)
+	return t
+}
+
+// Reset empties t for a new interval of length d, keeping its memory: the
+// maps keep their buckets, so a daemon that reuses one Traffic does not
+// rebuild a million-entry map every interval.
+func (t *Traffic) Reset(d time.Duration) {
+	clear(t.Sources)
+	clear(t.Dests)
+	clear(t.Pairs[:cap(t.Pairs)]) // drop the addresses' zone pointers for the GC
+	t.Pairs = t.Pairs[:0]
+	t.seen = nil
+	t.Total, t.Overflow = Counts{}, 0
+	t.Interval, t.perSec = d, 0
 	if d > 0 {
 		t.perSec = 1 / d.Seconds()
 	}
-	return t
+}
+
+// newDst records dst as one of s's destinations; it reports whether it
+// was new.
+func (t *Traffic) newDst(src netip.Addr, s *Source, dst netip.Addr) bool {
+	switch {
+	case s.Dests == 0:
+		s.dst0 = dst
+		return true
+	case s.dst0 == dst:
+		return false
+	}
+	for _, d := range s.dsts {
+		if d == dst {
+			return false
+		}
+	}
+	if len(s.dsts) < maxDsts {
+		s.dsts = append(s.dsts, dst)
+		return true
+	}
+	if t.seen == nil {
+		t.seen = map[Pair]struct{}{}
+	}
+	if _, ok := t.seen[Pair{src, dst}]; ok {
+		return false
+	}
+	t.seen[Pair{src, dst}] = struct{}{}
+	return true
 }
 
 // Add records one (source, destination, protocol) key of the snapshot.
@@ -111,11 +174,10 @@ func (t *Traffic) Add(src, dst netip.Addr, proto uint8, packets, bytes, syns uin
 		t.Dests[dst] = d
 	}
 	d.add(packets, bytes, syns)
-	pair := Pair{src, dst}
-	if _, ok := t.Pairs[pair]; !ok {
+	if t.newDst(src, s, dst) {
 		s.Dests++
 	}
-	t.Pairs[pair] += packets
+	t.Pairs = append(t.Pairs, PairCount{Pair{src, dst}, packets})
 	t.Total.add(packets, bytes, syns)
 }
 
