@@ -207,6 +207,14 @@ static __always_inline void tw_unmap(struct tw_pkt *p)
 	p->dst4 = tw_is_mapped(p->dst6) ? p->dst6[3] : 0;
 }
 
+/* The IP datagram's length as its header declares it (checked against the
+ * frame), without Ethernet padding: what flow records count (IPFIX
+ * octetDeltaCount), so that every tier agrees on a minimum-size frame. */
+static __always_inline __u32 tw_iplen(const struct tw_pkt *p)
+{
+	return (__u32)p->l3end - p->l3off;
+}
+
 static __always_inline int tw_is_vlan(__be16 proto)
 {
 	return proto == bpf_htons(TW_ETH_P_8021Q) ||

@@ -17,6 +17,8 @@ import (
 // its totals per application.
 func (s *Server) probeRoutes(m *http.ServeMux) {
 	read(m, "GET /v1/flows/status", func(context.Context) (probed.Status, error) { return s.P.Status() })
+	// What every role answers: the harness and operators' checks ask it.
+	read(m, "GET /v1/status", func(context.Context) (probed.Status, error) { return s.P.Status() })
 	read(m, "GET /v1/flows/apps", func(context.Context) ([]flowprobe.AppTotals, error) { return s.P.Engine.Apps(), nil })
 	m.HandleFunc("GET /v1/flows/top", func(w http.ResponseWriter, r *http.Request) {
 		n := 20
@@ -29,7 +31,31 @@ func (s *Server) probeRoutes(m *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusOK, s.P.Engine.Top(n))
 	})
+	m.HandleFunc("GET /v1/flows/records", func(w http.ResponseWriter, r *http.Request) {
+		var since uint64
+		if v := r.URL.Query().Get("since"); v != "" {
+			var err error
+			if since, err = strconv.ParseUint(v, 10, 64); err != nil {
+				fail(w, fmt.Errorf("%w: since=%q is not a record number", daemon.ErrBadRequest, v))
+				return
+			}
+		}
+		rs, next := s.P.Engine.Records(since, 10000)
+		writeJSON(w, http.StatusOK, RecordsPage{Records: rs, Next: next})
+	})
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.P.Metrics, promhttp.HandlerOpts{}))
+}
+
+// RecordsPage is one answer of GET /v1/flows/records: at most 10000
+// records numbered from since, and the number to ask for next.
+type RecordsPage struct {
+	Records []flowprobe.Record `json:"records"`
+	Next    uint64             `json:"next"`
+}
+
+// FlowRecords returns the records numbered since and later, one page.
+func (c *Client) FlowRecords(ctx context.Context, since uint64) (p RecordsPage, err error) {
+	return p, c.Do(ctx, "GET", "/v1/flows/records?since="+strconv.FormatUint(since, 10), nil, &p)
 }
 
 // FlowStatus is the probe's status.

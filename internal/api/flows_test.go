@@ -67,6 +67,10 @@ func TestProbeEndpoints(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	page, err := c.FlowRecords(ctx, 0)
+	if err != nil || len(page.Records) != 1 || page.Next != 1 || page.Records[0].Key != k {
+		t.Fatalf("records %+v %v", page, err)
+	}
 	if _, err := c.FlowTop(ctx, 0); err == nil {
 		t.Error("n=0 accepted")
 	}

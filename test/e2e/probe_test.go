@@ -1,0 +1,280 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tierwall/tierwall/internal/api"
+	"github.com/tierwall/tierwall/internal/flow"
+	"github.com/tierwall/tierwall/internal/flowprobe"
+	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/testbed/harness"
+	"github.com/tierwall/tierwall/internal/testbed/lab"
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
+	"github.com/tierwall/tierwall/internal/testutil"
+	"github.com/tierwall/tierwall/internal/tier"
+)
+
+var probeServer = netip.MustParseAddr("10.80.0.1")
+
+// probeConfig is the probe role on the probe lab, with timeouts short
+// enough for a test: flows still open when the generator stops end by
+// idle timeout within seconds.
+func probeConfig(dir string, inline bool, nicCap int) string {
+	mode, egress, twin := "passive", "", ""
+	if inline {
+		mode, egress, twin = "inline", lab.PIfHost1, lab.PIfTwin
+	}
+	return fmt.Sprintf(`role: probe
+interface: %s
+state_file: %s/state.json
+api:
+  socket: %s/api.sock
+probe:
+  mode: %s
+  egress: "%s"
+  capacity: 65536
+  dpi: {engine: builtin, packets: 10, timeout: 1s, ring_bytes: 4194304}
+  timeouts: {idle: 2s, active: 120s, end_grace: 500ms}
+  policy: {default: offload, dns: software}
+  hardware:
+    backend: emulated
+    capacity: %d
+    idle_timeout: 2s
+    tcp_auto_unlearn: true
+    emulated: {netns: %s, wire: %s, host: %s, twin: "%s"}
+`, lab.PIfHost, dir, dir, mode, egress, nicCap, lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin)
+}
+
+func startProbe(t *testing.T, inline bool, nicCap int) (*harness.Daemon, *api.Client) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "probe.yaml")
+	if err := os.WriteFile(cfg, []byte(probeConfig(dir, inline, nicCap)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "api.sock")
+	d, err := harness.StartDaemon(harness.Options{Tierwall: bin, Netns: lab.PNSHost, Config: cfg, Socket: sock, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !d.Exited() {
+			d.Stop()
+		}
+		if t.Failed() {
+			t.Logf("probe log:\n%s", d.Output())
+		}
+	})
+	return d, api.NewClient(sock)
+}
+
+// rawSend writes frames out of ifname in the calling thread's namespace.
+func rawSend(t *testing.T, ifname string, frames [][]byte) {
+	t.Helper()
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	sa := &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
+	for _, f := range frames {
+		if err := unix.Sendto(fd, f, 0, sa); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// allRecords reads every record the probe kept.
+func allRecords(t *testing.T, c *api.Client) []flowprobe.Record {
+	t.Helper()
+	var out []flowprobe.Record
+	var since uint64
+	for {
+		page, err := c.FlowRecords(context.Background(), since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page.Records...)
+		if len(page.Records) == 0 {
+			return out
+		}
+		since = page.Next
+	}
+}
+
+type flowSum struct {
+	packets, bytes [2]uint64
+	final          int
+	reasons        []flowprobe.EndReason
+	app            string
+	hw             uint64
+}
+
+func sumRecords(rs []flowprobe.Record) map[tier.FlowKey]*flowSum {
+	m := map[tier.FlowKey]*flowSum{}
+	for _, r := range rs {
+		s := m[r.Key]
+		if s == nil {
+			s = &flowSum{}
+			m[r.Key] = s
+		}
+		for d := 0; d < 2; d++ {
+			s.packets[d] += r.Packets[d]
+			s.bytes[d] += r.Bytes[d]
+			s.hw += r.HWPackets[d]
+		}
+		if r.Final {
+			s.final++
+			s.app = r.App
+		}
+		s.reasons = append(s.reasons, r.Reason)
+	}
+	return m
+}
+
+// runProbe sends the generator's flows (HTTP, TLS and DNS, with TCP
+// handshakes and FINs) and a few ICMP packets through the emulated NIC to
+// the probe, waits until every flow has its final record, and checks the
+// records against the generator's exact per-flow report.
+func runProbe(t *testing.T, inline bool, nicCap int) (*api.Client, map[tier.FlowKey]*flowSum, *trafgen.Report) {
+	testutil.RequireRoot(t)
+	if err := lab.ProbeUp(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lab.ProbeDown() })
+	_, c := startProbe(t, inline, nicCap)
+
+	var rep *trafgen.Report
+	inNS(t, lab.PNSInet, func() {
+		src := hwaddr(t, lab.PNSInet, lab.PIfInet)
+		dst := hwaddr(t, lab.PNSNic, lab.PIfWire)
+		var err error
+		rep, err = trafgen.Run(context.Background(), trafgen.Spec{Iface: lab.PIfInet, SrcMAC: [6]byte(src), DstMAC: [6]byte(dst),
+			Dst: probeServer, Flows: 40, BirthEvery: 25, Apps: []string{"http", "tls", "dns"}, Packets: 8000, PacketSize: 128})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var icmp [][]byte
+		for i := 0; i < 5; i++ {
+			icmp = append(icmp, pkt.Frame{SrcMAC: [6]byte(src), DstMAC: [6]byte(dst), Src: netip.MustParseAddr("10.128.9.9"),
+				Dst: probeServer, Proto: pkt.ProtoICMP, Payload: []byte("ping")}.Build())
+		}
+		rawSend(t, lab.PIfInet, icmp)
+	})
+	if rep.Sent != rep.Scheduled {
+		t.Logf("generator: %d of %d frames sent (the report counts only what left)", rep.Sent, rep.Scheduled)
+	}
+	var sums map[tier.FlowKey]*flowSum
+	waitFor(t, "a final record of every flow", 30*time.Second, func() bool {
+		sums = sumRecords(allRecords(t, c))
+		for _, f := range rep.Flows {
+			if f.Packets[0]+f.Packets[1] == 0 {
+				continue
+			}
+			if s := sums[f.Key]; s == nil || s.final == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, f := range rep.Flows {
+		if f.Packets[0]+f.Packets[1] == 0 {
+			continue
+		}
+		s := sums[f.Key]
+		if s.final != 1 || s.packets != f.Packets || s.bytes != f.Bytes {
+			t.Errorf("flow %d %v (%s): records count packets %v bytes %v in %d final records, generator sent %v %v",
+				f.Index, f.Key, f.App, s.packets, s.bytes, s.final, f.Packets, f.Bytes)
+		}
+		if s.app != f.App {
+			t.Errorf("flow %d %v: DPI says %q, generator ran %q", f.Index, f.Key, s.app, f.App)
+		}
+	}
+	return c, sums, rep
+}
+
+func TestProbePassive(t *testing.T) {
+	c, sums, rep := runProbe(t, false, 1<<16)
+	st, err := c.FlowStatus(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Software.Packets[flow.MarkMiss] == 0 || st.Software.Packets[flow.MarkUnhandled] < 5 {
+		t.Errorf("marks at the host: %v, want misses and the 5 ICMP packets unhandled", st.Software.Packets)
+	}
+	var hw uint64
+	reasons := map[flowprobe.EndReason]int{}
+	for _, f := range rep.Flows {
+		if s := sums[f.Key]; s != nil {
+			hw += s.hw
+			for _, r := range s.reasons {
+				reasons[r]++
+			}
+		}
+	}
+	if hw == 0 {
+		t.Error("no packet was counted by the NIC: nothing offloaded")
+	}
+	if reasons[flowprobe.EndOfFlow] == 0 || reasons[flowprobe.EndIdle] == 0 {
+		t.Errorf("end reasons %v: want TCP ends (FIN) and idle ends (flows open at the end, DNS)", reasons)
+	}
+	e := st.Engine
+	if e.LearnDone == 0 || e.Unlearned[tier.CauseTCPTerm] == 0 || e.Unlearned[tier.CauseIdle] == 0 {
+		t.Errorf("engine %+v: want learns, TCP-term and idle unlearns", e)
+	}
+	if st.Software.Flows == 0 && e.Records == 0 {
+		t.Error("no flows")
+	}
+}
+
+func TestProbeTableFullStaysInSoftware(t *testing.T) {
+	// A NIC table of 4 flows: the rest fail to learn and stay in
+	// software, and the records still count every packet (runProbe).
+	c, _, _ := runProbe(t, false, 4)
+	st, err := c.FlowStatus(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Engine.LearnTableFull == 0 {
+		t.Errorf("engine %+v: want learns refused for a full table", st.Engine)
+	}
+	if st.Software.Packets[flow.MarkUnhandled] <= 5 {
+		t.Errorf("marks %v: misses of a full table are unhandled", st.Software.Packets)
+	}
+}
+
+func TestProbeInline(t *testing.T) {
+	_, sums, rep := runProbe(t, true, 1<<16)
+	var sent, hw uint64
+	for _, f := range rep.Flows {
+		sent += f.Packets[0] + f.Packets[1]
+		if s := sums[f.Key]; s != nil {
+			hw += s.hw
+		}
+	}
+	if hw == 0 {
+		t.Error("inline: nothing went through the NIC")
+	}
+	// Everything but discards reaches the far side: hits straight from
+	// the NIC, the rest forwarded by the host.
+	out, err := lab.RxPackets(lab.PNSSink, lab.PIfOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out < sent {
+		t.Errorf("far side received %d packets, generator sent %d flow packets", out, sent)
+	}
+}
