@@ -101,7 +101,7 @@ static __always_inline void tw_nf_account(struct tw_nicflow_entry *e,
 					  const struct tw_pkt *p, __u8 dir)
 {
 	__sync_fetch_and_add(&e->packets[dir & 1], 1);
-	__sync_fetch_and_add(&e->bytes[dir & 1], tw_iplen(p));
+	__sync_fetch_and_add(&e->bytes[dir & 1], p->l3len);
 	e->last_ns = bpf_ktime_get_ns();
 	if (p->proto != IPPROTO_TCP)
 		return;

@@ -24,7 +24,7 @@ int tw_probe(struct xdp_md *ctx)
 
 	__u8 mark = tw_probe_meta(ctx, &meta);
 	int r = tw_parse(data, data_end, &p);
-	__u32 bytes = r == TW_R_PASS ? tw_iplen(&p) : data_end - data;
+	__u32 bytes = r == TW_R_PASS ? p.l3len : data_end - data;
 	tw_probe_count(TW_PV_MARK_NONE + mark, bytes);
 	if (r == TW_R_NON_IP || r == TW_R_NON_IP_ARP || r == TW_R_NON_IP_MPLS ||
 	    r == TW_R_NON_IP_PPPOE)

@@ -48,7 +48,11 @@ struct tw_pkt {
 	__u32 dst6[4];
 	__be16 sport; /* TCP/UDP ports of a first fragment, else 0 */
 	__be16 dport;
-	__u32 l3len; /* frame bytes from the IP header on (what NICs count) */
+	/* Bytes from the IP header on: the datagram's declared length once
+	 * the IP header is validated (Ethernet padding is not IP, and flow
+	 * records count datagrams, IPFIX octetDeltaCount), else the rest of
+	 * the frame. */
+	__u32 l3len;
 	/* For the flow probe: offsets from the frame start of the IP header,
 	 * the L4 header, the L4 payload and the end of the datagram as its
 	 * length fields declare it (Ethernet padding excluded). l4off and
@@ -120,6 +124,7 @@ static __always_inline int tw_parse_ipv4(void *l3, void *data_end,
 	p->dst4 = iph->daddr;
 	p->nonfirst = (bpf_ntohs(iph->frag_off) & TW_IP_OFFMASK) != 0;
 	p->l3end = p->l3off + tot;
+	p->l3len = tot;
 	if (!p->nonfirst)
 		p->l4off = p->l3off + hlen;
 	return tw_parse_l4(l3 + hlen, l3 + tot, data_end, p);
@@ -178,6 +183,7 @@ static __always_inline int tw_parse_ipv6(void *l3, void *data_end,
 	if (cur > data_end)
 		return TW_R_IP6_EXT_TRUNC;
 	p->l3end = p->l3off + (lim - l3);
+	p->l3len = lim - l3;
 	if (!p->nonfirst)
 		p->l4off = p->l3off + (cur - l3);
 	return tw_parse_l4(cur, lim, data_end, p);
@@ -205,14 +211,6 @@ static __always_inline void tw_unmap(struct tw_pkt *p)
 	p->mapped = 1;
 	p->src4 = p->src6[3];
 	p->dst4 = tw_is_mapped(p->dst6) ? p->dst6[3] : 0;
-}
-
-/* The IP datagram's length as its header declares it (checked against the
- * frame), without Ethernet padding: what flow records count (IPFIX
- * octetDeltaCount), so that every tier agrees on a minimum-size frame. */
-static __always_inline __u32 tw_iplen(const struct tw_pkt *p)
-{
-	return (__u32)p->l3end - p->l3off;
 }
 
 static __always_inline int tw_is_vlan(__be16 proto)
