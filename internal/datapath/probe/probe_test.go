@@ -66,9 +66,11 @@ func runPacket(t testing.TB, p *Probe, pk packet) uint32 {
 	t.Helper()
 	opts := &ebpf.RunOptions{Data: pk.frame}
 	if pk.mark != noMeta {
-		meta := metaBytes(t, pk.mark, pk.hash, pk.magic)
-		opts.Data = append(meta, pk.frame...)
-		opts.Context = &xdpMD{Data: uint32(len(meta)), DataEnd: uint32(len(opts.Data))}
+		data := metaBytes(t, pk.mark, pk.hash, pk.magic)
+		metaLen := len(data)
+		data = append(data, pk.frame...)
+		opts.Data = data
+		opts.Context = &xdpMD{Data: uint32(metaLen), DataEnd: uint32(len(data))}
 	}
 	ret, err := p.Program().Run(opts)
 	if err != nil {
@@ -454,11 +456,9 @@ func TestSamples(t *testing.T) {
 	}
 	var flowA, flowB []sent
 	for i := 0; i < 5; i++ {
-		fa := tcp(cli4, srv4, ack|psh, fmt.Sprintf("req %d", i))
-		dir, src, dst := uint8(0), cli4, srv4
+		fa, dir := tcp(cli4, srv4, ack|psh, fmt.Sprintf("req %d", i)), uint8(0)
 		if i%2 == 1 {
-			dir, src, dst = 1, srv4, cli4
-			fa = tcp(src, dst, ack|psh, fmt.Sprintf("rsp %d %s", i, long))
+			fa, dir = tcp(srv4, cli4, ack|psh, fmt.Sprintf("rsp %d %s", i, long)), 1
 		}
 		flowA = append(flowA, sent{frame: fa, key: kA, dir: dir, l4off: 20, pay: 40, flags: ack | psh, mark: flow.MarkMiss})
 		fb := frame(pkt.ProtoUDP, cli6, srv6, 0, fmt.Sprintf("dns %d", i))
