@@ -70,13 +70,12 @@ static __always_inline __u32 tw_probe_hash(const struct tw_flow_key *k)
 }
 
 /* Finds the packet's flow or creates it (state DPI: sampling starts with
- * this packet). Two CPUs may create the same flow at once: BPF_NOEXIST lets
+ * this packet), hashed by the NIC when it marked the packet with a hash. Two CPUs may create the same flow at once: BPF_NOEXIST lets
  * one insert win and the other use its entry. Counters start at zero and
  * are added to atomically afterwards, by the creator like anyone else.
  * NULL: the table is full (or the entry went between insert and lookup). */
 static __always_inline struct tw_flow *
-tw_probe_flow(const struct tw_flow_key *k, __u8 dir,
-	      const struct tw_flow_meta *m, __u8 mark, __u64 now)
+tw_probe_flow(const struct tw_flow_key *k, __u8 dir, __u32 nic_hash, __u64 now)
 {
 	struct tw_flow *f = bpf_map_lookup_elem(&tw_probe_flows, k);
 	if (f)
@@ -88,7 +87,7 @@ tw_probe_flow(const struct tw_flow_key *k, __u8 dir,
 		.action = TW_FA_FORWARD,
 		.init_dir = dir,
 	};
-	n.hash = mark != TW_MARK_NONE && m->hash ? m->hash : tw_probe_hash(k);
+	n.hash = nic_hash ? nic_hash : tw_probe_hash(k);
 	long err = bpf_map_update_elem(&tw_probe_flows, k, &n, BPF_NOEXIST);
 	if (err == 0)
 		tw_probe_count(TW_PV_FLOW_NEW, 0);

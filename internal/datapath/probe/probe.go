@@ -425,12 +425,15 @@ func keyOf(ck *probeTwFlowKey) tier.FlowKey {
 }
 
 func entryOf(v *probeTwFlow) flow.Entry {
+	// One clock reading for both: converted apart, equal times would
+	// come out in the wrong order.
+	first := flow.MonoTime(v.FirstNs)
 	return flow.Entry{
 		Packets:  v.Packets,
 		Bytes:    v.Bytes,
 		TCPFlags: v.TcpFlags,
-		First:    flow.MonoTime(v.FirstNs),
-		Last:     flow.MonoTime(v.LastNs),
+		First:    first,
+		Last:     first.Add(time.Duration(int64(v.LastNs - v.FirstNs))),
 		Hash:     v.Hash,
 		DPISent:  v.DpiSent,
 		DPILost:  v.DpiLost,
