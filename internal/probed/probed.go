@@ -111,6 +111,9 @@ type Status struct {
 type NICStatus struct {
 	Caps      tier.FlowCaps `json:"caps"`
 	Occupancy int           `json:"occupancy"`
+	// Verdicts are the NIC's own packet counters, where it keeps them
+	// (the emulated NIC: hits, misses, unhandled by kind).
+	Verdicts map[string]tier.Counters `json:"verdicts,omitempty"`
 }
 
 // Status reads the tiers' counters now.
@@ -122,6 +125,11 @@ func (p *Probed) Status() (Status, error) {
 	st := Status{Mode: p.cfg.Probe.Mode, Engine: p.Engine.Stats(), Software: sw}
 	if p.HW != nil {
 		st.NIC = &NICStatus{Caps: p.HW.Caps(), Occupancy: st.Engine.Offloaded}
+		if v, ok := p.HW.(tier.Verdicts); ok {
+			if st.NIC.Verdicts, err = v.Verdicts(); err != nil {
+				return Status{}, fmt.Errorf("reading the NIC's verdicts: %w", err)
+			}
+		}
 	}
 	return st, nil
 }

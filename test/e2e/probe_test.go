@@ -178,18 +178,29 @@ func runProbe(t *testing.T, inline bool, nicCap int) (*api.Client, map[tier.Flow
 		t.Logf("generator: %d of %d frames sent (the report counts only what left)", rep.Sent, rep.Scheduled)
 	}
 	var sums map[tier.FlowKey]*flowSum
-	waitFor(t, "a final record of every flow", 30*time.Second, func() bool {
+	var missing []trafgen.FlowStat
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		sums = sumRecords(allRecords(t, c))
+		missing = missing[:0]
 		for _, f := range rep.Flows {
-			if f.Packets[0]+f.Packets[1] == 0 {
-				continue
-			}
-			if s := sums[f.Key]; s == nil || s.final == 0 {
-				return false
+			if s := sums[f.Key]; f.Packets[0]+f.Packets[1] > 0 && (s == nil || s.final == 0) {
+				missing = append(missing, f)
 			}
 		}
-		return true
-	})
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, _ := c.FlowStatus(context.Background())
+			if st.NIC != nil {
+				t.Logf("NIC verdicts: %+v", st.NIC.Verdicts)
+			}
+			t.Fatalf("%d of %d flows have no final record after 30 s, e.g. %+v (records %+v); probe: %+v",
+				len(missing), len(rep.Flows), missing[0], sums[missing[0].Key], st)
+			_ = st.NIC // in st: the NIC's verdicts
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	identified, flows := 0, 0
 	for _, f := range rep.Flows {
 		if f.Packets[0]+f.Packets[1] == 0 {

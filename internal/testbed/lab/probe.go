@@ -77,15 +77,6 @@ func ProbeUp() error {
 		[]string{"ip", "netns", "exec", PNSHost, "ethtool", "-K", PIfHost1, "gro", "on"},
 		[]string{"ip", "netns", "exec", PNSNic, "ethtool", "-K", PIfHRet, "gro", "on"},
 		[]string{"ip", "netns", "exec", PNSNic, "ethtool", "-K", PIfTwin, "gro", "on"},
-		// The NIC and the host each run in their own NAPI thread, as
-		// on separate hardware: not inside the generator's softirq,
-		// where their redirect events would look like its own (and
-		// where their cost would slow the generator down).
-		// (threaded NAPI needs NAPI: GRO turns it on before XDP does.)
-		[]string{"ip", "netns", "exec", PNSNic, "ethtool", "-K", PIfWire, "gro", "on"},
-		[]string{"ip", "netns", "exec", PNSHost, "ethtool", "-K", PIfHost, "gro", "on"},
-		[]string{"ip", "netns", "exec", PNSNic, "sh", "-c", "echo 1 > /sys/class/net/" + PIfWire + "/threaded"},
-		[]string{"ip", "netns", "exec", PNSHost, "sh", "-c", "echo 1 > /sys/class/net/" + PIfHost + "/threaded"},
 	)
 	for _, s := range steps {
 		if err := run(s...); err != nil {
