@@ -66,6 +66,9 @@ type EmulatedFlowNIC struct {
 	Wire  string `yaml:"wire"` // wire-facing port, the stage's interface
 	Host  string `yaml:"host"` // host-facing port
 	Twin  string `yaml:"twin"` // inline: the other wire port
+	// Return: inline, the port the host forwards through (default
+	// host: the host sends packets back the way they came).
+	Return string `yaml:"return"`
 }
 
 func defaultProbe() Probe {

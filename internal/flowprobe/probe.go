@@ -147,6 +147,7 @@ type Probe struct {
 	byID      map[uint64]tier.FlowKey
 	nextID    uint64
 	learns    []tier.Learn
+	closing   bool
 	events    []tier.FlowEvent
 	lastSweep time.Time
 
@@ -329,6 +330,9 @@ func (p *Probe) drainEvents() error {
 	}
 	for {
 		n, err := p.hw.Events(p.events)
+		if errors.Is(err, tier.ErrClosed) && p.closing {
+			return nil // every event of the flush was read
+		}
 		if err != nil {
 			return fmt.Errorf("reading flow events: %w", err)
 		}
@@ -433,6 +437,9 @@ func (p *Probe) Flush() error {
 	}
 	var errs []error
 	if p.hw != nil {
+		// Close unlearns what is left (cause flush); its events stay
+		// readable until drained.
+		p.closing = true
 		errs = append(errs, p.hw.Close(), p.drainEvents())
 	}
 	var keys []tier.FlowKey

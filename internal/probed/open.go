@@ -51,7 +51,7 @@ func New(cfg *config.Config, log *slog.Logger) (_ *Probed, err error) {
 	if h := pc.Hardware; h.Backend == "emulated" {
 		var ft *nicstage.FlowTable
 		opts := nicstage.FlowOptions{Capacity: h.Capacity, LearnRate: h.LearnRate, LearnLatency: h.LearnLatency,
-			IdleTimeout: h.IdleTimeout, Lifetime: h.Lifetime, Inline: pc.Mode == "inline"}
+			IdleTimeout: h.IdleTimeout, Lifetime: h.Lifetime, Inline: pc.Mode == "inline", Return: h.Emulated.Return}
 		if opts.IdleTimeout == 0 {
 			opts.IdleTimeout = -1 // configured 0: never, where the table's 0 means its default
 		}

@@ -29,9 +29,12 @@ var probeServer = netip.MustParseAddr("10.80.0.1")
 // enough for a test: flows still open when the generator stops end by
 // idle timeout within seconds.
 func probeConfig(dir string, inline bool, nicCap int) string {
-	mode, egress, twin := "passive", "", ""
+	mode, egress, twin, ret := "passive", "", "", ""
 	if inline {
-		mode, egress, twin = "inline", lab.PIfHost1, lab.PIfTwin
+		// Inline, the host forwards what it lets through out of its
+		// second port; the NIC's return program on the other end puts
+		// it on the twin port.
+		mode, egress, twin, ret = "inline", lab.PIfHost1, lab.PIfTwin, lab.PIfHRet
 	}
 	return fmt.Sprintf(`role: probe
 interface: %s
@@ -50,8 +53,8 @@ probe:
     capacity: %d
     idle_timeout: 2s
     tcp_auto_unlearn: true
-    emulated: {netns: %s, wire: %s, host: %s, twin: "%s"}
-`, lab.PIfHost, dir, dir, mode, egress, nicCap, lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin)
+    emulated: {netns: %s, wire: %s, host: %s, twin: "%s", return: "%s"}
+`, lab.PIfHost, dir, dir, mode, egress, nicCap, lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin, ret)
 }
 
 func startProbe(t *testing.T, inline bool, nicCap int) (*harness.Daemon, *api.Client) {
@@ -280,7 +283,7 @@ func TestProbeTableFullStaysInSoftware(t *testing.T) {
 }
 
 func TestProbeInline(t *testing.T) {
-	_, sums, rep := runProbe(t, true, 1<<16)
+	c, sums, rep := runProbe(t, true, 1<<16)
 	var sent, hw uint64
 	for _, f := range rep.Flows {
 		sent += f.Packets[0] + f.Packets[1]
@@ -298,6 +301,7 @@ func TestProbeInline(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out < sent {
-		t.Errorf("far side received %d packets, generator sent %d flow packets", out, sent)
+		st, _ := c.FlowStatus(context.Background())
+		t.Errorf("far side received %d packets, generator sent %d flow packets; NIC %+v; host %+v", out, sent, st.NIC, st.Software)
 	}
 }

@@ -65,6 +65,9 @@ type FlowOptions struct {
 	// Inline forwards a learned flow's packets out of the twin port; else
 	// (passive) they go to the host marked HIT.
 	Inline bool
+	// Return is the port the host forwards inline traffic back through,
+	// where the return path runs; default the host port itself.
+	Return string
 	Seed   uint32 // flow hash seed; 0: random
 
 	hostIndex, twinIndex int          // set by AttachFlow, or tests
@@ -280,9 +283,15 @@ func AttachFlow(wire, host, twin string, o FlowOptions) (_ *FlowTable, err error
 	}
 	t.links = append(t.links, l)
 	if o.Inline {
-		l, err := link.AttachXDP(link.XDPOptions{Program: t.objs.TwNicflowRet, Interface: hi.Index, Flags: link.XDPDriverMode})
+		ret := hi
+		if o.Return != "" {
+			if ret, err = net.InterfaceByName(o.Return); err != nil {
+				return nil, fmt.Errorf("%w: return port %q", datapath.ErrNoInterface, o.Return)
+			}
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: t.objs.TwNicflowRet, Interface: ret.Index, Flags: link.XDPDriverMode})
 		if err != nil {
-			return nil, fmt.Errorf("attaching NIC return path to %s: %w", host, err)
+			return nil, fmt.Errorf("attaching NIC return path to %s: %w", ret.Name, err)
 		}
 		t.links = append(t.links, l)
 	}
