@@ -33,3 +33,13 @@ func TestProbeRole(t *testing.T) {
 		}
 	}
 }
+
+func TestDeployedProbeConfigParses(t *testing.T) {
+	c, err := Load("../../deploy/probe.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Role != RoleProbe || len(c.Probe.Export.Collectors) != 1 || c.Probe.Policy["dns"] != "software" {
+		t.Fatalf("%+v", c.Probe)
+	}
+}
