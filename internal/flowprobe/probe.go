@@ -18,30 +18,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/dpi"
 	"github.com/tierwall/tierwall/internal/flow"
 	"github.com/tierwall/tierwall/internal/tier"
 )
-
-// Decision is what the policy does with a classified flow.
-type Decision uint8
-
-const (
-	Offload  Decision = iota // learn into the NIC: counted there, forwarded (inline) or consumed (passive)
-	Discard                  // drop: in the NIC when it can, else in software
-	Software                 // keep in software: every packet through the host
-)
-
-func (d Decision) String() string {
-	switch d {
-	case Offload:
-		return "offload"
-	case Discard:
-		return "discard"
-	case Software:
-		return "software"
-	}
-	return fmt.Sprintf("decision(%d)", uint8(d))
-}
 
 // Verdict is DPI's answer for a flow.
 type Verdict struct {
@@ -66,17 +46,17 @@ type DPIFlow interface {
 
 // Config tunes the probe; zero values take the defaults.
 type Config struct {
-	Inline        bool                   // inline (IPS bridge) rather than passive (mirror)
-	DPIPackets    int                    // give up after this many samples of a flow (default 10)
-	DPITimeout    time.Duration          // give up on flows that stop short of that (default 2 s)
-	MaxDPI        int                    // flows in DPI at once; beyond, new flows skip DPI (default 65536)
-	IdleTimeout   time.Duration          // software flows end after this long idle (default 30 s)
-	ActiveTimeout time.Duration          // a long-lived flow is reported this often (default 120 s)
-	EndGrace      time.Duration          // wait after a flow's end for its last packets (default 1 s)
-	SweepEvery    time.Duration          // pass over the software table (default 500 ms)
-	Learn         tier.LearnOptions      // options of every learned flow
-	Policy        func(Verdict) Decision // per application; nil: offload everything
-	Now           func() time.Time       // tests
+	Inline        bool                     // inline (IPS bridge) rather than passive (mirror)
+	DPIPackets    int                      // give up after this many samples of a flow (default 10)
+	DPITimeout    time.Duration            // give up on flows that stop short of that (default 2 s)
+	MaxDPI        int                      // flows in DPI at once; beyond, new flows skip DPI (default 65536)
+	IdleTimeout   time.Duration            // software flows end after this long idle (default 30 s)
+	ActiveTimeout time.Duration            // a long-lived flow is reported this often (default 120 s)
+	EndGrace      time.Duration            // wait after a flow's end for its last packets (default 1 s)
+	SweepEvery    time.Duration            // pass over the software table (default 500 ms)
+	Learn         tier.LearnOptions        // options of every learned flow
+	Policy        func(Verdict) dpi.Action // per application; nil: offload everything
+	Now           func() time.Time         // tests
 }
 
 func (c *Config) defaults() {
@@ -102,7 +82,7 @@ func (c *Config) defaults() {
 		c.SweepEvery = 500 * time.Millisecond
 	}
 	if c.Policy == nil {
-		c.Policy = func(Verdict) Decision { return Offload }
+		c.Policy = func(Verdict) dpi.Action { return dpi.Offload }
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -116,7 +96,7 @@ func (c *Config) defaults() {
 type tracked struct {
 	app      string
 	host     string
-	decision Decision
+	decision dpi.Action
 	state    flow.State
 	id       uint64    // learned id while in the NIC, else 0
 	learnAt  time.Time // learn requested, for the latency
@@ -260,7 +240,7 @@ func (p *Probe) decide(k tier.FlowKey, t *tracked, v Verdict) {
 	t.app, t.host = v.App, v.Host
 	t.decision = p.cfg.Policy(v)
 	p.stats.Classified[v.App]++
-	if p.hw == nil || t.decision == Software {
+	if p.hw == nil || t.decision == dpi.Software {
 		p.keepInSoftware(k, t)
 		return
 	}
@@ -276,15 +256,15 @@ func (p *Probe) decide(k tier.FlowKey, t *tracked, v Verdict) {
 // nicAction maps a decision to the NIC's action. A passive probe only
 // wants the NIC's counters: its offloaded flows are consumed there, which
 // is the NIC's discard; inline, offloaded flows go to the twin port.
-func (p *Probe) nicAction(d Decision) tier.FlowAction {
-	if d == Discard || !p.cfg.Inline {
+func (p *Probe) nicAction(d dpi.Action) tier.FlowAction {
+	if d == dpi.Discard || !p.cfg.Inline {
 		return tier.FlowDiscard
 	}
 	return tier.FlowForward
 }
 
 func (t *tracked) swAction() flow.Action {
-	if t.decision == Discard {
+	if t.decision == dpi.Discard {
 		return flow.Discard
 	}
 	return flow.Forward

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/dpi"
 	"github.com/tierwall/tierwall/internal/flow"
 	"github.com/tierwall/tierwall/internal/flow/flowtest"
 	"github.com/tierwall/tierwall/internal/tier"
@@ -204,8 +205,8 @@ func TestTableFullKeepsFlowsInSoftwareWithNothingLost(t *testing.T) {
 }
 
 func TestPolicyKeepsAndDiscards(t *testing.T) {
-	r := newRig(t, 16, Config{Inline: true, Policy: func(v Verdict) Decision {
-		return map[string]Decision{"dns": Software, "http": Discard}[v.App]
+	r := newRig(t, 16, Config{Inline: true, Policy: func(v Verdict) dpi.Action {
+		return map[string]dpi.Action{"dns": dpi.Software, "http": dpi.Discard}[v.App]
 	}})
 	dc, ds := netip.AddrPortFrom(client, 5353), netip.AddrPortFrom(server, 53)
 	r.send(17, dc, ds, 0, "q", 1)

@@ -30,18 +30,12 @@ func (f dpiFlow) Close()                               { f.f.Close() }
 // Policy turns the configured per-application actions (dpi.ParsePolicy:
 // the application, then the protocol carrying it, then "default") into
 // the engine's policy.
-func Policy(m map[string]string) (func(flowprobe.Verdict) flowprobe.Decision, error) {
+func Policy(m map[string]string) (func(flowprobe.Verdict) dpi.Action, error) {
 	pol, err := dpi.ParsePolicy(m)
 	if err != nil {
 		return nil, fmt.Errorf("probe.policy: %w", err)
 	}
-	return func(v flowprobe.Verdict) flowprobe.Decision {
-		switch pol.Action(dpi.Verdict{App: v.App, Proto: v.Proto}) {
-		case dpi.Discard:
-			return flowprobe.Discard
-		case dpi.Software:
-			return flowprobe.Software
-		}
-		return flowprobe.Offload
+	return func(v flowprobe.Verdict) dpi.Action {
+		return pol.Action(dpi.Verdict{App: v.App, Proto: v.Proto})
 	}, nil
 }
