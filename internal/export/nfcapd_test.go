@@ -1,157 +1,47 @@
 package export
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/flowprobe"
+	"github.com/tierwall/tierwall/internal/testbed/collector"
 	"github.com/tierwall/tierwall/internal/testutil"
 	"github.com/tierwall/tierwall/internal/tier"
 )
 
-// End to end against a real collector: Debian's nfdump 1.7 (nfcapd)
-// on loopback receives the export; nfdump reads back the file it writes.
-//
-// What nfdump 1.7.1 shows of what we send: addresses, ports, protocol,
-// TCP flags, packets, bytes, first/last (ms), and for RFC 5103 biflows
-// the reverse packets and bytes (out_packets, out_bytes). flowEndReason
-// is kept for IPFIX but printed only by -o raw and the %end format
-// element, not by -o json; nfdump reads no flowEndReason in NetFlow v9,
-// nor applicationName (it knows NBAR's applicationId only), nor
-// enterprise elements other than reverse ones and yaf's.
+// End to end against a real collector: Debian's nfdump (nfcapd) on
+// loopback receives the export; nfdump reads back the file it writes
+// (internal/testbed/collector says what it shows of what we send).
 
-// nfcapd runs a collector on a free loopback port until stop, which
-// makes it write its file and returns the file's path.
 func nfcapd(t *testing.T) (addr string, stop func() string) {
 	t.Helper()
 	testutil.RequireCommand(t, "nfcapd", "nfdump")
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	n, err := collector.Start(collector.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := c.LocalAddr().(*net.UDPAddr).Port
-	c.Close()
-	dir := t.TempDir()
-	cmd := exec.Command("nfcapd", "-C", "none", "-b", "127.0.0.1", "-p", strconv.Itoa(port), "-w", dir, "-t", "3600")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var log bytes.Buffer
-	ready, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "Startup nfcapd") {
-				close(ready)
-			}
+	t.Cleanup(n.Kill)
+	return n.Addr, func() string {
+		f, err := n.Stop(time.Second)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	select {
-	case <-ready:
-	case <-exited:
-		t.Fatalf("nfcapd exited: %s", log.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("nfcapd not ready: %s", log.String())
-	}
-	return fmt.Sprintf("127.0.0.1:%d", port), func() string {
-		time.Sleep(time.Second) // nfcapd reads no more after SIGTERM: let it read the last datagrams
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("nfcapd did not stop: %s", log.String())
-		}
-		cmd.Wait()
-		t.Logf("nfcapd: %s", strings.TrimSpace(log.String()))
-		files, _ := filepath.Glob(filepath.Join(dir, "nfcapd.2*"))
-		if len(files) != 1 {
-			t.Fatalf("nfcapd files %v", files)
-		}
-		return files[0]
+		t.Logf("nfcapd: %s", n.Log())
+		return f
 	}
 }
 
-// nfFlow is what nfdump shows of a flow.
-type nfFlow struct {
-	src, dst          netip.AddrPort
-	proto             uint8
-	flags             string
-	pkts, bytes       uint64
-	outPkts, outBytes uint64
-	first, last       time.Time
-	reason            int
-}
+type nfFlow = collector.Flow
 
-func (f nfFlow) key() string { return fmt.Sprintf("%d %v %v", f.proto, f.src, f.dst) }
-
-// readBack reads an nfcapd file: -o json for the flows, and the %end
-// format element, in the same order, for the end reasons json lacks.
 func readBack(t *testing.T, file string) []nfFlow {
 	t.Helper()
-	out, err := exec.Command("nfdump", "-r", file, "-o", "json").Output()
+	fs, err := collector.Read(file)
 	if err != nil {
-		t.Fatalf("nfdump -o json: %v", err)
-	}
-	var rows []map[string]any
-	if err := json.Unmarshal(out, &rows); err != nil {
-		t.Fatalf("nfdump json: %v\n%s", err, out)
-	}
-	ends, err := exec.Command("nfdump", "-q", "-N", "-r", file, "-o", "fmt:%end").Output()
-	if err != nil {
-		t.Fatalf("nfdump -o fmt:%%end: %v", err)
-	}
-	reasons := strings.Fields(string(ends))
-	if len(reasons) != len(rows) {
-		t.Fatalf("%d end reasons for %d flows", len(reasons), len(rows))
-	}
-	num := func(r map[string]any, k string) uint64 {
-		v, _ := r[k].(float64)
-		return uint64(v)
-	}
-	str := func(r map[string]any, k string) string { s, _ := r[k].(string); return s }
-	ts := func(s string) time.Time {
-		tm, err := time.ParseInLocation("2006-01-02T15:04:05.000", s, time.Local)
-		if err != nil {
-			t.Fatalf("time %q: %v", s, err)
-		}
-		return tm
-	}
-	var fs []nfFlow
-	for i, r := range rows {
-		if str(r, "type") != "FLOW" {
-			continue
-		}
-		sa, da := str(r, "src4_addr"), str(r, "dst4_addr")
-		if sa == "" {
-			sa, da = str(r, "src6_addr"), str(r, "dst6_addr")
-		}
-		f := nfFlow{
-			src:   netip.AddrPortFrom(netip.MustParseAddr(sa), uint16(num(r, "src_port"))),
-			dst:   netip.AddrPortFrom(netip.MustParseAddr(da), uint16(num(r, "dst_port"))),
-			proto: uint8(num(r, "proto")), flags: str(r, "tcp_flags"),
-			pkts: num(r, "in_packets"), bytes: num(r, "in_bytes"), outPkts: num(r, "out_packets"), outBytes: num(r, "out_bytes"),
-			first: ts(str(r, "first")), last: ts(str(r, "last")),
-		}
-		f.reason, _ = strconv.Atoi(reasons[i])
-		fs = append(fs, f)
+		t.Fatal(err)
 	}
 	return fs
 }
@@ -205,19 +95,19 @@ func expectNF(rs []flowprobe.Record, biflow bool) map[string]nfFlow {
 		ends := [2][2]netip.AddrPort{{r.Key.Lo, r.Key.Hi}, {r.Key.Hi, r.Key.Lo}}
 		i, o := r.InitDir, 1-r.InitDir
 		if biflow {
-			f := nfFlow{src: ends[i][0], dst: ends[i][1], proto: r.Key.Proto, flags: nfFlags(r.TCPFlags[i]),
-				pkts: r.Packets[i], bytes: r.Bytes[i], outPkts: r.Packets[o], outBytes: r.Bytes[o],
-				first: ms(r.Start), last: ms(r.End), reason: int(r.Reason)}
-			want[f.key()] = f
+			f := nfFlow{Src: ends[i][0], Dst: ends[i][1], Proto: r.Key.Proto, Flags: nfFlags(r.TCPFlags[i]),
+				Packets: r.Packets[i], Bytes: r.Bytes[i], OutPkts: r.Packets[o], OutBytes: r.Bytes[o],
+				First: ms(r.Start), Last: ms(r.End), Reason: int(r.Reason)}
+			want[f.Key()] = f
 			continue
 		}
 		for _, d := range []uint8{i, o} {
 			if r.Packets[d] == 0 {
 				continue
 			}
-			f := nfFlow{src: ends[d][0], dst: ends[d][1], proto: r.Key.Proto, flags: nfFlags(r.TCPFlags[d]),
-				pkts: r.Packets[d], bytes: r.Bytes[d], first: ms(r.Start), last: ms(r.End), reason: int(r.Reason)}
-			want[f.key()] = f
+			f := nfFlow{Src: ends[d][0], Dst: ends[d][1], Proto: r.Key.Proto, Flags: nfFlags(r.TCPFlags[d]),
+				Packets: r.Packets[d], Bytes: r.Bytes[d], First: ms(r.Start), Last: ms(r.End), Reason: int(r.Reason)}
+			want[f.Key()] = f
 		}
 	}
 	return want
@@ -257,19 +147,19 @@ func TestNfcapdEndToEnd(t *testing.T) {
 				t.Errorf("nfdump shows %d flows, want %d", len(got), len(want))
 			}
 			for _, g := range got {
-				w, ok := want[g.key()]
+				w, ok := want[g.Key()]
 				if !ok {
 					t.Errorf("unexpected flow %+v", g)
 					continue
 				}
-				if tc.format == "netflow9" && g.reason == 0 {
-					g.reason = w.reason // nfdump 1.7 reads no flowEndReason in NetFlow v9
+				if tc.format == "netflow9" && g.Reason == 0 {
+					g.Reason = w.Reason // nfdump 1.7 reads no flowEndReason in NetFlow v9
 				}
-				if g.pkts != w.pkts || g.bytes != w.bytes || g.outPkts != w.outPkts || g.outBytes != w.outBytes ||
-					g.flags != w.flags || !g.first.Equal(w.first) || !g.last.Equal(w.last) || g.reason != w.reason {
-					t.Errorf("flow %s:\n got %+v\nwant %+v", g.key(), g, w)
+				if g.Packets != w.Packets || g.Bytes != w.Bytes || g.OutPkts != w.OutPkts || g.OutBytes != w.OutBytes ||
+					g.Flags != w.Flags || !g.First.Equal(w.First) || !g.Last.Equal(w.Last) || g.Reason != w.Reason {
+					t.Errorf("flow %s:\n got %+v\nwant %+v", g.Key(), g, w)
 				}
-				delete(want, g.key())
+				delete(want, g.Key())
 			}
 			for k := range want {
 				t.Errorf("flow %s not in nfdump's output", k)

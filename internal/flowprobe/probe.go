@@ -372,7 +372,7 @@ func (p *Probe) event(ev *tier.FlowEvent) {
 			p.emit(Record{Key: k, App: "unknown", Start: ev.Counters.First, End: ev.Counters.Last,
 				Packets: ev.Counters.Packets, Bytes: ev.Counters.Bytes,
 				HWPackets: ev.Counters.Packets, HWBytes: ev.Counters.Bytes,
-				TCPFlags: ev.Counters.TCPFlags, Reason: reasonOf(ev.Cause), Final: true})
+				TCPFlags: ev.Counters.TCPFlags, Reason: endReason(k, reasonOf(ev.Cause), ev.Counters.TCPFlags), Final: true})
 			return
 		}
 		t.id = 0

@@ -376,3 +376,27 @@ func TestRecentRecordsPaged(t *testing.T) {
 		t.Fatalf("records past the end: %d", len(got))
 	}
 }
+
+// The FIN passes in software while the NIC is still learning the flow;
+// the NIC never sees it and ages the flow out as idle. The record says the
+// flow ended: one tier saw it end.
+func TestFINBeforeLearnEndsTheFlow(t *testing.T) {
+	r := newRig(t, 16, Config{Learn: tier.LearnOptions{TCPAutoUnlearn: true}})
+	c, s, k := tcpFlow(40011)
+	r.send(6, c, s, 0x18, "GET / HTTP/1.1\r\n", 1)
+	if err := r.p.Step(r.now); err != nil { // DPI done, learn queued
+		t.Fatal(err)
+	}
+	r.send(6, c, s, 0x11, "", 1) // FINs before the firmware learns
+	r.send(6, s, c, 0x11, "", 1)
+	r.step()
+	if st := r.sw.Flows[k].State; st != flow.StateOffloaded {
+		t.Fatalf("state %v, want offloaded", st)
+	}
+	r.nic.Expire(k, tier.CauseIdle)
+	r.advance(2 * time.Second)
+	r.advance(2 * time.Second)
+	if rec := r.final(k); rec.Reason != EndOfFlow {
+		t.Fatalf("record %+v: want end of flow (FIN seen both ways in software)", rec)
+	}
+}

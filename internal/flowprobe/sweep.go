@@ -15,12 +15,25 @@ const (
 
 // tcpEnded reports whether software saw a TCP flow end: a RST, or a FIN
 // from each side.
-func tcpEnded(k tier.FlowKey, e *flow.Entry) bool {
+func tcpEnded(k tier.FlowKey, e *flow.Entry) bool { return tcpEndFlags(k, e.TCPFlags) }
+
+// tcpEndFlags: a FIN from both sides, or an RST.
+func tcpEndFlags(k tier.FlowKey, f [2]uint8) bool {
 	if k.Proto != 6 {
 		return false
 	}
-	f := e.TCPFlags
 	return (f[0]|f[1])&tcpRST != 0 || (f[0]&tcpFIN != 0 && f[1]&tcpFIN != 0)
+}
+
+// endReason is a final record's reason. A TCP flow whose end one tier saw
+// ended, even when another tier's timer noticed first: the FIN can pass
+// in software while the NIC is still learning the flow, and the NIC then
+// ages it out as idle.
+func endReason(k tier.FlowKey, r EndReason, flags [2]uint8) EndReason {
+	if r == EndIdle && tcpEndFlags(k, flags) {
+		return EndOfFlow
+	}
+	return r
 }
 
 type sweepAction struct {
@@ -142,7 +155,9 @@ func (p *Probe) finish(k tier.FlowKey, t *tracked) {
 	if t.cause == tier.CauseApp || t.cause == tier.CauseFlush || t.cause == 0 {
 		reason = EndForced
 	}
-	p.emit(t.record(k, ep, reason, true))
+	r := t.record(k, ep, reason, true)
+	r.Reason = endReason(k, r.Reason, r.TCPFlags)
+	p.emit(r)
 }
 
 func (p *Probe) emit(r Record) {

@@ -32,6 +32,12 @@ func Do(name string, cpu int, f func() error) error {
 			}
 		}
 		if name != "" {
+			orig, err := netns.Get()
+			if err != nil {
+				errc <- fmt.Errorf("this thread's network namespace: %w", err)
+				return
+			}
+			defer orig.Close()
 			h, err := netns.GetFromName(name)
 			if err != nil {
 				errc <- fmt.Errorf("network namespace %q: %w", name, err)
@@ -42,6 +48,12 @@ func Do(name string, cpu int, f func() error) error {
 				errc <- fmt.Errorf("entering network namespace %q: %w", name, err)
 				return
 			}
+			// Go does not end a locked main thread with its goroutine: it
+			// parks it, still inside name, and then the whole process
+			// counts as inside (ip netns pids reads the main thread's
+			// namespace). Going back is cheap; if it fails, the thread
+			// stays locked and ends as before.
+			defer netns.Set(orig)
 		}
 		errc <- f()
 	}()

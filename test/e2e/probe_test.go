@@ -16,6 +16,7 @@ import (
 	"github.com/tierwall/tierwall/internal/flow"
 	"github.com/tierwall/tierwall/internal/flowprobe"
 	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/testbed/collector"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
@@ -28,7 +29,7 @@ var probeServer = netip.MustParseAddr("10.80.0.1")
 // probeConfig is the probe role on the probe lab, with timeouts short
 // enough for a test: flows still open when the generator stops end by
 // idle timeout within seconds.
-func probeConfig(dir string, inline bool, nicCap int) string {
+func probeConfig(dir string, inline bool, nicCap int, collector string) string {
 	mode, egress, twin, ret := "passive", "", "", ""
 	if inline {
 		// Inline, the host forwards what it lets through out of its
@@ -54,14 +55,18 @@ probe:
     idle_timeout: 2s
     tcp_auto_unlearn: true
     emulated: {netns: %s, wire: %s, host: %s, twin: "%s", return: "%s"}
-`, lab.PIfHost, dir, dir, mode, egress, nicCap, lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin, ret)
+  export:
+    biflow: true
+    flush_interval: 50ms
+    collectors: [{address: "%s", format: ipfix}]
+`, lab.PIfHost, dir, dir, mode, egress, nicCap, lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin, ret, collector)
 }
 
-func startProbe(t *testing.T, inline bool, nicCap int) (*harness.Daemon, *api.Client) {
+func startProbe(t *testing.T, inline bool, nicCap int, collector string) (*harness.Daemon, *api.Client) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "probe.yaml")
-	if err := os.WriteFile(cfg, []byte(probeConfig(dir, inline, nicCap)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(probeConfig(dir, inline, nicCap, collector)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "api.sock")
@@ -158,7 +163,13 @@ func runProbe(t *testing.T, inline bool, nicCap int) (*api.Client, map[tier.Flow
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lab.ProbeDown() })
-	_, c := startProbe(t, inline, nicCap)
+	testutil.RequireCommand(t, "nfcapd", "nfdump")
+	nf, err := collector.Start(collector.Options{Netns: lab.PNSHost, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nf.Kill)
+	_, c := startProbe(t, inline, nicCap, nf.Addr)
 
 	var rep *trafgen.Report
 	inNS(t, lab.PNSInet, func() {
@@ -229,7 +240,72 @@ func runProbe(t *testing.T, inline bool, nicCap int) (*api.Client, map[tier.Flow
 	if identified < flows*3/4 {
 		t.Errorf("DPI identified %d of %d flows", identified, flows)
 	}
+	file, err := nf.Stop(time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCollector(t, file, rep, sums)
 	return c, sums, rep
+}
+
+// checkCollector reads back what nfcapd received from the probe (IPFIX
+// biflows: the initiator is the source) and checks every flow's packets,
+// bytes and end reason against the generator's report.
+func checkCollector(t *testing.T, file string, rep *trafgen.Report, sums map[tier.FlowKey]*flowSum) {
+	t.Helper()
+	got, err := collector.Read(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tot struct {
+		pkts, bytes [2]uint64 // by direction of the flow key
+		reasons     []int
+	}
+	byKey := map[tier.FlowKey]*tot{}
+	for _, g := range got {
+		k, d := tier.NewFlowKey(g.Proto, g.Src, g.Dst)
+		x := byKey[k]
+		if x == nil {
+			x = &tot{}
+			byKey[k] = x
+		}
+		x.pkts[d] += g.Packets
+		x.bytes[d] += g.Bytes
+		x.pkts[1-d] += g.OutPkts
+		x.bytes[1-d] += g.OutBytes
+		x.reasons = append(x.reasons, g.Reason)
+	}
+	for _, f := range rep.Flows {
+		if f.Packets[0]+f.Packets[1] == 0 {
+			continue
+		}
+		x := byKey[f.Key]
+		if x == nil {
+			t.Errorf("flow %d %v (%s): not at the collector", f.Index, f.Key, f.App)
+			continue
+		}
+		if x.pkts != f.Packets || x.bytes != f.Bytes {
+			t.Errorf("flow %d %v (%s): collector has packets %v bytes %v, generator sent %v %v",
+				f.Index, f.Key, f.App, x.pkts, x.bytes, f.Packets, f.Bytes)
+		}
+		// The last record's reason is the flow's: FIN from the client
+		// (and the server's answer) ends a TCP flow, the rest time out.
+		want := int(flowprobe.EndIdle)
+		if f.Key.Proto == pkt.ProtoTCP && f.FIN {
+			want = int(flowprobe.EndOfFlow)
+		}
+		if last := x.reasons[len(x.reasons)-1]; last != want {
+			t.Errorf("flow %d %v (%s, FIN sent %v): collector's end reason %d, want %d (probe's records: %v)",
+				f.Index, f.Key, f.App, f.FIN, last, want, sums[f.Key].reasons)
+		}
+		delete(byKey, f.Key)
+	}
+	// What is left is the ICMP packets' flow and nothing else.
+	for k, x := range byKey {
+		if k.Proto != pkt.ProtoICMP {
+			t.Errorf("collector has a flow the generator never sent: %v %+v", k, x)
+		}
+	}
 }
 
 func TestProbePassive(t *testing.T) {

@@ -74,6 +74,20 @@ func Namespaces() []string {
 	return out
 }
 
+// killInside kills the processes inside namespace ns, never this one:
+// a thread of ours that visited ns can make ip netns pids list us.
+func killInside(ns string) {
+	out, err := exec.Command("ip", "netns", "pids", ns).Output()
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
 // Up builds the lab, or completes a partial one. Safe to run again.
 func Up() error {
 	if len(Namespaces()) == 3 && Ready() == nil {
@@ -142,13 +156,7 @@ func Down() error {
 	for _, ns := range Namespaces() {
 		// Processes still inside (a generator, a daemon from a killed
 		// demo) would keep the namespace's interfaces alive.
-		if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-			for _, f := range strings.Fields(string(out)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
+		killInside(ns)
 		if err := run("ip", "netns", "del", ns); err != nil {
 			errs = append(errs, err)
 		}

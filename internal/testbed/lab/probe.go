@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // The probe lab (issue: the flow probe of Deri et al. 2024), apart from the
@@ -59,6 +58,13 @@ func ProbeUp() error {
 	}
 	steps := [][]string{
 		{"ip", "netns", "add", PNSInet}, {"ip", "netns", "add", PNSNic}, {"ip", "netns", "add", PNSHost}, {"ip", "netns", "add", PNSSink},
+		// No IPv6 on the lab's links: router solicitations and MLD
+		// reports would be flows the generator never sent, and the
+		// tests and the evaluation count packets exactly.
+		{"ip", "netns", "exec", PNSInet, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"},
+		{"ip", "netns", "exec", PNSNic, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"},
+		{"ip", "netns", "exec", PNSHost, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"},
+		{"ip", "netns", "exec", PNSSink, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"},
 		{"ip", "link", "add", PIfInet, "netns", PNSInet, "type", "veth", "peer", "name", PIfWire, "netns", PNSNic},
 		{"ip", "link", "add", PIfHPort, "netns", PNSNic, "type", "veth", "peer", "name", PIfHost, "netns", PNSHost},
 		{"ip", "link", "add", PIfHRet, "netns", PNSNic, "type", "veth", "peer", "name", PIfHost1, "netns", PNSHost},
@@ -67,6 +73,8 @@ func ProbeUp() error {
 	for _, l := range probeLinks {
 		steps = append(steps, []string{"ip", "-n", l[0], "link", "set", l[1], "up"})
 	}
+	// The host's loopback: the probe exports to a collector beside it.
+	steps = append(steps, []string{"ip", "-n", PNSHost, "link", "set", "lo", "up"})
 	steps = append(steps,
 		// Frames leave with complete checksums, as on a real wire.
 		[]string{"ip", "netns", "exec", PNSInet, "ethtool", "-K", PIfInet, "tx", "off"},
@@ -91,13 +99,7 @@ func ProbeUp() error {
 func ProbeDown() error {
 	var errs []error
 	for _, ns := range probeNamespaces() {
-		if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
-			for _, f := range strings.Fields(string(out)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
+		killInside(ns)
 		if err := run("ip", "netns", "del", ns); err != nil {
 			errs = append(errs, err)
 		}
