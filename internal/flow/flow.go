@@ -148,12 +148,27 @@ type SoftwareTier interface {
 
 // MonoTime converts a CLOCK_MONOTONIC reading in nanoseconds (what
 // bpf_ktime_get_ns returns) to wall-clock time.
-func MonoTime(ns uint64) time.Time {
+func MonoTime(ns uint64) time.Time { return NewMonoBase().Time(ns) }
+
+// MonoBase is one reading of both clocks, for converting many monotonic
+// times: a walk over a million flows reads the clock once, not twice per
+// flow (unix.ClockGettime is a real system call, not the vDSO).
+type MonoBase struct {
+	mono int64
+	wall time.Time
+}
+
+// NewMonoBase reads both clocks now.
+func NewMonoBase() MonoBase {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return MonoBase{mono: ts.Nano(), wall: time.Now()}
+}
+
+// Time converts a CLOCK_MONOTONIC reading in nanoseconds; 0 is no time.
+func (b MonoBase) Time(ns uint64) time.Time {
 	if ns == 0 {
 		return time.Time{}
 	}
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	now := time.Now()
-	return now.Add(time.Duration(int64(ns) - ts.Nano()))
+	return b.wall.Add(time.Duration(int64(ns) - b.mono))
 }

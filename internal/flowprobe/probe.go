@@ -53,7 +53,7 @@ type Config struct {
 	IdleTimeout   time.Duration            // software flows end after this long idle (default 30 s)
 	ActiveTimeout time.Duration            // a long-lived flow is reported this often (default 120 s)
 	EndGrace      time.Duration            // wait after a flow's end for its last packets (default 1 s)
-	SweepEvery    time.Duration            // pass over the software table (default 500 ms)
+	SweepEvery    time.Duration            // pass over the software table (default: a tenth of the idle timeout, 100 ms..2 s)
 	Learn         tier.LearnOptions        // options of every learned flow
 	Policy        func(Verdict) dpi.Action // per application; nil: offload everything
 	Now           func() time.Time         // tests
@@ -79,7 +79,10 @@ func (c *Config) defaults() {
 		c.EndGrace = time.Second
 	}
 	if c.SweepEvery <= 0 {
-		c.SweepEvery = 500 * time.Millisecond
+		// A pass reads every flow: at a million flows a pass every
+		// 500 ms is most of a CPU. Timeouts are what the sweep
+		// serves, so its period follows the idle timeout's scale.
+		c.SweepEvery = min(max(c.IdleTimeout/10, 100*time.Millisecond), 2*time.Second)
 	}
 	if c.Policy == nil {
 		c.Policy = func(Verdict) dpi.Action { return dpi.Offload }

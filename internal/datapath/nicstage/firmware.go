@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
@@ -42,8 +44,20 @@ type unlearnReq struct {
 	key   *nicflowTwFlowKey // from the data plane: must still name the flow
 }
 
+// FirmwareThread is the name (comm) of the OS thread the firmware runs
+// on. On a real NIC the firmware is the NIC's own processor: the lab finds
+// the thread by this name to pin it beside the NIC stage and to count its
+// time as the NIC's, not the host's.
+const FirmwareThread = "tw-nic-firmware"
+
 func (t *FlowTable) run() {
 	defer close(t.done)
+	// The goroutine keeps its thread, and the thread ends with it
+	// (never unlocked): the name stays on this thread only.
+	runtime.LockOSThread()
+	if name, err := unix.BytePtrFromString(FirmwareThread); err == nil {
+		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0) // a name only: the lab's measurements
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {

@@ -297,7 +297,7 @@ func (p *Probe) Lookup(k tier.FlowKey) (flow.Entry, error) {
 		}
 		return flow.Entry{}, fmt.Errorf("looking up %s: %w", k, err)
 	}
-	return entryOf(&v), nil
+	return entryOf(&v, flow.NewMonoBase()), nil
 }
 
 // Delete removes a flow and returns its last counters. A packet of the
@@ -316,7 +316,7 @@ func (p *Probe) Delete(k tier.FlowKey) (flow.Entry, error) {
 		return flow.Entry{}, fmt.Errorf("deleting %s: %w", k, err)
 	}
 	p.deleted.Add(1)
-	return entryOf(&v), nil
+	return entryOf(&v, flow.NewMonoBase()), nil
 }
 
 // walkBatch is how many entries one batch lookup returns.
@@ -331,11 +331,12 @@ func (p *Probe) Walk(fn func(tier.FlowKey, *flow.Entry) bool) error {
 	var (
 		cur ebpf.MapBatchCursor
 		e   flow.Entry
+		mb  = flow.NewMonoBase()
 	)
 	for {
 		n, err := p.objs.TwProbeFlows.BatchLookup(&cur, keys, vals, nil)
 		for i := 0; i < n; i++ {
-			e = entryOf(&vals[i])
+			e = entryOf(&vals[i], mb)
 			if !fn(keyOf(&keys[i]), &e) {
 				return nil
 			}
@@ -424,10 +425,10 @@ func keyOf(ck *probeTwFlowKey) tier.FlowKey {
 		Hi: netip.AddrPortFrom(hi, bits.ReverseBytes16(ck.PortHi))}
 }
 
-func entryOf(v *probeTwFlow) flow.Entry {
+func entryOf(v *probeTwFlow, mb flow.MonoBase) flow.Entry {
 	// One clock reading for both: converted apart, equal times would
 	// come out in the wrong order.
-	first := flow.MonoTime(v.FirstNs)
+	first := mb.Time(v.FirstNs)
 	return flow.Entry{
 		Packets:  v.Packets,
 		Bytes:    v.Bytes,

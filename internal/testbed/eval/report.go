@@ -40,12 +40,17 @@ func ff(v float64) string { return strconv.FormatFloat(v, 'f', 4, 64) }
 
 // lineChart draws y(sources) per series on a log x axis, as PNG and SVG.
 func lineChart(dir, name, title, ylabel string, series map[string]plotter.XYs) error {
+	return lineChartX(dir, name, title, "attacking sources", ylabel, series)
+}
+
+// lineChartX draws y(x) per series on a log x axis, as PNG and SVG.
+func lineChartX(dir, name, title, xlabel, ylabel string, series map[string]plotter.XYs) error {
 	if len(series) == 0 {
 		return nil // nothing measured for this chart (e.g. a partial --only run)
 	}
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "attacking sources"
+	p.X.Label.Text = xlabel
 	p.Y.Label.Text = ylabel
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}

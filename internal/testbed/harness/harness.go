@@ -60,6 +60,7 @@ type Options struct {
 	Socket   string    // its api.socket, to wait on and talk to
 	Log      io.Writer // also receives the daemon's output (optional)
 	Timeout  time.Duration
+	CPUs     string // run on these CPUs only (taskset's list, e.g. "1"); "" anywhere
 }
 
 // StartDaemon starts the daemon and waits until its API answers /v1/status
@@ -69,7 +70,14 @@ func StartDaemon(o Options) (*Daemon, error) {
 	if o.Netns != "" {
 		args = append([]string{"-n", o.Netns}, args...)
 	}
-	d := &Daemon{Cmd: exec.Command(o.Tierwall, args...), out: &syncBuffer{w: o.Log}, Client: api.NewClient(o.Socket)}
+	name := o.Tierwall
+	if o.CPUs != "" {
+		// taskset sets the affinity before exec, so every thread the
+		// daemon ever starts inherits it.
+		args = append([]string{"-c", o.CPUs, o.Tierwall}, args...)
+		name = "taskset"
+	}
+	d := &Daemon{Cmd: exec.Command(name, args...), out: &syncBuffer{w: o.Log}, Client: api.NewClient(o.Socket)}
 	d.Cmd.Stdout, d.Cmd.Stderr = d.out, d.out
 	if err := d.Cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", o.Tierwall, err)
