@@ -75,17 +75,17 @@ type FlowRow struct {
 	Start     CPUShare `json:"start"`     // first half of the run
 	Steady    CPUShare `json:"steady"`    // second half
 	// Where each packet went (packets).
-	NICSeen      uint64 `json:"nic_seen"`      // all the NIC's verdicts
-	NICConsumed  uint64 `json:"nic_consumed"`  // counted and dropped by the NIC (passive offload)
-	NICTwin      uint64 `json:"nic_twin"`      // counted and forwarded by the NIC (inline offload)
-	ToHost       uint64 `json:"to_host"`       // hit (passive forward), miss and unhandled
-	HostSeen     uint64 `json:"host_seen"`     // the probe's XDP tier, every mark
-	Untracked    uint64 `json:"untracked"`     // host packets of flows the software table refused
-	DPILost      uint64 `json:"dpi_lost"`      // samples the ring refused (DPI went without them)
-	Records      uint64 `json:"records"`       // flow records the probe made
-	ExportLost   uint64 `json:"export_lost"`   // records dropped before or at sending
-	SocketDrops  uint64 `json:"socket_drops"`  // datagrams the collector's socket refused
-	Collected    uint64 `json:"collected"`     // packets in nfcapd's file
+	NICSeen      uint64 `json:"nic_seen"`     // all the NIC's verdicts
+	NICConsumed  uint64 `json:"nic_consumed"` // counted and dropped by the NIC (passive offload)
+	NICTwin      uint64 `json:"nic_twin"`     // counted and forwarded by the NIC (inline offload)
+	ToHost       uint64 `json:"to_host"`      // hit (passive forward), miss and unhandled
+	HostSeen     uint64 `json:"host_seen"`    // the probe's XDP tier, every mark
+	Untracked    uint64 `json:"untracked"`    // host packets of flows the software table refused
+	DPILost      uint64 `json:"dpi_lost"`     // samples the ring refused (DPI went without them)
+	Records      uint64 `json:"records"`      // flow records the probe made
+	ExportLost   uint64 `json:"export_lost"`  // records dropped before or at sending
+	SocketDrops  uint64 `json:"socket_drops"` // datagrams the collector's socket refused
+	Collected    uint64 `json:"collected"`    // packets in nfcapd's file
 	CollectedFl  uint64 `json:"collected_flows"`
 	LearnDone    uint64 `json:"learn_done"`
 	LearnFailed  uint64 `json:"learn_failed"`
