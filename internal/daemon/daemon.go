@@ -69,9 +69,9 @@ type Daemon struct {
 	hist         map[detect.Key]int32 // sources seen in the last interval (positions in hists), for the circuit breaker
 	hists        []history            // what hist points to; freed entries are listed in histFree
 	histFree     []int32
-	stale        []detect.Key    // scratch for track
-	traffic      *detect.Traffic // the interval's traffic, reused: see observe
-	readings     []datapath.Reading      // the bans' counters, parallel to store.Prefixes(), reused
+	stale        []detect.Key       // scratch for track
+	traffic      *detect.Traffic    // the interval's traffic, reused: see observe
+	readings     []datapath.Reading // the bans' counters, parallel to store.Prefixes(), reused
 	breaker      bool
 	tierCounts   map[string]int // bans per tier, for the metrics collector (under mu)
 	started      time.Time
