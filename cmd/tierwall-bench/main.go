@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -25,7 +26,18 @@ func main() {
 	child := flag.Int("million-child", 0, "internal: run this many 1M-source intervals and report (a process of its own, for its RSS)")
 	tierwallBin := flag.String("tierwall", "bin/tierwall", "tierwall binary for the daemon benchmark")
 	detRuns := flag.Int("detection-runs", 20, "sources per interval setting in the detection benchmark")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process here")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *child > 0 {
 		millionChild(*child)
 		return

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,8 +67,13 @@ type Daemon struct {
 	lastSnap     time.Time
 	lastOverflow uint64 // feature overflow counter at the last snapshot
 	lastAt       time.Time
-	hist         map[netip.Addr]*history // sources seen in the last interval, for the circuit breaker
-	readings     []datapath.Reading      // the bans' counters, parallel to store.Prefixes(), reused
+	hist         map[detect.Key]int32 // sources seen in the last interval (positions in hists), for the circuit breaker
+	histNext     map[detect.Key]int32 // the next interval's hist, being built by track (see there)
+	hists        []history            // what hist points to; freed entries are listed in histFree
+	histFree     []int32
+	histCap      [2]int             // keys hist and histNext were made for
+	traffic      *detect.Traffic    // the interval's traffic, reused: see observe
+	readings     []datapath.Reading // the bans' counters, parallel to store.Prefixes(), reused
 	breaker      bool
 	tierCounts   map[string]int // bans per tier, for the metrics collector (under mu)
 	started      time.Time
@@ -144,7 +150,7 @@ func NewOver(cfg *config.Config, log *slog.Logger, dp DataPlane, now time.Time) 
 // tier (nil: XDP only) and reconciles them with the state file at now.
 func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlane, hw tier.Table, now time.Time) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: now, dp: dp, hw: hw,
-		hist: map[netip.Addr]*history{}}
+		hist: map[detect.Key]int32{}, histNext: map[detect.Key]int32{}}
 	d.Metrics = newMetrics(d)
 	if hw != nil {
 		d.off = &placement.Offloader{Table: hw, Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
@@ -419,11 +425,19 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	if dt <= 0 {
 		dt = d.cfg.Interval
 	}
-	// A fresh Traffic each interval: reusing one keeps a flood's
-	// million-entry maps and pair slice live between intervals (measured:
-	// twice the live heap after the interval) for a small gain in time.
-	tr := detect.NewTrafficSized(dt, len(snap.Flows))
-	for _, f := range snap.Flows {
+	// One Traffic reused every interval: its tables keep their memory, so
+	// a steady flood allocates nothing per interval and the heap stays at
+	// one interval's worth instead of growing to two before each GC (the
+	// peak RSS is what counts under MemoryMax). Reset drops tables far
+	// larger than the interval needs, so a flood's do not outlive it.
+	if d.traffic == nil {
+		d.traffic = detect.NewTrafficSized(dt, len(snap.Flows))
+	} else {
+		d.traffic.Reset(dt, len(snap.Flows))
+	}
+	tr := d.traffic
+	for i := range snap.Flows {
+		f := &snap.Flows[i]
 		tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
 	}
 	// Packets the feature buffers could not hold: the interval is partial,
@@ -539,8 +553,8 @@ func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 		b, _ := d.store.Get(p)
 		d.event(now, "ban", p, "%s: %s", b.Detector, b.Reason)
 		d.Metrics.bans.Inc()
-		if h := d.hist[p.Addr()]; h != nil && p.IsSingleIP() {
-			d.Metrics.detectToDrop.Observe(applied.Sub(h.first).Seconds())
+		if h := d.history(p.Addr()); h != nil && p.IsSingleIP() {
+			d.Metrics.detectToDrop.Observe(applied.Sub(time.Unix(0, h.first)).Seconds())
 		}
 	}
 	d.dirty = true
@@ -631,18 +645,27 @@ func refusalKind(why string) string {
 // consecutive intervals it has been seen, whether any detector named it on
 // its own, and its usual rate.
 type history struct {
-	run      int
+	run      int32
+	missed   int32 // intervals missed in a row while the buffers overflowed
 	detected bool
-	norm     float64   // pps, learned while it was not detected
-	pps      float64   // this interval
-	missed   int       // intervals missed in a row while the buffers overflowed
-	first    time.Time // start of the interval it showed up in, for detection-to-drop latency
+	norm     float64 // pps, learned while it was not detected
+	pps      float64 // this interval
+	first    int64   // start of the interval it showed up in (Unix ns), for detection-to-drop latency
+}
+
+// history is what the breaker knows of a, nil if nothing.
+func (d *Daemon) history(a netip.Addr) *history {
+	if i, ok := d.hist[detect.KeyOf(a)]; ok {
+		return &d.hists[i]
+	}
+	return nil
 }
 
 // maxTracked bounds the sources the daemon keeps a history of. Past it, a
 // flood's new sources are not tracked (they cannot become regular clients
-// while it lasts); the clients known before it keep theirs. At ~120 bytes
-// a source this is ~30 MiB whatever the number of sources.
+// while it lasts); the clients known before it keep theirs. At ~70 bytes
+// a source (a 40-byte history and its map slot) this is ~18 MiB whatever
+// the number of sources.
 const maxTracked = 1 << 18
 
 // maxMissed is how many overflowing intervals an established source may
@@ -661,7 +684,7 @@ const normJump = 3
 func (d *Daemon) noteDetected(ds []detect.Detection) {
 	for _, x := range ds {
 		if x.Prefix.IsSingleIP() {
-			if h := d.hist[x.Prefix.Addr()]; h != nil && (h.run < establishedAfter || h.pps > normJump*h.norm) {
+			if h := d.history(x.Prefix.Addr()); h != nil && (h.run < establishedAfter || h.pps > normJump*h.norm) {
 				h.detected = true
 			}
 		}
@@ -674,9 +697,9 @@ func (d *Daemon) noteDetected(ds []detect.Detection) {
 // detector before it was established, and sends at its usual rate.
 func (d *Daemon) establishedShare(tr *detect.Traffic) func(netip.Prefix) float64 {
 	var established []netip.Addr
-	for a, h := range d.hist {
-		if h.run >= establishedAfter && !h.detected && h.pps <= normJump*max(h.norm, 1) {
-			established = append(established, a)
+	for k, i := range d.hist {
+		if h := &d.hists[i]; h.run >= establishedAfter && !h.detected && h.pps <= normJump*max(h.norm, 1) {
+			established = append(established, k.Addr())
 		}
 	}
 	d.log.Debug("interval", "sources", len(tr.Sources), "established", len(established))
@@ -748,15 +771,7 @@ func (d *Daemon) detectors() []detect.Detector {
 // how many intervals in a row, and its usual rate. A source absent from an
 // interval is forgotten (see below for intervals that overflowed).
 func (d *Daemon) track(start time.Time, tr *detect.Traffic) {
-	for a, s := range tr.Sources {
-		h := d.hist[a]
-		if h == nil {
-			if len(d.hist) >= maxTracked {
-				continue
-			}
-			h = &history{first: start}
-			d.hist[a] = h
-		}
+	update := func(h *history, s *detect.Source) {
 		h.run++
 		h.pps = tr.Rate(s.Packets)
 		switch {
@@ -768,22 +783,64 @@ func (d *Daemon) track(start time.Time, tr *detect.Traffic) {
 			h.norm = 0.95*h.norm + 0.05*h.pps // follows slow change, never a jump
 		}
 	}
+	// The sources already tracked, looked up in the interval (not each of
+	// the interval's sources in the history: a flood brings a million).
+	// The survivors and the new sources go to a second map, cleared and
+	// swapped every interval, rather than deleting the absent ones: a
+	// flood replaces most of the tracked sources every interval, and a
+	// map that many keys are deleted from fills with tombstones and grows
+	// again (measured: ~40 MB of garbage per interval at 1M sources).
+	//
 	// A source missing from an interval that overflowed may not have fit:
 	// an established client stays in the breaker's denominator through up
 	// to maxMissed such intervals (a flood of new keys must not push the
 	// regular clients out), so this state stays bounded by the buffers'
 	// capacity times maxMissed+1 whatever the attacker does.
-	for a, h := range d.hist {
-		if _, ok := tr.Sources[a]; ok {
-			h.missed = 0
-			continue
-		}
-		if tr.Overflow > 0 && h.run >= establishedAfter && h.missed < maxMissed {
-			h.missed++
-			continue
-		}
-		delete(d.hist, a)
+	// Sized once for what this interval can bring (at most maxTracked):
+	// a map grown key by key to a flood's size leaves garbage as large as
+	// itself behind, and RSS is what MemoryMax limits.
+	if need := min(len(d.hist)+len(tr.Sources), maxTracked); need > d.histCap[1] {
+		d.histCap[1] = need
+		d.histNext = make(map[detect.Key]int32, need)
+		d.hists = slices.Grow(d.hists, need-len(d.hists))
 	}
+	next := d.histNext
+	gone := 0
+	for k, i := range d.hist {
+		h := &d.hists[i]
+		if j := tr.SourceIndex(k); j >= 0 {
+			update(h, &tr.Sources[j])
+			h.missed = 0
+		} else if tr.Overflow > 0 && h.run >= establishedAfter && h.missed < maxMissed {
+			h.missed++
+		} else {
+			d.histFree = append(d.histFree, i)
+			gone++
+			continue
+		}
+		next[k] = i
+	}
+	// New sources, while there is room: the absent ones above still count
+	// against maxTracked this interval, as they always have.
+	for j := 0; j < len(tr.Sources) && len(next)+gone < maxTracked; j++ {
+		k := tr.SourceKey(j)
+		if _, ok := next[k]; ok {
+			continue
+		}
+		var i int32
+		if n := len(d.histFree); n > 0 {
+			i, d.histFree = d.histFree[n-1], d.histFree[:n-1]
+		} else {
+			i = int32(len(d.hists))
+			d.hists = append(d.hists, history{})
+		}
+		d.hists[i] = history{first: start.UnixNano()}
+		next[k] = i
+		update(&d.hists[i], &tr.Sources[j])
+	}
+	d.hist, d.histNext = next, d.hist
+	d.histCap[0], d.histCap[1] = d.histCap[1], d.histCap[0]
+	clear(d.histNext) // keeps its buckets for the next interval
 }
 
 // measure computes each ban's rate over the interval: from the growth of

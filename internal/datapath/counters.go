@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -12,9 +13,84 @@ import (
 
 // Reading is one rule's counters as RuleCountersInto reads them; Found is
 // false when the data plane holds no such block rule.
+//
+// A Reading also remembers where an exact rule was and whether it had
+// gone quiet, so that the next RuleCountersInto over the same slice can
+// skip a rule whose counters cannot have moved: one check of its slot
+// instead of a hash, a probe and a read of every CPU's counters (at 500K
+// bans, most of them quiet, that was most of an interval's work).
 type Reading struct {
 	Counter
 	Found bool
+
+	slot    uint32 // exact-table slot + 1; 0: unknown
+	lastHit uint64 // the slot's last_hit when the counters were read
+	// quiet: last_hit was 0 with zero counters, or older than twice its
+	// resolution when read, so any later hit rewrites it (tw_touch).
+	quiet bool
+}
+
+// lastHitRes is TW_LAST_HIT_RES_NS: the data plane rewrites a slot's
+// last_hit only when it is older than this.
+const lastHitRes = 250_000_000
+
+// isQuiet reports whether a slot read at now with last_hit lh and
+// counters c must change last_hit on its next hit. The data plane counts
+// a hit, then rewrites last_hit when now - last_hit > lastHitRes (now from
+// the coarse clock, a tick behind ours): with last_hit older than twice
+// that, every hit after the read changes it. last_hit 0 means never hit
+// since the rule was written, unless a hit is between its count and its
+// touch: then the counters are not zero and the slot is not quiet.
+func isQuiet(lh, now uint64, c Counter) bool {
+	if lh == 0 {
+		return c.Packets == 0 && c.Bytes == 0
+	}
+	return now > lh && now-lh > 2*lastHitRes
+}
+
+// read fills r from slot idx of t: last_hit first (atomically, so it is
+// not read after the counters), then the counters.
+func (t *exactTable) read(v *exactView, idx uint32, now uint64, r *Reading) {
+	var lh uint64
+	if t.v6 {
+		lh = atomic.LoadUint64(&v.k6[idx].LastHit)
+	} else {
+		lh = atomic.LoadUint64(&v.k4[idx].LastHit)
+	}
+	c := t.sum(v, idx)
+	*r = Reading{Counter: c, Found: true, slot: idx + 1, lastHit: lh, quiet: isQuiet(lh, now, c)}
+}
+
+// reread refreshes r for address a from the slot it remembers: false when
+// it remembers none or the slot no longer holds a (the rule moved, or r
+// was made for another rule), and a full lookup is needed.
+func (t *exactTable) reread(v *exactView, a netip.Addr, now uint64, r *Reading) bool {
+	if r.slot == 0 || !r.Found || r.slot > t.slots {
+		return false
+	}
+	idx := r.slot - 1
+	var state uint32
+	var lh uint64
+	if t.v6 {
+		e := &v.k6[idx]
+		state = uint32(atomic.LoadUint32((*uint32)(unsafe.Pointer(&e.State))))
+		if state != slotUsed || e.Addr != a.As16() {
+			return false
+		}
+		lh = atomic.LoadUint64(&e.LastHit)
+	} else {
+		e := &v.k4[idx]
+		state = uint32(atomic.LoadUint32((*uint32)(unsafe.Pointer(&e.State))))
+		if state != slotUsed || e.Addr != word4(a) {
+			return false
+		}
+		lh = atomic.LoadUint64(&e.LastHit)
+	}
+	if r.quiet && lh == r.lastHit {
+		return true // no hit since the last read: the counters are r's
+	}
+	t.read(v, idx, now, r)
+	return true
 }
 
 // exactView is an exact table and its counters mapped read-only into this
@@ -130,20 +206,37 @@ func (d *Datapath) RuleCountersInto(ps []netip.Prefix, out []Reading) error {
 	if len(out) != len(ps) {
 		return fmt.Errorf("%w: %d readings for %d prefixes", ErrInvalid, len(out), len(ps))
 	}
-	var exact [2][]int32 // indices into ps of the exact rules, per family
+	now := monoNow()
+	var exact [2][]int32 // indices into ps of the exact rules to look up, per family
+	var views [2]*exactView
+	tables := [2]*exactTable{d.ex4, d.ex6}
 	var ids map[netip.Prefix]uint32
 	var lctrs []filterTwCtr
 	l := d.prefixes()
 	for i, p := range ps {
-		out[i] = Reading{}
 		if isExact(p) {
 			f := 0
 			if p.Addr().Is6() {
 				f = 1
 			}
+			if views[f] == nil {
+				v, err := tables[f].view()
+				if err != nil {
+					return err
+				}
+				views[f] = v
+			}
+			// The slot this reading came from last time, when it still
+			// holds the rule: in ps order, which is also out's, so the
+			// only random access is the slot itself.
+			if tables[f].reread(views[f], p.Addr(), now, &out[i]) {
+				continue
+			}
+			out[i] = Reading{}
 			exact[f] = append(exact[f], int32(i))
 			continue
 		}
+		out[i] = Reading{}
 		// An LPM lookup returns the longest match, maybe a broader prefix:
 		// ids come from the tries' own keys instead.
 		if ids == nil {
@@ -168,19 +261,16 @@ func (d *Datapath) RuleCountersInto(ps []netip.Prefix, out []Reading) error {
 			c.Packets += lctrs[cpu*l.cap+id].Packets
 			c.Bytes += lctrs[cpu*l.cap+id].Bytes
 		}
-		out[i] = Reading{c, true}
+		out[i] = Reading{Counter: c, Found: true}
 	}
-	for f, t := range []*exactTable{d.ex4, d.ex6} {
+	for f, t := range tables {
 		if len(exact[f]) == 0 {
 			continue
 		}
-		v, err := t.view()
-		if err != nil {
-			return err
-		}
+		v := views[f]
 		for _, i := range t.bySlot(ps, exact[f]) {
 			if idx := t.findMem(v, ps[i].Addr()); idx >= 0 {
-				out[i] = Reading{t.sum(v, uint32(idx)), true}
+				t.read(v, uint32(idx), now, &out[i])
 			}
 		}
 	}

@@ -135,7 +135,7 @@ func TestEntropyUniformGrowthIsNotAnAttack(t *testing.T) {
 	tr := NewTraffic(time.Second)
 	for _, half := range []*Traffic{normal(12), normal(13)} {
 		for _, p := range half.Pairs {
-			tr.Add(p.Src, p.Dst, 6, p.Packets, p.Packets*100, 0)
+			tr.Add(half.SourceAddr(int(p.Src)), half.DestAddr(int(p.Dst)), 6, p.Packets, p.Packets*100, 0)
 		}
 	}
 	if ds := e.Detect(tr); len(ds) != 0 {
@@ -292,7 +292,7 @@ func TestTopSelectsAndOrders(t *testing.T) {
 	if top[0].Packets != 10 || top[0].Dests != 2 || top[0].SYNPS != 1 || top[1].Dests != 1 {
 		t.Fatalf("first talker %+v, second %+v", top[0], top[1])
 	}
-	if got := tr.Sources[netip.MustParseAddr("10.0.0.9")].Proto(6); got != 1 {
+	if got := tr.Proto(tr.SourceIndex(KeyOf(netip.MustParseAddr("10.0.0.9"))), 6); got != 1 {
 		t.Fatalf("TCP packets %d", got)
 	}
 }

@@ -78,25 +78,28 @@ func (w *welford) sd() float64 {
 	return math.Sqrt(w.m2 / (w.n - 1))
 }
 
-// normEntropy is the Shannon entropy of the counts, divided by its
-// maximum (log2 of the number of keys): 0 = one key, 1 = uniform.
-func normEntropy[K comparable](m map[K]uint64) float64 {
+// normEntropy is the Shannon entropy of the n counts at(0..n-1), divided
+// by its maximum (log2 of the number of keys): 0 = one key, 1 = uniform.
+// The counts are read in place (a million sources are not copied into a
+// map first).
+func normEntropy(n int, at func(int) uint64) float64 {
 	var total float64
-	for _, v := range m {
-		total += float64(v)
+	for i := range n {
+		total += float64(at(i))
 	}
-	if len(m) < 2 || total == 0 {
+	if n < 2 || total == 0 {
 		return 0
 	}
 	var h float64
-	for _, v := range m {
+	for i := range n {
+		v := at(i)
 		if v == 0 {
 			continue
 		}
 		p := float64(v) / total
 		h -= p * math.Log2(p)
 	}
-	return h / math.Log2(float64(len(m)))
+	return h / math.Log2(float64(n))
 }
 
 // Baseline reports what has been learned: mean pps and entropies.
@@ -106,15 +109,9 @@ func (e *Entropy) Baseline() (pps, hsrc, hdst float64, ready bool) {
 
 func (e *Entropy) Detect(t *Traffic) []Detection {
 	e.defaults()
-	src := make(map[netip.Addr]uint64, len(t.Sources))
-	for a, s := range t.Sources {
-		src[a] = s.Packets
-	}
-	dst := make(map[netip.Addr]uint64, len(t.Dests))
-	for a, d := range t.Dests {
-		dst[a] = d.Packets
-	}
-	pps, hs, hd := t.Rate(t.Total.Packets), normEntropy(src), normEntropy(dst)
+	srcPkts := func(i int) uint64 { return t.Sources[i].Packets }
+	dstPkts := func(i int) uint64 { return t.Dests[i].Packets }
+	pps, hs, hd := t.Rate(t.Total.Packets), normEntropy(len(t.Sources), srcPkts), normEntropy(len(t.Dests), dstPkts)
 	e.lastHsrc, e.lastHdst, e.vol = hs, hd, pps
 
 	learn := func() {
@@ -141,31 +138,13 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 
 	// The attacked destinations: those above the baseline's even share
 	// when destination entropy fell; every destination otherwise.
-	targets := map[netip.Addr]bool{}
+	var targets []int32
 	if dstShift && hd < e.hdst.mean {
-		for a, n := range dst {
-			if float64(n) >= 0.1*float64(t.Total.Packets) {
-				targets[a] = true
+		for i := range t.Dests {
+			if float64(t.Dests[i].Packets) >= 0.1*float64(t.Total.Packets) {
+				targets = append(targets, int32(i))
 			}
 		}
-	}
-	all := len(targets) == 0
-	// Each attacked destination is judged on its own: a source's share is
-	// of the traffic to that victim (all traffic when no single victim).
-	groups := map[netip.Addr]map[netip.Addr]uint64{}
-	for _, pc := range t.Pairs {
-		p, n := pc.Pair, pc.Packets
-		if !all && !targets[p.Dst] {
-			continue
-		}
-		key := p.Dst
-		if all {
-			key = netip.Addr{}
-		}
-		if groups[key] == nil {
-			groups[key] = map[netip.Addr]uint64{}
-		}
-		groups[key][p.Src] += n
 	}
 	why := fmt.Sprintf("volume %.0f pps vs normal %.0f; entropy src %.2f (normal %.2f) dst %.2f (normal %.2f)",
 		pps, e.pps.mean, hs, e.hsrc.mean, hd, e.hdst.mean)
@@ -175,12 +154,16 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 			best[d.Prefix] = d
 		}
 	}
-	for victim, attack := range groups {
+	// judge names who causes the attack on one victim (invalid: all
+	// destinations) from the packets each of its n sources sent it:
+	// at(j) is the j-th source's position in Sources and its packets.
+	judge := func(victim netip.Addr, n int, at func(j int) (int32, uint64)) {
 		var attackPkts uint64
 		var few int
-		for _, n := range attack {
-			attackPkts += n
-			if n <= e.SpoofFew {
+		for j := range n {
+			_, p := at(j)
+			attackPkts += p
+			if p <= e.SpoofFew {
 				few++
 			}
 		}
@@ -188,36 +171,69 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 		if victim.IsValid() {
 			target = victim.String()
 		}
-		if len(attack) >= e.SpoofMin && float64(few) >= e.SpoofFraction*float64(len(attack)) {
+		if n >= e.SpoofMin && float64(few) >= e.SpoofFraction*float64(n) {
 			// Spoofed: aggregate the few-packet sources (not the regular
 			// clients that happen to share a prefix with them) and name the
 			// prefixes carrying a share of that spoofed traffic.
 			agg := map[netip.Prefix]uint64{}
 			var spoofPkts uint64
-			for a, n := range attack {
-				if n > e.SpoofFew {
+			for j := range n {
+				i, p := at(j)
+				if p > e.SpoofFew {
 					continue
 				}
-				spoofPkts += n
+				spoofPkts += p
+				a := t.SourceAddr(int(i))
 				bits := e.Prefix4
 				if a.Is6() {
 					bits = e.Prefix6
 				}
-				p, _ := a.Prefix(bits)
-				agg[p] += n
+				pf, _ := a.Prefix(bits)
+				agg[pf] += p
 			}
-			for p, n := range agg {
-				if float64(n) >= e.PrefixShare*float64(spoofPkts) {
-					name(Detection{Prefix: p, Detector: e.Name(), Rate: t.Rate(n),
-						Reason: fmt.Sprintf("spoofed sources toward %s (%d of %d send ≤ %d packets): prefix carries %.1f%% of them; %s", target, few, len(attack), e.SpoofFew, 100*float64(n)/float64(spoofPkts), why)})
+			for pf, p := range agg {
+				if float64(p) >= e.PrefixShare*float64(spoofPkts) {
+					name(Detection{Prefix: pf, Detector: e.Name(), Rate: t.Rate(p),
+						Reason: fmt.Sprintf("spoofed sources toward %s (%d of %d send ≤ %d packets): prefix carries %.1f%% of them; %s", target, few, n, e.SpoofFew, 100*float64(p)/float64(spoofPkts), why)})
 				}
 			}
-			continue
+			return
 		}
-		for a, n := range attack {
-			if float64(n) >= e.NameShare*float64(attackPkts) {
-				name(Detection{Prefix: host(a), Detector: e.Name(), Rate: t.Rate(n),
-					Reason: fmt.Sprintf("%.1f%% of the traffic toward %s; %s", 100*float64(n)/float64(attackPkts), target, why)})
+		for j := range n {
+			i, p := at(j)
+			if float64(p) >= e.NameShare*float64(attackPkts) {
+				name(Detection{Prefix: host(t.SourceAddr(int(i))), Detector: e.Name(), Rate: t.Rate(p),
+					Reason: fmt.Sprintf("%.1f%% of the traffic toward %s; %s", 100*float64(p)/float64(attackPkts), target, why)})
+			}
+		}
+	}
+	if len(targets) == 0 {
+		// Every pair counts: a source's packets to all destinations are
+		// its total.
+		judge(netip.Addr{}, len(t.Sources), func(j int) (int32, uint64) { return int32(j), t.Sources[j].Packets })
+	} else {
+		// Each attacked destination is judged on its own: a source's
+		// share is of the traffic to that victim. One scratch array of
+		// per-source packets serves every victim in turn; a source is
+		// in touched once, from its first pair with the victim.
+		sum := make([]uint64, len(t.Sources))
+		in := make([]bool, len(t.Sources))
+		var touched []int32
+		for _, v := range targets {
+			touched = touched[:0]
+			for _, pc := range t.Pairs {
+				if pc.Dst != v {
+					continue
+				}
+				if !in[pc.Src] {
+					in[pc.Src] = true
+					touched = append(touched, pc.Src)
+				}
+				sum[pc.Src] += pc.Packets
+			}
+			judge(t.DestAddr(int(v)), len(touched), func(j int) (int32, uint64) { return touched[j], sum[touched[j]] })
+			for _, i := range touched {
+				sum[i], in[i] = 0, false
 			}
 		}
 	}

@@ -86,21 +86,21 @@ func (r *Rate) Learning() (clean, refused int) { return r.seen, r.refused }
 
 func (r *Rate) learn(t *Traffic) {
 	ceil := r.ceiling()
-	var clean []float64
 	over := 0
-	for _, s := range t.Sources {
-		pps := t.Rate(s.Packets)
-		if pps > ceil {
+	for i := range t.Sources {
+		if t.Rate(t.Sources[i].Packets) > ceil {
 			over++
-			continue
 		}
-		clean = append(clean, pps)
 	}
 	if len(t.Sources) == 0 || over*10 > len(t.Sources) {
 		r.refused++ // an attack in progress, or nothing to learn from
 		return
 	}
-	for _, v := range clean {
+	for i := range t.Sources {
+		v := t.Rate(t.Sources[i].Packets)
+		if v > ceil {
+			continue
+		}
 		r.total++
 		if len(r.samples) < maxSamples {
 			r.samples = append(r.samples, v)
@@ -131,17 +131,18 @@ func (r *Rate) Detect(t *Traffic) []Detection {
 		r.learn(t)
 	}
 	var out []Detection
-	for a, s := range t.Sources {
+	for i := range t.Sources {
+		s := &t.Sources[i]
 		pps := t.Rate(s.Packets)
-		if why := r.exceeds(t, s, pps); why != "" {
-			out = append(out, Detection{Prefix: host(a), Detector: r.Name(), Reason: why, Rate: pps})
+		if why := r.exceeds(t, i, s, pps); why != "" {
+			out = append(out, Detection{Prefix: host(t.SourceAddr(i)), Detector: r.Name(), Reason: why, Rate: pps})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Rate > out[j].Rate })
 	return out
 }
 
-func (r *Rate) exceeds(t *Traffic, s *Source, pps float64) string {
+func (r *Rate) exceeds(t *Traffic, i int, s *Source, pps float64) string {
 	st := r.Static
 	switch {
 	case st.PPS > 0 && pps > st.PPS:
@@ -152,7 +153,7 @@ func (r *Rate) exceeds(t *Traffic, s *Source, pps float64) string {
 		return fmt.Sprintf("%.0f SYN/s > %.0f", t.Rate(s.SYNs), st.SYNPPS)
 	}
 	for p, lim := range st.PerProto {
-		if v := t.Rate(s.Proto(p)); lim > 0 && v > lim {
+		if v := t.Rate(t.Proto(i, p)); lim > 0 && v > lim {
 			return fmt.Sprintf("%.0f pps of protocol %d > %.0f", v, p, lim)
 		}
 	}

@@ -26,59 +26,42 @@ func (c *Counts) add(p, b, s uint64) {
 	c.SYNs += s
 }
 
-// Source is one source's traffic over an interval.
+// Source is one source's traffic over an interval: Traffic.Sources[i],
+// whose address is Traffic.SourceAddr(i). 40 bytes and no pointer: a
+// flood brings a million of them every interval.
 type Source struct {
 	Counts
 	Dests int // distinct destinations
-	// protos holds packets per IP protocol: a short list, not a map, since
-	// a source nearly always uses one or two protocols and a flood brings
-	// a million sources.
-	protos []protoCount
-	// dst0 and dsts are the distinct destinations, for Dests: the first
-	// inline (a flood's sources nearly all have one), then a short list,
-	// then Traffic.seen past maxDsts.
-	dst0 netip.Addr
-	dsts []netip.Addr
+	// dst0 is the first destination (a position in Traffic.Dests): a
+	// flood's sources nearly all have one; later ones are in
+	// Traffic.seen.
+	dst0 int32
+	// proto0 is the first IP protocol; a source that used more (multi)
+	// has its packets per protocol in Traffic.protos.
+	proto0 uint8
+	multi  bool
 }
 
-// maxDsts is how many destinations of one source are kept in its list;
-// past it a source's pairs go to a map (a scan would be quadratic).
-const maxDsts = 8
-
-type protoCount struct {
-	proto   uint8
-	packets uint64
+// Dest is one destination's traffic over an interval: Traffic.Dests[i],
+// whose address is Traffic.DestAddr(i).
+type Dest struct {
+	Counts
 }
 
-// Proto is the packets the source sent with IP protocol p.
-func (s *Source) Proto(p uint8) uint64 {
-	for _, c := range s.protos {
-		if c.proto == p {
-			return c.packets
-		}
-	}
-	return 0
-}
-
-func (s *Source) addProto(p uint8, n uint64) {
-	for i := range s.protos {
-		if s.protos[i].proto == p {
-			s.protos[i].packets += n
-			return
-		}
-	}
-	s.protos = append(s.protos, protoCount{p, n})
-}
-
-// Traffic is one interval of passed traffic.
+// Traffic is one interval of passed traffic, aggregated per source and
+// per destination. Sources and destinations are dense slices numbered by
+// an index of compact keys, not maps of netip.Addr to pointers: at a
+// million sources per interval the maps and a pointer per source were
+// most of the daemon's memory and time. Reset keeps the memory for the
+// next interval, so a daemon that reuses one Traffic allocates nothing per
+// interval in a steady flood.
 type Traffic struct {
 	Interval time.Duration
-	Sources  map[netip.Addr]*Source
-	Dests    map[netip.Addr]*Counts
+	Sources  []Source
+	Dests    []Dest
 	// Pairs holds packets per (source, destination), one entry per key
 	// the snapshot had: a pair seen with two protocols appears twice (sum
-	// them when it matters). A slice, not a map: at a million sources a
-	// pair map was the largest part of the interval's memory and time.
+	// them when it matters).
 	Pairs []PairCount
 	Total Counts
 	// Overflow is the packets of this interval the feature buffers could
@@ -86,40 +69,47 @@ type Traffic struct {
 	// complete when it is not zero.
 	Overflow uint64
 
-	perSec float64           // 1 / Interval in seconds
-	seen   map[Pair]struct{} // pairs of sources with more than maxDsts destinations
+	perSec float64 // 1 / Interval in seconds
+	srcs   index   // numbers Sources
+	dsts   index   // numbers Dests
+	// seen holds the (source, destination) positions of every
+	// destination of a source after its first, for Dests.
+	seen map[uint64]struct{}
+	// protos holds packets per (source position, protocol) of the
+	// sources that used more than one protocol.
+	protos map[uint64]uint64
 }
 
-// Pair is a (source, destination) couple.
-type Pair struct{ Src, Dst netip.Addr }
-
-// PairCount is the packets of one (source, destination) key.
+// PairCount is the packets of one (source, destination) key: Src and Dst
+// are positions in Sources and Dests.
 type PairCount struct {
-	Pair
-	Packets uint64
+	Src, Dst int32
+	Packets  uint64
 }
 
 // NewTraffic starts an empty interval of length d.
 func NewTraffic(d time.Duration) *Traffic { return NewTrafficSized(d, 0) }
 
 // NewTrafficSized starts an empty interval of length d for about n keys:
-// sized up front, the maps of a million-source interval never grow.
+// sized up front, the tables of a million-source interval never grow.
 func NewTrafficSized(d time.Duration, n int) *Traffic {
-	t := &Traffic{Sources: make(map[netip.Addr]*Source, n), Dests: map[netip.Addr]*Counts{},
-		Pairs: make([]PairCount, 0, n)}
-	t.Reset(d)
+	t := &Traffic{}
+	t.Reset(d, n)
 	return t
 }
 
-// Reset empties t for a new interval of length d, keeping its memory: the
-// maps keep their buckets, so a daemon that reuses one Traffic does not
-// rebuild a million-entry map every interval.
-func (t *Traffic) Reset(d time.Duration) {
-	clear(t.Sources)
-	clear(t.Dests)
-	clear(t.Pairs[:cap(t.Pairs)]) // drop the addresses' zone pointers for the GC
-	t.Pairs = t.Pairs[:0]
-	t.seen = nil
+// Reset empties t for a new interval of length d and about n keys,
+// keeping its memory when it fits (and dropping it when it is far larger
+// than n needs, so a flood's tables do not outlive the flood).
+func (t *Traffic) Reset(d time.Duration, n int) {
+	t.srcs.reset(n)
+	t.dsts.reset(len(t.Dests)) // destinations are few and steady: last interval's count
+	if cap(t.Sources) < n || cap(t.Sources) > 4*max(n, 1024) {
+		t.Sources = make([]Source, 0, n)
+		t.Pairs = make([]PairCount, 0, n)
+	}
+	t.Sources, t.Dests, t.Pairs = t.Sources[:0], t.Dests[:0], t.Pairs[:0]
+	t.seen, t.protos = nil, nil
 	t.Total, t.Overflow = Counts{}, 0
 	t.Interval, t.perSec = d, 0
 	if d > 0 {
@@ -127,57 +117,77 @@ func (t *Traffic) Reset(d time.Duration) {
 	}
 }
 
-// newDst records dst as one of s's destinations; it reports whether it
-// was new.
-func (t *Traffic) newDst(src netip.Addr, s *Source, dst netip.Addr) bool {
-	switch {
-	case s.Dests == 0:
-		s.dst0 = dst
-		return true
-	case s.dst0 == dst:
-		return false
+// SourceAddr is the address of Sources[i].
+func (t *Traffic) SourceAddr(i int) netip.Addr { return t.srcs.keys[i].Addr() }
+
+// SourceKey is the key of Sources[i].
+func (t *Traffic) SourceKey(i int) Key { return t.srcs.keys[i] }
+
+// DestAddr is the address of Dests[i].
+func (t *Traffic) DestAddr(i int) netip.Addr { return t.dsts.keys[i].Addr() }
+
+// SourceIndex is the position in Sources of the source with key k, or -1.
+func (t *Traffic) SourceIndex(k Key) int { return int(t.srcs.get(k)) }
+
+// Source is the traffic of source a, nil when it sent nothing.
+func (t *Traffic) Source(a netip.Addr) *Source {
+	if i := t.SourceIndex(KeyOf(a.Unmap())); i >= 0 {
+		return &t.Sources[i]
 	}
-	for _, d := range s.dsts {
-		if d == dst {
-			return false
+	return nil
+}
+
+// Proto is the packets Sources[i] sent with IP protocol p.
+func (t *Traffic) Proto(i int, p uint8) uint64 {
+	s := &t.Sources[i]
+	if !s.multi {
+		if s.proto0 == p {
+			return s.Packets
 		}
+		return 0
 	}
-	if len(s.dsts) < maxDsts {
-		s.dsts = append(s.dsts, dst)
-		return true
-	}
-	if t.seen == nil {
-		t.seen = map[Pair]struct{}{}
-	}
-	if _, ok := t.seen[Pair{src, dst}]; ok {
-		return false
-	}
-	t.seen[Pair{src, dst}] = struct{}{}
-	return true
+	return t.protos[uint64(i)<<8|uint64(p)]
 }
 
 // Add records one (source, destination, protocol) key of the snapshot.
 func (t *Traffic) Add(src, dst netip.Addr, proto uint8, packets, bytes, syns uint64) {
 	// An IPv4-mapped IPv6 address is the IPv4 host: detections must name
-	// the form a rule can hold (rules refuse mapped addresses).
-	src, dst = src.Unmap(), dst.Unmap()
-	s := t.Sources[src]
-	if s == nil {
-		s = &Source{}
-		t.Sources[src] = s
+	// the form a rule can hold (rules refuse mapped addresses). KeyOf
+	// gives both forms one key; the key's address is the unmapped one.
+	si, newSrc := t.srcs.put(KeyOf(src))
+	di, newDst := t.dsts.put(KeyOf(dst))
+	if newSrc {
+		t.Sources = append(t.Sources, Source{dst0: di, proto0: proto, Dests: 1})
+	}
+	if newDst {
+		t.Dests = append(t.Dests, Dest{})
+	}
+	s := &t.Sources[si]
+	if !newSrc {
+		if s.dst0 != di {
+			if t.seen == nil {
+				t.seen = map[uint64]struct{}{}
+			}
+			pk := uint64(si)<<32 | uint64(di)
+			if _, ok := t.seen[pk]; !ok {
+				t.seen[pk] = struct{}{}
+				s.Dests++
+			}
+		}
+		if s.multi || s.proto0 != proto {
+			if t.protos == nil {
+				t.protos = map[uint64]uint64{}
+			}
+			if !s.multi { // the first protocol's packets so far
+				t.protos[uint64(si)<<8|uint64(s.proto0)] = s.Packets
+				s.multi = true
+			}
+			t.protos[uint64(si)<<8|uint64(proto)] += packets
+		}
 	}
 	s.add(packets, bytes, syns)
-	s.addProto(proto, packets)
-	d := t.Dests[dst]
-	if d == nil {
-		d = &Counts{}
-		t.Dests[dst] = d
-	}
-	d.add(packets, bytes, syns)
-	if t.newDst(src, s, dst) {
-		s.Dests++
-	}
-	t.Pairs = append(t.Pairs, PairCount{Pair{src, dst}, packets})
+	t.Dests[di].add(packets, bytes, syns)
+	t.Pairs = append(t.Pairs, PairCount{si, di, packets})
 	t.Total.add(packets, bytes, syns)
 }
 
@@ -224,12 +234,14 @@ func (t *Traffic) Top(n int) []Talker {
 		return []Talker{}
 	}
 	h := &talkerHeap{}
-	for a, s := range t.Sources {
-		if h.Len() == n && !heavier(s.Packets, a, (*h)[0].Packets, (*h)[0].Src) {
+	for i := range t.Sources {
+		s := &t.Sources[i]
+		k := t.srcs.keys[i]
+		if h.Len() == n && !heavier(s.Packets, k, (*h)[0].Packets, (*h)[0].key) {
 			continue
 		}
-		tk := Talker{Src: a, Packets: s.Packets, PPS: t.Rate(s.Packets), BPS: 8 * t.Rate(s.Bytes),
-			SYNPS: t.Rate(s.SYNs), Dests: s.Dests, Interval: t.Interval.Seconds()}
+		tk := ranked{key: k, Talker: Talker{Src: k.Addr(), Packets: s.Packets, PPS: t.Rate(s.Packets), BPS: 8 * t.Rate(s.Bytes),
+			SYNPS: t.Rate(s.SYNs), Dests: s.Dests, Interval: t.Interval.Seconds()}}
 		if h.Len() < n {
 			heap.Push(h, tk)
 		} else {
@@ -237,27 +249,36 @@ func (t *Traffic) Top(n int) []Talker {
 			heap.Fix(h, 0)
 		}
 	}
-	out := []Talker(*h)
-	sort.Slice(out, func(i, j int) bool { return heavier(out[i].Packets, out[i].Src, out[j].Packets, out[j].Src) })
+	sort.Slice(*h, func(i, j int) bool { return heavier((*h)[i].Packets, (*h)[i].key, (*h)[j].Packets, (*h)[j].key) })
+	out := make([]Talker, len(*h))
+	for i, r := range *h {
+		out[i] = r.Talker
+	}
 	return out
 }
 
-func heavier(p1 uint64, a1 netip.Addr, p2 uint64, a2 netip.Addr) bool {
+func heavier(p1 uint64, a1 Key, p2 uint64, a2 Key) bool {
 	if p1 != p2 {
 		return p1 > p2
 	}
-	return a1.Less(a2)
+	return a1.less(a2)
+}
+
+// ranked is a talker with its key, for comparisons without conversions.
+type ranked struct {
+	Talker
+	key Key
 }
 
 // talkerHeap is a min-heap: the lightest of the kept talkers on top.
-type talkerHeap []Talker
+type talkerHeap []ranked
 
 func (h talkerHeap) Len() int { return len(h) }
 func (h talkerHeap) Less(i, j int) bool {
-	return heavier(h[j].Packets, h[j].Src, h[i].Packets, h[i].Src)
+	return heavier(h[j].Packets, h[j].key, h[i].Packets, h[i].key)
 }
 func (h talkerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *talkerHeap) Push(x any)   { *h = append(*h, x.(Talker)) }
+func (h *talkerHeap) Push(x any)   { *h = append(*h, x.(ranked)) }
 func (h *talkerHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
