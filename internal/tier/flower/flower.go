@@ -67,6 +67,7 @@ const (
 	tcActShot         = 2
 	statsBasic        = 1
 	statsBasicHW      = 7
+	statsPkt64        = 8
 	parentIngress     = 0xFFFFFFF2 // TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)
 	parentClsact      = 0xFFFFFFF1
 	clsactHandle      = 0xFFFF0000
@@ -117,6 +118,12 @@ func family(m tier.Match) uint16 {
 // encodeAdd is the RTM_NEWTFILTER body for rule r under handle, in the
 // attribute order tc uses.
 func encodeAdd(ifindex int, handle uint32, r tier.Rule) ([]byte, error) {
+	return encodeFilter(ifindex, handle, Priority, r, Cookie)
+}
+
+// encodeFilter is encodeAdd at priority prio with the action cookie
+// cookie (at most 16 bytes, TC_COOKIE_MAX_SIZE).
+func encodeFilter(ifindex int, handle uint32, prio uint16, r tier.Rule, cookie []byte) ([]byte, error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tcaKind, "flower")
 	nest(ae, tcaOptions, func(o *netlink.AttributeEncoder) error {
@@ -164,7 +171,7 @@ func encodeAdd(ifindex int, handle uint32, r tier.Rule) ([]byte, error) {
 					p.Bytes(gactParms, parms)
 					return nil
 				})
-				g.Bytes(actCookie, Cookie)
+				g.Bytes(actCookie, cookie)
 				return nil
 			})
 			return nil
@@ -177,11 +184,17 @@ func encodeAdd(ifindex int, handle uint32, r tier.Rule) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding flower filter: %w", err)
 	}
-	return append(tcmsg(ifindex, handle, parentIngress, Priority, family(r.Match)), attrs...), nil
+	return append(tcmsg(ifindex, handle, parentIngress, prio, family(r.Match)), attrs...), nil
 }
 
 // encodeDel is the RTM_DELTFILTER body for the filter under handle.
 func encodeDel(ifindex int, handle uint32, fam uint16) ([]byte, error) {
+	return encodeDelAt(ifindex, handle, Priority, fam)
+}
+
+// encodeDelAt is encodeDel at priority prio; RTM_GETTFILTER takes the
+// same selector.
+func encodeDelAt(ifindex int, handle uint32, prio uint16, fam uint16) ([]byte, error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tcaKind, "flower")
 	nest(ae, tcaOptions, func(o *netlink.AttributeEncoder) error {
@@ -193,26 +206,43 @@ func encodeDel(ifindex int, handle uint32, fam uint16) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(tcmsg(ifindex, handle, parentIngress, Priority, fam), attrs...), nil
+	return append(tcmsg(ifindex, handle, parentIngress, prio, fam), attrs...), nil
 }
 
-// filter is one decoded flower filter of ours.
+// filter is one decoded flower filter.
 type filter struct {
 	handle   uint32
+	prio     uint16
 	rule     tier.Rule
+	cookie   []byte
 	inHW     bool
 	hwCount  uint32
 	counters tier.Counters
 }
 
 // decodeFilter parses an RTM_NEWTFILTER message (a dump or get reply).
-// ok is false for filters that are not tierwall's.
+// ok is false for filters that are not tierwall's mitigation rules.
 func decodeFilter(b []byte) (f filter, ok bool, err error) {
+	f, ok, err = parseFilter(b, Priority)
+	if err != nil || !ok || string(f.cookie) != string(Cookie) {
+		return f, false, err
+	}
+	return f, true, nil
+}
+
+// parseFilter parses an RTM_NEWTFILTER message of a flower filter at one
+// of prios with a source key; ok is false for any other filter.
+func parseFilter(b []byte, prios ...uint16) (f filter, ok bool, err error) {
 	if len(b) < tcmsgLen {
 		return f, false, fmt.Errorf("short tcmsg (%d bytes)", len(b))
 	}
 	info := binary.NativeEndian.Uint32(b[16:])
-	if uint16(info>>16) != Priority {
+	f.prio = uint16(info >> 16)
+	mine := false
+	for _, p := range prios {
+		mine = mine || f.prio == p
+	}
+	if !mine {
 		return f, false, nil
 	}
 	f.handle = binary.NativeEndian.Uint32(b[8:])
@@ -221,7 +251,6 @@ func decodeFilter(b []byte) (f filter, ok bool, err error) {
 		return f, false, err
 	}
 	var kind string
-	var ours bool
 	var m tier.Match
 	var src, dst []byte
 	for ad.Next() {
@@ -250,7 +279,7 @@ func decodeFilter(b []byte) (f filter, ok bool, err error) {
 						o.Nested(func(a *netlink.AttributeDecoder) error {
 							for a.Next() {
 								a.Nested(func(g *netlink.AttributeDecoder) error {
-									decodeAction(g, &f, &ours)
+									decodeAction(g, &f)
 									return nil
 								})
 							}
@@ -265,7 +294,7 @@ func decodeFilter(b []byte) (f filter, ok bool, err error) {
 	if err := ad.Err(); err != nil {
 		return f, false, fmt.Errorf("decoding flower filter: %w", err)
 	}
-	if kind != "flower" || !ours {
+	if kind != "flower" || f.cookie == nil {
 		return f, false, nil
 	}
 	var okSrc bool
@@ -279,11 +308,11 @@ func decodeFilter(b []byte) (f filter, ok bool, err error) {
 	return f, true, nil
 }
 
-func decodeAction(g *netlink.AttributeDecoder, f *filter, ours *bool) {
+func decodeAction(g *netlink.AttributeDecoder, f *filter) {
 	for g.Next() {
 		switch g.Type() {
 		case actCookie:
-			*ours = string(g.Bytes()) == string(Cookie)
+			f.cookie = g.Bytes()
 		case actOptions:
 			g.Nested(func(p *netlink.AttributeDecoder) error {
 				for p.Next() {
@@ -300,13 +329,27 @@ func decodeAction(g *netlink.AttributeDecoder, f *filter, ours *bool) {
 			})
 		case actStats:
 			g.Nested(func(s *netlink.AttributeDecoder) error {
+				took := false // the last basic stats were taken
 				for s.Next() {
 					// Hardware-only stats when the driver reports them,
 					// else the combined ones (skip_sw: hardware anyway).
-					if t := s.Type(); t == statsBasicHW || (t == statsBasic && f.counters == (tier.Counters{})) {
+					switch t := s.Type(); {
+					case t == statsBasicHW || (t == statsBasic && f.counters == (tier.Counters{})):
+						took = false
 						if b := s.Bytes(); len(b) >= 12 {
 							f.counters = tier.Counters{Bytes: binary.NativeEndian.Uint64(b), Packets: uint64(binary.NativeEndian.Uint32(b[8:]))}
+							took = true
 						}
+					case t == statsPkt64:
+						// gnet_stats_basic's packets are 32 bits:
+						// the kernel follows it with the 64-bit
+						// count once that wraps (4G packets, half a
+						// minute of a 100G link's small packets).
+						if b := s.Bytes(); took && len(b) >= 8 {
+							f.counters.Packets = binary.NativeEndian.Uint64(b)
+						}
+					default:
+						took = false
 					}
 				}
 				return nil
