@@ -360,13 +360,11 @@ func decodeAction(g *netlink.AttributeDecoder, f *filter) {
 
 // Table is the flower hardware table of one interface.
 type Table struct {
-	mu      sync.Mutex
-	conn    *netlink.Conn
-	iface   string
-	ifindex int
-	cap     int
-	rules   map[tier.Match]uint32 // handle of each rule
-	next    uint32
+	mu sync.Mutex
+	tcLink
+	cap   int
+	rules map[tier.Match]uint32 // handle of each rule
+	next  uint32
 }
 
 var _ tier.Table = (*Table)(nil)
@@ -396,7 +394,7 @@ func open(conn *netlink.Conn, iface string, capacity int) (*Table, error) {
 	if capacity == 0 {
 		capacity = defaultFlowerCap
 	}
-	t := &Table{conn: conn, iface: iface, ifindex: ifc.Index, cap: capacity, rules: map[tier.Match]uint32{}, next: firstHandle}
+	t := &Table{tcLink: tcLink{conn: conn, iface: iface, ifindex: ifc.Index}, cap: capacity, rules: map[tier.Match]uint32{}, next: firstHandle}
 	created, err := t.ensureClsact()
 	if err != nil {
 		return nil, fmt.Errorf("%w: flower on %s: clsact qdisc: %v", tier.ErrUnsupported, iface, err)
@@ -431,11 +429,19 @@ func open(conn *netlink.Conn, iface string, capacity int) (*Table, error) {
 	return t, nil
 }
 
-func (t *Table) execute(typ netlink.HeaderType, flags netlink.HeaderFlags, body []byte) ([]netlink.Message, error) {
+// tcLink is an rtnetlink socket on one interface's clsact ingress hook:
+// what the mitigation Table and the FlowTable share.
+type tcLink struct {
+	conn    *netlink.Conn
+	iface   string
+	ifindex int
+}
+
+func (t *tcLink) execute(typ netlink.HeaderType, flags netlink.HeaderFlags, body []byte) ([]netlink.Message, error) {
 	return t.conn.Execute(netlink.Message{Header: netlink.Header{Type: typ, Flags: netlink.Request | netlink.Acknowledge | flags}, Data: body})
 }
 
-func (t *Table) ensureClsact() (created bool, err error) {
+func (t *tcLink) ensureClsact() (created bool, err error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tcaKind, "clsact")
 	attrs, err := ae.Encode()
@@ -451,16 +457,17 @@ func (t *Table) ensureClsact() (created bool, err error) {
 	return err == nil, err
 }
 
-func (t *Table) deleteClsact() {
+func (t *tcLink) deleteClsact() {
 	body := tcmsg(t.ifindex, clsactHandle, parentClsact, 0, 0)
 	binary.NativeEndian.PutUint32(body[16:], 0)
 	_, _ = t.execute(unix.RTM_DELQDISC, 0, body)
 }
 
-// add installs r and confirms it is in hardware; a filter that is not is
-// removed again and reported as ErrNotInHardware.
-func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
-	body, err := encodeAdd(t.ifindex, handle, r)
+// addFilter installs r at prio under handle and confirms it is in
+// hardware; a filter that is not is removed again and reported as
+// ErrNotInHardware.
+func (t *tcLink) addFilter(handle uint32, prio uint16, r tier.Rule, cookie []byte) (time.Duration, error) {
+	body, err := encodeFilter(t.ifindex, handle, prio, r, cookie)
 	if err != nil {
 		return 0, err
 	}
@@ -477,10 +484,10 @@ func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
 		}
 		return 0, fmt.Errorf("adding flower filter for %s: %w", r.Match, err)
 	}
-	f, err := t.get(handle, family(r.Match))
+	f, err := t.getFilter(handle, prio, family(r.Match))
 	lat := time.Since(start)
 	if err != nil || !f.inHW || f.hwCount == 0 {
-		_ = t.del(handle, family(r.Match))
+		_ = t.delFilter(handle, prio, family(r.Match))
 		if err == nil {
 			err = fmt.Errorf("in_hw=%v in_hw_count=%d", f.inHW, f.hwCount)
 		}
@@ -489,8 +496,8 @@ func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
 	return lat, nil
 }
 
-func (t *Table) del(handle uint32, fam uint16) error {
-	body, err := encodeDel(t.ifindex, handle, fam)
+func (t *tcLink) delFilter(handle uint32, prio, fam uint16) error {
+	body, err := encodeDelAt(t.ifindex, handle, prio, fam)
 	if err != nil {
 		return err
 	}
@@ -500,8 +507,9 @@ func (t *Table) del(handle uint32, fam uint16) error {
 	return nil
 }
 
-func (t *Table) get(handle uint32, fam uint16) (filter, error) {
-	body, err := encodeDel(t.ifindex, handle, fam) // same selector
+// getFilter reads back the filter at prio under handle, whoever's it is.
+func (t *tcLink) getFilter(handle uint32, prio, fam uint16) (filter, error) {
+	body, err := encodeDelAt(t.ifindex, handle, prio, fam) // same selector
 	if err != nil {
 		return filter{}, err
 	}
@@ -510,13 +518,50 @@ func (t *Table) get(handle uint32, fam uint16) (filter, error) {
 		return filter{}, fmt.Errorf("reading back flower filter %d: %w", handle, err)
 	}
 	for _, m := range msgs {
-		if f, ok, err := decodeFilter(m.Data); err == nil && ok && f.handle == handle {
+		if f, ok, err := parseFilter(m.Data, prio); err == nil && ok && f.handle == handle {
 			return f, nil
 		}
 	}
 	return filter{}, fmt.Errorf("flower filter %d not found after adding it", handle)
 }
 
+// dumpFilters lists the flower filters of family fam at prio with their
+// statistics, in one dump: the kernel skips the other priorities.
+func (t *tcLink) dumpFilters(prio, fam uint16) ([]filter, error) {
+	body := tcmsg(t.ifindex, 0, parentIngress, prio, fam)
+	msgs, err := t.conn.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETTFILTER, Flags: netlink.Request | netlink.Dump}, Data: body})
+	if err != nil {
+		return nil, fmt.Errorf("listing flower filters on %s: %w", t.iface, err)
+	}
+	out := make([]filter, 0, len(msgs))
+	for _, m := range msgs {
+		f, ok, err := parseFilter(m.Data, prio)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
+	return t.addFilter(handle, Priority, r, Cookie)
+}
+
+func (t *Table) del(handle uint32, fam uint16) error { return t.delFilter(handle, Priority, fam) }
+
+func (t *Table) get(handle uint32, fam uint16) (filter, error) {
+	f, err := t.getFilter(handle, Priority, fam)
+	if err == nil && string(f.cookie) != string(Cookie) {
+		return filter{}, fmt.Errorf("flower filter %d is not tierwall's", handle)
+	}
+	return f, err
+}
+
+// dump lists tierwall's mitigation filters (one dump of every priority:
+// the request keeps the dump the mitigation table always sent).
 func (t *Table) dump() ([]filter, error) {
 	body := tcmsg(t.ifindex, 0, parentIngress, 0, 0)
 	msgs, err := t.conn.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETTFILTER, Flags: netlink.Request | netlink.Dump}, Data: body})
