@@ -1,7 +1,24 @@
-// Package flower is the tier.Table backend for NICs with tc flower offload
-// (mlx5, ice, nfp, ...): one flower filter per rule on the clsact ingress
-// hook, with skip_sw so it exists only in hardware, and a gact action
-// (drop, or pass for forwarded flows) carrying tierwall's cookie.
+// Package flower is tierwall's backend for NICs with tc flower offload
+// (mlx5, ice, nfp, ...), both tables on the clsact ingress hook, with
+// skip_sw so their filters exist only in hardware:
+//
+//   - Table (tier.Table), the mitigation tier: one flower filter per rule
+//     at Priority, a gact action (drop, or pass for forwarded flows)
+//     carrying the cookie "tierwall".
+//   - FlowTable (tier.FlowTable), the flow probe's flow table: two
+//     filters per learned flow, one per direction, matching the exact
+//     5-tuple at FlowPriority4 or FlowPriority6, with gact drop (discard)
+//     or pass (forward) and the cookie "tierwall" plus the flow's id. A
+//     worker plays the firmware flower lacks: it serves learns and
+//     unlearns asynchronously, polls the filters' hardware counters with
+//     one dump per address family and ages flows by them (idle: no new
+//     packets; lifetime), reporting every outcome as a tier.FlowEvent.
+//     Flower has no marks and sees no FIN: a packet reaching the host
+//     missed the table, and TCP flows end idle.
+//
+// The two use different priorities, so each lists and re-adopts (Table) or
+// deletes at start (FlowTable, which has no state across restarts) only its
+// own filters.
 //
 // The netlink messages are built here with mdlayher/netlink's attribute
 // encoder rather than with go-tc: go-tc v0.4.8 has no IPv6 flower keys and
