@@ -396,7 +396,7 @@ func TestFlowLearnPollAndIdle(t *testing.T) {
 func TestFlowLifetimeReadsCountersAtRemoval(t *testing.T) {
 	k := newFlowKernel(t)
 	ft, clk := manualTable(t, k, FlowOptions{Poll: time.Second, Lifetime: time.Hour})
-	ft.Learn([]tier.Learn{{ID: 5, Key: flowC, Action: tier.FlowForward, Options: tier.LearnOptions{Lifetime: 3 * time.Second}}})
+	mustLearn(t, ft, []tier.Learn{{ID: 5, Key: flowC, Action: tier.FlowForward, Options: tier.LearnOptions{Lifetime: 3 * time.Second}}})
 	ft.step()
 	one(t, ft, tier.LearnDone, 5)
 	for i := 0; i < 3; i++ {
@@ -423,7 +423,7 @@ func TestFlowLifetimeReadsCountersAtRemoval(t *testing.T) {
 func TestFlowUnlearnAndIgnored(t *testing.T) {
 	k := newFlowKernel(t)
 	ft, _ := manualTable(t, k, FlowOptions{})
-	ft.Learn([]tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard},
+	mustLearn(t, ft, []tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard},
 		{ID: 1, Key: flowC, Action: tier.FlowDiscard},  // id again
 		{ID: 2, Key: flowA, Action: tier.FlowDiscard}}) // key again
 	ft.step()
@@ -433,7 +433,7 @@ func TestFlowUnlearnAndIgnored(t *testing.T) {
 		t.Fatalf("%+v", evs)
 	}
 	k.count(1, 1, 2, 60)
-	ft.Unlearn([]uint64{1, 1, 42})
+	mustUnlearn(t, ft, []uint64{1, 1, 42})
 	ft.step()
 	evs = events(t, ft)
 	if len(evs) != 3 || evs[0].Kind != tier.Unlearned || evs[0].Cause != tier.CauseApp || evs[0].Counters.Packets != [2]uint64{0, 2} ||
@@ -456,7 +456,7 @@ func TestFlowUnlearnAndIgnored(t *testing.T) {
 func TestFlowTableFull(t *testing.T) {
 	k := newFlowKernel(t)
 	ft, _ := manualTable(t, k, FlowOptions{Capacity: 1})
-	ft.Learn([]tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}, {ID: 2, Key: flowC, Action: tier.FlowDiscard}})
+	mustLearn(t, ft, []tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}, {ID: 2, Key: flowC, Action: tier.FlowDiscard}})
 	ft.step()
 	evs := events(t, ft)
 	if len(evs) != 2 || evs[1].Kind != tier.LearnFailed || !errors.Is(evs[1].Err, tier.ErrTableFull) {
@@ -467,7 +467,7 @@ func TestFlowTableFull(t *testing.T) {
 	k = newFlowKernel(t)
 	ft, _ = manualTable(t, k, FlowOptions{Capacity: 8})
 	k.limit = 3
-	ft.Learn([]tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}, {ID: 2, Key: flowC, Action: tier.FlowDiscard}})
+	mustLearn(t, ft, []tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}, {ID: 2, Key: flowC, Action: tier.FlowDiscard}})
 	ft.step()
 	evs = events(t, ft)
 	if len(evs) != 2 || evs[1].Kind != tier.LearnFailed || !errors.Is(evs[1].Err, tier.ErrTableFull) {
@@ -490,7 +490,7 @@ func TestFlowNotInHardware(t *testing.T) {
 	k = newFlowKernel(t)
 	ft, _ := manualTable(t, k, FlowOptions{})
 	k.inHW = false
-	ft.Learn([]tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}})
+	mustLearn(t, ft, []tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}})
 	ft.step()
 	ev := one(t, ft, tier.LearnFailed, 1)
 	if !errors.Is(ev.Err, tier.ErrNotInHardware) || len(k.filters) != 0 || ft.Occupancy() != 0 {
@@ -498,7 +498,7 @@ func TestFlowNotInHardware(t *testing.T) {
 	}
 	// The slot went back: the next learn takes handles 1 and 2.
 	k.inHW = true
-	ft.Learn([]tier.Learn{{ID: 2, Key: flowA, Action: tier.FlowDiscard}})
+	mustLearn(t, ft, []tier.Learn{{ID: 2, Key: flowA, Action: tier.FlowDiscard}})
 	ft.step()
 	one(t, ft, tier.LearnDone, 2)
 	if _, ok := k.filters[fkey{FlowPriority4, ethPIP, 2}]; !ok {
@@ -509,12 +509,12 @@ func TestFlowNotInHardware(t *testing.T) {
 func TestFlowCloseFlushes(t *testing.T) {
 	k := newFlowKernel(t)
 	ft, _ := manualTable(t, k, FlowOptions{})
-	ft.Learn([]tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}, {ID: 2, Key: flowB, Action: tier.FlowDiscard}})
+	mustLearn(t, ft, []tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}, {ID: 2, Key: flowB, Action: tier.FlowDiscard}})
 	ft.step()
 	events(t, ft)
 	k.count(1, 0, 7, 100)
 	k.count(2, 1, 9, 100)
-	ft.Learn([]tier.Learn{{ID: 3, Key: flowC, Action: tier.FlowDiscard}}) // never served
+	mustLearn(t, ft, []tier.Learn{{ID: 3, Key: flowC, Action: tier.FlowDiscard}}) // never served
 	if err := ft.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +568,7 @@ func TestFlowLeftoversAndCoexistence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ft.Learn([]tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}})
+	mustLearn(t, ft, []tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}})
 	ft.step()
 	one(t, ft, tier.LearnDone, 1)
 	es, err := tb.List(context.Background())
@@ -588,7 +588,7 @@ func TestFlowLeftoversAndCoexistence(t *testing.T) {
 func TestFlowOrphanAndFailedDelete(t *testing.T) {
 	k := newFlowKernel(t)
 	ft, clk := manualTable(t, k, FlowOptions{})
-	ft.Learn([]tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}, {ID: 2, Key: flowC, Action: tier.FlowDiscard}})
+	mustLearn(t, ft, []tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}, {ID: 2, Key: flowC, Action: tier.FlowDiscard}})
 	ft.step()
 	events(t, ft)
 	k.count(1, 0, 4, 100)
@@ -606,7 +606,7 @@ func TestFlowOrphanAndFailedDelete(t *testing.T) {
 	}
 	// A deletion the kernel refuses: no event until it succeeds.
 	k.delErr = int(unix.EBUSY)
-	ft.Unlearn([]uint64{2})
+	mustUnlearn(t, ft, []uint64{2})
 	ft.step()
 	if evs := events(t, ft); len(evs) != 0 || ft.Stats().DeleteErrors != 1 || ft.Occupancy() != 1 {
 		t.Fatalf("failed delete: %+v %+v", evs, ft.Stats())
@@ -647,7 +647,7 @@ func TestFlowWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ft.Learn([]tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}})
+	mustLearn(t, ft, []tier.Learn{{ID: 1, Key: flowA, Action: tier.FlowDiscard}})
 	var seen []tier.FlowEvent
 	buf := make([]tier.FlowEvent, 8)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && len(seen) < 2; time.Sleep(5 * time.Millisecond) {
@@ -691,5 +691,19 @@ func TestNoFlowerFlowTableOnThisKernel(t *testing.T) {
 	}
 	if _, err := OpenFlowTable(a, FlowOptions{Capacity: MaxFlowCapacity + 1}); !errors.Is(err, tier.ErrInvalid) {
 		t.Errorf("capacity: %v", err)
+	}
+}
+
+func mustLearn(t *testing.T, ft *FlowTable, reqs []tier.Learn) {
+	t.Helper()
+	if n, err := ft.Learn(reqs); n != len(reqs) || err != nil {
+		t.Fatalf("learn: %d of %d queued: %v", n, len(reqs), err)
+	}
+}
+
+func mustUnlearn(t *testing.T, ft *FlowTable, ids []uint64) {
+	t.Helper()
+	if n, err := ft.Unlearn(ids); n != len(ids) || err != nil {
+		t.Fatalf("unlearn: %d of %d queued: %v", n, len(ids), err)
 	}
 }
