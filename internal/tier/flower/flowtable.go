@@ -18,7 +18,11 @@ package flower
 //
 // On this path a packet that reaches the host was not taken by a learned
 // flow (a "miss"): the NIC drops a FlowDiscard flow's packets and counts a
-// FlowForward flow's ones as it passes them up, unmarked.
+// FlowForward flow's ones as it passes them up, unmarked (so the software
+// tier counts those again: the probe offloads passively with discard, and
+// the configuration refuses flower inline). Byte counts are the driver's:
+// some count from the Ethernet header, not from the IP header as
+// tier.FlowCounters say; packet counts are exact.
 
 import (
 	"encoding/binary"
