@@ -50,14 +50,32 @@ type ProbeTimeouts struct {
 
 // ProbeHardware is the NIC's flow table.
 type ProbeHardware struct {
-	Backend        string          `yaml:"backend"` // none or emulated
-	Capacity       int             `yaml:"capacity"`
-	LearnRate      int             `yaml:"learn_rate"`    // learns per second the firmware serves
-	LearnLatency   time.Duration   `yaml:"learn_latency"` // firmware time per update
+	// Backend: none, emulated (the lab's NIC stage) or flower (a NIC
+	// with tc flower offload: mlx5, ice, nfp, ...).
+	Backend string `yaml:"backend"`
+	// Capacity, LearnRate and LearnLatency are the emulated NIC's; the
+	// flower backend's capacity is Flower.Capacity.
+	Capacity     int           `yaml:"capacity"`
+	LearnRate    int           `yaml:"learn_rate"`    // learns per second the firmware serves
+	LearnLatency time.Duration `yaml:"learn_latency"` // firmware time per update
+	// TCPAutoUnlearn: flower cannot see a FIN, so there TCP flows end
+	// idle whatever this says.
 	TCPAutoUnlearn bool            `yaml:"tcp_auto_unlearn"`
 	IdleTimeout    time.Duration   `yaml:"idle_timeout"`
 	Lifetime       time.Duration   `yaml:"lifetime"`
 	Emulated       EmulatedFlowNIC `yaml:"emulated"`
+	Flower         FlowerFlowNIC   `yaml:"flower"`
+}
+
+// FlowerFlowNIC is the flow table in tc flower filters of a NIC port.
+type FlowerFlowNIC struct {
+	Iface string `yaml:"iface"` // default: the probe's interface
+	// Capacity is the flows the NIC holds, two filters each (flower
+	// cannot say how many it takes); 1..1048576, default 65536.
+	Capacity int `yaml:"capacity"`
+	// Poll is how often the filters' counters are read, the resolution
+	// of ageing: 10ms..1m, default 1s.
+	Poll time.Duration `yaml:"poll"`
 }
 
 // EmulatedFlowNIC locates the emulated NIC's flow stage.
@@ -78,7 +96,7 @@ func defaultProbe() Probe {
 		DPI:      ProbeDPI{Engine: "builtin", Packets: 10, SnapLen: 512, Timeout: 2 * time.Second, MaxFlows: 65536, Ring: 8 << 20},
 		Timeouts: ProbeTimeouts{Idle: 30 * time.Second, Active: 120 * time.Second, EndGrace: time.Second},
 		Hardware: ProbeHardware{Backend: "none", Capacity: 1 << 20, LearnRate: 100000, LearnLatency: 50 * time.Microsecond,
-			TCPAutoUnlearn: true, IdleTimeout: 30 * time.Second},
+			TCPAutoUnlearn: true, IdleTimeout: 30 * time.Second, Flower: FlowerFlowNIC{Capacity: 65536, Poll: time.Second}},
 	}
 }
 
@@ -138,8 +156,28 @@ func (p *Probe) validate() error {
 			return bad("probe.hardware.emulated", fmt.Sprintf("wire=%q host=%q twin=%q", h.Emulated.Wire, h.Emulated.Host, h.Emulated.Twin),
 				"needs wire and host ports, and twin inline")
 		}
+	case "flower":
+		f := h.Flower
+		if p.Mode == "inline" {
+			// Flower's forward is a pass up to this host, unmarked:
+			// the software tier would count the flow again, and
+			// nothing leaves by the twin port without the host.
+			return bad("probe.hardware.backend", h.Backend, "is passive only (inline needs a NIC that forwards learned flows itself)")
+		}
+		if f.Capacity < 1 || f.Capacity > 1<<20 {
+			return bad("probe.hardware.flower.capacity", f.Capacity, "outside 1..1048576")
+		}
+		if f.Poll < 10*time.Millisecond || f.Poll > time.Minute {
+			return bad("probe.hardware.flower.poll", f.Poll, "outside 10ms..1m")
+		}
+		// Flower flows age by polled counters: a timeout shorter than
+		// the poll could not be honoured.
+		if (h.IdleTimeout > 0 && h.IdleTimeout < f.Poll) || (h.Lifetime > 0 && h.Lifetime < f.Poll) {
+			return bad("probe.hardware", fmt.Sprintf("idle_timeout=%v lifetime=%v", h.IdleTimeout, h.Lifetime),
+				fmt.Sprintf("shorter than probe.hardware.flower.poll %v", f.Poll))
+		}
 	default:
-		return bad("probe.hardware.backend", h.Backend, "is not none or emulated")
+		return bad("probe.hardware.backend", h.Backend, "is not none, emulated or flower")
 	}
 	if h.Capacity < 1 || h.Capacity > 1<<26 || h.LearnRate < 1 || h.LearnLatency < 0 || h.IdleTimeout < 0 || h.Lifetime < 0 {
 		return bad("probe.hardware", fmt.Sprintf("capacity=%d learn_rate=%d learn_latency=%v idle=%v lifetime=%v",

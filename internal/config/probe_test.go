@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestProbeRole(t *testing.T) {
@@ -41,5 +42,30 @@ func TestDeployedProbeConfigParses(t *testing.T) {
 	}
 	if c.Role != RoleProbe || len(c.Probe.Export.Collectors) != 1 || c.Probe.Policy["dns"] != "software" {
 		t.Fatalf("%+v", c.Probe)
+	}
+}
+
+func TestProbeFlowerBackend(t *testing.T) {
+	c, err := Parse([]byte("role: probe\ninterface: eth0\nprobe:\n  hardware:\n    backend: flower\n    idle_timeout: 10s\n" +
+		"    flower: {iface: eth1, poll: 500ms}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := c.Probe.Hardware.Flower; f.Iface != "eth1" || f.Poll != 500*time.Millisecond || f.Capacity != 65536 {
+		t.Fatalf("%+v", f)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"probe: {hardware: {backend: flower, flower: {capacity: 0}}}", "probe.hardware.flower.capacity: 0"},
+		{"probe: {hardware: {backend: flower, flower: {capacity: 2000000}}}", "probe.hardware.flower.capacity: 2000000"},
+		{"probe: {hardware: {backend: flower, flower: {poll: 1ms}}}", "probe.hardware.flower.poll: 1ms"},
+		{"probe: {hardware: {backend: flower, idle_timeout: 2s, flower: {poll: 5s}}}", "shorter than probe.hardware.flower.poll 5s"},
+		{"probe: {hardware: {backend: flower, lifetime: 1s, flower: {poll: 5s}}}", "lifetime=1s"},
+		{"probe: {mode: inline, egress: e1, hardware: {backend: flower}}", "passive only"},
+		{"probe: {hardware: {backend: napatech}}", "is not none, emulated or flower"},
+	} {
+		_, err := Parse([]byte("role: probe\ninterface: eth0\n" + tc.yaml + "\n"))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an invalid-config error naming %q", tc.yaml, err, tc.want)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tierwall/tierwall/internal/export"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/flower"
 )
 
 // New opens the probe's tiers as configured: the software flow tier on
@@ -65,6 +66,28 @@ func New(cfg *config.Config, log *slog.Logger) (_ *Probed, err error) {
 		}
 		hw = ft
 		closers = append(closers, ft.Close)
+	}
+	if h := pc.Hardware; h.Backend == "flower" {
+		iface := h.Flower.Iface
+		if iface == "" {
+			iface = cfg.Interface
+		}
+		opts := flower.FlowOptions{Capacity: h.Flower.Capacity, Poll: h.Flower.Poll, IdleTimeout: h.IdleTimeout, Lifetime: h.Lifetime}
+		if opts.IdleTimeout == 0 {
+			opts.IdleTimeout = -1 // configured 0: never, where the table's 0 means its default
+		}
+		ft, err := flower.OpenFlowTable(iface, opts)
+		if err != nil {
+			return nil, fmt.Errorf("flower flow table on %s: %w", iface, err)
+		}
+		hw = ft
+		closers = append(closers, ft.Close)
+		st := ft.Stats()
+		log.Info("flower flow table open", "iface", iface, "capacity", opts.Capacity, "poll", h.Flower.Poll,
+			"leftover_filters_removed", st.Leftovers, "foreign_filters", st.Foreign)
+		if h.TCPAutoUnlearn {
+			log.Info("flower cannot see FIN or RST: tcp_auto_unlearn is ignored, TCP flows end idle", "idle_timeout", h.IdleTimeout)
+		}
 	}
 
 	sw, err := probe.Load(probe.Config{Capacity: pc.Capacity, DPIPackets: pc.DPI.Packets, SnapLen: pc.DPI.SnapLen,

@@ -1,7 +1,24 @@
-// Package flower is the tier.Table backend for NICs with tc flower offload
-// (mlx5, ice, nfp, ...): one flower filter per rule on the clsact ingress
-// hook, with skip_sw so it exists only in hardware, and a gact action
-// (drop, or pass for forwarded flows) carrying tierwall's cookie.
+// Package flower is tierwall's backend for NICs with tc flower offload
+// (mlx5, ice, nfp, ...), both tables on the clsact ingress hook, with
+// skip_sw so their filters exist only in hardware:
+//
+//   - Table (tier.Table), the mitigation tier: one flower filter per rule
+//     at Priority, a gact action (drop, or pass for forwarded flows)
+//     carrying the cookie "tierwall".
+//   - FlowTable (tier.FlowTable), the flow probe's flow table: two
+//     filters per learned flow, one per direction, matching the exact
+//     5-tuple at FlowPriority4 or FlowPriority6, with gact drop (discard)
+//     or pass (forward) and the cookie "tierwall" plus the flow's id. A
+//     worker plays the firmware flower lacks: it serves learns and
+//     unlearns asynchronously, polls the filters' hardware counters with
+//     one dump per address family and ages flows by them (idle: no new
+//     packets; lifetime), reporting every outcome as a tier.FlowEvent.
+//     Flower has no marks and sees no FIN: a packet reaching the host
+//     missed the table, and TCP flows end idle.
+//
+// The two use different priorities, so each lists and re-adopts (Table) or
+// deletes at start (FlowTable, which has no state across restarts) only its
+// own filters.
 //
 // The netlink messages are built here with mdlayher/netlink's attribute
 // encoder rather than with go-tc: go-tc v0.4.8 has no IPv6 flower keys and
@@ -67,6 +84,7 @@ const (
 	tcActShot         = 2
 	statsBasic        = 1
 	statsBasicHW      = 7
+	statsPkt64        = 8
 	parentIngress     = 0xFFFFFFF2 // TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)
 	parentClsact      = 0xFFFFFFF1
 	clsactHandle      = 0xFFFF0000
@@ -117,6 +135,12 @@ func family(m tier.Match) uint16 {
 // encodeAdd is the RTM_NEWTFILTER body for rule r under handle, in the
 // attribute order tc uses.
 func encodeAdd(ifindex int, handle uint32, r tier.Rule) ([]byte, error) {
+	return encodeFilter(ifindex, handle, Priority, r, Cookie)
+}
+
+// encodeFilter is encodeAdd at priority prio with the action cookie
+// cookie (at most 16 bytes, TC_COOKIE_MAX_SIZE).
+func encodeFilter(ifindex int, handle uint32, prio uint16, r tier.Rule, cookie []byte) ([]byte, error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tcaKind, "flower")
 	nest(ae, tcaOptions, func(o *netlink.AttributeEncoder) error {
@@ -164,7 +188,7 @@ func encodeAdd(ifindex int, handle uint32, r tier.Rule) ([]byte, error) {
 					p.Bytes(gactParms, parms)
 					return nil
 				})
-				g.Bytes(actCookie, Cookie)
+				g.Bytes(actCookie, cookie)
 				return nil
 			})
 			return nil
@@ -177,11 +201,17 @@ func encodeAdd(ifindex int, handle uint32, r tier.Rule) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding flower filter: %w", err)
 	}
-	return append(tcmsg(ifindex, handle, parentIngress, Priority, family(r.Match)), attrs...), nil
+	return append(tcmsg(ifindex, handle, parentIngress, prio, family(r.Match)), attrs...), nil
 }
 
 // encodeDel is the RTM_DELTFILTER body for the filter under handle.
 func encodeDel(ifindex int, handle uint32, fam uint16) ([]byte, error) {
+	return encodeDelAt(ifindex, handle, Priority, fam)
+}
+
+// encodeDelAt is encodeDel at priority prio; RTM_GETTFILTER takes the
+// same selector.
+func encodeDelAt(ifindex int, handle uint32, prio uint16, fam uint16) ([]byte, error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tcaKind, "flower")
 	nest(ae, tcaOptions, func(o *netlink.AttributeEncoder) error {
@@ -193,26 +223,43 @@ func encodeDel(ifindex int, handle uint32, fam uint16) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(tcmsg(ifindex, handle, parentIngress, Priority, fam), attrs...), nil
+	return append(tcmsg(ifindex, handle, parentIngress, prio, fam), attrs...), nil
 }
 
-// filter is one decoded flower filter of ours.
+// filter is one decoded flower filter.
 type filter struct {
 	handle   uint32
+	prio     uint16
 	rule     tier.Rule
+	cookie   []byte
 	inHW     bool
 	hwCount  uint32
 	counters tier.Counters
 }
 
 // decodeFilter parses an RTM_NEWTFILTER message (a dump or get reply).
-// ok is false for filters that are not tierwall's.
+// ok is false for filters that are not tierwall's mitigation rules.
 func decodeFilter(b []byte) (f filter, ok bool, err error) {
+	f, ok, err = parseFilter(b, Priority)
+	if err != nil || !ok || string(f.cookie) != string(Cookie) {
+		return f, false, err
+	}
+	return f, true, nil
+}
+
+// parseFilter parses an RTM_NEWTFILTER message of a flower filter at one
+// of prios with a source key; ok is false for any other filter.
+func parseFilter(b []byte, prios ...uint16) (f filter, ok bool, err error) {
 	if len(b) < tcmsgLen {
 		return f, false, fmt.Errorf("short tcmsg (%d bytes)", len(b))
 	}
 	info := binary.NativeEndian.Uint32(b[16:])
-	if uint16(info>>16) != Priority {
+	f.prio = uint16(info >> 16)
+	mine := false
+	for _, p := range prios {
+		mine = mine || f.prio == p
+	}
+	if !mine {
 		return f, false, nil
 	}
 	f.handle = binary.NativeEndian.Uint32(b[8:])
@@ -221,7 +268,6 @@ func decodeFilter(b []byte) (f filter, ok bool, err error) {
 		return f, false, err
 	}
 	var kind string
-	var ours bool
 	var m tier.Match
 	var src, dst []byte
 	for ad.Next() {
@@ -250,7 +296,7 @@ func decodeFilter(b []byte) (f filter, ok bool, err error) {
 						o.Nested(func(a *netlink.AttributeDecoder) error {
 							for a.Next() {
 								a.Nested(func(g *netlink.AttributeDecoder) error {
-									decodeAction(g, &f, &ours)
+									decodeAction(g, &f)
 									return nil
 								})
 							}
@@ -265,7 +311,7 @@ func decodeFilter(b []byte) (f filter, ok bool, err error) {
 	if err := ad.Err(); err != nil {
 		return f, false, fmt.Errorf("decoding flower filter: %w", err)
 	}
-	if kind != "flower" || !ours {
+	if kind != "flower" || f.cookie == nil {
 		return f, false, nil
 	}
 	var okSrc bool
@@ -279,11 +325,11 @@ func decodeFilter(b []byte) (f filter, ok bool, err error) {
 	return f, true, nil
 }
 
-func decodeAction(g *netlink.AttributeDecoder, f *filter, ours *bool) {
+func decodeAction(g *netlink.AttributeDecoder, f *filter) {
 	for g.Next() {
 		switch g.Type() {
 		case actCookie:
-			*ours = string(g.Bytes()) == string(Cookie)
+			f.cookie = g.Bytes()
 		case actOptions:
 			g.Nested(func(p *netlink.AttributeDecoder) error {
 				for p.Next() {
@@ -300,13 +346,27 @@ func decodeAction(g *netlink.AttributeDecoder, f *filter, ours *bool) {
 			})
 		case actStats:
 			g.Nested(func(s *netlink.AttributeDecoder) error {
+				took := false // the last basic stats were taken
 				for s.Next() {
 					// Hardware-only stats when the driver reports them,
 					// else the combined ones (skip_sw: hardware anyway).
-					if t := s.Type(); t == statsBasicHW || (t == statsBasic && f.counters == (tier.Counters{})) {
+					switch t := s.Type(); {
+					case t == statsBasicHW || (t == statsBasic && f.counters == (tier.Counters{})):
+						took = false
 						if b := s.Bytes(); len(b) >= 12 {
 							f.counters = tier.Counters{Bytes: binary.NativeEndian.Uint64(b), Packets: uint64(binary.NativeEndian.Uint32(b[8:]))}
+							took = true
 						}
+					case t == statsPkt64:
+						// gnet_stats_basic's packets are 32 bits:
+						// the kernel follows it with the 64-bit
+						// count once that wraps (4G packets, half a
+						// minute of a 100G link's small packets).
+						if b := s.Bytes(); took && len(b) >= 8 {
+							f.counters.Packets = binary.NativeEndian.Uint64(b)
+						}
+					default:
+						took = false
 					}
 				}
 				return nil
@@ -317,13 +377,11 @@ func decodeAction(g *netlink.AttributeDecoder, f *filter, ours *bool) {
 
 // Table is the flower hardware table of one interface.
 type Table struct {
-	mu      sync.Mutex
-	conn    *netlink.Conn
-	iface   string
-	ifindex int
-	cap     int
-	rules   map[tier.Match]uint32 // handle of each rule
-	next    uint32
+	mu sync.Mutex
+	tcLink
+	cap   int
+	rules map[tier.Match]uint32 // handle of each rule
+	next  uint32
 }
 
 var _ tier.Table = (*Table)(nil)
@@ -353,7 +411,7 @@ func open(conn *netlink.Conn, iface string, capacity int) (*Table, error) {
 	if capacity == 0 {
 		capacity = defaultFlowerCap
 	}
-	t := &Table{conn: conn, iface: iface, ifindex: ifc.Index, cap: capacity, rules: map[tier.Match]uint32{}, next: firstHandle}
+	t := &Table{tcLink: tcLink{conn: conn, iface: iface, ifindex: ifc.Index}, cap: capacity, rules: map[tier.Match]uint32{}, next: firstHandle}
 	created, err := t.ensureClsact()
 	if err != nil {
 		return nil, fmt.Errorf("%w: flower on %s: clsact qdisc: %v", tier.ErrUnsupported, iface, err)
@@ -388,11 +446,19 @@ func open(conn *netlink.Conn, iface string, capacity int) (*Table, error) {
 	return t, nil
 }
 
-func (t *Table) execute(typ netlink.HeaderType, flags netlink.HeaderFlags, body []byte) ([]netlink.Message, error) {
+// tcLink is an rtnetlink socket on one interface's clsact ingress hook:
+// what the mitigation Table and the FlowTable share.
+type tcLink struct {
+	conn    *netlink.Conn
+	iface   string
+	ifindex int
+}
+
+func (t *tcLink) execute(typ netlink.HeaderType, flags netlink.HeaderFlags, body []byte) ([]netlink.Message, error) {
 	return t.conn.Execute(netlink.Message{Header: netlink.Header{Type: typ, Flags: netlink.Request | netlink.Acknowledge | flags}, Data: body})
 }
 
-func (t *Table) ensureClsact() (created bool, err error) {
+func (t *tcLink) ensureClsact() (created bool, err error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tcaKind, "clsact")
 	attrs, err := ae.Encode()
@@ -408,16 +474,17 @@ func (t *Table) ensureClsact() (created bool, err error) {
 	return err == nil, err
 }
 
-func (t *Table) deleteClsact() {
+func (t *tcLink) deleteClsact() {
 	body := tcmsg(t.ifindex, clsactHandle, parentClsact, 0, 0)
 	binary.NativeEndian.PutUint32(body[16:], 0)
 	_, _ = t.execute(unix.RTM_DELQDISC, 0, body)
 }
 
-// add installs r and confirms it is in hardware; a filter that is not is
-// removed again and reported as ErrNotInHardware.
-func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
-	body, err := encodeAdd(t.ifindex, handle, r)
+// addFilter installs r at prio under handle and confirms it is in
+// hardware; a filter that is not is removed again and reported as
+// ErrNotInHardware.
+func (t *tcLink) addFilter(handle uint32, prio uint16, r tier.Rule, cookie []byte) (time.Duration, error) {
+	body, err := encodeFilter(t.ifindex, handle, prio, r, cookie)
 	if err != nil {
 		return 0, err
 	}
@@ -434,10 +501,10 @@ func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
 		}
 		return 0, fmt.Errorf("adding flower filter for %s: %w", r.Match, err)
 	}
-	f, err := t.get(handle, family(r.Match))
+	f, err := t.getFilter(handle, prio, family(r.Match))
 	lat := time.Since(start)
 	if err != nil || !f.inHW || f.hwCount == 0 {
-		_ = t.del(handle, family(r.Match))
+		_ = t.delFilter(handle, prio, family(r.Match))
 		if err == nil {
 			err = fmt.Errorf("in_hw=%v in_hw_count=%d", f.inHW, f.hwCount)
 		}
@@ -446,8 +513,8 @@ func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
 	return lat, nil
 }
 
-func (t *Table) del(handle uint32, fam uint16) error {
-	body, err := encodeDel(t.ifindex, handle, fam)
+func (t *tcLink) delFilter(handle uint32, prio, fam uint16) error {
+	body, err := encodeDelAt(t.ifindex, handle, prio, fam)
 	if err != nil {
 		return err
 	}
@@ -457,8 +524,9 @@ func (t *Table) del(handle uint32, fam uint16) error {
 	return nil
 }
 
-func (t *Table) get(handle uint32, fam uint16) (filter, error) {
-	body, err := encodeDel(t.ifindex, handle, fam) // same selector
+// getFilter reads back the filter at prio under handle, whoever's it is.
+func (t *tcLink) getFilter(handle uint32, prio, fam uint16) (filter, error) {
+	body, err := encodeDelAt(t.ifindex, handle, prio, fam) // same selector
 	if err != nil {
 		return filter{}, err
 	}
@@ -467,13 +535,50 @@ func (t *Table) get(handle uint32, fam uint16) (filter, error) {
 		return filter{}, fmt.Errorf("reading back flower filter %d: %w", handle, err)
 	}
 	for _, m := range msgs {
-		if f, ok, err := decodeFilter(m.Data); err == nil && ok && f.handle == handle {
+		if f, ok, err := parseFilter(m.Data, prio); err == nil && ok && f.handle == handle {
 			return f, nil
 		}
 	}
 	return filter{}, fmt.Errorf("flower filter %d not found after adding it", handle)
 }
 
+// dumpFilters lists the flower filters of family fam at prio with their
+// statistics, in one dump: the kernel skips the other priorities.
+func (t *tcLink) dumpFilters(prio, fam uint16) ([]filter, error) {
+	body := tcmsg(t.ifindex, 0, parentIngress, prio, fam)
+	msgs, err := t.conn.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETTFILTER, Flags: netlink.Request | netlink.Dump}, Data: body})
+	if err != nil {
+		return nil, fmt.Errorf("listing flower filters on %s: %w", t.iface, err)
+	}
+	out := make([]filter, 0, len(msgs))
+	for _, m := range msgs {
+		f, ok, err := parseFilter(m.Data, prio)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
+	return t.addFilter(handle, Priority, r, Cookie)
+}
+
+func (t *Table) del(handle uint32, fam uint16) error { return t.delFilter(handle, Priority, fam) }
+
+func (t *Table) get(handle uint32, fam uint16) (filter, error) {
+	f, err := t.getFilter(handle, Priority, fam)
+	if err == nil && string(f.cookie) != string(Cookie) {
+		return filter{}, fmt.Errorf("flower filter %d is not tierwall's", handle)
+	}
+	return f, err
+}
+
+// dump lists tierwall's mitigation filters (one dump of every priority:
+// the request keeps the dump the mitigation table always sent).
 func (t *Table) dump() ([]filter, error) {
 	body := tcmsg(t.ifindex, 0, parentIngress, 0, 0)
 	msgs, err := t.conn.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETTFILTER, Flags: netlink.Request | netlink.Dump}, Data: body})

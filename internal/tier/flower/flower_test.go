@@ -84,6 +84,18 @@ func TestEncodeMatchesTC(t *testing.T) {
 // the request with in_hw set, an in_hw_count and action stats.
 func kernelView(t *testing.T, body []byte, inHW bool, pkts uint32, bytes_ uint64) []byte {
 	t.Helper()
+	return kernelViewStats(t, body, inHW, func(s *netlink.AttributeEncoder) {
+		b := make([]byte, 16)
+		binary.NativeEndian.PutUint64(b, bytes_)
+		binary.NativeEndian.PutUint32(b[8:], pkts)
+		s.Bytes(statsBasicHW, b)
+	})
+}
+
+// kernelViewStats is kernelView with the action's TCA_ACT_STATS written
+// by stats.
+func kernelViewStats(t *testing.T, body []byte, inHW bool, stats func(*netlink.AttributeEncoder)) []byte {
+	t.Helper()
 	ad, err := netlink.NewAttributeDecoder(body[tcmsgLen:])
 	if err != nil {
 		t.Fatal(err)
@@ -120,10 +132,7 @@ func kernelView(t *testing.T, body []byte, inHW bool, pkts uint32, bytes_ uint64
 									return nil
 								})
 								g.Nested(actStats, func(s *netlink.AttributeEncoder) error {
-									b := make([]byte, 16)
-									binary.NativeEndian.PutUint64(b, bytes_)
-									binary.NativeEndian.PutUint32(b[8:], pkts)
-									s.Bytes(statsBasicHW, b)
+									stats(s)
 									return nil
 								})
 								return nil

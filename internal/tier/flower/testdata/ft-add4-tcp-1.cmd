@@ -1,0 +1,1 @@
+tc filter add dev twfg0 ingress protocol ip prio 48880 handle 2 flower skip_sw ip_proto tcp src_ip 10.0.0.2 dst_ip 10.0.0.1 src_port 443 dst_port 40000 action drop cookie 7469657277616c6c0000000000000007

@@ -1,0 +1,1 @@
+tc filter add dev twfg0 ingress protocol ip prio 48880 handle 3 flower skip_sw ip_proto udp src_ip 192.0.2.1 dst_ip 192.0.2.53 src_port 5353 dst_port 53 action pass cookie 7469657277616c6c0000000000000008

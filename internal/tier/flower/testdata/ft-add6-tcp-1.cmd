@@ -1,0 +1,1 @@
+tc filter add dev twfg0 ingress protocol ipv6 prio 48881 handle 2 flower skip_sw ip_proto tcp src_ip 2001:db8::2 dst_ip 2001:db8::1 src_port 443 dst_port 40000 action drop cookie 7469657277616c6c000000000000000a

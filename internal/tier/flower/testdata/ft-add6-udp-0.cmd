@@ -1,0 +1,1 @@
+tc filter add dev twfg0 ingress protocol ipv6 prio 48881 handle 3 flower skip_sw ip_proto udp src_ip 2001:db8::1 dst_ip 2001:db8::35 src_port 5353 dst_port 53 action pass cookie 7469657277616c6c000000000000000b

@@ -1,0 +1,1 @@
+tc filter del dev twfg0 ingress protocol ip prio 48880 handle 1 flower

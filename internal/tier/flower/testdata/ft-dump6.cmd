@@ -1,0 +1,1 @@
+tc -s filter show dev twfg0 ingress protocol ipv6 prio 48881
