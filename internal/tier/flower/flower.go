@@ -3,8 +3,8 @@
 // skip_sw so their filters exist only in hardware:
 //
 //   - Table (tier.Table), the mitigation tier: one flower filter per rule
-//     at Priority, a gact action (drop, or pass for forwarded flows)
-//     carrying the cookie "tierwall".
+//     at Priority (IPv4) or Priority6 (IPv6), a gact action (drop, or pass
+//     for forwarded flows) carrying the cookie "tierwall".
 //   - FlowTable (tier.FlowTable), the flow probe's flow table: two
 //     filters per learned flow, one per direction, matching the exact
 //     5-tuple at FlowPriority4 or FlowPriority6, with gact drop (discard)
@@ -16,9 +16,9 @@
 //     Flower has no marks and sees no FIN: a packet reaching the host
 //     missed the table, and TCP flows end idle.
 //
-// The two use different priorities, so each lists and re-adopts (Table) or
-// deletes at start (FlowTable, which has no state across restarts) only its
-// own filters.
+// The two use different priorities (two each: one protocol per priority),
+// so each lists and re-adopts (Table) or deletes at start (FlowTable, which
+// has no state across restarts) only its own filters.
 //
 // The netlink messages are built here with mdlayher/netlink's attribute
 // encoder rather than with go-tc: go-tc v0.4.8 has no IPv6 flower keys and
@@ -44,9 +44,33 @@ import (
 	"github.com/tierwall/tierwall/internal/tier"
 )
 
-// Priority is the tc priority of every tierwall filter; with the action
-// cookie it identifies our filters among anyone else's.
-const Priority = 0xBEEF
+// The mitigation Table's tc priorities: Priority for IPv4 rules, Priority6
+// for IPv6 ones; with the action cookie they identify our filters among
+// anyone else's.
+//
+// Two because the kernel keeps one protocol per (chain, priority):
+// cls_api.c, tcf_chain_tp_find, refuses a filter whose protocol differs
+// from the one already at its priority with EINVAL ("Specified filter
+// protocol does not match..."), so at one shared priority the first family
+// installed kept the other out. IPv4 keeps 0xBEEF, the priority of every
+// rule before, so a restarted tierwall still finds the IPv4 filters an
+// earlier version left (Open moves IPv6 ones it left there, which would
+// keep IPv4 out). IPv6 takes 0xBEEE, below rather than above: tc runs lower
+// priorities first, and both mitigation priorities must sort before the
+// flow table's FlowPriority4 and FlowPriority6 so that a mitigation drop
+// matches before the flow probe's filters (a learned flow's pass).
+const (
+	Priority  = 0xBEEF
+	Priority6 = 0xBEEE
+)
+
+// mitigationPrio is the mitigation Table's priority for family fam.
+func mitigationPrio(fam uint16) uint16 {
+	if fam == ethPIPv6 {
+		return Priority6
+	}
+	return Priority
+}
 
 // Cookie marks tierwall's actions (the bytes "tierwall").
 var Cookie = []byte("tierwall")
@@ -135,7 +159,7 @@ func family(m tier.Match) uint16 {
 // encodeAdd is the RTM_NEWTFILTER body for rule r under handle, in the
 // attribute order tc uses.
 func encodeAdd(ifindex int, handle uint32, r tier.Rule) ([]byte, error) {
-	return encodeFilter(ifindex, handle, Priority, r, Cookie)
+	return encodeFilter(ifindex, handle, mitigationPrio(family(r.Match)), r, Cookie)
 }
 
 // encodeFilter is encodeAdd at priority prio with the action cookie
@@ -206,7 +230,7 @@ func encodeFilter(ifindex int, handle uint32, prio uint16, r tier.Rule, cookie [
 
 // encodeDel is the RTM_DELTFILTER body for the filter under handle.
 func encodeDel(ifindex int, handle uint32, fam uint16) ([]byte, error) {
-	return encodeDelAt(ifindex, handle, Priority, fam)
+	return encodeDelAt(ifindex, handle, mitigationPrio(fam), fam)
 }
 
 // encodeDelAt is encodeDel at priority prio; RTM_GETTFILTER takes the
@@ -238,9 +262,11 @@ type filter struct {
 }
 
 // decodeFilter parses an RTM_NEWTFILTER message (a dump or get reply).
-// ok is false for filters that are not tierwall's mitigation rules.
+// ok is false for filters that are not tierwall's mitigation rules: at
+// either mitigation priority (whichever family: Open moves the IPv6 rules
+// an earlier version put at Priority) with the cookie "tierwall".
 func decodeFilter(b []byte) (f filter, ok bool, err error) {
-	f, ok, err = parseFilter(b, Priority)
+	f, ok, err = parseFilter(b, Priority, Priority6)
 	if err != nil || !ok || string(f.cookie) != string(Cookie) {
 		return f, false, err
 	}
@@ -421,21 +447,36 @@ func open(conn *netlink.Conn, iface string, capacity int) (*Table, error) {
 			t.deleteClsact()
 		}
 	}
-	// Probe with a rule no packet matches (TEST-NET-1 broadcast), then
-	// take it out again: only a filter that reached hardware counts.
-	probe := tier.Rule{Match: tier.SourceMatch(netip.MustParseAddr("192.0.2.255")), Action: tier.Drop}
-	if _, err := t.add(probeHandle, probe); err != nil {
-		undo()
-		return nil, fmt.Errorf("%w: flower offload on %s: %v", tier.ErrUnsupported, iface, err)
-	}
-	if err := t.del(probeHandle, ethPIP); err != nil {
-		undo()
-		return nil, fmt.Errorf("%w: flower on %s: removing probe: %v", tier.ErrUnsupported, iface, err)
-	}
 	fs, err := t.dump()
 	if err != nil {
 		undo()
 		return nil, err
+	}
+	// Before adding anything: move the IPv6 rules an earlier version put
+	// at Priority, where they keep every IPv4 filter out (the probe's
+	// included).
+	if err := t.moveMisplaced(fs); err != nil {
+		undo()
+		return nil, err
+	}
+	// Probe each priority with a rule no packet matches (TEST-NET
+	// broadcast), then take it out again: only a filter that reached
+	// hardware counts, and the kernel says here if either priority holds
+	// another protocol.
+	probes := []tier.Rule{
+		{Match: tier.SourceMatch(netip.MustParseAddr("192.0.2.255")), Action: tier.Drop},
+		{Match: tier.SourceMatch(netip.MustParseAddr("2001:db8::ffff")), Action: tier.Drop},
+	}
+	for _, probe := range probes {
+		fam := family(probe.Match)
+		if _, err := t.add(probeHandle, probe); err != nil {
+			undo()
+			return nil, fmt.Errorf("%w: flower offload on %s at priority %#x: %v", tier.ErrUnsupported, iface, mitigationPrio(fam), err)
+		}
+		if err := t.del(probeHandle, fam); err != nil {
+			undo()
+			return nil, fmt.Errorf("%w: flower on %s: removing probe: %v", tier.ErrUnsupported, iface, err)
+		}
 	}
 	for _, f := range fs {
 		t.rules[f.rule.Match] = f.handle
@@ -563,22 +604,58 @@ func (t *tcLink) dumpFilters(prio, fam uint16) ([]filter, error) {
 	return out, nil
 }
 
-func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
-	return t.addFilter(handle, Priority, r, Cookie)
+// moveMisplaced moves the rules in fs that are not at their family's
+// priority (IPv6 rules an earlier version put at Priority) to it: the
+// same rule under the same handle, added at the new priority before the
+// old filter goes (the NIC's counters of the old one are lost). A rule
+// already at both (a move an earlier Open did not finish) only loses its
+// misplaced copy. fs is updated to the new priorities.
+func (t *Table) moveMisplaced(fs []filter) error {
+	placed := map[tier.Match]bool{}
+	for _, f := range fs {
+		if f.prio == mitigationPrio(family(f.rule.Match)) {
+			placed[f.rule.Match] = true
+		}
+	}
+	for i, f := range fs {
+		fam := family(f.rule.Match)
+		prio := mitigationPrio(fam)
+		if f.prio == prio {
+			continue
+		}
+		if !placed[f.rule.Match] {
+			if _, err := t.add(f.handle, f.rule); err != nil {
+				return fmt.Errorf("%w: flower on %s: moving rule %s from priority %#x to %#x: %v", tier.ErrUnsupported, t.iface, f.rule.Match, f.prio, prio, err)
+			}
+			placed[f.rule.Match] = true
+		}
+		if err := t.delFilter(f.handle, f.prio, fam); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("flower on %s: moving rule %s from priority %#x to %#x: %w", t.iface, f.rule.Match, f.prio, prio, err)
+		}
+		fs[i].prio = prio
+	}
+	return nil
 }
 
-func (t *Table) del(handle uint32, fam uint16) error { return t.delFilter(handle, Priority, fam) }
+func (t *Table) add(handle uint32, r tier.Rule) (time.Duration, error) {
+	return t.addFilter(handle, mitigationPrio(family(r.Match)), r, Cookie)
+}
+
+func (t *Table) del(handle uint32, fam uint16) error {
+	return t.delFilter(handle, mitigationPrio(fam), fam)
+}
 
 func (t *Table) get(handle uint32, fam uint16) (filter, error) {
-	f, err := t.getFilter(handle, Priority, fam)
+	f, err := t.getFilter(handle, mitigationPrio(fam), fam)
 	if err == nil && string(f.cookie) != string(Cookie) {
 		return filter{}, fmt.Errorf("flower filter %d is not tierwall's", handle)
 	}
 	return f, err
 }
 
-// dump lists tierwall's mitigation filters (one dump of every priority:
-// the request keeps the dump the mitigation table always sent).
+// dump lists tierwall's mitigation filters at both priorities (one dump
+// of every priority: the request keeps the dump the mitigation table
+// always sent).
 func (t *Table) dump() ([]filter, error) {
 	body := tcmsg(t.ifindex, 0, parentIngress, 0, 0)
 	msgs, err := t.conn.Execute(netlink.Message{Header: netlink.Header{Type: unix.RTM_GETTFILTER, Flags: netlink.Request | netlink.Dump}, Data: body})

@@ -20,13 +20,19 @@ import (
 	"github.com/tierwall/tierwall/internal/tier"
 )
 
-// Golden messages were captured from iproute2's tc on a veth with
-// ifindex 6 (testdata/*.cmd has each command), with
+// Golden messages were captured from iproute2's tc on a veth
+// (testdata/*.cmd has each command; testdata/capture-mitigation.sh and
+// capture-flowtable.sh capture them), with
 //
 //	strace -f -e trace=sendmsg -e write=3 tc filter ...
 //
 // tc sent them although this kernel then refused them (no flower here).
+// Each is compared at the ifindex it was captured with; goldenIfindex is
+// the veth's of the first captures.
 const goldenIfindex = 6
+
+// goldenIfindexOf is the ifindex in golden message b.
+func goldenIfindexOf(b []byte) int { return int(binary.NativeEndian.Uint32(b[16+4:])) }
 
 func golden(t *testing.T, name string) []byte {
 	t.Helper()
@@ -57,7 +63,7 @@ var goldenRules = []struct {
 func TestEncodeMatchesTC(t *testing.T) {
 	for _, g := range goldenRules {
 		want := golden(t, g.name)
-		got, err := encodeAdd(goldenIfindex, g.handle, g.rule)
+		got, err := encodeAdd(goldenIfindexOf(want), g.handle, g.rule)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,12 +77,19 @@ func TestEncodeMatchesTC(t *testing.T) {
 			t.Errorf("%s: golden header type %#x flags %#x differ from what Install sends", g.name, typ, flags)
 		}
 	}
-	got, err := encodeDel(goldenIfindex, 7, ethPIP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := golden(t, "del-src4"); !bytes.Equal(got, want[16:]) {
-		t.Errorf("delete:\n got %x\nwant %x", got, want[16:])
+	for _, d := range []struct {
+		name   string
+		handle uint32
+		fam    uint16
+	}{{"del-src4", 7, ethPIP}, {"del-src6", 8, ethPIPv6}} {
+		want := golden(t, d.name)
+		got, err := encodeDel(goldenIfindexOf(want), d.handle, d.fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want[16:]) {
+			t.Errorf("%s:\n got %x\nwant %x", d.name, got, want[16:])
+		}
 	}
 }
 
@@ -174,12 +187,41 @@ func TestDecodeRoundTrip(t *testing.T) {
 	}
 }
 
-// fakeKernel answers like rtnetlink for one flower-capable device.
+// fakeKernel answers like rtnetlink for one flower-capable device,
+// keying filters as the kernel does (priority, protocol, handle) and
+// keeping one protocol per priority.
 type fakeKernel struct {
 	t       *testing.T
 	inHW    bool
-	filters map[uint32][]byte
+	filters map[fkey][]byte
 	log     []string
+}
+
+// protoClash is the kernel's rule for a request naming filter k: a
+// priority holds filters of one protocol, and tcf_chain_tp_find
+// (net/sched/cls_api.c) answers any add, delete or get there with another
+// protocol with EINVAL ("Specified filter protocol does not match ...").
+// A priority whose last filter went takes any protocol again.
+func protoClash[V any](filters map[fkey]V, k fkey) bool {
+	for k2 := range filters {
+		if k2.prio == k.prio && k.proto != 0 && k2.proto != k.proto {
+			return true
+		}
+	}
+	return false
+}
+
+// isFilterReq: req adds, deletes or gets one filter (not a qdisc, not a
+// dump). Dumps are told by type, as NLM_F_EXCL shares its bit with
+// NLM_F_MATCH, part of netlink.Dump.
+func isFilterReq(req netlink.Message) bool {
+	switch req.Header.Type {
+	case unix.RTM_NEWTFILTER, unix.RTM_DELTFILTER:
+		return true
+	case unix.RTM_GETTFILTER:
+		return req.Header.Flags&netlink.Dump != netlink.Dump
+	}
+	return false
 }
 
 func (k *fakeKernel) handle(reqs []netlink.Message) ([]netlink.Message, error) {
@@ -190,7 +232,11 @@ func (k *fakeKernel) handle(reqs []netlink.Message) ([]netlink.Message, error) {
 		}
 		return ms, nil
 	}
-	h := binary.NativeEndian.Uint32(req.Data[8:])
+	fk := keyOf(req.Data)
+	if isFilterReq(req) && protoClash(k.filters, fk) {
+		k.log = append(k.log, "EINVAL")
+		return nltest.Error(int(unix.EINVAL), reqs)
+	}
 	switch req.Header.Type {
 	case unix.RTM_NEWQDISC:
 		k.log = append(k.log, "qdisc add")
@@ -200,25 +246,30 @@ func (k *fakeKernel) handle(reqs []netlink.Message) ([]netlink.Message, error) {
 		return nltest.Error(0, reqs)
 	case unix.RTM_NEWTFILTER:
 		k.log = append(k.log, "add")
-		k.filters[h] = kernelView(k.t, req.Data, k.inHW, 0, 0)
+		if _, ok := k.filters[fk]; ok {
+			return nltest.Error(int(unix.EEXIST), reqs)
+		}
+		k.filters[fk] = kernelView(k.t, req.Data, k.inHW, 0, 0)
 		return nltest.Error(0, reqs)
 	case unix.RTM_DELTFILTER:
 		k.log = append(k.log, "del")
-		if _, ok := k.filters[h]; !ok {
+		if _, ok := k.filters[fk]; !ok {
 			return nltest.Error(int(unix.ENOENT), reqs)
 		}
-		delete(k.filters, h)
+		delete(k.filters, fk)
 		return nltest.Error(0, reqs)
 	case unix.RTM_GETTFILTER:
 		if req.Header.Flags&netlink.Dump != 0 {
 			var ms []netlink.Message
-			for _, f := range k.filters {
-				ms = append(ms, netlink.Message{Header: netlink.Header{Type: unix.RTM_NEWTFILTER, Flags: netlink.Multi}, Data: f})
+			for fk2, f := range k.filters {
+				if (fk.prio == 0 || fk.prio == fk2.prio) && (fk.proto == 0 || fk.proto == fk2.proto) {
+					ms = append(ms, netlink.Message{Header: netlink.Header{Type: unix.RTM_NEWTFILTER, Flags: netlink.Multi}, Data: f})
+				}
 			}
 			ms = append(ms, netlink.Message{Header: netlink.Header{Type: netlink.Done, Flags: netlink.Multi}, Data: make([]byte, 4)})
 			return reply(ms...)
 		}
-		f, ok := k.filters[h]
+		f, ok := k.filters[fk]
 		if !ok {
 			return nltest.Error(int(unix.ENOENT), reqs)
 		}
@@ -229,7 +280,7 @@ func (k *fakeKernel) handle(reqs []netlink.Message) ([]netlink.Message, error) {
 }
 
 func fakeTable(t *testing.T, k *fakeKernel) (*Table, error) {
-	k.t, k.filters = t, map[uint32][]byte{}
+	k.t, k.filters = t, map[fkey][]byte{}
 	return open(nltest.Dial(k.handle), "lo", 2)
 }
 
@@ -319,5 +370,106 @@ func TestNoFlowerOnThisKernel(t *testing.T) {
 	}
 	if _, err := Open("twflw-missing", 0); !errors.Is(err, tier.ErrUnsupported) {
 		t.Errorf("missing interface: %v", err)
+	}
+}
+
+// TestBothFamilies installs an IPv4 and an IPv6 rule on one Table: the
+// kernel keeps one protocol per priority, so they need a priority each.
+func TestBothFamilies(t *testing.T) {
+	k := &fakeKernel{inHW: true}
+	tb, err := fakeTable(t, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	v4, v6 := goldenRules[0].rule, goldenRules[1].rule
+	for _, r := range []tier.Rule{v4, v6} {
+		if _, err := tb.Install(ctx, r); err != nil {
+			t.Fatalf("install %s: %v (kernel log %v)", r.Match, err, k.log)
+		}
+	}
+	prios := map[uint16]uint16{}
+	for fk := range k.filters {
+		prios[fk.prio] = fk.proto
+	}
+	if len(prios) != 2 || prios[Priority] != ethPIP || prios[Priority6] != ethPIPv6 {
+		t.Fatalf("priorities and protocols in the kernel: %#x", prios)
+	}
+	es, err := tb.List(ctx)
+	if err != nil || len(es) != 2 {
+		t.Fatalf("list: %v %+v", err, es)
+	}
+	got := map[tier.Rule]bool{es[0].Rule: true, es[1].Rule: true}
+	if !got[v4] || !got[v6] {
+		t.Fatalf("listed %+v", es)
+	}
+	// A restarted Table adopts both.
+	tb2, err := open(nltest.Dial(k.handle), "lo", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tb2.rules) != 2 {
+		t.Fatalf("re-adopted %v", tb2.rules)
+	}
+	for _, r := range []tier.Rule{v6, v4} {
+		if _, _, err := tb2.Remove(ctx, r.Match); err != nil {
+			t.Fatalf("remove %s: %v", r.Match, err)
+		}
+	}
+	if len(k.filters) != 0 {
+		t.Fatalf("filters left: %v", k.filters)
+	}
+	// Someone else's IPv4 filter at Priority6 keeps IPv6 out: Open says
+	// so rather than failing on the first IPv6 rule.
+	body, _ := encodeFilter(1, 3, Priority6, v4, []byte("someone"))
+	k.filters[keyOf(body)] = body
+	if _, err := open(nltest.Dial(k.handle), "lo", 2); !errors.Is(err, tier.ErrUnsupported) {
+		t.Fatalf("open with IPv4 at the IPv6 priority: %v", err)
+	}
+}
+
+// TestMovesIPv6OffPriority: an earlier version put IPv6 rules at Priority
+// too (when it held no IPv4 one), which keeps every IPv4 filter out. Open
+// moves them to Priority6, handle and rule kept.
+func TestMovesIPv6OffPriority(t *testing.T) {
+	k := &fakeKernel{inHW: true}
+	k.t, k.filters = t, map[fkey][]byte{}
+	v4, v6 := goldenRules[0].rule, goldenRules[1].rule
+	flow6 := goldenRules[3].rule
+	for _, g := range []struct {
+		prio   uint16
+		handle uint32
+		r      tier.Rule
+	}{{Priority, 4, v6}, {Priority, 9, flow6}, {Priority6, 9, flow6}} { // flow6: a move cut short
+		body, _ := encodeFilter(1, g.handle, g.prio, g.r, Cookie)
+		k.filters[keyOf(body)] = kernelView(t, body, true, 0, 0)
+	}
+	tb, err := open(nltest.Dial(k.handle), "lo", 4)
+	if err != nil {
+		t.Fatalf("open: %v (kernel log %v)", err, k.log)
+	}
+	want := map[fkey]bool{{Priority6, ethPIPv6, 4}: true, {Priority6, ethPIPv6, 9}: true}
+	if len(k.filters) != len(want) {
+		t.Fatalf("filters after open: %v", k.filters)
+	}
+	for fk := range k.filters {
+		if !want[fk] {
+			t.Fatalf("filter %+v after open", fk)
+		}
+	}
+	if h := tb.rules[v6.Match]; h != 4 || len(tb.rules) != 2 || tb.next != 10 {
+		t.Fatalf("adopted %v next %d", tb.rules, tb.next)
+	}
+	ctx := context.Background()
+	if _, err := tb.Install(ctx, v4); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []tier.Rule{v6, flow6, v4} {
+		if _, _, err := tb.Remove(ctx, r.Match); err != nil {
+			t.Fatalf("remove %s: %v", r.Match, err)
+		}
+	}
+	if len(k.filters) != 0 {
+		t.Fatalf("filters left: %v", k.filters)
 	}
 }

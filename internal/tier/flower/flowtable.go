@@ -40,12 +40,12 @@ import (
 )
 
 // The flow table's tc priorities. Distinct from the mitigation Table's
-// Priority so that both can run on one port and each dumps and adopts only
-// its own filters (Table.dump keys on Priority, the flow table dumps only
-// its two). Two of them because the kernel keeps one protocol per priority
-// (cls_api.c, tcf_chain_tp_find: EINVAL for an IPv6 filter where IPv4 ones
-// are). Numerically after Priority: tc runs lower priorities first, so a
-// mitigation drop wins over a flow's pass.
+// Priority and Priority6 so that both can run on one port and each dumps
+// and adopts only its own filters (Table.dump keys on its two, the flow
+// table dumps only its two). Two of them because the kernel keeps one
+// protocol per priority (cls_api.c, tcf_chain_tp_find: EINVAL for an IPv6
+// filter where IPv4 ones are). Numerically after Priority and Priority6: tc
+// runs lower priorities first, so a mitigation drop wins over a flow's pass.
 const (
 	FlowPriority4 = 0xBEF0
 	FlowPriority6 = 0xBEF1

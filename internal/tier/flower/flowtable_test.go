@@ -162,6 +162,10 @@ func (k *flowKernel) handle(reqs []netlink.Message) ([]netlink.Message, error) {
 	}
 	fk := keyOf(req.Data)
 	logf := func(op string) { k.log = append(k.log, fmt.Sprintf("%s %#x/%d", op, fk.prio, fk.handle)) }
+	if isFilterReq(req) && protoClash(k.filters, fk) {
+		logf("EINVAL")
+		return nltest.Error(int(unix.EINVAL), reqs)
+	}
 	switch req.Header.Type {
 	case unix.RTM_NEWQDISC, unix.RTM_DELQDISC:
 		return nltest.Error(0, reqs)
