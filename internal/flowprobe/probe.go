@@ -107,6 +107,7 @@ type tracked struct {
 	sentPkts [2]uint64 // software counters already reported
 	sentByts [2]uint64
 	exported time.Time // last record (active timeout)
+	seen     uint64    // the last sweep that found its software entry
 	endAt    time.Time // the NIC ended the flow: record after EndGrace
 	cause    tier.Cause
 }
@@ -133,6 +134,7 @@ type Probe struct {
 	closing   bool
 	events    []tier.FlowEvent
 	lastSweep time.Time
+	sweeps    uint64
 
 	stats Stats
 	view  view
@@ -204,7 +206,7 @@ func (p *Probe) sample(s *flow.Sample) {
 	d := p.dpi[s.Key]
 	if d == nil {
 		if t == nil {
-			t = &tracked{state: flow.StateDPI}
+			t = &tracked{state: flow.StateDPI, seen: p.sweeps}
 			p.flows[s.Key] = t
 		}
 		if p.cls == nil || len(p.dpi) >= p.cfg.MaxDPI {
@@ -247,13 +249,16 @@ func (p *Probe) decide(k tier.FlowKey, t *tracked, v Verdict) {
 		p.keepInSoftware(k, t)
 		return
 	}
+	// Software first: a flow whose entry is gone (a late sample of a
+	// flow that already ended) must not take a place in the NIC.
+	if !p.setState(k, t, flow.StateLearning) {
+		return
+	}
 	p.nextID++
 	t.id = p.nextID
 	t.learnAt = p.cfg.Now()
-	t.state = flow.StateLearning
 	p.byID[t.id] = k
 	p.learns = append(p.learns, tier.Learn{ID: t.id, Key: k, Action: p.nicAction(t.decision), Options: p.cfg.Learn})
-	p.setState(k, t, flow.StateLearning)
 }
 
 // nicAction maps a decision to the NIC's action. A passive probe only
@@ -278,13 +283,37 @@ func (p *Probe) keepInSoftware(k tier.FlowKey, t *tracked) {
 	p.setState(k, t, flow.StateSoftware)
 }
 
-func (p *Probe) setState(k tier.FlowKey, t *tracked, s flow.State) {
+// setState moves flow k to state s in software; false when its entry is
+// gone, and then the probe's own state of it is let go (orphan).
+func (p *Probe) setState(k tier.FlowKey, t *tracked, s flow.State) bool {
 	t.state = s
 	if err := p.sw.SetState(k, s, t.swAction()); err != nil {
 		// The entry is gone (refused or ended meanwhile): the
 		// next sample or sweep starts over.
 		p.stats.StateErrors++
+		p.orphan(k, t)
+		return false
 	}
+	return true
+}
+
+// orphan lets go of the probe's state of a flow whose software entry is
+// gone, so that late samples of ended flows cannot grow the probe's
+// maps: a flow still in the NIC waits for the NIC's event; one holding
+// counters the NIC reported ends with its record; the rest are dropped.
+func (p *Probe) orphan(k tier.FlowKey, t *tracked) {
+	if t.id != 0 || p.flows[k] != t {
+		return
+	}
+	p.stats.Orphans++
+	if t.hw.Packets[0]+t.hw.Packets[1] > 0 {
+		p.finish(k, t)
+		return
+	}
+	if d := p.dpi[k]; d != nil {
+		p.endDPI(k, d)
+	}
+	delete(p.flows, k)
 }
 
 func (p *Probe) flushLearns() {

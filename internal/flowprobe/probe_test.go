@@ -400,3 +400,36 @@ func TestFINBeforeLearnEndsTheFlow(t *testing.T) {
 		t.Fatalf("record %+v: want end of flow (FIN seen both ways in software)", rec)
 	}
 }
+
+// Samples read after their flow ended (the ring lags a busy probe) must
+// neither take a place in the NIC nor stay in the probe's maps.
+func TestLateSamplesLeaveNothing(t *testing.T) {
+	r := newRig(t, 16, Config{})
+	c, s, k := tcpFlow(40012)
+	r.send(6, c, s, 0x18, "GET / HTTP/1.1\r\n", 1) // DPI decides on it
+	c2, s2, k2 := tcpFlow(40013)
+	r.send(6, c2, s2, 0x10, "", 1) // DPI would wait for more
+	for _, key := range []tier.FlowKey{k, k2} {
+		if _, err := r.sw.Delete(key); err != nil { // ended before the probe read its samples
+			t.Fatal(err)
+		}
+	}
+	r.step()
+	if r.nic.Occupancy() != 0 || len(r.nic.Flows) != 0 {
+		t.Fatalf("NIC holds %d flows, want none: the flow had ended", r.nic.Occupancy())
+	}
+	for i := 0; i < 3; i++ {
+		r.advance(5 * time.Second) // sweeps
+	}
+	if len(r.p.flows) != 0 || len(r.p.dpi) != 0 {
+		t.Fatalf("probe keeps %d flows, %d in DPI, want none", len(r.p.flows), len(r.p.dpi))
+	}
+	if st := r.p.Stats(); st.Orphans != 2 {
+		t.Fatalf("orphans %d, want 2", st.Orphans)
+	}
+	for _, rec := range r.records {
+		if rec.Packets[0]+rec.Packets[1] == 0 {
+			t.Fatalf("an empty record: %+v", rec)
+		}
+	}
+}

@@ -35,6 +35,7 @@ type Stats struct {
 	UnlearnQueueFull uint64
 	Unlearned        map[tier.Cause]uint64
 	OrphanEvents     uint64 // unlearn events of flows no longer in software
+	Orphans          uint64 // flows let go of because their software entry was gone (late samples)
 	Records          uint64
 	RecordsByReason  map[EndReason]uint64
 	SoftwareFlows    int // at the last sweep

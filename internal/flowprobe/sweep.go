@@ -49,9 +49,14 @@ func (p *Probe) sweep(now time.Time) error {
 	var acts []sweepAction
 	var giveup []tier.FlowKey
 	flows := 0
+	p.sweeps++
+	gen := p.sweeps
 	err := p.sw.Walk(func(k tier.FlowKey, e *flow.Entry) bool {
 		flows++
 		t := p.flows[k]
+		if t != nil {
+			t.seen = gen
+		}
 		switch {
 		case t != nil && !t.endAt.IsZero():
 			if now.Sub(t.endAt) >= p.cfg.EndGrace {
@@ -82,10 +87,22 @@ func (p *Probe) sweep(now time.Time) error {
 		return fmt.Errorf("sweeping software flows: %w", err)
 	}
 	p.stats.SoftwareFlows = flows
+	// Flows the walk did not find twice running have no software
+	// entry: a late sample made them after their end. (Twice: one made
+	// during this walk may sit in a bucket the walk had passed.)
+	var gone []tier.FlowKey
+	for k, t := range p.flows {
+		if t.seen+1 < gen && t.id == 0 {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range gone {
+		p.orphan(k, p.flows[k])
+	}
 	for _, k := range giveup {
 		t := p.flows[k]
 		if t == nil {
-			t = &tracked{state: flow.StateDPI}
+			t = &tracked{state: flow.StateDPI, seen: gen}
 			p.flows[k] = t
 		}
 		v := Verdict{App: "unknown"}

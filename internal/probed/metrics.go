@@ -86,5 +86,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, descDPI, e.DPIGiveups, "giveup")
 	counter(ch, descDPI, e.DPISkipped, "skipped")
 	counter(ch, descDPI, e.SamplesLate, "late_sample")
+	counter(ch, descDPI, e.Orphans, "orphan")
 	gauge(ch, descInDPI, e.InDPI)
 }
