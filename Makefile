@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export GOTOOLCHAIN ?= auto
 
-.PHONY: all deps generate check-generated build test test-ndpi bench demo eval lint clean
+.PHONY: all deps generate check-generated build test test-ndpi bench demo eval eval-flows lint clean
 
 all: build
 
@@ -65,3 +65,9 @@ clean:
 # docs/eval/ (CSV, PNG, SVG). About 15 minutes.
 eval: build
 	$(BIN)/tierwall-lab eval --out docs/eval
+
+# The flow-offload experiment of Deri et al. (HPSR 2024) on the probe lab:
+# docs/EVALUATION-FLOWS.md and docs/eval/flows.* (CSV, JSON, PNG, SVG).
+# About 25 minutes.
+eval-flows: build
+	$(BIN)/tierwall-lab eval-flows --out docs/eval
