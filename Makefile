@@ -68,6 +68,6 @@ eval: build
 
 # The flow-offload experiment of Deri et al. (HPSR 2024) on the probe lab:
 # docs/EVALUATION-FLOWS.md and docs/eval/flows.* (CSV, JSON, PNG, SVG).
-# About 25 minutes.
+# About 45 minutes.
 eval-flows: build
 	$(BIN)/tierwall-lab eval-flows --out docs/eval

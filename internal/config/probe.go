@@ -60,11 +60,18 @@ type ProbeHardware struct {
 	LearnLatency time.Duration `yaml:"learn_latency"` // firmware time per update
 	// TCPAutoUnlearn: flower cannot see a FIN, so there TCP flows end
 	// idle whatever this says.
-	TCPAutoUnlearn bool            `yaml:"tcp_auto_unlearn"`
-	IdleTimeout    time.Duration   `yaml:"idle_timeout"`
-	Lifetime       time.Duration   `yaml:"lifetime"`
-	Emulated       EmulatedFlowNIC `yaml:"emulated"`
-	Flower         FlowerFlowNIC   `yaml:"flower"`
+	TCPAutoUnlearn bool `yaml:"tcp_auto_unlearn"`
+	// PassiveAction is what the NIC does with a passive probe's
+	// offloaded flows: discard (default: counted and consumed there, the
+	// host sees only misses) or forward (counted, and still delivered to
+	// the host marked hit, for an application beside the probe that
+	// wants the packets; the probe's XDP leaves them to the NIC's
+	// counters). Needs a NIC that marks packets (not flower).
+	PassiveAction string          `yaml:"passive_action"`
+	IdleTimeout   time.Duration   `yaml:"idle_timeout"`
+	Lifetime      time.Duration   `yaml:"lifetime"`
+	Emulated      EmulatedFlowNIC `yaml:"emulated"`
+	Flower        FlowerFlowNIC   `yaml:"flower"`
 }
 
 // FlowerFlowNIC is the flow table in tc flower filters of a NIC port.
@@ -149,6 +156,17 @@ func (p *Probe) validate() error {
 		}
 	}
 	h := &p.Hardware
+	switch h.PassiveAction {
+	case "", "discard":
+	case "forward":
+		if p.Mode == "inline" || h.Backend == "flower" {
+			// Inline, forwarding is the twin port's; flower passes
+			// forwarded packets up unmarked, counted twice.
+			return bad("probe.hardware.passive_action", h.PassiveAction, "needs mode passive and a NIC that marks packets (emulated)")
+		}
+	default:
+		return bad("probe.hardware.passive_action", h.PassiveAction, "is not discard or forward")
+	}
 	switch h.Backend {
 	case "none":
 	case "emulated":

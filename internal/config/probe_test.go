@@ -27,6 +27,9 @@ func TestProbeRole(t *testing.T) {
 		{"role: probe\ninterface: eth0\nprobe: {hardware: {backend: emulated}}\n", "probe.hardware.emulated"},
 		{"role: probe\ninterface: eth0\nprobe: {mode: inline, egress: e1, hardware: {backend: emulated, emulated: {wire: w, host: h}}}\n", "twin"},
 		{"role: probe\ninterface: eth0\nprobe: {timeouts: {idle: 0s}}\n", "probe.timeouts"},
+		{"role: probe\ninterface: eth0\nprobe: {hardware: {passive_action: mirror}}\n", "probe.hardware.passive_action: mirror"},
+		{"role: probe\ninterface: eth0\nprobe: {hardware: {backend: flower, passive_action: forward}}\n", "probe.hardware.passive_action: forward"},
+		{"role: probe\ninterface: eth0\nprobe: {mode: inline, egress: e1, hardware: {passive_action: forward}}\n", "probe.hardware.passive_action"},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

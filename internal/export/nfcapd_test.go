@@ -17,7 +17,7 @@ import (
 // loopback receives the export; nfdump reads back the file it writes
 // (internal/testbed/collector says what it shows of what we send).
 
-func nfcapd(t *testing.T) (addr string, stop func() string) {
+func nfcapd(t *testing.T) (addr string, stop func() []string) {
 	t.Helper()
 	testutil.RequireCommand(t, "nfcapd", "nfdump")
 	n, err := collector.Start(collector.Options{Dir: t.TempDir()})
@@ -25,7 +25,7 @@ func nfcapd(t *testing.T) (addr string, stop func() string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Kill)
-	return n.Addr, func() string {
+	return n.Addr, func() []string {
 		f, err := n.Stop(time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -37,9 +37,9 @@ func nfcapd(t *testing.T) (addr string, stop func() string) {
 
 type nfFlow = collector.Flow
 
-func readBack(t *testing.T, file string) []nfFlow {
+func readBack(t *testing.T, files []string) []nfFlow {
 	t.Helper()
-	fs, err := collector.Read(file)
+	fs, err := collector.Read(files...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,17 +46,21 @@ type DPIFlow interface {
 
 // Config tunes the probe; zero values take the defaults.
 type Config struct {
-	Inline        bool                     // inline (IPS bridge) rather than passive (mirror)
-	DPIPackets    int                      // give up after this many samples of a flow (default 10)
-	DPITimeout    time.Duration            // give up on flows that stop short of that (default 2 s)
-	MaxDPI        int                      // flows in DPI at once; beyond, new flows skip DPI (default 65536)
-	IdleTimeout   time.Duration            // software flows end after this long idle (default 30 s)
-	ActiveTimeout time.Duration            // a long-lived flow is reported this often (default 120 s)
-	EndGrace      time.Duration            // wait after a flow's end for its last packets (default 1 s)
-	SweepEvery    time.Duration            // pass over the software table (default: a tenth of the idle timeout, 100 ms..2 s)
-	Learn         tier.LearnOptions        // options of every learned flow
-	Policy        func(Verdict) dpi.Action // per application; nil: offload everything
-	Now           func() time.Time         // tests
+	Inline        bool              // inline (IPS bridge) rather than passive (mirror)
+	DPIPackets    int               // give up after this many samples of a flow (default 10)
+	DPITimeout    time.Duration     // give up on flows that stop short of that (default 2 s)
+	MaxDPI        int               // flows in DPI at once; beyond, new flows skip DPI (default 65536)
+	IdleTimeout   time.Duration     // software flows end after this long idle (default 30 s)
+	ActiveTimeout time.Duration     // a long-lived flow is reported this often (default 120 s)
+	EndGrace      time.Duration     // wait after a flow's end for its last packets (default 1 s)
+	SweepEvery    time.Duration     // pass over the software table (default: a tenth of the idle timeout, 100 ms..2 s)
+	Learn         tier.LearnOptions // options of every learned flow
+	// PassiveForward: a passive probe's offloaded flows are learned with
+	// forward (counted by the NIC, delivered marked hit) instead of
+	// discard. Inline ignores it.
+	PassiveForward bool
+	Policy         func(Verdict) dpi.Action // per application; nil: offload everything
+	Now            func() time.Time         // tests
 }
 
 func (c *Config) defaults() {
@@ -263,9 +267,10 @@ func (p *Probe) decide(k tier.FlowKey, t *tracked, v Verdict) {
 
 // nicAction maps a decision to the NIC's action. A passive probe only
 // wants the NIC's counters: its offloaded flows are consumed there, which
-// is the NIC's discard; inline, offloaded flows go to the twin port.
+// is the NIC's discard, unless it asked for them (PassiveForward: the NIC
+// delivers them marked hit); inline, offloaded flows go to the twin port.
 func (p *Probe) nicAction(d dpi.Action) tier.FlowAction {
-	if d == dpi.Discard || !p.cfg.Inline {
+	if d == dpi.Discard || (!p.cfg.Inline && !p.cfg.PassiveForward) {
 		return tier.FlowDiscard
 	}
 	return tier.FlowForward

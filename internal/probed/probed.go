@@ -52,15 +52,16 @@ func Assemble(cfg *config.Config, log *slog.Logger, parts Parts) (*Probed, error
 	}
 	h := cfg.Probe.Hardware
 	ecfg := flowprobe.Config{
-		Inline:        cfg.Probe.Mode == "inline",
-		DPIPackets:    cfg.Probe.DPI.Packets,
-		DPITimeout:    cfg.Probe.DPI.Timeout,
-		MaxDPI:        cfg.Probe.DPI.MaxFlows,
-		IdleTimeout:   cfg.Probe.Timeouts.Idle,
-		ActiveTimeout: cfg.Probe.Timeouts.Active,
-		EndGrace:      cfg.Probe.Timeouts.EndGrace,
-		Learn:         tier.LearnOptions{TCPAutoUnlearn: h.TCPAutoUnlearn, IdleTimeout: h.IdleTimeout, Lifetime: h.Lifetime},
-		Policy:        pol,
+		Inline:         cfg.Probe.Mode == "inline",
+		PassiveForward: cfg.Probe.Hardware.PassiveAction == "forward",
+		DPIPackets:     cfg.Probe.DPI.Packets,
+		DPITimeout:     cfg.Probe.DPI.Timeout,
+		MaxDPI:         cfg.Probe.DPI.MaxFlows,
+		IdleTimeout:    cfg.Probe.Timeouts.Idle,
+		ActiveTimeout:  cfg.Probe.Timeouts.Active,
+		EndGrace:       cfg.Probe.Timeouts.EndGrace,
+		Learn:          tier.LearnOptions{TCPAutoUnlearn: h.TCPAutoUnlearn, IdleTimeout: h.IdleTimeout, Lifetime: h.Lifetime},
+		Policy:         pol,
 	}
 	p := &Probed{SW: parts.SW, HW: parts.HW, cfg: cfg, log: log, closer: parts.Closer}
 	var cls flowprobe.Classifier

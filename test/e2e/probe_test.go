@@ -29,7 +29,7 @@ var probeServer = netip.MustParseAddr("10.80.0.1")
 // probeConfig is the probe role on the probe lab, with timeouts short
 // enough for a test: flows still open when the generator stops end by
 // idle timeout within seconds.
-func probeConfig(dir string, inline bool, nicCap int, collector string) string {
+func probeConfig(dir string, inline bool, nicCap int, collector, passiveAction string) string {
 	mode, egress, twin, ret := "passive", "", "", ""
 	if inline {
 		// Inline, the host forwards what it lets through out of its
@@ -54,19 +54,20 @@ probe:
     capacity: %d
     idle_timeout: 2s
     tcp_auto_unlearn: true
+    passive_action: "%s"
     emulated: {netns: %s, wire: %s, host: %s, twin: "%s", return: "%s"}
   export:
     biflow: true
     flush_interval: 50ms
     collectors: [{address: "%s", format: ipfix}]
-`, lab.PIfHost, dir, dir, mode, egress, nicCap, lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin, ret, collector)
+`, lab.PIfHost, dir, dir, mode, egress, nicCap, passiveAction, lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin, ret, collector)
 }
 
-func startProbe(t *testing.T, inline bool, nicCap int, collector string) (*harness.Daemon, *api.Client) {
+func startProbe(t *testing.T, inline bool, nicCap int, collector, passiveAction string) (*harness.Daemon, *api.Client) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "probe.yaml")
-	if err := os.WriteFile(cfg, []byte(probeConfig(dir, inline, nicCap, collector)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(probeConfig(dir, inline, nicCap, collector, passiveAction)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "api.sock")
@@ -157,7 +158,7 @@ func sumRecords(rs []flowprobe.Record) map[tier.FlowKey]*flowSum {
 // handshakes and FINs) and a few ICMP packets through the emulated NIC to
 // the probe, waits until every flow has its final record, and checks the
 // records against the generator's exact per-flow report.
-func runProbe(t *testing.T, inline bool, nicCap int) (*api.Client, map[tier.FlowKey]*flowSum, *trafgen.Report) {
+func runProbe(t *testing.T, inline bool, nicCap int, passiveAction string) (*api.Client, map[tier.FlowKey]*flowSum, *trafgen.Report) {
 	testutil.RequireRoot(t)
 	if err := lab.ProbeUp(); err != nil {
 		t.Fatal(err)
@@ -169,7 +170,7 @@ func runProbe(t *testing.T, inline bool, nicCap int) (*api.Client, map[tier.Flow
 		t.Fatal(err)
 	}
 	t.Cleanup(nf.Kill)
-	_, c := startProbe(t, inline, nicCap, nf.Addr)
+	_, c := startProbe(t, inline, nicCap, nf.Addr, passiveAction)
 
 	var rep *trafgen.Report
 	inNS(t, lab.PNSInet, func() {
@@ -240,20 +241,20 @@ func runProbe(t *testing.T, inline bool, nicCap int) (*api.Client, map[tier.Flow
 	if identified < flows*3/4 {
 		t.Errorf("DPI identified %d of %d flows", identified, flows)
 	}
-	file, err := nf.Stop(time.Second)
+	files, err := nf.Stop(time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkCollector(t, file, rep, sums)
+	checkCollector(t, files, rep, sums)
 	return c, sums, rep
 }
 
 // checkCollector reads back what nfcapd received from the probe (IPFIX
 // biflows: the initiator is the source) and checks every flow's packets,
 // bytes and end reason against the generator's report.
-func checkCollector(t *testing.T, file string, rep *trafgen.Report, sums map[tier.FlowKey]*flowSum) {
+func checkCollector(t *testing.T, files []string, rep *trafgen.Report, sums map[tier.FlowKey]*flowSum) {
 	t.Helper()
-	got, err := collector.Read(file)
+	got, err := collector.Read(files...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +310,7 @@ func checkCollector(t *testing.T, file string, rep *trafgen.Report, sums map[tie
 }
 
 func TestProbePassive(t *testing.T) {
-	c, sums, rep := runProbe(t, false, 1<<16)
+	c, sums, rep := runProbe(t, false, 1<<16, "")
 	st, err := c.FlowStatus(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +346,7 @@ func TestProbePassive(t *testing.T) {
 func TestProbeTableFullStaysInSoftware(t *testing.T) {
 	// A NIC table of 4 flows: the rest fail to learn and stay in
 	// software, and the records still count every packet (runProbe).
-	c, _, _ := runProbe(t, false, 4)
+	c, _, _ := runProbe(t, false, 4, "")
 	st, err := c.FlowStatus(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +360,7 @@ func TestProbeTableFullStaysInSoftware(t *testing.T) {
 }
 
 func TestProbeInline(t *testing.T) {
-	c, sums, rep := runProbe(t, true, 1<<16)
+	c, sums, rep := runProbe(t, true, 1<<16, "")
 	var sent, hw uint64
 	for _, f := range rep.Flows {
 		sent += f.Packets[0] + f.Packets[1]
@@ -379,5 +380,22 @@ func TestProbeInline(t *testing.T) {
 	if out < sent {
 		st, _ := c.FlowStatus(context.Background())
 		t.Errorf("far side received %d packets, generator sent %d flow packets; NIC %+v; host %+v", out, sent, st.NIC, st.Software)
+	}
+}
+
+// A passive probe whose NIC forwards offloaded flows: the host sees them
+// marked hit and leaves them to the NIC's counters, so every packet is
+// still counted once (runProbe checks the records and the collector).
+func TestProbePassiveForwardMarksHit(t *testing.T) {
+	c, _, _ := runProbe(t, false, 1<<16, "forward")
+	st, err := c.FlowStatus(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Software.Packets[flow.MarkHit] == 0 || st.Software.Packets[flow.MarkMiss] == 0 || st.Software.Packets[flow.MarkUnhandled] < 5 {
+		t.Errorf("marks at the host %v: want hits, misses and the 5 ICMP packets unhandled", st.Software.Packets)
+	}
+	if v := st.NIC.Verdicts["hit_host"]; v.Packets != st.Software.Packets[flow.MarkHit] {
+		t.Errorf("NIC sent %d hits to the host, the host saw %d", v.Packets, st.Software.Packets[flow.MarkHit])
 	}
 }

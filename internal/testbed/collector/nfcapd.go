@@ -129,23 +129,24 @@ func (n *Nfcapd) Kill() {
 	<-n.exited
 }
 
-// Stop makes nfcapd write its file and returns the file's path. nfcapd
-// reads no more after SIGTERM, so the caller waits until the exporter's
-// last datagrams are read (settle) first.
-func (n *Nfcapd) Stop(settle time.Duration) (string, error) {
+// Stop makes nfcapd write its files and returns their paths: one per
+// rotation interval it ran in (it rotates on the hour, so a run across it
+// leaves two). nfcapd reads no more after SIGTERM, so the caller waits
+// until the exporter's last datagrams are read (settle) first.
+func (n *Nfcapd) Stop(settle time.Duration) ([]string, error) {
 	time.Sleep(settle)
 	n.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-n.exited:
 	case <-time.After(30 * time.Second):
 		n.Kill()
-		return "", fmt.Errorf("nfcapd did not stop: %s", n.Log())
+		return nil, fmt.Errorf("nfcapd did not stop: %s", n.Log())
 	}
 	files, _ := filepath.Glob(filepath.Join(n.dir, "nfcapd.2*"))
-	if len(files) != 1 {
-		return "", fmt.Errorf("nfcapd wrote files %v (want one): %s", files, n.Log())
+	if len(files) == 0 {
+		return nil, fmt.Errorf("nfcapd wrote no file: %s", n.Log())
 	}
-	return files[0], nil
+	return files, nil
 }
 
 // Flow is what nfdump shows of a flow.
@@ -162,9 +163,22 @@ type Flow struct {
 // Key names the flow's direction as nfdump sees it.
 func (f Flow) Key() string { return fmt.Sprintf("%d %v %v", f.Proto, f.Src, f.Dst) }
 
-// Read reads an nfcapd file: -o json for the flows, and the %end format
+// Read reads nfcapd files.
+func Read(files ...string) ([]Flow, error) {
+	var all []Flow
+	for _, f := range files {
+		fs, err := read(f)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, fs...)
+	}
+	return all, nil
+}
+
+// read reads an nfcapd file: -o json for the flows, and the %end format
 // element, in the same order, for the end reasons json lacks.
-func Read(file string) ([]Flow, error) {
+func read(file string) ([]Flow, error) {
 	out, err := exec.Command("nfdump", "-r", file, "-o", "json").Output()
 	if err != nil {
 		return nil, fmt.Errorf("nfdump -o json: %w", err)
@@ -217,16 +231,26 @@ func Read(file string) ([]Flow, error) {
 	return fs, nil
 }
 
-// Totals is the sum over a file's flows, read by nfdump's own summary
-// (-s none prints none; -I gives the file's statistics) — cheap even for
-// millions of flows, where -o json is not.
+// Totals is the sum over files' flows, from one line of counters per
+// flow: cheap even for millions of flows, where -o json is not.
 type Totals struct {
 	Flows, Packets, Bytes uint64
 }
 
-// ReadTotals sums a file's flows with nfdump's aggregation over all flows
-// (both directions of biflows).
-func ReadTotals(file string) (Totals, error) {
+// ReadTotals sums the flows of nfcapd files (both directions of biflows).
+func ReadTotals(files ...string) (Totals, error) {
+	var t Totals
+	for _, f := range files {
+		x, err := readTotals(f)
+		if err != nil {
+			return Totals{}, err
+		}
+		t.Flows, t.Packets, t.Bytes = t.Flows+x.Flows, t.Packets+x.Packets, t.Bytes+x.Bytes
+	}
+	return t, nil
+}
+
+func readTotals(file string) (Totals, error) {
 	// One CSV line per flow of just the counters: small enough for a
 	// few million flows, and exact (json prints the same numbers).
 	out, err := exec.Command("nfdump", "-q", "-N", "-r", file, "-o", "fmt:%pkt %byt %opkt %obyt").Output()

@@ -221,9 +221,11 @@ func flowConfig(dir string, c FlowCell, collectorAddr string, idle time.Duration
 		// miss for the host.
 		policy = "software"
 	}
-	// Room for every flow alive at once: the window, the births of the
-	// idle timeout and the end grace, and a margin.
-	capacity := max(c.Active*2, 1<<16)
+	// Room for every flow alive at once: the window, and the births of
+	// the time an ended flow is held (the NIC's idle timeout, its sweep,
+	// the end grace, the probe's sweep), with a margin for a probe that
+	// falls behind at a million flows.
+	capacity := max(c.Active*4, 1<<16)
 	return fmt.Sprintf(`role: probe
 interface: %s
 state_file: %s/state.json
@@ -603,12 +605,12 @@ wait:
 			row.NICSeen += v.Packets
 		}
 	}
-	file, err := nf.Stop(2 * time.Second)
+	files, err := nf.Stop(2 * time.Second)
 	if err != nil {
 		return fail(err)
 	}
 	row.SocketDrops = udpRcvbufErrors(lab.PNSHost) - drops0
-	tot, err := collector.ReadTotals(file)
+	tot, err := collector.ReadTotals(files...)
 	if err != nil {
 		return fail(err)
 	}
