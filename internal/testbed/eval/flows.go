@@ -142,7 +142,7 @@ type FlowsParams struct {
 	Cells    []FlowCell    // what to run
 	Duration time.Duration // of each run (flows live 10 s: ≥ 20 s shows a steady state)
 	Rate     uint64        // generator packets/s (0: as fast as it goes)
-	Idle     time.Duration // the probe's and the NIC's idle timeout (default 5 s)
+	Idle     time.Duration // the probe's and the NIC's idle timeout (default 10 s)
 	Log      io.Writer
 }
 
@@ -170,7 +170,7 @@ func FlowCells(actives, sizes []int, modes []string) []FlowCell {
 // rest go on.
 func Flows(ctx context.Context, p FlowsParams) ([]FlowRow, error) {
 	if p.Idle == 0 {
-		p.Idle = 5 * time.Second
+		p.Idle = 10 * time.Second
 	}
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
@@ -466,7 +466,11 @@ func runFlowCell(ctx context.Context, p FlowsParams, c FlowCell) (FlowRow, error
 		return row, err
 	}
 	d, err := harness.StartDaemon(harness.Options{Tierwall: p.Tierwall, Netns: lab.PNSHost, Config: cfg,
-		Socket: filepath.Join(dir, "api.sock"), Timeout: time.Minute, CPUs: strconv.Itoa(hostCPU)})
+		Socket: filepath.Join(dir, "api.sock"), Timeout: time.Minute, CPUs: strconv.Itoa(hostCPU),
+		// Go sizes GOMAXPROCS by the affinity (one CPU): the NIC
+		// firmware's locked thread, moved to CPU 0 below, would then
+		// share the one P with the probe and hand it back and forth.
+		Env: []string{"GOMAXPROCS=2"}})
 	if err != nil {
 		return row, err
 	}

@@ -60,7 +60,8 @@ type Options struct {
 	Socket   string    // its api.socket, to wait on and talk to
 	Log      io.Writer // also receives the daemon's output (optional)
 	Timeout  time.Duration
-	CPUs     string // run on these CPUs only (taskset's list, e.g. "1"); "" anywhere
+	CPUs     string   // run on these CPUs only (taskset's list, e.g. "1"); "" anywhere
+	Env      []string // added to the daemon's environment
 }
 
 // StartDaemon starts the daemon and waits until its API answers /v1/status
@@ -79,6 +80,9 @@ func StartDaemon(o Options) (*Daemon, error) {
 	}
 	d := &Daemon{Cmd: exec.Command(name, args...), out: &syncBuffer{w: o.Log}, Client: api.NewClient(o.Socket)}
 	d.Cmd.Stdout, d.Cmd.Stderr = d.out, d.out
+	if len(o.Env) > 0 {
+		d.Cmd.Env = append(os.Environ(), o.Env...)
+	}
 	if err := d.Cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", o.Tierwall, err)
 	}
