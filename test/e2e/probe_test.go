@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -29,9 +30,21 @@ var probeServer = netip.MustParseAddr("10.80.0.1")
 // probeConfig is the probe role on the probe lab, with timeouts short
 // enough for a test: flows still open when the generator stops end by
 // idle timeout within seconds.
-func probeConfig(dir string, inline bool, nicCap int, collector, passiveAction string) string {
+// probeRun is one end-to-end run's probe.
+type probeRun struct {
+	inline        bool
+	nicCap        int
+	passiveAction string // "" discard
+	engine        string // "" builtin
+	binary        string // "" the default build
+}
+
+func probeConfig(dir string, o probeRun, collector string) string {
 	mode, egress, twin, ret := "passive", "", "", ""
-	if inline {
+	if o.engine == "" {
+		o.engine = "builtin"
+	}
+	if o.inline {
 		// Inline, the host forwards what it lets through out of its
 		// second port; the NIC's return program on the other end puts
 		// it on the twin port.
@@ -46,7 +59,7 @@ probe:
   mode: %s
   egress: "%s"
   capacity: 65536
-  dpi: {engine: builtin, packets: 10, timeout: 1s, ring_bytes: 4194304}
+  dpi: {engine: %s, packets: 10, timeout: 1s, ring_bytes: 4194304}
   timeouts: {idle: 2s, active: 120s, end_grace: 500ms}
   policy: {default: offload, dns: software}
   hardware:
@@ -60,18 +73,21 @@ probe:
     biflow: true
     flush_interval: 50ms
     collectors: [{address: "%s", format: ipfix}]
-`, lab.PIfHost, dir, dir, mode, egress, nicCap, passiveAction, lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin, ret, collector)
+`, lab.PIfHost, dir, dir, mode, egress, o.engine, o.nicCap, o.passiveAction, lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin, ret, collector)
 }
 
-func startProbe(t *testing.T, inline bool, nicCap int, collector, passiveAction string) (*harness.Daemon, *api.Client) {
+func startProbe(t *testing.T, o probeRun, collector string) (*harness.Daemon, *api.Client) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "probe.yaml")
-	if err := os.WriteFile(cfg, []byte(probeConfig(dir, inline, nicCap, collector, passiveAction)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(probeConfig(dir, o, collector)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "api.sock")
-	d, err := harness.StartDaemon(harness.Options{Tierwall: bin, Netns: lab.PNSHost, Config: cfg, Socket: sock, Timeout: 30 * time.Second})
+	if o.binary == "" {
+		o.binary = bin
+	}
+	d, err := harness.StartDaemon(harness.Options{Tierwall: o.binary, Netns: lab.PNSHost, Config: cfg, Socket: sock, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +174,7 @@ func sumRecords(rs []flowprobe.Record) map[tier.FlowKey]*flowSum {
 // handshakes and FINs) and a few ICMP packets through the emulated NIC to
 // the probe, waits until every flow has its final record, and checks the
 // records against the generator's exact per-flow report.
-func runProbe(t *testing.T, inline bool, nicCap int, passiveAction string) (*api.Client, map[tier.FlowKey]*flowSum, *trafgen.Report) {
+func runProbe(t *testing.T, o probeRun) (*api.Client, map[tier.FlowKey]*flowSum, *trafgen.Report) {
 	testutil.RequireRoot(t)
 	if err := lab.ProbeUp(); err != nil {
 		t.Fatal(err)
@@ -170,7 +186,7 @@ func runProbe(t *testing.T, inline bool, nicCap int, passiveAction string) (*api
 		t.Fatal(err)
 	}
 	t.Cleanup(nf.Kill)
-	_, c := startProbe(t, inline, nicCap, nf.Addr, passiveAction)
+	_, c := startProbe(t, o, nf.Addr)
 
 	var rep *trafgen.Report
 	inNS(t, lab.PNSInet, func() {
@@ -310,7 +326,7 @@ func checkCollector(t *testing.T, files []string, rep *trafgen.Report, sums map[
 }
 
 func TestProbePassive(t *testing.T) {
-	c, sums, rep := runProbe(t, false, 1<<16, "")
+	c, sums, rep := runProbe(t, probeRun{nicCap: 1 << 16})
 	st, err := c.FlowStatus(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +362,7 @@ func TestProbePassive(t *testing.T) {
 func TestProbeTableFullStaysInSoftware(t *testing.T) {
 	// A NIC table of 4 flows: the rest fail to learn and stay in
 	// software, and the records still count every packet (runProbe).
-	c, _, _ := runProbe(t, false, 4, "")
+	c, _, _ := runProbe(t, probeRun{nicCap: 4})
 	st, err := c.FlowStatus(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +376,7 @@ func TestProbeTableFullStaysInSoftware(t *testing.T) {
 }
 
 func TestProbeInline(t *testing.T) {
-	c, sums, rep := runProbe(t, true, 1<<16, "")
+	c, sums, rep := runProbe(t, probeRun{inline: true, nicCap: 1 << 16})
 	var sent, hw uint64
 	for _, f := range rep.Flows {
 		sent += f.Packets[0] + f.Packets[1]
@@ -387,7 +403,7 @@ func TestProbeInline(t *testing.T) {
 // marked hit and leaves them to the NIC's counters, so every packet is
 // still counted once (runProbe checks the records and the collector).
 func TestProbePassiveForwardMarksHit(t *testing.T) {
-	c, _, _ := runProbe(t, false, 1<<16, "forward")
+	c, _, _ := runProbe(t, probeRun{nicCap: 1 << 16, passiveAction: "forward"})
 	st, err := c.FlowStatus(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -397,5 +413,36 @@ func TestProbePassiveForwardMarksHit(t *testing.T) {
 	}
 	if v := st.NIC.Verdicts["hit_host"]; v.Packets != st.Software.Packets[flow.MarkHit] {
 		t.Errorf("NIC sent %d hits to the host, the host saw %d", v.Packets, st.Software.Packets[flow.MarkHit])
+	}
+}
+
+// nDPI from Debian (the build with -tags ndpi) classifies the lab's
+// traffic end to end as the built-in classifier does: the generator's
+// HTTP, TLS and DNS flows start with real handshakes (runProbe checks
+// that no flow is named another application and that most are named).
+func TestProbeNDPI(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "pkg-config")
+	if err := exec.Command("pkg-config", "--exists", "libndpi").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("libndpi-dev missing (scripts/deps.sh installs it) and CI=true forbids skipping")
+		}
+		t.Skip("skipping: libndpi-dev not installed (scripts/deps.sh installs it)")
+	}
+	ndpiBin := filepath.Join(t.TempDir(), "tierwall-ndpi")
+	build := exec.Command("go", "build", "-tags", "ndpi", "-o", ndpiBin, "../../cmd/tierwall")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building tierwall with nDPI: %v\n%s", err, out)
+	}
+	c, _, _ := runProbe(t, probeRun{nicCap: 1 << 16, engine: "ndpi", binary: ndpiBin})
+	st, err := c.FlowStatus(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, app := range []string{"http", "tls", "dns"} {
+		if st.Engine.Classified[app] == 0 {
+			t.Errorf("nDPI classified %v: no %s flow", st.Engine.Classified, app)
+		}
 	}
 }

@@ -143,6 +143,7 @@ type FlowsParams struct {
 	Duration time.Duration // of each run (flows live 10 s: ≥ 20 s shows a steady state)
 	Rate     uint64        // generator packets/s (0: as fast as it goes)
 	Idle     time.Duration // the probe's and the NIC's idle timeout (default 10 s)
+	Header   string        // the document's first line (a rewrite from a run's rows keeps the run's)
 	Log      io.Writer
 }
 
