@@ -347,16 +347,7 @@ func (t *FlowTable) enqueue(n int, mk func(int, int64) flowReq) (int, error) {
 		t.reqs = append(t.reqs, mk(i, ready))
 	}
 	t.mu.Unlock()
-	if room > 0 {
-		select {
-		case t.wake <- struct{}{}:
-		default:
-		}
-	}
-	if room < n {
-		return room, fmt.Errorf("%w: %d of %d queued, %d waiting", tier.ErrQueueFull, room, n, t.o.QueueLen)
-	}
-	return n, nil
+	return tier.Queued(t.wake, room, n, t.o.QueueLen)
 }
 
 // Events hands out pending events, oldest first. After Close it still
@@ -364,15 +355,7 @@ func (t *FlowTable) enqueue(n int, mk func(int, int64) flowReq) (int, error) {
 func (t *FlowTable) Events(buf []tier.FlowEvent) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := copy(buf, t.events)
-	t.events = t.events[n:]
-	if len(t.events) == 0 {
-		t.events = nil // let the backing array go
-		if t.closed && n == 0 {
-			return 0, tier.ErrClosed
-		}
-	}
-	return n, nil
+	return tier.TakeEvents(&t.events, buf, t.closed)
 }
 
 // Read returns a learned flow's counters now.
