@@ -278,8 +278,9 @@ func flowsMarkdown(rows []FlowRow, p FlowsParams, dir string, started time.Time)
 	b.WriteString("- **The long-flow target.** Offload removes the host's per-packet work (the XDP column in the targets: about 0.05× of " +
 		"no offload at 10K flows), but the probe process does not shrink with it: its costs are per flow (DPI samples, state changes, " +
 		"the NIC's events, records and export) and per table (the sweep reads every flow each pass, the Go runtime's wake-ups), and " +
-		"the NIC's firmware events add to them. At about one million packets per second the per-packet part is a third of the host's " +
-		"load; at the talk's 89 Mpps it is nearly all of it, which is why their ratio is far below ours.\n")
+		"the NIC's firmware events add to them. At about one million packets per second the per-packet part is two thirds of the host's " +
+		"load without offload and the probe's third stays; at the talk's 89 Mpps the per-packet part is nearly all of it, which is why " +
+		"their ratio is far below ours.\n")
 	b.WriteString("- **Host CPU above 100%.** The host column adds the probe's XDP (run on CPU 0, see above) and the probe process (CPU 1): " +
 		"at 1M flows both are busy. **No loss anywhere** follows from the same placement: a host that cannot keep up slows the generator " +
 		"that shares its CPU (the *sent Mpps* column falls from about 1 to 0.3–0.6) instead of dropping at a ring.\n")
