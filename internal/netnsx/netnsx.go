@@ -53,7 +53,7 @@ func Do(name string, cpu int, f func() error) error {
 			// counts as inside (ip netns pids reads the main thread's
 			// namespace). Going back is cheap; if it fails, the thread
 			// stays locked and ends as before.
-			defer netns.Set(orig)
+			defer func() { _ = netns.Set(orig) }()
 		}
 		errc <- f()
 	}()

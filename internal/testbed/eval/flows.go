@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/probed"
 	"github.com/tierwall/tierwall/internal/testbed/collector"
@@ -173,15 +173,15 @@ func Flows(ctx context.Context, p FlowsParams) ([]FlowRow, error) {
 	if p.Idle == 0 {
 		p.Idle = 10 * time.Second
 	}
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	stats, err := datapath.RunTimeStats()
 	if err != nil {
-		return nil, fmt.Errorf("enabling BPF run-time statistics: %w", err)
+		return nil, err
 	}
 	defer stats.Close()
 	if err := collector.RaiseRcvbufMax(64 << 20); err != nil {
 		return nil, fmt.Errorf("raising net.core.rmem_max for the collector: %w", err)
 	}
-	defer lab.ProbeDown()
+	defer func() { _ = lab.ProbeDown() }()
 	var rows []FlowRow
 	var errs []error
 	for _, c := range p.Cells {
@@ -268,8 +268,8 @@ type sample struct {
 type probes struct {
 	pid      int
 	firmware int // thread id
-	host     *ebpf.Program
-	nic      []*ebpf.Program
+	host     *datapath.Prog
+	nic      []*datapath.Prog
 }
 
 func (pr *probes) take() sample {
@@ -359,19 +359,19 @@ func firmwareThread(pid, cpu int) (int, error) {
 	return 0, fmt.Errorf("no thread %q in the probe", nicstage.FirmwareThread)
 }
 
-func progNs(p *ebpf.Program) uint64 {
+func progNs(p *datapath.Prog) uint64 {
 	if p == nil {
 		return 0
 	}
-	st, err := p.Stats()
+	rt, err := p.RunTime()
 	if err != nil {
 		return 0
 	}
-	return uint64(st.Runtime)
+	return uint64(rt)
 }
 
 // xdpProg opens the XDP program attached to an interface.
-func xdpProg(ns, iface string) (*ebpf.Program, error) {
+func xdpProg(ns, iface string) (*datapath.Prog, error) {
 	out, err := exec.Command("ip", "-n", ns, "-j", "link", "show", "dev", iface).Output()
 	if err != nil {
 		return nil, fmt.Errorf("ip link show %s in %s: %w", iface, ns, err)
@@ -386,7 +386,7 @@ func xdpProg(ns, iface string) (*ebpf.Program, error) {
 	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 || links[0].XDP.Prog.ID == 0 {
 		return nil, fmt.Errorf("no XDP program on %s in %s (%s)", iface, ns, out)
 	}
-	return ebpf.NewProgramFromID(ebpf.ProgramID(links[0].XDP.Prog.ID))
+	return datapath.OpenProg(uint32(links[0].XDP.Prog.ID))
 }
 
 func procStatus(pid int, key string) uint64 {
@@ -451,7 +451,7 @@ func runFlowCell(ctx context.Context, p FlowsParams, c FlowCell) (FlowRow, error
 	if err := lab.ProbeUp(); err != nil {
 		return row, err
 	}
-	defer lab.ProbeDown()
+	defer func() { _ = lab.ProbeDown() }()
 	dir, err := os.MkdirTemp("", "tierwall-flows")
 	if err != nil {
 		return row, err
