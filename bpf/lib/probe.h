@@ -27,6 +27,11 @@
 volatile const __u32 tw_probe_dpi_pkts = 10; /* samples per flow */
 volatile const __u32 tw_probe_snaplen = 512; /* <= TW_DPI_SNAP_MAX */
 volatile const __u32 tw_probe_inline = 0;    /* 0: passive, 1: inline */
+/* Bytes waiting in the sample ring that wake its reader; 0 wakes it for
+ * every sample. A reader that polls on its own clock sets this: one wake-up
+ * per sample costs more CPU than the sample's DPI at thousands of new flows
+ * a second, and the threshold still wakes it before the ring can fill. */
+volatile const __u32 tw_probe_ring_wake = 0;
 
 /* Per-CPU counters, packets and bytes (from the IP header on, as the NIC
  * counts; the whole frame when there is no IP header). Three groups each

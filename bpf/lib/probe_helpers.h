@@ -183,7 +183,13 @@ static __always_inline void tw_probe_sample(struct xdp_md *ctx,
 	s->seq = seq;
 	s->tcp_flags = p->tcp_flags;
 	s->mark = mark;
-	bpf_ringbuf_submit(s, 0);
+	__u64 wake = 0;
+	if (tw_probe_ring_wake)
+		wake = bpf_ringbuf_query(&tw_probe_ring, BPF_RB_AVAIL_DATA) >=
+				       tw_probe_ring_wake ?
+			       BPF_RB_FORCE_WAKEUP :
+			       BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(s, wake);
 	tw_probe_count(TW_PV_DPI_SENT, 0);
 }
 

@@ -139,6 +139,8 @@ type Probe struct {
 	events    []tier.FlowEvent
 	lastSweep time.Time
 	sweeps    uint64
+	walked    int          // entries the last walk of the software table found
+	ending    []endingFlow // ended in the NIC, in order of endAt: finished after EndGrace
 
 	stats Stats
 	view  view
@@ -169,35 +171,76 @@ func New(cfg Config, sw flow.SoftwareTier, hw tier.FlowTable, cls Classifier, si
 
 // Run serves the probe until ctx ends, then flushes: flows still in the
 // NIC are unlearned and every flow gets its last record.
+//
+// It polls on a ticker rather than sleeping in the sample ring's epoll: a
+// goroutine parked on a timer holds no P, while one blocked in epoll_wait
+// for the whole period is a syscall the Go scheduler retakes, and every
+// retake puts sysmon back to waking every 20 µs. At 10 ms a poll that cost
+// more CPU than the probe's work (the software tier is loaded Polled, so
+// samples wait in the ring for the next tick instead of waking us).
 func (p *Probe) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		if err := p.Step(p.cfg.Now().Add(10 * time.Millisecond)); err != nil {
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	var published time.Time
+	for {
+		full, err := p.step(time.Time{})
+		if err != nil {
 			return err
 		}
+		// Readers of Stats see at most publishEvery-old counters; copying
+		// them every poll was a twentieth of the probe's CPU.
+		if now := time.Now(); now.Sub(published) >= publishEvery {
+			published = now
+			p.publish()
+		}
+		if full && ctx.Err() == nil {
+			continue // a full batch: more samples are waiting
+		}
+		select {
+		case <-ctx.Done():
+			return p.Flush()
+		case <-tick.C:
+		}
 	}
-	return p.Flush()
 }
 
+const (
+	pollEvery    = 10 * time.Millisecond
+	publishEvery = 100 * time.Millisecond
+)
+
 // Step reads samples until deadline (at most a batch), applies the NIC's
-// events and, when due, sweeps the software table.
+// events and, when due, sweeps the software table; then publishes the
+// counters.
 func (p *Probe) Step(deadline time.Time) error {
-	_, err := p.sw.ReadSamples(deadline, 4096, p.sample)
+	_, err := p.step(deadline)
+	p.publish()
+	return err
+}
+
+// sampleBatch bounds the samples one step reads, so that the NIC's events
+// and the sweep are not starved by a flood of new flows.
+const sampleBatch = 4096
+
+// step is Step without publishing; full reports a whole batch read.
+func (p *Probe) step(deadline time.Time) (full bool, err error) {
+	n, err := p.sw.ReadSamples(deadline, sampleBatch, p.sample)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("reading DPI samples: %w", err)
+		return false, fmt.Errorf("reading DPI samples: %w", err)
 	}
 	if err := p.drainEvents(); err != nil {
-		return err
+		return false, err
 	}
 	now := p.cfg.Now()
+	p.finishEnded(now)
 	if now.Sub(p.lastSweep) >= p.cfg.SweepEvery {
 		p.lastSweep = now
 		if err := p.sweep(now); err != nil {
-			return err
+			return false, err
 		}
 	}
 	p.flushLearns()
-	p.publish()
-	return nil
+	return n == sampleBatch, nil
 }
 
 func (p *Probe) sample(s *flow.Sample) {
@@ -381,7 +424,10 @@ func (p *Probe) event(ev *tier.FlowEvent) {
 			return
 		}
 		p.observeLearn(ev.At.Sub(t.learnAt))
-		p.setState(k, t, flow.StateOffloaded)
+		// Only the probe's own state moves: the program treats every
+		// state past DPI alike, and a write to the entry is a syscall
+		// per flow, the largest of the offload's costs in the probe.
+		t.state = flow.StateOffloaded
 	case tier.LearnFailed, tier.LearnIgnored:
 		if ev.Kind == tier.LearnFailed {
 			p.stats.LearnFailed++
@@ -421,9 +467,34 @@ func (p *Probe) event(ev *tier.FlowEvent) {
 			p.keepInSoftware(k, t)
 			return
 		}
-		t.endAt, t.cause = p.cfg.Now(), ev.Cause
-		p.setState(k, t, flow.StateEnded)
+		// The entry stays as it is and keeps counting late packets;
+		// finishEnded reads and deletes it once EndGrace has passed.
+		t.endAt, t.cause, t.state = p.cfg.Now(), ev.Cause, flow.StateEnded
+		p.ending = append(p.ending, endingFlow{k, t})
 	}
+}
+
+type endingFlow struct {
+	k tier.FlowKey
+	t *tracked
+}
+
+// finishEnded gives the flows the NIC ended their last record once their
+// grace is over. The queue is in order of endAt, so only due flows are
+// visited; one finished meanwhile by another path (a flush, a sweep) is
+// no longer its key's flow and is passed over.
+func (p *Probe) finishEnded(now time.Time) {
+	n := 0
+	for ; n < len(p.ending); n++ {
+		e := p.ending[n]
+		if now.Sub(e.t.endAt) < p.cfg.EndGrace {
+			break
+		}
+		if p.flows[e.k] == e.t {
+			p.finish(e.k, e.t)
+		}
+	}
+	p.ending = append(p.ending[:0], p.ending[n:]...)
 }
 
 func addCounters(dst, src *tier.FlowCounters) {
@@ -474,6 +545,14 @@ func (p *Probe) Flush() error {
 		}
 		p.finish(k, t)
 	}
+	// Flows the NIC ended whose software entry is gone: the NIC's
+	// counters make their record.
+	for _, e := range p.ending {
+		if p.flows[e.k] == e.t {
+			p.finish(e.k, e.t)
+		}
+	}
+	p.ending = nil
 	for k, d := range p.dpi {
 		p.endDPI(k, d)
 	}

@@ -94,6 +94,15 @@ func (r *rig) send(proto uint8, src, dst netip.AddrPort, flags uint8, payload st
 
 // step runs the probe once, lets the NIC's firmware apply what was
 // queued, and runs the probe again to read the outcome.
+// state is the probe's state of flow k: its own where it tracks k (the
+// software entry is not told of every move past DPI), else the entry's.
+func (r *rig) state(k tier.FlowKey) flow.State {
+	if t := r.p.flows[k]; t != nil {
+		return t.state
+	}
+	return r.sw.Flows[k].State
+}
+
 func (r *rig) step() {
 	r.t.Helper()
 	if err := r.p.Step(r.now); err != nil {
@@ -151,7 +160,7 @@ func TestOffloadedFlowCountedOnceAcrossTiers(t *testing.T) {
 	r.send(6, c, s, 0x10, "", 1) // ACK
 	r.send(6, c, s, 0x18, "GET / HTTP/1.1\r\n", 1)
 	r.step()
-	if st := r.sw.Flows[k].State; st != flow.StateOffloaded {
+	if st := r.state(k); st != flow.StateOffloaded {
 		t.Fatalf("state after DPI and learn: %v, want offloaded", st)
 	}
 	if r.nic.Flows[1].Learn.Action != tier.FlowDiscard {
@@ -189,8 +198,8 @@ func TestTableFullKeepsFlowsInSoftwareWithNothingLost(t *testing.T) {
 	r.send(6, c1, s1, 0x18, "GET /a", 1)
 	r.send(6, c2, s2, 0x18, "GET /b", 1)
 	r.step()
-	if r.sw.Flows[k1].State != flow.StateOffloaded || r.sw.Flows[k2].State != flow.StateSoftware {
-		t.Fatalf("states %v %v, want offloaded, software", r.sw.Flows[k1].State, r.sw.Flows[k2].State)
+	if r.state(k1) != flow.StateOffloaded || r.state(k2) != flow.StateSoftware {
+		t.Fatalf("states %v %v, want offloaded, software", r.state(k1), r.state(k2))
 	}
 	r.send(6, c2, s2, 0x10, "", 30)
 	r.send(6, s2, c2, 0x10, "", 20)
@@ -244,8 +253,8 @@ func TestLifetimeReportsActiveThenGoesOnInSoftware(t *testing.T) {
 	if len(r.records) != 1 || r.records[0].Reason != EndActive || r.records[0].Final {
 		t.Fatalf("records %+v, want one active timeout", r.records)
 	}
-	if r.sw.Flows[k].State != flow.StateSoftware {
-		t.Fatalf("state %v, want software", r.sw.Flows[k].State)
+	if r.state(k) != flow.StateSoftware {
+		t.Fatalf("state %v, want software", r.state(k))
 	}
 	r.send(6, c, s, 0x10, "", 5)
 	r.advance(31 * time.Second)
@@ -260,11 +269,11 @@ func TestDPIGivesUpOnShortFlows(t *testing.T) {
 	r.send(17, c, s, 0, "xyz", 2)
 	r.step()
 	k, _ := tier.NewFlowKey(17, c, s)
-	if st := r.sw.Flows[k].State; st != flow.StateDPI {
+	if st := r.state(k); st != flow.StateDPI {
 		t.Fatalf("state %v before the DPI timeout, want dpi", st)
 	}
 	r.advance(3 * time.Second)
-	if st := r.sw.Flows[k].State; st != flow.StateOffloaded {
+	if st := r.state(k); st != flow.StateOffloaded {
 		t.Fatalf("state %v after giving up, want offloaded", st)
 	}
 	if st := r.p.Stats(); st.DPIGiveups != 1 || st.Classified["unknown"] != 1 {
@@ -291,8 +300,8 @@ func TestLearnQueueFullStaysInSoftware(t *testing.T) {
 	r.send(6, c1, s1, 0x18, "GET /", 1)
 	r.send(6, c2, s2, 0x18, "GET /", 1)
 	r.step()
-	if r.sw.Flows[k1].State != flow.StateOffloaded || r.sw.Flows[k2].State != flow.StateSoftware {
-		t.Fatalf("states %v %v", r.sw.Flows[k1].State, r.sw.Flows[k2].State)
+	if r.state(k1) != flow.StateOffloaded || r.state(k2) != flow.StateSoftware {
+		t.Fatalf("states %v %v", r.state(k1), r.state(k2))
 	}
 	if st := r.p.Stats(); st.LearnQueueFull != 1 {
 		t.Fatalf("queue full %d, want 1", st.LearnQueueFull)
@@ -390,7 +399,7 @@ func TestFINBeforeLearnEndsTheFlow(t *testing.T) {
 	r.send(6, c, s, 0x11, "", 1) // FINs before the firmware learns
 	r.send(6, s, c, 0x11, "", 1)
 	r.step()
-	if st := r.sw.Flows[k].State; st != flow.StateOffloaded {
+	if st := r.state(k); st != flow.StateOffloaded {
 		t.Fatalf("state %v, want offloaded", st)
 	}
 	r.nic.Expire(k, tier.CauseIdle)
@@ -431,5 +440,39 @@ func TestLateSamplesLeaveNothing(t *testing.T) {
 		if rec.Packets[0]+rec.Packets[1] == 0 {
 			t.Fatalf("an empty record: %+v", rec)
 		}
+	}
+}
+
+// With most flows in the NIC, sweeps look up the few that software holds
+// instead of walking the table, and still end them on time; every 8th
+// sweep walks the whole table.
+func TestSweepLooksUpSoftwareFlowsAmongOffloaded(t *testing.T) {
+	r := newRig(t, 10, Config{SweepEvery: time.Second})
+	var keys []tier.FlowKey
+	for i := 0; i < 11; i++ {
+		c, s, k := tcpFlow(uint16(41000 + i))
+		r.send(6, c, s, 0x18, "GET /", 1)
+		keys = append(keys, k)
+	}
+	r.step()
+	sw := keys[10]
+	if r.state(sw) != flow.StateSoftware || r.state(keys[0]) != flow.StateOffloaded {
+		t.Fatalf("states %v %v, want software (table full), offloaded", r.state(sw), r.state(keys[0]))
+	}
+	walks, lookups := r.sw.Walks, r.sw.Lookups
+	c, s, _ := tcpFlow(41010)
+	r.send(6, c, s, 0x10, "", 5)
+	r.advance(31 * time.Second) // the idle timeout is 30 s
+	if r.sw.Walks != walks || r.sw.Lookups == lookups {
+		t.Fatalf("walks %d→%d lookups %d→%d: want lookups only", walks, r.sw.Walks, lookups, r.sw.Lookups)
+	}
+	if rec := r.final(sw); rec.Reason != EndIdle || rec.Tier() != "software" {
+		t.Fatalf("record %+v: want idle end in software", rec)
+	}
+	for i := 0; i < 8; i++ {
+		r.advance(time.Second)
+	}
+	if r.sw.Walks == walks {
+		t.Fatal("eight sweeps and no walk of the whole table")
 	}
 }

@@ -48,17 +48,9 @@ type sweepAction struct {
 func (p *Probe) sweep(now time.Time) error {
 	var acts []sweepAction
 	var giveup []tier.FlowKey
-	flows := 0
 	p.sweeps++
 	gen := p.sweeps
-	err := p.sw.Walk(func(k tier.FlowKey, e *flow.Entry) bool {
-		flows++
-		if e.State == flow.StateLearning || e.State == flow.StateOffloaded {
-			// The NIC ages it and says when it ends. Most of a big
-			// table is here: skip it before the map lookup, the
-			// most of the sweep's cost per flow (perf at 100K flows).
-			return true
-		}
+	visit := func(k tier.FlowKey, e *flow.Entry) {
 		t := p.flows[k]
 		if t != nil {
 			t.seen = gen
@@ -68,7 +60,7 @@ func (p *Probe) sweep(now time.Time) error {
 			if now.Sub(t.endAt) >= p.cfg.EndGrace {
 				acts = append(acts, sweepAction{k: k, final: true, reason: reasonOf(t.cause)})
 			}
-			return true
+			return
 		case t == nil || t.state == flow.StateDPI:
 			// No sample arrived (the ring was full) or DPI is
 			// waiting for packets that do not come.
@@ -77,7 +69,7 @@ func (p *Probe) sweep(now time.Time) error {
 			}
 		case t.state == flow.StateLearning || t.state == flow.StateOffloaded:
 			// The NIC ages it and says when it ends.
-			return true
+			return
 		}
 		switch {
 		case tcpEnded(k, e) && now.Sub(e.Last) >= p.cfg.EndGrace:
@@ -87,16 +79,56 @@ func (p *Probe) sweep(now time.Time) error {
 		case t != nil && now.Sub(p.since(t, e)) >= p.cfg.ActiveTimeout:
 			acts = append(acts, sweepAction{k: k, reason: EndActive})
 		}
+	}
+	// With most flows in the NIC, a walk of the whole table reads
+	// thousands of entries to find the few that software holds: the
+	// sweep's main cost. Then those few are looked up one by one, and
+	// the whole table is walked only every 8th sweep, for the entries
+	// that no sample announced (a full ring) and for orphans.
+	var held []tier.FlowKey
+	if gen%8 != 0 {
+		for k, t := range p.flows {
+			if t.endAt.IsZero() && (t.state == flow.StateDPI || t.state == flow.StateSoftware) {
+				held = append(held, k)
+			}
+		}
+	}
+	if gen%8 != 0 && len(held)*4 < p.walked {
+		for _, k := range held {
+			// A flow not found is left to the next walk's orphan
+			// scan, which knows a missing entry from a racing one.
+			if e, err := p.sw.Lookup(k); err == nil {
+				visit(k, &e)
+			}
+		}
+		return p.sweepApply(now, gen, acts, giveup)
+	}
+	flows := 0
+	err := p.sw.Walk(func(k tier.FlowKey, e *flow.Entry) bool {
+		flows++
+		if e.State == flow.StateLearning || e.State == flow.StateOffloaded {
+			// The NIC ages it and says when it ends. Most of a big
+			// table is here: skip it before the map lookup, the
+			// most of the sweep's cost per flow (perf at 100K flows).
+			return true
+		}
+		visit(k, e)
 		return true
 	})
 	if err != nil {
 		return fmt.Errorf("sweeping software flows: %w", err)
 	}
+	p.walked = flows
 	p.stats.SoftwareFlows = flows
+	return p.sweepApply(now, gen, acts, giveup)
+}
+
+// sweepApply carries out what a sweep found, once its walk is over.
+func (p *Probe) sweepApply(now time.Time, gen uint64, acts []sweepAction, giveup []tier.FlowKey) error {
 	// Flows in DPI or software that the walk did not find twice running
 	// have no software entry: a late sample made them after their end.
 	// (Twice: one made during this walk may sit in a bucket the walk had
-	// passed.) Flows ending in the NIC are let go of by setState.
+	// passed.) Flows the NIC ended wait in the ending queue.
 	// The scan is a pass over every tracked flow: every 8th sweep is
 	// enough to bound what orphans hold.
 	var gone []tier.FlowKey

@@ -196,6 +196,7 @@ const (
 	probeVarTwProbeBtfAnchor = "tw_probe_btf_anchor"
 	probeVarTwProbeDpiPkts   = "tw_probe_dpi_pkts"
 	probeVarTwProbeInline    = "tw_probe_inline"
+	probeVarTwProbeRingWake  = "tw_probe_ring_wake"
 	probeVarTwProbeSnaplen   = "tw_probe_snaplen"
 )
 
@@ -262,6 +263,7 @@ type probeVariableSpecs struct {
 	TwProbeBtfAnchor *ebpf.VariableSpec `ebpf:"tw_probe_btf_anchor"`
 	TwProbeDpiPkts   *ebpf.VariableSpec `ebpf:"tw_probe_dpi_pkts"`
 	TwProbeInline    *ebpf.VariableSpec `ebpf:"tw_probe_inline"`
+	TwProbeRingWake  *ebpf.VariableSpec `ebpf:"tw_probe_ring_wake"`
 	TwProbeSnaplen   *ebpf.VariableSpec `ebpf:"tw_probe_snaplen"`
 }
 
@@ -307,6 +309,7 @@ type probeVariables struct {
 	TwProbeBtfAnchor *ebpf.Variable `ebpf:"tw_probe_btf_anchor"`
 	TwProbeDpiPkts   *ebpf.Variable `ebpf:"tw_probe_dpi_pkts"`
 	TwProbeInline    *ebpf.Variable `ebpf:"tw_probe_inline"`
+	TwProbeRingWake  *ebpf.Variable `ebpf:"tw_probe_ring_wake"`
 	TwProbeSnaplen   *ebpf.Variable `ebpf:"tw_probe_snaplen"`
 }
 

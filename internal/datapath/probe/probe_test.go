@@ -782,3 +782,33 @@ func TestConfigRanges(t *testing.T) {
 		t.Errorf("defaults %+v, %v", c, err)
 	}
 }
+
+// A polled probe is not woken per sample: a read waits out its deadline and
+// then takes what gathered. A quarter-full ring still wakes it at once.
+func TestReadSamplesPolled(t *testing.T) {
+	const ring = 64 << 10 // woken at 16 KiB: the 15th sample of 1096 bytes
+	p := loadTestProbe(t, Config{RingBytes: ring, Polled: true})
+	send := func(from, n int) {
+		for i := from; i < from+n; i++ {
+			runPacket(t, p, packet{frame: frame(pkt.ProtoUDP, cli4, netip.AddrPortFrom(srv4.Addr(), uint16(1000+i)), 0, "q"), mark: noMeta})
+		}
+	}
+	send(0, 3)
+	start := time.Now()
+	n, err := p.ReadSamples(start.Add(200*time.Millisecond), 100, func(*flow.Sample) {})
+	if n != 3 || err != nil {
+		t.Fatalf("polled read: %d, %v; want the 3 samples", n, err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("read returned after %v: the program woke the reader for 3 samples", d)
+	}
+	send(3, 20)
+	start = time.Now()
+	n, err = p.ReadSamples(start.Add(time.Minute), 100, func(*flow.Sample) {})
+	if n != 20 || err != nil {
+		t.Fatalf("read after the wake threshold: %d, %v; want 20", n, err)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("a ring past its wake threshold did not wake the reader (%v)", d)
+	}
+}

@@ -23,6 +23,8 @@ type Tier struct {
 	ring    []flow.Sample
 	stats   flow.TierStats
 	Deleted int
+	Walks   int // calls of Walk
+	Lookups int // calls of Lookup
 }
 
 var _ flow.SoftwareTier = (*Tier)(nil)
@@ -102,6 +104,7 @@ func (t *Tier) SetState(k tier.FlowKey, s flow.State, a flow.Action) error {
 }
 
 func (t *Tier) Lookup(k tier.FlowKey) (flow.Entry, error) {
+	t.Lookups++
 	e := t.Flows[k]
 	if e == nil {
 		return flow.Entry{}, fmt.Errorf("looking up %v: no such flow", k)
@@ -119,6 +122,7 @@ func (t *Tier) Delete(k tier.FlowKey) (flow.Entry, error) {
 }
 
 func (t *Tier) Walk(fn func(tier.FlowKey, *flow.Entry) bool) error {
+	t.Walks++
 	for k, e := range t.Flows {
 		c := *e
 		if !fn(k, &c) {
