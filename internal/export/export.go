@@ -97,10 +97,15 @@ type sink struct {
 type Exporter struct {
 	cfg   Config
 	sinks []*sink
-	queue chan flowprobe.Record
+	// pending is the queue: a slice under mu, not a channel, so that a
+	// record does not wake the sending goroutine; it wakes on its ticker,
+	// or through full once a message's worth is waiting. A wake-up per
+	// record was a fifth of an offloading probe's CPU.
+	pending []flowprobe.Record
+	full    chan struct{}
 
 	queued, dropped atomic.Uint64
-	mu              sync.RWMutex
+	mu              sync.Mutex
 	closed          bool
 	stop            chan struct{}
 	done            chan struct{}
@@ -136,7 +141,7 @@ func newExporter(cfg Config, now func() time.Time) (*Exporter, error) {
 	if cfg.FlushInterval < 0 {
 		return nil, fmt.Errorf("%w: flush interval %v", ErrInvalid, cfg.FlushInterval)
 	}
-	x := &Exporter{cfg: cfg, queue: make(chan flowprobe.Record, cfg.QueueLen), stop: make(chan struct{}), done: make(chan struct{})}
+	x := &Exporter{cfg: cfg, full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	for _, c := range cfg.Collectors {
 		s, err := x.newSink(c, now)
 		if err != nil {
@@ -177,18 +182,30 @@ func (x *Exporter) newSink(c Collector, now func() time.Time) (*sink, error) {
 // Export queues r for export and returns at once; with the queue full,
 // or the exporter closed, r is dropped and counted.
 func (x *Exporter) Export(r flowprobe.Record) {
-	x.mu.RLock() // against Close: a record queued is a record sent
-	defer x.mu.RUnlock()
-	if x.closed {
+	x.mu.Lock() // against Close: a record queued is a record sent
+	defer x.mu.Unlock()
+	if x.closed || len(x.pending) >= x.cfg.QueueLen {
 		x.dropped.Add(1)
 		return
 	}
-	select {
-	case x.queue <- r:
-		x.queued.Add(1)
-	default:
-		x.dropped.Add(1)
+	x.pending = append(x.pending, r)
+	x.queued.Add(1)
+	if len(x.pending) == DefaultMaxBatch {
+		select {
+		case x.full <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// take returns what is queued and empties the queue; spare is the slice
+// to queue into next (the last one taken, emptied).
+func (x *Exporter) take(spare []flowprobe.Record) []flowprobe.Record {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	got := x.pending
+	x.pending = spare[:0]
+	return got
 }
 
 // Stats returns the counters.
@@ -229,38 +246,33 @@ func (x *Exporter) run() {
 	defer x.closeSinks()
 	tick := time.NewTicker(x.cfg.FlushInterval)
 	defer tick.Stop()
-	batch := make([]flowprobe.Record, 0, DefaultMaxBatch)
-	flush := func() {
-		for _, s := range x.sinks {
-			for _, m := range s.enc.Encode(batch) {
-				s.send(m)
-			}
-		}
-		clear(batch) // drop the records' strings
-		batch = batch[:0]
-	}
-	flush() // templates first, so collectors know them before data
-	for {
-		select {
-		case r := <-x.queue:
-			batch = append(batch, r)
-			if len(batch) == cap(batch) {
-				flush()
-			}
-		case <-tick.C:
-			flush()
-		case <-x.stop:
-			for len(x.queue) > 0 {
-				batch = append(batch, <-x.queue)
-				if len(batch) == cap(batch) {
-					flush()
+	var spare []flowprobe.Record
+	send := func() {
+		got := x.take(spare)
+		for batch := got; ; {
+			n := min(len(batch), DefaultMaxBatch)
+			for _, s := range x.sinks {
+				for _, m := range s.enc.Encode(batch[:n]) {
+					s.send(m)
 				}
 			}
-			if len(batch) > 0 {
-				flush()
+			if batch = batch[n:]; len(batch) == 0 {
+				break
 			}
+		}
+		clear(got) // drop the records' strings
+		spare = got[:0]
+	}
+	send() // templates first, so collectors know them before data
+	for {
+		select {
+		case <-x.full:
+		case <-tick.C:
+		case <-x.stop:
+			send() // Close set closed first: nothing is queued after this
 			return
 		}
+		send()
 	}
 }
 

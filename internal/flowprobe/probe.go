@@ -172,18 +172,21 @@ func New(cfg Config, sw flow.SoftwareTier, hw tier.FlowTable, cls Classifier, si
 // Run serves the probe until ctx ends, then flushes: flows still in the
 // NIC are unlearned and every flow gets its last record.
 //
-// It polls on a ticker rather than sleeping in the sample ring's epoll: a
+// It polls on a timer rather than sleeping in the sample ring's epoll: a
 // goroutine parked on a timer holds no P, while one blocked in epoll_wait
 // for the whole period is a syscall the Go scheduler retakes, and every
-// retake puts sysmon back to waking every 20 µs. At 10 ms a poll that cost
-// more CPU than the probe's work (the software tier is loaded Polled, so
-// samples wait in the ring for the next tick instead of waking us).
+// retake, like every return from idle, puts sysmon back to waking every
+// 20 µs. Polled every 10 ms through epoll, that cost more CPU than the
+// probe's own work. The interval adapts as NAPI's does: busy polls (many
+// samples waiting) come quicker, down to minPoll, so that a burst of new
+// flows does not fill the ring; quiet ones relax to maxPoll.
 func (p *Probe) Run(ctx context.Context) error {
-	tick := time.NewTicker(pollEvery)
-	defer tick.Stop()
+	every := maxPoll
+	timer := time.NewTimer(every)
+	defer timer.Stop()
 	var published time.Time
 	for {
-		full, err := p.step(time.Time{})
+		n, err := p.step(time.Time{})
 		if err != nil {
 			return err
 		}
@@ -193,19 +196,26 @@ func (p *Probe) Run(ctx context.Context) error {
 			published = now
 			p.publish()
 		}
-		if full && ctx.Err() == nil {
+		switch {
+		case n == sampleBatch && ctx.Err() == nil:
 			continue // a full batch: more samples are waiting
+		case n >= sampleBatch/8:
+			every = max(every/2, minPoll)
+		case n < sampleBatch/64:
+			every = min(every*2, maxPoll)
 		}
+		timer.Reset(every)
 		select {
 		case <-ctx.Done():
 			return p.Flush()
-		case <-tick.C:
+		case <-timer.C:
 		}
 	}
 }
 
 const (
-	pollEvery    = 10 * time.Millisecond
+	minPoll      = time.Millisecond
+	maxPoll      = 50 * time.Millisecond
 	publishEvery = 100 * time.Millisecond
 )
 
@@ -222,25 +232,25 @@ func (p *Probe) Step(deadline time.Time) error {
 // and the sweep are not starved by a flood of new flows.
 const sampleBatch = 4096
 
-// step is Step without publishing; full reports a whole batch read.
-func (p *Probe) step(deadline time.Time) (full bool, err error) {
-	n, err := p.sw.ReadSamples(deadline, sampleBatch, p.sample)
+// step is Step without publishing; n is the samples it read.
+func (p *Probe) step(deadline time.Time) (n int, err error) {
+	n, err = p.sw.ReadSamples(deadline, sampleBatch, p.sample)
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return false, fmt.Errorf("reading DPI samples: %w", err)
+		return n, fmt.Errorf("reading DPI samples: %w", err)
 	}
 	if err := p.drainEvents(); err != nil {
-		return false, err
+		return n, err
 	}
 	now := p.cfg.Now()
 	p.finishEnded(now)
 	if now.Sub(p.lastSweep) >= p.cfg.SweepEvery {
 		p.lastSweep = now
 		if err := p.sweep(now); err != nil {
-			return false, err
+			return n, err
 		}
 	}
 	p.flushLearns()
-	return n == sampleBatch, nil
+	return n, nil
 }
 
 func (p *Probe) sample(s *flow.Sample) {

@@ -92,7 +92,7 @@ func New(cfg *config.Config, log *slog.Logger) (_ *Probed, err error) {
 
 	sw, err := probe.Load(probe.Config{Capacity: pc.Capacity, DPIPackets: pc.DPI.Packets, SnapLen: pc.DPI.SnapLen,
 		RingBytes: pc.DPI.Ring, Inline: pc.Mode == "inline",
-		// The engine's Run polls every 10 ms (flowprobe.Probe.Step).
+		// The engine polls on its own clock (flowprobe.Probe.Run).
 		Polled: true})
 	if err != nil {
 		return nil, fmt.Errorf("loading the software flow tier: %w", err)

@@ -21,7 +21,7 @@ import (
 // by the event room), so a 1M-flow table never stalls it.
 
 const (
-	fwTick     = 10 * time.Millisecond // longest sleep: ring and sweep polling
+	fwTick     = 20 * time.Millisecond // longest sleep: ring and sweep polling
 	fwMaxBatch = 4096                  // requests per map batch
 	sweepMin   = 64                    // entries the sweep reads per step, at least
 	sweepMax   = 64 << 10              // and at most
