@@ -108,10 +108,11 @@ struct {
 	__uint(max_entries, 1);
 } tw_nicflow_occ SEC(".maps");
 
-/* TCP terminations for the firmware, so it need not scan for them. */
+/* TCP terminations for the firmware, so it need not scan for them. Read
+ * every firmware tick (50 ms): 1 MiB holds 18K of them, 370K ends/s. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, 1024 * 1024);
 } tw_nicflow_term SEC(".maps");
 
 struct {
