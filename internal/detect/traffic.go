@@ -46,6 +46,10 @@ type Source struct {
 // whose address is Traffic.DestAddr(i).
 type Dest struct {
 	Counts
+	// TCP and UDP are the part of Counts of those protocols: per-victim
+	// detection keeps a baseline per (destination, protocol), and a flood
+	// usually changes one protocol's rate far more than the total.
+	TCP, UDP Counts
 }
 
 // Traffic is one interval of passed traffic, aggregated per source and
@@ -63,7 +67,12 @@ type Traffic struct {
 	// the snapshot had: a pair seen with two protocols appears twice (sum
 	// them when it matters).
 	Pairs []PairCount
-	Total Counts
+	// pairMeta is parallel to Pairs: the key's protocol class and whether
+	// it carried TCP other than SYNs (see PairProto, PairNonSYN). A byte
+	// beside Pairs, not fields in PairCount, which would grow from 16 to
+	// 24 bytes for every key of a million-key interval.
+	pairMeta []uint8
+	Total    Counts
 	// Overflow is the packets of this interval the feature buffers could
 	// not hold (not in Sources): detectors must not read the interval as
 	// complete when it is not zero.
@@ -107,8 +116,9 @@ func (t *Traffic) Reset(d time.Duration, n int) {
 	if cap(t.Sources) < n || cap(t.Sources) > 4*max(n, 1024) {
 		t.Sources = make([]Source, 0, n)
 		t.Pairs = make([]PairCount, 0, n)
+		t.pairMeta = make([]uint8, 0, n)
 	}
-	t.Sources, t.Dests, t.Pairs = t.Sources[:0], t.Dests[:0], t.Pairs[:0]
+	t.Sources, t.Dests, t.Pairs, t.pairMeta = t.Sources[:0], t.Dests[:0], t.Pairs[:0], t.pairMeta[:0]
 	t.seen, t.protos = nil, nil
 	t.Total, t.Overflow = Counts{}, 0
 	t.Interval, t.perSec = d, 0
@@ -186,10 +196,47 @@ func (t *Traffic) Add(src, dst netip.Addr, proto uint8, packets, bytes, syns uin
 		}
 	}
 	s.add(packets, bytes, syns)
-	t.Dests[di].add(packets, bytes, syns)
+	d := &t.Dests[di]
+	d.add(packets, bytes, syns)
+	var meta uint8
+	switch proto {
+	case 6:
+		d.TCP.add(packets, bytes, syns)
+		meta = pairTCP
+		if packets > syns {
+			meta |= pairNonSYN
+		}
+	case 17:
+		d.UDP.add(packets, bytes, syns)
+		meta = pairUDP
+	}
 	t.Pairs = append(t.Pairs, PairCount{si, di, packets})
+	t.pairMeta = append(t.pairMeta, meta)
 	t.Total.add(packets, bytes, syns)
 }
+
+// Pair protocol classes and flags, in pairMeta.
+const (
+	pairTCP    = 1
+	pairUDP    = 2
+	pairNonSYN = 4 // TCP packets other than SYNs: the source answered a handshake
+)
+
+// PairProto is the IP protocol of Pairs[i] when it is TCP (6) or UDP
+// (17), else 0.
+func (t *Traffic) PairProto(i int) uint8 {
+	switch t.pairMeta[i] & 3 {
+	case pairTCP:
+		return 6
+	case pairUDP:
+		return 17
+	}
+	return 0
+}
+
+// PairNonSYN reports whether Pairs[i] carried TCP packets other than
+// SYNs, which a spoofed source cannot send in answer to a handshake.
+func (t *Traffic) PairNonSYN(i int) bool { return t.pairMeta[i]&pairNonSYN != 0 }
 
 // Rate converts a count over the interval to a per-second rate.
 func (t *Traffic) Rate(n uint64) float64 { return float64(n) * t.perSec }
