@@ -99,7 +99,7 @@ func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior
 		case n == 0:
 			why = append(why, "no source above the per-source limit")
 		default:
-			why = append(why, fmt.Sprintf("the %d heaviest sources carry %.0f%% (< %.0f%%)", len(hosts), 100*float64(got)/excess, 100*c.Coverage))
+			why = append(why, fmt.Sprintf("the %d heaviest sources carry %.0f%% (< %.0f%%)", len(hosts), 100*min(float64(got)/excess, 1), 100*c.Coverage))
 		}
 	}
 
@@ -111,10 +111,11 @@ func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior
 		case !severe:
 			why = append(why, fmt.Sprintf("%.1f× baseline is below the %.0f× that prefix rules need", ev.PPS/max(s.pps.mean, 1), c.SevereFactor))
 		case !ok:
-			why = append(why, "no single prefix between /"+fmt.Sprint(c.MinBits4)+" and /"+fmt.Sprint(c.MaxBits4)+" (IPv6 /"+fmt.Sprint(c.MinBits6)+"–/"+fmt.Sprint(c.MaxBits6)+") carries "+fmt.Sprintf("%.0f%%", 100*c.Coverage))
+			why = append(why, fmt.Sprintf("no single source prefix between /%d and /%d (IPv6 /%d and /%d) carries %.0f%%",
+				c.MinBits4, c.MaxBits4, c.MinBits6, c.MaxBits6, 100*c.Coverage))
 		default:
 			if free, n := v.Good.PrefixFree(p); !free {
-				why = append(why, fmt.Sprintf("prefix %s carries %.0f%% but holds %d known-good clients", p, 100*float64(got)/excess, n))
+				why = append(why, fmt.Sprintf("prefix %s carries %.0f%% but holds %d known-good clients", p, 100*min(float64(got)/excess, 1), n))
 				break
 			}
 			m.Rung, m.Prefixes = RungPrefix, []netip.Prefix{p}

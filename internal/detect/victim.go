@@ -48,6 +48,10 @@ type Victims struct {
 	totals map[*PortProfile]uint64
 }
 
+// quietDest marks, in dslot, a destination too quiet to judge
+// (TrackPPS), whose traffic is learned from as clean.
+const quietDest = -2
+
 // destAcc is one judged destination's source population this interval.
 type destAcc struct {
 	dst                int32 // position in Traffic.Dests
@@ -60,6 +64,7 @@ type destAcc struct {
 // defaults in parentheses.
 type VictimConfig struct {
 	MaxVictims int     // destinations with state (4096)
+	TrackPPS   float64 // a destination gets state (a baseline) from this rate (100)
 	K          float64 // threshold = mean + K·band (4)
 	RelFloor   float64 // band at least this share of the mean (0.25)
 	// Floors: never an attack below these, learned baseline or not.
@@ -123,6 +128,7 @@ func (c *VictimConfig) defaults() {
 		}
 	}
 	i(&c.MaxVictims, 4096)
+	f(&c.TrackPPS, 100)
 	f(&c.K, 4)
 	f(&c.RelFloor, 0.25)
 	f(&c.MinPPS, 1000)
@@ -338,18 +344,21 @@ func (v *Victims) Observe(in Input) Decision {
 	}
 
 	// Which destinations to judge: the tracked ones and those busy enough
-	// to matter, at most 2·MaxVictims. A spray of quiet destinations
-	// costs a scan, no state.
+	// to deserve a baseline, at most 2·MaxVictims. A spray of quiet
+	// destinations costs a scan, no state.
 	if cap(v.dslot) < len(t.Dests) || cap(v.dslot) > 4*max(len(t.Dests), 1024) {
 		v.dslot = make([]int32, len(t.Dests))
 	}
 	v.dslot = v.dslot[:len(t.Dests)]
 	v.acc = v.acc[:0]
-	minPkts := c.MinPPS * secs
+	minPkts := c.TrackPPS * secs
 	for i := range t.Dests {
 		v.dslot[i] = -1
 		vi, tracked := v.idx[t.dsts.keys[i]]
 		if !tracked && float64(t.Dests[i].Packets) < minPkts {
+			// Too quiet to be attacked or worth a baseline, but its
+			// clients are clients: learned from like a clean victim's.
+			v.dslot[i] = quietDest
 			continue
 		}
 		if len(v.acc) >= 2*c.MaxVictims {
@@ -369,7 +378,7 @@ func (v *Victims) Observe(in Input) Decision {
 	for _, p := range t.Pairs {
 		s := v.dslot[p.Dst]
 		if s < 0 {
-			continue
+			continue // not judged
 		}
 		a := &v.acc[s]
 		a.distinct++
@@ -404,7 +413,7 @@ func (v *Victims) Observe(in Input) Decision {
 	if t.Overflow == 0 {
 		for i, p := range t.Pairs {
 			s := v.dslot[p.Dst]
-			if s < 0 || !v.acc[s].clean {
+			if s == -1 || s >= 0 && !v.acc[s].clean {
 				continue
 			}
 			k := t.srcs.keys[p.Src]
@@ -556,7 +565,9 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 		return
 	}
 	at.hot++
-	if at.hot < c.EscalateAfter || len(at.active) >= c.MaxMitigations {
+	// Flow rules are the last rung: a rate-limit passes up to its rate
+	// by design, so what passes may well stay over the threshold.
+	if at.hot < c.EscalateAfter || len(at.active) >= c.MaxMitigations || at.active[len(at.active)-1].Rung == RungFlowRule {
 		return
 	}
 	at.hot = 0
