@@ -71,6 +71,10 @@ func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior
 	for _, p := range prior {
 		used[p.Rung] = true
 	}
+	var why []string
+	if len(prior) > 0 {
+		why = append(why, fmt.Sprintf("escalated: the %d mitigations in force (last: %s) leave the passed traffic over threshold", len(prior), prior[len(prior)-1].Rung))
+	}
 
 	// The traffic to stop is what exceeds the baseline; with no baseline,
 	// all of it.
@@ -82,7 +86,6 @@ func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior
 		excess = float64(d.Packets)
 	}
 	need := uint64(math.Ceil(c.Coverage * excess))
-	var why []string
 	head := fmt.Sprintf("%s: %.0f pps (baseline %.0f, threshold %.0f), %d sources (%d new, %.0f%% sending ≤ 2 packets), signals %s",
 		victim, ev.PPS, ev.BaselinePPS, ev.ThresholdPPS, ev.Sources, ev.NewSources, 100*ev.FewShare, ev.Signals)
 
@@ -95,6 +98,9 @@ func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior
 			m.Evidence.Covered = min(float64(got)/excess, 1)
 			m.Reason = fmt.Sprintf("rung source-bans: %d sources each above %.0f pps carry %.0f%% of the traffic above baseline; %s",
 				len(hosts), v.heavyPPS(s), 100*m.Evidence.Covered, head)
+			if len(why) > 0 {
+				m.Reason += "; " + strings.Join(why, "; ")
+			}
 			return m
 		case n == 0:
 			why = append(why, "no source above the per-source limit")
@@ -122,6 +128,7 @@ func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior
 			m.Evidence.Covered = min(float64(got)/excess, 1)
 			m.Reason = fmt.Sprintf("rung prefix: %s carries %.0f%% of the traffic above baseline and holds no known-good client (%s); %s",
 				p, 100*m.Evidence.Covered, strings.Join(why, "; "), head)
+			m.Reason = strings.Replace(m.Reason, " ()", "", 1)
 			return m
 		}
 	}
@@ -131,6 +138,17 @@ func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior
 	m.Rules, m.Evidence.Covered = v.flowRules(in, dst, s, ev, &why)
 	m.Reason = fmt.Sprintf("rung flow-rule: %s (%s); %s", describeRules(m.Rules), strings.Join(why, "; "), head)
 	return m
+}
+
+// Detections are the mitigation's source prefixes as detections, for
+// the ban store's rails and lifecycle (Detector "victim"); flow rules
+// have none.
+func (m Mitigation) Detections() []Detection {
+	out := make([]Detection, 0, len(m.Prefixes))
+	for _, p := range m.Prefixes {
+		out = append(out, Detection{Prefix: p, Detector: "victim", Reason: m.Reason, Rate: m.Evidence.PPS * m.Evidence.Covered})
+	}
+	return out
 }
 
 func describeRules(rs []rule.FlowRule) string {
@@ -258,12 +276,15 @@ func (v *Victims) narrowestPrefix(t *Traffic, dst int32, need uint64) (netip.Pre
 					hi += hist[b]
 				}
 			}
-			if lo >= need {
+			switch {
+			case lo >= need:
 				val, got = val<<1, lo
-			} else if hi >= need {
+			case hi >= need:
 				val, got = val<<1|1, hi
-			} else {
+			default:
 				stopped = true
+			}
+			if stopped {
 				break
 			}
 			w++

@@ -352,6 +352,7 @@ func (v *Victims) Observe(in Input) Decision {
 	v.dslot = v.dslot[:len(t.Dests)]
 	v.acc = v.acc[:0]
 	minPkts := c.TrackPPS * secs
+	untracked := 0
 	for i := range t.Dests {
 		v.dslot[i] = -1
 		vi, tracked := v.idx[t.dsts.keys[i]]
@@ -361,11 +362,16 @@ func (v *Victims) Observe(in Input) Decision {
 			v.dslot[i] = quietDest
 			continue
 		}
-		if len(v.acc) >= 2*c.MaxVictims {
-			dec.Unjudged++
-			continue
-		}
 		if !tracked {
+			// The tracked destinations are always judged (at most
+			// MaxVictims); new ones up to as many again, so a spray of
+			// busy destinations cannot push a known victim out of
+			// judgement.
+			if untracked >= c.MaxVictims {
+				dec.Unjudged++
+				continue
+			}
+			untracked++
 			vi = -1
 		}
 		v.dslot[i] = int32(len(v.acc))

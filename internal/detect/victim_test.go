@@ -721,3 +721,26 @@ func TestVictimEscalates(t *testing.T) {
 		t.Fatalf("%d withdrawn, %d left", gone, len(s.active))
 	}
 }
+
+// BenchmarkVictimsObserve1M is one interval of a million spoofed sources
+// toward one learned victim.
+func BenchmarkVictimsObserve1M(b *testing.B) {
+	v := NewVictims(VictimConfig{})
+	pp := &PortProfile{}
+	for i := range 30 {
+		tr := NewTraffic(time.Second)
+		for c := range 200 {
+			tr.Add(netip.AddrFrom4([4]byte{172, 16, 0, byte(c)}), victimA, 6, uint64(5+(c+i)%7), 3000, 0)
+		}
+		v.Observe(Input{Traffic: tr, Ports: pp})
+	}
+	tr := NewTrafficSized(time.Second, 1_000_000)
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 1_000_000 {
+		tr.Add(netip.AddrFrom4([4]byte{10, byte(r.Uint32()), byte(r.Uint32()), byte(r.Uint32())}), victimA, 17, 1, 64, 0)
+	}
+	b.ResetTimer()
+	for range b.N {
+		v.Observe(Input{Traffic: tr, Ports: pp})
+	}
+}
