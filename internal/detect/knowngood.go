@@ -45,8 +45,13 @@ type kgEntry struct {
 	last      uint32 // epoch last seen
 	handshake uint8  // clean intervals with non-SYN TCP (saturating)
 	hsEpoch   uint32 // epoch+1 of the last handshake counted (0: never)
-	member    bool
-	free      bool
+	// usual is the most packets it sent one victim in an interval,
+	// smoothed (EWMA of per-pair packets over its clean intervals): a
+	// member flooding far above it is revoked (see revoke).
+	usual   float32
+	member  bool
+	revoked bool // was a member, caught flooding: never again while the entry lives
+	free    bool
 }
 
 // evictSample is how many entries a newcomer looks at to find one to
@@ -82,7 +87,7 @@ func (g *KnownGood) score(e *kgEntry) int {
 
 // see records that k sent TCP or UDP to a clean victim this interval
 // (nonSYN: TCP beyond SYNs). It reports false when there was no room.
-func (g *KnownGood) see(k Key, nonSYN bool) bool {
+func (g *KnownGood) see(k Key, nonSYN bool, packets uint64) bool {
 	g.defaults()
 	i, ok := g.idx[k]
 	if !ok {
@@ -103,11 +108,16 @@ func (g *KnownGood) see(k Key, nonSYN bool) bool {
 		e.seen |= 1
 		e.last = g.epoch
 	}
+	if e.usual == 0 {
+		e.usual = float32(packets)
+	} else {
+		e.usual += (float32(packets) - e.usual) / 8
+	}
 	if nonSYN && e.hsEpoch != g.epoch+1 && e.handshake < 255 {
 		e.handshake++
 		e.hsEpoch = g.epoch + 1
 	}
-	if !e.member && (bits.OnesCount32(e.seen) >= g.Steady || int(e.handshake) >= g.HandshakeIntervals) {
+	if !e.member && !e.revoked && (bits.OnesCount32(e.seen) >= g.Steady || int(e.handshake) >= g.HandshakeIntervals) {
 		e.member = true
 		g.nMem++
 	}
@@ -168,6 +178,25 @@ func (g *KnownGood) tick(frozen bool) {
 			delete(g.idx, e.key)
 			*e = kgEntry{free: true}
 		}
+	}
+}
+
+// usualOf is the usual packets per interval of member k toward one
+// victim, and whether k is a member.
+func (g *KnownGood) usualOf(k Key) (float64, bool) {
+	i, ok := g.idx[k]
+	if !ok || !g.ents[i].member {
+		return 0, false
+	}
+	return float64(g.ents[i].usual), true
+}
+
+// revoke ends k's membership for good (while its entry lives): a client
+// that earned its place and then floods, or a bot that was patient.
+func (g *KnownGood) revoke(k Key) {
+	if i, ok := g.idx[k]; ok && g.ents[i].member {
+		g.ents[i].member, g.ents[i].revoked = false, true
+		g.nMem--
 	}
 }
 

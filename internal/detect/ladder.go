@@ -50,6 +50,10 @@ type Mitigation struct {
 	// Rules are the flow rules (RungFlowRule), each checked and with
 	// KnownGoodBypass set.
 	Rules []rule.FlowRule `json:"rules,omitempty"`
+	// Revoked are known-good clients found flooding (HeavyFactor times
+	// their usual rate): they left Good, and must leave the data plane's
+	// known-good list before the rules apply.
+	Revoked []netip.Addr `json:"revoked,omitempty"`
 	// Reason says which rung was chosen and why the narrower ones were
 	// not.
 	Reason   string   `json:"reason"`
@@ -91,7 +95,10 @@ func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior
 
 	// Rung 1: a few heavy sources.
 	if !used[RungSourceBans] {
-		hosts, got, n := v.heavySources(t, dst, s)
+		hosts, got, n := v.heavySources(t, dst, s, &m.Revoked)
+		if len(m.Revoked) > 0 {
+			why = append(why, fmt.Sprintf("%d known-good clients send over %.0f× their usual rate: no longer known-good", len(m.Revoked), c.HeavyFactor))
+		}
 		switch {
 		case len(hosts) > 0 && got >= need:
 			m.Rung, m.Prefixes = RungSourceBans, hosts
@@ -173,7 +180,7 @@ func (v *Victims) heavyPPS(s *victimState) float64 {
 // heavySources are the (at most MaxSourceBans) heaviest sources to dst
 // above heavyPPS that are not known-good, the packets they carry, and how
 // many sources were above heavyPPS in all.
-func (v *Victims) heavySources(t *Traffic, dst int32, s *victimState) ([]netip.Prefix, uint64, int) {
+func (v *Victims) heavySources(t *Traffic, dst int32, s *victimState, revoked *[]netip.Addr) ([]netip.Prefix, uint64, int) {
 	lim := uint64(v.heavyPPS(s) * t.Interval.Seconds())
 	h := &pairHeap{}
 	n := 0
@@ -181,8 +188,15 @@ func (v *Victims) heavySources(t *Traffic, dst int32, s *victimState) ([]netip.P
 		if p.Dst != dst || p.Packets < lim {
 			continue
 		}
-		if v.Good.has(t.srcs.keys[p.Src]) {
-			continue
+		if usual, member := v.Good.usualOf(t.srcs.keys[p.Src]); member {
+			// A known-good client is never banned at the rate it is
+			// known for; one sending HeavyFactor times that (and above
+			// the heavy rate) is flooding, and loses its membership.
+			if float64(p.Packets) <= v.Config.HeavyFactor*max(usual, 1) {
+				continue
+			}
+			v.Good.revoke(t.srcs.keys[p.Src])
+			*revoked = append(*revoked, t.SourceAddr(int(p.Src)))
 		}
 		n++
 		if h.Len() < v.Config.MaxSourceBans {
@@ -361,7 +375,28 @@ func (v *Victims) flowRules(in Input, dst int32, s *victimState, ev Evidence, wh
 	t, c := in.Traffic, &v.Config
 	victim := t.DestAddr(int(dst))
 	d := &t.Dests[dst]
-	pp := v.ports(in, victim)
+	// Port counts of a profile shared by every destination are the
+	// victim's only when its traffic is most of them; otherwise the top
+	// port may be another server's normal traffic, and a rule on it would
+	// miss the flood.
+	view := func(proto uint8, pkts uint64) *PortProfile {
+		pp, own := v.ports(in, victim)
+		if pp == nil || own {
+			return pp
+		}
+		var total uint64
+		if proto == 17 {
+			total = v.udpTotal(pp)
+		} else {
+			_, _, total = pp.Top(6, DstPort)
+		}
+		if total == 0 || float64(pkts) < v.Config.PortShare*float64(total) {
+			*why = append(*why, fmt.Sprintf("the shared port profile is not %s's (it has %.0f%% of the %s packets): no port named", victim, 100*float64(pkts)/float64(max(total, 1)), protoWord(proto)))
+			return nil
+		}
+		return pp
+	}
+	ppTCP, ppUDP := view(6, d.TCP.Packets), view(17, d.UDP.Packets)
 	learned := s.learned(c.LearnIntervals)
 	rate := func(b *baseline) uint64 {
 		r := c.RateFloorPPS
@@ -392,7 +427,7 @@ func (v *Victims) flowRules(in Input, dst int32, s *victimState, ev Evidence, wh
 		r := base
 		r.Proto, r.Action = 6, rule.FlowSYNCookie
 		note := fmt.Sprintf("SYN flood: %.0f SYN/s (baseline %.0f), %.0f%% of TCP are SYNs", ev.SYNPPS, ev.BaselineSYN, 100*float64(d.TCP.SYNs)/float64(d.TCP.Packets))
-		if pp != nil {
+		if pp := ppTCP; pp != nil {
 			if port, n, total := pp.Top(6, DstPort); total > 0 && float64(n) >= c.PortShare*float64(total) {
 				r.DstPorts = rule.PortRange{Lo: port, Hi: port}
 				note += fmt.Sprintf("; TCP port %d carries %.0f%%", port, 100*float64(n)/float64(total))
@@ -401,7 +436,7 @@ func (v *Victims) flowRules(in Input, dst int32, s *victimState, ev Evidence, wh
 		add(r, float64(d.TCP.SYNs), note)
 		tcpFlood = false
 	}
-	if udpFlood && pp != nil {
+	if pp := ppUDP; udpFlood && pp != nil {
 		udp := v.udpTotal(pp)
 		var ampPkts uint64
 		type hit struct {
@@ -436,13 +471,13 @@ func (v *Victims) flowRules(in Input, dst int32, s *victimState, ev Evidence, wh
 	if udpFlood {
 		r := base
 		r.Proto, r.Action, r.RatePPS = 17, rule.FlowRateLimit, rate(&s.udp)
-		note := v.namePort(&r, pp, 17)
+		note := v.namePort(&r, ppUDP, 17)
 		add(r, float64(d.UDP.Packets), "UDP over baseline: rate-limit"+note)
 	}
 	if tcpFlood {
 		r := base
 		r.Proto, r.Action, r.RatePPS = 6, rule.FlowRateLimit, rate(&s.tcp)
-		note := v.namePort(&r, pp, 6)
+		note := v.namePort(&r, ppTCP, 6)
 		add(r, float64(d.TCP.Packets), "TCP over baseline: rate-limit"+note)
 	}
 	if len(rules) == 0 {
@@ -451,6 +486,13 @@ func (v *Victims) flowRules(in Input, dst int32, s *victimState, ev Evidence, wh
 		add(r, float64(d.Packets), "no protocol stands out: rate-limit all of it")
 	}
 	return rules, min(matched/max(float64(d.Packets), 1), 1)
+}
+
+func protoWord(p uint8) string {
+	if p == 6 {
+		return "TCP"
+	}
+	return "UDP"
 }
 
 // namePort narrows r to the destination port, else the source port, that

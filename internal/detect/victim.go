@@ -425,7 +425,7 @@ func (v *Victims) Observe(in Input) Decision {
 			k := t.srcs.keys[p.Src]
 			v.recent.add(k)
 			if t.PairProto(i) != 0 {
-				v.Good.see(k, t.PairNonSYN(i))
+				v.Good.see(k, t.PairNonSYN(i), p.Packets)
 			}
 		}
 	}
@@ -646,7 +646,7 @@ func (v *Victims) learn(in Input, s *victimState, d *Dest, a *destAcc) {
 	}
 	s.few.learn(few)
 	first := s.pps.n == 1
-	if pp := v.ports(in, s.key.Addr()); pp != nil {
+	if pp, _ := v.ports(in, s.key.Addr()); pp != nil {
 		udp := v.udpTotal(pp)
 		for i, port := range v.Config.AmpPorts {
 			share := 0.0
@@ -678,11 +678,13 @@ func (v *Victims) udpTotal(pp *PortProfile) uint64 {
 	return n
 }
 
-func (v *Victims) ports(in Input, victim netip.Addr) *PortProfile {
+// ports is the port profile to read for victim, and whether it is the
+// victim's own (else it is shared by all traffic).
+func (v *Victims) ports(in Input, victim netip.Addr) (pp *PortProfile, own bool) {
 	if in.VictimPorts != nil {
 		if p := in.VictimPorts(victim); p != nil {
-			return p
+			return p, true
 		}
 	}
-	return in.Ports
+	return in.Ports, false
 }

@@ -622,23 +622,23 @@ func TestKnownGoodBounded(t *testing.T) {
 	g := KnownGood{Cap: 100}
 	steady := KeyOf(netip.MustParseAddr("172.16.0.1"))
 	for range 5 {
-		g.see(steady, false)
+		g.see(steady, false, 10)
 		g.tick(false)
 	}
 	if !g.has(steady) {
 		t.Fatal("steady source not a member after 5 intervals")
 	}
 	hs := KeyOf(netip.MustParseAddr("172.16.0.2"))
-	g.see(hs, true)
+	g.see(hs, true, 10)
 	g.tick(false)
-	g.see(hs, true)
+	g.see(hs, true, 10)
 	if !g.has(hs) {
 		t.Fatal("source with handshakes in 2 intervals not a member")
 	}
 	// A spray of one-shot sources fills the candidates, never evicts a
 	// member.
 	for i := range 10000 {
-		g.see(KeyOf(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})), false)
+		g.see(KeyOf(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})), false, 1)
 	}
 	if g.Entries() > 100 || !g.has(steady) || !g.has(hs) {
 		t.Fatalf("%d entries, members kept: %v %v", g.Entries(), g.has(steady), g.has(hs))
@@ -742,5 +742,71 @@ func BenchmarkVictimsObserve1M(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		v.Observe(Input{Traffic: tr, Ports: pp})
+	}
+}
+
+// A known-good client that floods (a patient bot, or a compromised
+// client) is banned and leaves the known-good set; a busy client at its
+// usual rate (a NAT gateway at 800 pps) is left alone during the attack.
+func TestVictimRevokesFloodingMember(t *testing.T) {
+	s := newSim(t, VictimConfig{})
+	bot := netip.MustParseAddr("198.18.0.1")
+	nat := netip.MustParseAddr("198.18.0.2")
+	steady := func(e emit) {
+		e(flow{src: bot, dst: victimA, proto: 6, sport: 1, dport: 443, packets: 10, size: 600})
+		e(flow{src: nat, dst: victimA, proto: 6, sport: 2, dport: 443, packets: 800, size: 600})
+	}
+	for range 30 {
+		s.step(s.regularClients, steady)
+	}
+	if !s.v.Good.Contains(bot) || !s.v.Good.Contains(nat) {
+		t.Fatal("steady sources not known-good")
+	}
+	s.regular[nat] = true // its packets must never be dropped
+	flood := func(e emit) {
+		e(flow{src: nat, dst: victimA, proto: 6, sport: 2, dport: 443, packets: 800, size: 600})
+		e(flow{src: bot, dst: victimA, proto: 17, sport: 1, dport: 80, packets: 50000, size: 600})
+	}
+	dec := s.step(s.regularClients, flood)
+	if len(dec.Apply) != 1 {
+		t.Fatalf("%d mitigations", len(dec.Apply))
+	}
+	m := dec.Apply[0]
+	t.Logf("%s", m.Reason)
+	if m.Rung != RungSourceBans || len(m.Prefixes) != 1 || m.Prefixes[0] != host(bot) || len(m.Revoked) != 1 || m.Revoked[0] != bot {
+		t.Fatalf("mitigation %+v", m)
+	}
+	if s.v.Good.Contains(bot) || !s.v.Good.Contains(nat) {
+		t.Fatal("membership after the attack: the bot kept it or the NAT lost it")
+	}
+}
+
+// With one port profile for all traffic, a port is named only when the
+// victim's traffic dominates it: here a resolver's normal UDP from port
+// 53 (to another server) is most of the UDP, and the flood on A gets a
+// plain UDP rate-limit, not a drop of "reflection from port 53".
+func TestVictimSharedPortProfile(t *testing.T) {
+	s := newSim(t, VictimConfig{})
+	resolver := netip.MustParseAddr("192.0.2.53")
+	answers := func(e emit) {
+		for i := range 100 {
+			e(flow{src: netip.AddrFrom4([4]byte{9, 9, 0, byte(i)}), dst: resolver, proto: 17, sport: 53, dport: uint16(2000 + i), packets: 400, size: 200})
+		}
+	}
+	for range 30 {
+		if dec := s.step(s.regularClients, answers); len(dec.Apply) > 0 {
+			t.Fatalf("clean interval judged an attack: %s", dec.Apply[0].Reason)
+		}
+	}
+	var got []Mitigation
+	for i := range 2 {
+		got = append(got, s.step(s.regularClients, answers, spoofed(uint64(i), netip.MustParsePrefix("0.0.0.0/0"), clients, 20000, victimA, 17, 27015, 3, false)).Apply...)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d mitigations", len(got))
+	}
+	t.Logf("%s", got[0].Reason)
+	if why := wantRule(rule.FlowRule{Dst: host(victimA), Proto: 17, Action: rule.FlowRateLimit, KnownGoodBypass: true})(got[0]); why != "" {
+		t.Fatal(why)
 	}
 }
