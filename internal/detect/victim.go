@@ -373,6 +373,9 @@ func (v *Victims) Observe(in Input) Decision {
 			}
 			untracked++
 			vi = -1
+		} else {
+			// Seen now: no newcomer judged before it may evict it.
+			v.vs[vi].last = v.epoch
 		}
 		v.dslot[i] = int32(len(v.acc))
 		v.acc = append(v.acc, destAcc{dst: int32(i), vi: vi})

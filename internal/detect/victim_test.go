@@ -569,7 +569,7 @@ func TestVictimDestinationSprayBounded(t *testing.T) {
 	}
 	var unjudged int
 	for range 5 {
-		unjudged += s.step(s.regularClients, spray).Unjudged
+		unjudged += s.step(spray, s.regularClients).Unjudged // the spray first in the interval's order
 	}
 	if s.v.Tracked() > 64 || len(s.v.idx) > 64 {
 		t.Fatalf("%d destinations tracked, cap 64", s.v.Tracked())
@@ -583,7 +583,7 @@ func TestVictimDestinationSprayBounded(t *testing.T) {
 		}
 	}
 	// The learned victims are still judged: a flood on A is caught.
-	dec := s.step(s.regularClients, spray, spoofed(9, netip.MustParsePrefix("0.0.0.0/0"), clients, 100000, victimA, 17, 27015, 3, false))
+	dec := s.step(spray, s.regularClients, spoofed(9, netip.MustParsePrefix("0.0.0.0/0"), clients, 100000, victimA, 17, 27015, 3, false))
 	found := false
 	for _, m := range dec.Apply {
 		found = found || m.Victim == victimA
