@@ -35,8 +35,9 @@ type KnownGood struct {
 	idx   map[Key]int32
 	ents  []kgEntry
 	hand  int    // clock hand for eviction sampling
-	epoch uint32 // intervals so far
-	nMem  int
+	epoch   uint32 // intervals so far
+	nMem    int
+	version uint64
 }
 
 type kgEntry struct {
@@ -120,6 +121,7 @@ func (g *KnownGood) see(k Key, nonSYN bool, packets uint64) bool {
 	if !e.member && !e.revoked && (bits.OnesCount32(e.seen) >= g.Steady || int(e.handshake) >= g.HandshakeIntervals) {
 		e.member = true
 		g.nMem++
+		g.version++
 	}
 	return true
 }
@@ -174,6 +176,7 @@ func (g *KnownGood) tick(frozen bool) {
 		if (e.member && age > uint32(g.Expire)) || (!e.member && age >= 32) {
 			if e.member {
 				g.nMem--
+				g.version++
 			}
 			delete(g.idx, e.key)
 			*e = kgEntry{free: true}
@@ -197,6 +200,7 @@ func (g *KnownGood) revoke(k Key) {
 	if i, ok := g.idx[k]; ok && g.ents[i].member {
 		g.ents[i].member, g.ents[i].revoked = false, true
 		g.nMem--
+		g.version++
 	}
 }
 
@@ -209,6 +213,10 @@ func (g *KnownGood) has(k Key) bool {
 	i, ok := g.idx[k]
 	return ok && g.ents[i].member
 }
+
+// Version changes whenever a member joins or leaves: the daemon pushes
+// Members into the data plane only when it moved.
+func (g *KnownGood) Version() uint64 { return g.version }
 
 // Len is the number of members.
 func (g *KnownGood) Len() int { return g.nMem }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -546,6 +547,13 @@ func TestVictimMemoryBounded(t *testing.T) {
 	if len(s.v.recent.cur) != bloomBits/64 || len(s.v.recent.prev) != bloomBits/64 || len(s.v.acc) > 2*s.v.Config.MaxVictims {
 		t.Fatal("Bloom filters or scratch resized")
 	}
+	// The per-entry sizes the bounds in the comments are computed from.
+	if sz := unsafe.Sizeof(victimState{}); sz > 320 {
+		t.Fatalf("victimState is %d bytes", sz)
+	}
+	if sz := unsafe.Sizeof(kgEntry{}); sz > 48 {
+		t.Fatalf("kgEntry is %d bytes", sz)
+	}
 	small := build(10_000, 2)
 	aBig := testing.AllocsPerRun(3, func() { s.v.Observe(Input{Traffic: big, Ports: s.pp}) })
 	aSmall := testing.AllocsPerRun(3, func() { s.v.Observe(Input{Traffic: small, Ports: s.pp}) })
@@ -625,8 +633,8 @@ func TestKnownGoodBounded(t *testing.T) {
 		g.see(steady, false, 10)
 		g.tick(false)
 	}
-	if !g.has(steady) {
-		t.Fatal("steady source not a member after 5 intervals")
+	if !g.has(steady) || g.Version() != 1 {
+		t.Fatalf("steady source not a member after 5 intervals (version %d)", g.Version())
 	}
 	hs := KeyOf(netip.MustParseAddr("172.16.0.2"))
 	g.see(hs, true, 10)
