@@ -32,9 +32,9 @@ type KnownGood struct {
 	HandshakeIntervals int // clean intervals with non-SYN TCP that make a member (default 2)
 	Expire             int // intervals unseen after which a member leaves (default 600)
 
-	idx   map[Key]int32
-	ents  []kgEntry
-	hand  int    // clock hand for eviction sampling
+	idx     map[Key]int32
+	ents    []kgEntry
+	hand    int    // clock hand for eviction sampling
 	epoch   uint32 // intervals so far
 	nMem    int
 	version uint64
