@@ -21,7 +21,7 @@ import (
 // flooded keeps its place.
 //
 // Memory: at most Cap entries (members and candidates together), each
-// ~40 bytes plus its map slot, so ~6 MiB at the default 65536 whatever the
+// 40 bytes plus its map slot, so ~5 MiB at the default 65536 whatever the
 // number of sources. A new candidate only replaces a candidate seen no
 // more often than itself (the least steady, by a bounded sample); members
 // leave only by expiry. A spray of one-shot sources therefore churns the

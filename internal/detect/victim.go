@@ -22,11 +22,12 @@ import (
 // apply, what to withdraw and why; it changes nothing outside its own
 // state, so a monitor-only daemon logs what an enforcing one applies.
 //
-// Memory, whatever the traffic: at most MaxVictims destinations (~400
-// bytes each), the known-good set (Good.Cap entries, ~6 MiB at 65536),
-// two Bloom filters (512 KiB), and per-interval scratch of 4 bytes per
-// destination of the interval plus 12 bytes per judged destination (at
-// most 2·MaxVictims), dropped when far larger than the interval needs.
+// Memory, whatever the traffic: at most MaxVictims destinations (288
+// bytes each and a map slot: ~1.3 MiB at 4096), the known-good set
+// (Good.Cap entries of 40 bytes and a map slot: ~5 MiB at 65536), two
+// Bloom filters (512 KiB), and per-interval scratch of 4 bytes per
+// destination of the interval plus 24 per judged destination (at most
+// 2·MaxVictims), dropped when far larger than the interval needs.
 // Nothing grows with the number of sources.
 type Victims struct {
 	Config VictimConfig
