@@ -49,6 +49,10 @@ type Capacity struct {
 	Prefix   int `yaml:"prefix"`
 	Allow    int `yaml:"allow"`
 	Features int `yaml:"features"`
+	// FlowRules bounds the flow rules (operator's and the ladder's);
+	// KnownGood the known-good list of each family.
+	FlowRules int `yaml:"flow_rules"`
+	KnownGood int `yaml:"known_good"`
 }
 
 // Hardware selects the NIC tier.
@@ -73,6 +77,7 @@ type Detectors struct {
 	Rate    RateDetector    `yaml:"rate"`
 	Entropy EntropyDetector `yaml:"entropy"`
 	Lists   ListDetector    `yaml:"lists"`
+	Victim  VictimDetector  `yaml:"victim"`
 }
 
 type RateDetector struct {
@@ -97,6 +102,36 @@ type EntropyDetector struct {
 	MinPPS  float64 `yaml:"min_pps"`
 	Prefix4 int     `yaml:"prefix4"`
 	Prefix6 int     `yaml:"prefix6"`
+}
+
+// MaxFlowRules is the data plane's flow-rule table (bpf/lib: TW_FRULE_MAX;
+// the datapath refuses more).
+const MaxFlowRules = 64
+
+// VictimDetector is the per-destination detector and its mitigation
+// ladder (source bans, a source prefix, flow rules with a known-good
+// bypass, SYN cookies): what stops floods whose sources are spoofed or
+// countless. Zero values take the detector's defaults (detect.VictimConfig).
+type VictimDetector struct {
+	Enabled bool `yaml:"enabled"`
+	// K: a victim is attacked above its learned mean + K deviations.
+	K float64 `yaml:"k"`
+	// MinPPS: never an attack below this (per victim).
+	MinPPS float64 `yaml:"min_pps"`
+	// ColdPPS judges a destination with no baseline yet.
+	ColdPPS float64 `yaml:"cold_pps"`
+	// LearnIntervals: clean intervals before a baseline is used.
+	LearnIntervals int `yaml:"learn_intervals"`
+	// Coverage: the share of the excess a rung must match.
+	Coverage float64 `yaml:"coverage"`
+	// RateFactor and RateFloorPPS size a rate-limit rule:
+	// max(rate_factor × baseline, rate_floor_pps).
+	RateFactor   float64 `yaml:"rate_factor"`
+	RateFloorPPS float64 `yaml:"rate_floor_pps"`
+	// WithdrawAfter quiet intervals end a mitigation.
+	WithdrawAfter int `yaml:"withdraw_after"`
+	// MaxVictims bounds the destinations with a baseline.
+	MaxVictims int `yaml:"max_victims"`
 }
 
 type ListDetector struct {
@@ -174,6 +209,7 @@ func Default() *Config {
 		Detectors: Detectors{
 			Rate:    RateDetector{Enabled: true, LearnIntervals: 30, Margin: 2, MinPPS: 100, CeilingPPS: 1000, Quantile: 0.99},
 			Entropy: EntropyDetector{Enabled: true, History: 30, K: 3, MinPPS: 1000, Prefix4: 24, Prefix6: 48},
+			Victim:  VictimDetector{Enabled: true},
 		},
 		Bans:  Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
 		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5},
@@ -208,7 +244,8 @@ func (c *Config) Validate() error {
 		return bad("log.level", c.Log.Level, "is not debug, info, warn or error")
 	}
 	for f, v := range map[string]int{"capacity.exact4": c.Capacity.Exact4, "capacity.exact6": c.Capacity.Exact6,
-		"capacity.prefix": c.Capacity.Prefix, "capacity.allow": c.Capacity.Allow, "capacity.features": c.Capacity.Features} {
+		"capacity.prefix": c.Capacity.Prefix, "capacity.allow": c.Capacity.Allow, "capacity.features": c.Capacity.Features,
+		"capacity.known_good": c.Capacity.KnownGood} {
 		if v < 0 || v > 1<<26 {
 			return bad(f, v, "outside 0..67108864")
 		}
@@ -263,6 +300,24 @@ func (c *Config) Validate() error {
 	if e.Prefix6 < 16 || e.Prefix6 > 128 {
 		return bad("detectors.entropy.prefix6", e.Prefix6, "outside 16..128")
 	}
+	if c.Capacity.FlowRules < 0 || c.Capacity.FlowRules > MaxFlowRules {
+		return bad("capacity.flow_rules", c.Capacity.FlowRules, fmt.Sprintf("outside 0..%d", MaxFlowRules))
+	}
+	v := &c.Detectors.Victim
+	for f, x := range map[string]float64{"detectors.victim.k": v.K, "detectors.victim.min_pps": v.MinPPS, "detectors.victim.cold_pps": v.ColdPPS,
+		"detectors.victim.rate_factor": v.RateFactor, "detectors.victim.rate_floor_pps": v.RateFloorPPS,
+		"detectors.victim.learn_intervals": float64(v.LearnIntervals), "detectors.victim.withdraw_after": float64(v.WithdrawAfter),
+		"detectors.victim.max_victims": float64(v.MaxVictims)} {
+		if x < 0 {
+			return bad(f, x, "is negative")
+		}
+	}
+	if v.Coverage < 0 || v.Coverage > 1 {
+		return bad("detectors.victim.coverage", v.Coverage, "outside 0..1")
+	}
+	if v.MaxVictims > 1<<20 {
+		return bad("detectors.victim.max_victims", v.MaxVictims, "above 1048576")
+	}
 	if c.Detectors.Lists.Enabled {
 		for i, p := range c.Detectors.Lists.Paths {
 			if _, err := os.Stat(p); err != nil {
@@ -279,7 +334,7 @@ func (c *Config) Validate() error {
 	default:
 		return bad("role", c.Role, "is not mitigation or probe")
 	}
-	if c.Role == RoleMitigation && !r.Enabled && !e.Enabled && !c.Detectors.Lists.Enabled {
+	if c.Role == RoleMitigation && !r.Enabled && !e.Enabled && !c.Detectors.Lists.Enabled && !v.Enabled {
 		return bad("detectors", "all", "are disabled: nothing would ever be banned")
 	}
 	if c.Bans.TTL < 0 || c.Bans.Hold < 0 || c.Bans.UnbanPPS < 0 {

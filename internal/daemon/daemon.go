@@ -24,6 +24,7 @@ import (
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/detect"
+	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/placement"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -81,6 +82,9 @@ type Daemon struct {
 	lastSave     time.Time
 	steps        uint64
 	dirty        bool
+	flow         flowState
+	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
+	flowView     []mitigate.Rule // the flow rules with counters, for the API and metrics (under mu)
 
 	Metrics *Metrics
 	reqs    chan func()
@@ -157,6 +161,9 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
 	}
 	d.buildDetectors()
+	if err := d.openFlowRules(now); err != nil {
+		return nil, err
+	}
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
 	d.store.RefreshEvery = refreshEvery
 	if err := d.reconcile(now); err != nil {
@@ -339,6 +346,10 @@ func (d *Daemon) reconcile(now time.Time) error {
 // refreshEvery otherwise, so refreshed expiries and rates reach the disk
 // without rewriting a large file every interval.
 func (d *Daemon) save(now time.Time) error {
+	// The flow rules are few and change seldom: written when they change.
+	if err := d.saveFlowRules(now); err != nil {
+		return err
+	}
 	if !d.dirty && now.Sub(d.lastSave) < refreshEvery {
 		return nil
 	}
@@ -396,9 +407,13 @@ func (d *Daemon) Step(now time.Time) error {
 	d.keepBaselines()
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)
+	d.mitigate(now)
 	ctrs, err := d.counters()
 	if err != nil {
 		return err
+	}
+	if err := d.readFlowCounters(now); err != nil {
+		d.event(now, "error", netip.Prefix{}, "%v", err)
 	}
 	if err := d.measure(now, ctrs); err != nil {
 		return err
@@ -464,6 +479,11 @@ func (d *Daemon) detect(tr *detect.Traffic) []detect.Detection {
 		ds = append(ds, out...)
 	}
 	ds = detect.AggregateIPv6(ds, d.cfg.Bans.AggregateIPv6, d.cfg.Bans.AggregateMin)
+	// The victim detector's source rungs are already aggregated as it
+	// chose them: a prefix free of known-good clients.
+	vs := d.observeVictims(tr, d.ports)
+	d.Metrics.detections.WithLabelValues("victim").Add(float64(len(vs)))
+	ds = append(ds, vs...)
 	d.noteDetected(ds)
 	return ds
 }

@@ -129,6 +129,9 @@ func testConfig(t *testing.T) *config.Config {
 	c.StateFile = filepath.Join(t.TempDir(), "state.json")
 	c.Detectors.Rate.PPS = 1000 // static: no learning window
 	c.Detectors.Entropy.Enabled = false
+	// The tests of the source detectors run without the per-victim one;
+	// victim_test.go turns it on.
+	c.Detectors.Victim.Enabled = false
 	c.Bans.Hold = 3 * time.Second
 	c.Hardware.Capacity = 2
 	c.Hardware.MaxRate = 1

@@ -20,6 +20,10 @@ type Metrics struct {
 	placementUpdates prometheus.Counter
 	detectToDrop     prometheus.Histogram
 	hwLatency        prometheus.Histogram
+	victimsAttacked  prometheus.Gauge
+	mitigations      *prometheus.CounterVec
+	flowRules        prometheus.Gauge
+	knownGood        prometheus.Gauge
 }
 
 func newMetrics(d *Daemon) *Metrics {
@@ -36,7 +40,12 @@ func newMetrics(d *Daemon) *Metrics {
 		Buckets: []float64{0.05, 0.1, 0.2, 0.5, 1, 2, 3, 5, 10, 30}})
 	m.hwLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tierwall_hw_update_latency_seconds",
 		Help: "Measured latency of one hardware rule update.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)})
+	m.victimsAttacked = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_victims_under_attack", Help: "Destinations the per-victim detector judged attacked in the last interval."})
+	m.mitigations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_mitigations_total", Help: "Mitigations the ladder chose, by rung."}, []string{"rung"})
+	m.flowRules = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_flow_rules", Help: "Flow rules in the data plane."})
+	m.knownGood = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_known_good_sources", Help: "Sources on the data plane's known-good list."})
 	m.Registry.MustRegister(m.detections, m.bans, m.unbans, m.refused, m.mergeFallback, m.placementUpdates, m.detectToDrop, m.hwLatency,
+		m.victimsAttacked, m.mitigations, m.flowRules, m.knownGood,
 		&bpfCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -49,13 +58,19 @@ var (
 	descOverflow = prometheus.NewDesc("tierwall_feature_overflow_packets_total", "Packets not counted in features because a buffer region was full.", nil, nil)
 	descBans     = prometheus.NewDesc("tierwall_active_bans", "Active bans per tier.", []string{"tier"}, nil)
 	descUp       = prometheus.NewDesc("tierwall_bpf_read_ok", "1 when the last scrape read the BPF maps.", nil, nil)
+
+	// Flow rules are few (capacity.flow_rules), so a label per rule is
+	// bounded.
+	descFRPackets = prometheus.NewDesc("tierwall_flow_rule_packets_total", "Packets a flow rule matched.", []string{"rule", "origin"}, nil)
+	descFRDropped = prometheus.NewDesc("tierwall_flow_rule_dropped_packets_total", "Packets a flow rule dropped (drop, or over a rate limit).", []string{"rule", "origin"}, nil)
+	descFRGood    = prometheus.NewDesc("tierwall_flow_rule_known_good_packets_total", "Packets a flow rule let through because their source is known good.", []string{"rule", "origin"}, nil)
 )
 
 // bpfCollector reads the data plane at scrape time.
 type bpfCollector struct{ d *Daemon }
 
 func (c *bpfCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descEntries, descCapacity, descOverflow, descBans, descUp} {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descEntries, descCapacity, descOverflow, descBans, descUp, descFRPackets, descFRDropped, descFRGood} {
 		ch <- d
 	}
 }
@@ -94,7 +109,14 @@ func (c *bpfCollector) Collect(ch chan<- prometheus.Metric) {
 	for t, n := range c.d.tierCounts {
 		tiers[t] = n
 	}
+	frs := c.d.flowView
 	c.d.mu.Unlock()
+	for _, r := range frs {
+		name := r.FlowRule.String()
+		ch <- prometheus.MustNewConstMetric(descFRPackets, prometheus.CounterValue, float64(r.Counters.Packets), name, r.Origin)
+		ch <- prometheus.MustNewConstMetric(descFRDropped, prometheus.CounterValue, float64(r.Counters.Dropped), name, r.Origin)
+		ch <- prometheus.MustNewConstMetric(descFRGood, prometheus.CounterValue, float64(r.Counters.PassedKnownGood), name, r.Origin)
+	}
 	for t, n := range tiers {
 		ch <- prometheus.MustNewConstMetric(descBans, prometheus.GaugeValue, float64(n), t)
 	}

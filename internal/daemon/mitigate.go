@@ -1,0 +1,426 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/detect"
+	"github.com/tierwall/tierwall/internal/mitigate"
+	"github.com/tierwall/tierwall/internal/rule"
+)
+
+// FlowPlane is the data plane's side for floods whose sources cannot be
+// listed: the ordered flow rules, their counters and the known-good list.
+// *datapath.Datapath has it; a DataPlane without it (older fakes) runs the
+// victim detector's source rungs only.
+type FlowPlane interface {
+	// SetFlowRules replaces the whole ordered set; on error nothing changed.
+	SetFlowRules(rs []rule.FlowRule) error
+	// FlowRuleCounters reads the counters of the rules in force, cs[i]
+	// for the i-th rule of the last SetFlowRules.
+	FlowRuleCounters() ([]mitigate.Counters, error)
+	AddKnownGood(as []netip.Addr) error
+	RemoveKnownGood(as []netip.Addr) error
+}
+
+// flowState is what the daemon keeps for the flow-rule side.
+type flowState struct {
+	fp      FlowPlane // nil: no flow rules in this data plane
+	victims *detect.Victims
+	set     *mitigate.Set
+	pushed  []rule.FlowRule // what the data plane holds, in order
+	dirty   bool            // set differs from pushed
+	saved   bool            // set is on disk as it is
+
+	goodVersion uint64
+	good        map[netip.Addr]struct{} // what the data plane's known-good list holds
+	dec         detect.Decision         // this interval's, from detect to mitigate
+	dropped     map[netip.Addr]uint64   // per victim, packets its flow rules dropped last interval
+	lastRead    time.Time
+}
+
+// quietPPS is the matched rate under which an interval counts as quiet
+// for a ladder rule whose mitigation the detector no longer tracks (after
+// a restart): such a rule goes after WithdrawAfter quiet intervals.
+const quietPPS = 10
+
+// observeVictims runs the per-victim detector; its source rungs become
+// detections for the ban store (with its rails), its flow rules wait for
+// mitigate.
+func (d *Daemon) observeVictims(tr *detect.Traffic, ports *detect.PortProfile) []detect.Detection {
+	f := &d.flow
+	if f.victims == nil {
+		return nil
+	}
+	f.dec = f.victims.Observe(detect.Input{Traffic: tr, Ports: ports, Dropped: f.dropped})
+	var ds []detect.Detection
+	for _, m := range f.dec.Apply {
+		if m.Rung != detect.RungFlowRule {
+			ds = append(ds, m.Detections()...)
+		}
+	}
+	d.Metrics.victimsAttacked.Set(float64(len(f.dec.Attacks)))
+	return ds
+}
+
+// mitigate applies the ladder's flow rules and withdrawals, ends the
+// operator's rules whose TTL is over, keeps the known-good list in step,
+// and pushes the set when it changed. Monitor-only logs instead.
+func (d *Daemon) mitigate(now time.Time) {
+	f := &d.flow
+	if f.set == nil {
+		return
+	}
+	monitor := d.cfg.Rails.MonitorOnly
+	for _, m := range f.dec.Apply {
+		d.Metrics.mitigations.WithLabelValues(m.Rung.String()).Inc()
+		victim := netip.PrefixFrom(m.Victim, m.Victim.BitLen())
+		if m.Rung != detect.RungFlowRule {
+			d.event(now, "mitigation", victim, "%s: %s", m.Rung, m.Reason)
+			continue
+		}
+		if monitor || f.fp == nil {
+			why := "monitor-only"
+			if f.fp == nil {
+				why = "no flow rules in this data plane"
+			}
+			d.event(now, "mitigation", victim, "%s (%s, not applied): %s: %s", m.Rung, why, rulesString(m.Rules), m.Reason)
+			continue
+		}
+		if len(m.Revoked) > 0 {
+			if err := f.fp.RemoveKnownGood(m.Revoked); err != nil {
+				d.event(now, "error", victim, "removing %d flooding clients from the known-good list: %v", len(m.Revoked), err)
+			}
+			for _, a := range m.Revoked {
+				delete(f.good, a)
+			}
+		}
+		for _, r := range m.Rules {
+			rung := "flow-rule"
+			if r.Action == rule.FlowSYNCookie {
+				rung = "syn-cookie"
+			}
+			added, err := f.set.Add(mitigate.Rule{FlowRule: r, Origin: mitigate.Ladder, Rung: rung, Reason: m.Reason,
+				Added: now, Victim: m.Victim, Mitigation: m.ID})
+			if err != nil {
+				d.event(now, "refused", victim, "flow rule %s: %v", r, err)
+				continue
+			}
+			if added {
+				f.dirty = true
+				d.event(now, "mitigation", victim, "%s %s: %s", rung, r, m.Reason)
+			}
+		}
+	}
+	for _, w := range f.dec.Withdraw {
+		for _, r := range f.set.Rules() {
+			if r.Origin == mitigate.Ladder && r.Mitigation == w.ID {
+				f.set.Remove(r.FlowRule)
+				f.dirty = true
+				d.event(now, "withdraw", netip.PrefixFrom(r.Victim, r.Victim.BitLen()), "flow rule %s: %s", r.FlowRule, w.Reason)
+			}
+		}
+	}
+	if f.victims != nil {
+		active := map[uint64]bool{}
+		for _, m := range f.victims.Active() {
+			active[m.ID] = true
+		}
+		for _, r := range f.set.WithdrawIf(func(r mitigate.Rule) bool {
+			return r.Origin == mitigate.Ladder && !active[r.Mitigation] && r.Quiet >= withdrawAfter(d)
+		}) {
+			f.dirty = true
+			d.event(now, "withdraw", netip.PrefixFrom(r.Victim, r.Victim.BitLen()), "flow rule %s: quiet for %d intervals and no attack tracked", r.FlowRule, r.Quiet)
+		}
+	}
+	for _, r := range f.set.Expire(now) {
+		f.dirty = true
+		d.event(now, "withdraw", r.Dst, "flow rule %s: TTL over", r.FlowRule)
+	}
+	d.syncKnownGood(now)
+	d.pushFlowRules(now)
+}
+
+func withdrawAfter(d *Daemon) int {
+	if n := d.cfg.Detectors.Victim.WithdrawAfter; n > 0 {
+		return n
+	}
+	return 5
+}
+
+func rulesString(rs []rule.FlowRule) string {
+	s := ""
+	for i, r := range rs {
+		if i > 0 {
+			s += "; "
+		}
+		s += r.String()
+	}
+	return s
+}
+
+// pushFlowRules gives the data plane the set when it changed. The data
+// plane takes all or nothing; when it refuses, the set goes back to what
+// the data plane holds and the newest rules are reported refused.
+func (d *Daemon) pushFlowRules(now time.Time) {
+	f := &d.flow
+	if !f.dirty || f.fp == nil {
+		return
+	}
+	want := f.set.FlowRules()
+	if err := f.fp.SetFlowRules(want); err != nil {
+		d.event(now, "error", netip.Prefix{}, "flow rules: the data plane refused the set of %d: %v (keeping the %d in force)", len(want), err, len(f.pushed))
+		for _, r := range f.set.Rules() {
+			if !slices.Contains(f.pushed, r.FlowRule) {
+				f.set.Remove(r.FlowRule)
+			}
+		}
+		f.dirty = false
+		return
+	}
+	f.pushed, f.dirty, f.saved = want, false, false
+	d.Metrics.flowRules.Set(float64(len(want)))
+}
+
+// syncKnownGood brings the data plane's list to the detector's set when
+// the set changed: removals first, so the list never holds a revoked
+// client while a rule drops.
+func (d *Daemon) syncKnownGood(now time.Time) {
+	f := &d.flow
+	if f.victims == nil || f.fp == nil || d.cfg.Rails.MonitorOnly {
+		return
+	}
+	v := f.victims.Good.Version()
+	if v == f.goodVersion && f.good != nil {
+		return
+	}
+	members := f.victims.Good.AppendMembers(nil)
+	want := make(map[netip.Addr]struct{}, len(members))
+	for _, a := range members {
+		want[a] = struct{}{}
+	}
+	var add, del []netip.Addr
+	for a := range f.good {
+		if _, ok := want[a]; !ok {
+			del = append(del, a)
+		}
+	}
+	for a := range want {
+		if _, ok := f.good[a]; !ok {
+			add = append(add, a)
+		}
+	}
+	if len(del) > 0 {
+		if err := f.fp.RemoveKnownGood(del); err != nil {
+			d.event(now, "error", netip.Prefix{}, "known-good list: removing %d: %v", len(del), err)
+			return
+		}
+	}
+	if len(add) > 0 {
+		if err := f.fp.AddKnownGood(add); err != nil {
+			d.event(now, "error", netip.Prefix{}, "known-good list: adding %d: %v", len(add), err)
+			return
+		}
+	}
+	f.good, f.goodVersion = want, v
+	d.Metrics.knownGood.Set(float64(len(want)))
+}
+
+// readFlowCounters reads the rules' counters after the interval, for the
+// API, the metrics, the withdrawal of orphaned ladder rules and the
+// detector's offered rate (passed + dropped) per victim.
+func (d *Daemon) readFlowCounters(now time.Time) error {
+	f := &d.flow
+	if f.fp == nil || f.set == nil || len(f.pushed) == 0 {
+		f.dropped = nil
+		f.lastRead = now
+		return nil
+	}
+	cs, err := f.fp.FlowRuleCounters()
+	if err != nil {
+		return fmt.Errorf("reading flow rule counters: %w", err)
+	}
+	dt := d.cfg.Interval
+	if !f.lastRead.IsZero() && now.After(f.lastRead) {
+		dt = now.Sub(f.lastRead)
+	}
+	f.lastRead = now
+	f.set.Observe(f.pushed, cs, dt, quietPPS)
+	defer d.publishFlows()
+	f.dropped = map[netip.Addr]uint64{}
+	for _, r := range f.set.Rules() {
+		if r.Origin == mitigate.Ladder && r.Victim.IsValid() {
+			f.dropped[r.Victim] += uint64(r.DroppedPPS * dt.Seconds())
+		}
+	}
+	return nil
+}
+
+// saveFlowRules writes the set when it changed since the last write.
+func (d *Daemon) saveFlowRules(now time.Time) error {
+	f := &d.flow
+	if f.set == nil || f.saved {
+		return nil
+	}
+	if err := f.set.Save(now); err != nil {
+		return err
+	}
+	f.saved = true
+	return nil
+}
+
+// FlowRulesFile is where the flow rules are kept, beside the state file.
+func FlowRulesFile(stateFile string) string { return stateFile + ".flowrules" }
+
+// openFlowRules loads the flow rules kept from the last run, builds the
+// victim detector, and gives the data plane the rules again (a reload or
+// a fresh filter after a crash must not leave a victim unprotected).
+func (d *Daemon) openFlowRules(now time.Time) error {
+	f := &d.flow
+	f.fp, _ = d.dp.(FlowPlane)
+	capacity := d.cfg.Capacity.FlowRules
+	if capacity == 0 {
+		capacity = config.MaxFlowRules
+	}
+	set, warns, err := mitigate.Load(capacity, FlowRulesFile(d.cfg.StateFile))
+	if err != nil {
+		return err
+	}
+	for _, w := range warns {
+		d.event(now, "restore", netip.Prefix{}, "%s", w)
+	}
+	f.set, f.saved = set, true
+	d.buildVictims()
+	if f.fp != nil && set.Len() > 0 {
+		f.dirty = true
+		d.pushFlowRules(now)
+		d.event(now, "restore", netip.Prefix{}, "%d flow rules restored", len(f.pushed))
+	}
+	d.publishFlows()
+	return nil
+}
+
+// buildVictims makes the per-victim detector from the configuration;
+// a reload starts it afresh (its baselines are not kept across runs).
+func (d *Daemon) buildVictims() {
+	c := d.cfg.Detectors.Victim
+	d.flow.victims = nil
+	if !c.Enabled {
+		return
+	}
+	d.flow.victims = detect.NewVictims(detect.VictimConfig{K: c.K, MinPPS: c.MinPPS, ColdPPS: c.ColdPPS,
+		LearnIntervals: c.LearnIntervals, Coverage: c.Coverage, RateFactor: c.RateFactor, RateFloorPPS: c.RateFloorPPS,
+		WithdrawAfter: c.WithdrawAfter, MaxVictims: c.MaxVictims})
+	d.flow.goodVersion, d.flow.good = 0, nil
+}
+
+// publishFlows copies the rules for the API and the metrics.
+func (d *Daemon) publishFlows() {
+	rs := d.flow.set.Rules()
+	d.mu.Lock()
+	d.flowView = rs
+	d.mu.Unlock()
+}
+
+// FlowRules returns the flow rules in force, in the data plane's order,
+// with their counters as of the last interval.
+func (d *Daemon) FlowRules(ctx context.Context) (out []mitigate.Rule, err error) {
+	derr := d.Do(ctx, func() { out = d.flow.set.Rules() })
+	return out, derr
+}
+
+// AddFlowRule adds the operator's flow rule (ttl 0: until removed) and
+// pushes the set; on any error nothing changed.
+func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string, ttl time.Duration) (out mitigate.Rule, err error) {
+	if err := r.Check(); err != nil {
+		return out, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if ttl < 0 {
+		return out, fmt.Errorf("%w: negative ttl", ErrBadRequest)
+	}
+	derr := d.Do(ctx, func() {
+		f := &d.flow
+		if f.fp == nil {
+			err = fmt.Errorf("%w: this data plane has no flow rules", ErrBadRequest)
+			return
+		}
+		now := time.Now()
+		before := f.set.Rules()
+		out = mitigate.Rule{FlowRule: r, Origin: mitigate.Operator, Reason: reason, Added: now}
+		if ttl > 0 {
+			out.Expires = now.Add(ttl)
+		}
+		if _, err = f.set.Add(out); err != nil {
+			if errors.Is(err, mitigate.ErrFull) || errors.Is(err, rule.ErrInvalid) {
+				err = fmt.Errorf("%w: %v", ErrBadRequest, err)
+			}
+			return
+		}
+		if err = f.fp.SetFlowRules(f.set.FlowRules()); err != nil {
+			f.set.Reset(before)
+			err = fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, err)
+			return
+		}
+		f.pushed, f.dirty, f.saved = f.set.FlowRules(), false, false
+		d.Metrics.flowRules.Set(float64(len(f.pushed)))
+		d.publishFlows()
+		d.event(now, "flowrule", r.Dst, "operator: %s: %s", r, reason)
+		err = d.saveFlowRules(now)
+	})
+	return out, errors.Join(derr, err)
+}
+
+// DeleteFlowRule removes the flow rule with r's match and action,
+// whoever made it.
+func (d *Daemon) DeleteFlowRule(ctx context.Context, r rule.FlowRule) (err error) {
+	derr := d.Do(ctx, func() {
+		f := &d.flow
+		now := time.Now()
+		before := f.set.Rules()
+		var gone mitigate.Rule
+		if gone, err = f.set.Remove(r); err != nil {
+			err = fmt.Errorf("%w: %v", ErrNotFound, err)
+			return
+		}
+		if f.fp != nil {
+			if err = f.fp.SetFlowRules(f.set.FlowRules()); err != nil {
+				f.set.Reset(before)
+				return
+			}
+			f.pushed = f.set.FlowRules()
+		}
+		f.dirty, f.saved = false, false
+		d.Metrics.flowRules.Set(float64(len(f.pushed)))
+		d.publishFlows()
+		d.event(now, "withdraw", r.Dst, "flow rule %s: removed by the operator (%s)", r, gone.Origin)
+		err = d.saveFlowRules(now)
+	})
+	return errors.Join(derr, err)
+}
+
+// Victims is what GET /v1/victims answers: the attacks of the last
+// interval and the mitigations in force.
+type Victims struct {
+	Enabled   bool                `json:"enabled"`
+	Attacks   []detect.Judgement  `json:"attacks"`
+	Active    []detect.Mitigation `json:"active"`
+	KnownGood int                 `json:"known_good"`
+	Tracked   int                 `json:"tracked"`
+}
+
+// VictimStatus reads the per-victim detector's view.
+func (d *Daemon) VictimStatus(ctx context.Context) (out Victims, err error) {
+	derr := d.Do(ctx, func() {
+		v := d.flow.victims
+		if v == nil {
+			return
+		}
+		out = Victims{Enabled: true, Attacks: d.flow.dec.Attacks, Active: v.Active(), KnownGood: v.Good.Len(), Tracked: v.Tracked()}
+	})
+	return out, derr
+}
