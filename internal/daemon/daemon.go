@@ -84,7 +84,7 @@ type Daemon struct {
 	dirty        bool
 	flow         flowState
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
-	flowView     []mitigate.Rule // the flow rules with counters, for the API and metrics (under mu)
+	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
 
 	Metrics *Metrics
 	reqs    chan func()
