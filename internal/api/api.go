@@ -69,6 +69,19 @@ func fail(w http.ResponseWriter, err error) {
 	writeJSON(w, code, ErrorBody{err.Error()})
 }
 
+// flowRule reads a FlowRuleRequest and parses its rule.
+func (s *Server) flowRule(w http.ResponseWriter, r *http.Request) (rule.FlowRule, FlowRuleRequest, error) {
+	var req FlowRuleRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return rule.FlowRule{}, req, err
+	}
+	fr, err := rule.ParseFlowRule(strings.Fields(req.Rule))
+	if err != nil {
+		return fr, req, fmt.Errorf("%w: rule: %v", daemon.ErrBadRequest, err)
+	}
+	return fr, req, nil
+}
+
 // banOptions reads a ban request's ttl (Go duration, empty: none) and
 // reason (empty: "operator").
 func banOptions(ttl, reason string) (time.Duration, string, error) {
@@ -149,6 +162,15 @@ type RuleRequest struct {
 	Prefix string `json:"prefix"`
 	Reason string `json:"reason"`
 	TTL    string `json:"ttl"` // Go duration; empty: no expiry
+}
+
+// FlowRuleRequest is the body of POST and DELETE /v1/flowrules: the rule
+// in the CLI's words (rule.ParseFlowRule), e.g.
+// "dst 198.51.100.7/32 proto udp sport 53 drop".
+type FlowRuleRequest struct {
+	Rule   string `json:"rule"`
+	Reason string `json:"reason,omitempty"`
+	TTL    string `json:"ttl,omitempty"` // Go duration; empty: no expiry (POST only)
 }
 
 // AllowRequest is the body of POST /v1/allowlist.
@@ -256,6 +278,42 @@ func (s *Server) Handler() http.Handler {
 		c, cancel := ctx(r)
 		defer cancel()
 		if err := s.D.DeleteRule(c, p); err != nil {
+			fail(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	read(m, "GET /v1/flowrules", func(c context.Context) (any, error) { return s.D.FlowRules(c) })
+	read(m, "GET /v1/victims", func(c context.Context) (any, error) { return s.D.VictimStatus(c) })
+	m.HandleFunc("POST /v1/flowrules", func(w http.ResponseWriter, r *http.Request) {
+		fr, req, err := s.flowRule(w, r)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		ttl, reason, err := banOptions(req.TTL, req.Reason)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		out, err := s.D.AddFlowRule(c, fr, reason, ttl)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, out)
+	})
+	m.HandleFunc("DELETE /v1/flowrules", func(w http.ResponseWriter, r *http.Request) {
+		fr, _, err := s.flowRule(w, r)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		if err := s.D.DeleteFlowRule(c, fr); err != nil {
 			fail(w, err)
 			return
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/detect"
+	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -141,6 +142,30 @@ func (c *Client) AddRules(ctx context.Context, ps []netip.Prefix, reason string,
 
 func (c *Client) DeleteRule(ctx context.Context, p netip.Prefix) error {
 	return c.Do(ctx, "DELETE", "/v1/rules/"+PathPrefix(p), nil, nil)
+}
+
+// FlowRules lists the flow rules in force, with their counters.
+func (c *Client) FlowRules(ctx context.Context) (rs []mitigate.Rule, err error) {
+	return rs, c.Do(ctx, "GET", "/v1/flowrules", nil, &rs)
+}
+
+// AddFlowRule adds an operator's flow rule (ttl 0: until removed).
+func (c *Client) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string, ttl time.Duration) (out mitigate.Rule, err error) {
+	req := FlowRuleRequest{Rule: r.String(), Reason: reason}
+	if ttl > 0 {
+		req.TTL = ttl.String()
+	}
+	return out, c.Do(ctx, "POST", "/v1/flowrules", req, &out)
+}
+
+// DeleteFlowRule removes the flow rule with r's match and action.
+func (c *Client) DeleteFlowRule(ctx context.Context, r rule.FlowRule) error {
+	return c.Do(ctx, "DELETE", "/v1/flowrules", FlowRuleRequest{Rule: r.String()}, nil)
+}
+
+// Victims is the per-victim detector's view: attacks and mitigations.
+func (c *Client) Victims(ctx context.Context) (v daemon.Victims, err error) {
+	return v, c.Do(ctx, "GET", "/v1/victims", nil, &v)
 }
 
 func (c *Client) Allowlist(ctx context.Context) (a daemon.Allowlist, err error) {
