@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export GOTOOLCHAIN ?= auto
 
-.PHONY: all deps generate check-generated build test test-ndpi bench demo eval eval-flows lint clean
+.PHONY: all deps generate check-generated build test test-ndpi bench demo eval eval-flows eval-spoof lint clean
 
 all: build
 
@@ -71,3 +71,6 @@ eval: build
 # About 45 minutes.
 eval-flows: build
 	$(BIN)/tierwall-lab eval-flows --out docs/eval
+
+eval-spoof: build
+	$(BIN)/tierwall-lab eval-spoof --out docs/eval

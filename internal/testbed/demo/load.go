@@ -20,6 +20,10 @@ import (
 // paper's weighttp setup, scaled to a 2-vCPU machine).
 type Load struct {
 	OK, Failed atomic.Uint64
+	// NewConns opens a connection per request (a SYN each), for floods
+	// of SYNs: keep-alive clients would not notice a stack that cannot
+	// accept.
+	NewConns bool
 }
 
 // dialIn connects from inside network namespace ns, from local.
@@ -60,7 +64,7 @@ func (l *Load) Run(ctx context.Context, ns, url string, clients []netip.Addr) {
 		wg.Add(1)
 		go func(local netip.Addr) {
 			defer wg.Done()
-			tr := &http.Transport{DialContext: dialIn(ns, local), MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}
+			tr := &http.Transport{DialContext: dialIn(ns, local), MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, DisableKeepAlives: l.NewConns}
 			defer tr.CloseIdleConnections()
 			hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
 			for ctx.Err() == nil {

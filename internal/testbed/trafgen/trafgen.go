@@ -44,7 +44,8 @@ type Spec struct {
 	SrcMAC, DstMAC [6]byte
 	Dst            netip.Addr
 	DstPort        uint16
-	SYN            bool // TCP SYN instead of UDP
+	SrcPort        uint16 // default 40000; 53, 123, … for a reflection flood
+	SYN            bool   // TCP SYN instead of UDP
 
 	Sources int          // attacking sources, allocated from Base
 	Base    netip.Prefix // where source addresses start (default 10.128.0.0/9 or fd00:100::/32)
@@ -122,6 +123,9 @@ func (s *Spec) defaults() error {
 	}
 	if s.DstPort == 0 {
 		s.DstPort = 9
+	}
+	if s.SrcPort == 0 {
+		s.SrcPort = 40000
 	}
 	if s.Spoof.IsValid() {
 		if s.Spoof.Addr().Is4() != s.Dst.Is4() {
@@ -225,7 +229,7 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 	if s.Dst.Is6() {
 		zero = netip.IPv6Unspecified()
 	}
-	f := pkt.Frame{DstMAC: s.DstMAC, SrcMAC: s.SrcMAC, Src: zero, Dst: s.Dst, SrcPort: 40000, DstPort: s.DstPort}
+	f := pkt.Frame{DstMAC: s.DstMAC, SrcMAC: s.SrcMAC, Src: zero, Dst: s.Dst, SrcPort: s.SrcPort, DstPort: s.DstPort}
 	if s.SYN {
 		f.Proto, f.TCPFlags = pkt.ProtoTCP, pkt.TCPFlagSYN
 	} else {

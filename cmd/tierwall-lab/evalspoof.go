@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierwall/tierwall/internal/testbed/eval"
+)
+
+func newEvalSpoof() *cobra.Command {
+	var out, only string
+	var baseline, attack, interval time.Duration
+	var clients int
+	c := &cobra.Command{
+		Use:   "eval-spoof",
+		Short: "Floods whose sources cannot be listed (spoofed /16, /9, all IPv4, IPv6, reflection, SYN) against the daemon's defaults on the lab: docs/EVALUATION-SPOOF.md",
+		Args:  args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			p := eval.SpoofParams{Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, Log: os.Stderr}
+			start := time.Now()
+			rows, err := eval.Spoof(ctx, p)
+			if err != nil {
+				return err
+			}
+			if only != "" {
+				return nil // a partial run is not the document
+			}
+			return eval.SpoofReport(out, filepath.Join(filepath.Dir(out), "EVALUATION-SPOOF.md"), rows, p, time.Since(start), time.Now())
+		},
+	}
+	c.Flags().StringVar(&out, "out", "docs/eval", "directory for spoof.json (docs/EVALUATION-SPOOF.md goes next to it)")
+	c.Flags().StringVar(&only, "only", "", "run only the scenarios whose name contains this (writes nothing)")
+	c.Flags().DurationVar(&baseline, "baseline", 12*time.Second, "legitimate traffic alone before each flood")
+	c.Flags().DurationVar(&attack, "attack", 12*time.Second, "length of each flood")
+	c.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "the daemon's interval")
+	c.Flags().IntVar(&clients, "clients", 64, "legitimate HTTP clients")
+	return c
+}

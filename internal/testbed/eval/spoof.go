@@ -1,0 +1,520 @@
+package eval
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
+	"github.com/tierwall/tierwall/internal/testbed/demo"
+	"github.com/tierwall/tierwall/internal/testbed/harness"
+	"github.com/tierwall/tierwall/internal/testbed/lab"
+	"github.com/tierwall/tierwall/internal/testbed/trafgen"
+)
+
+// SpoofScenario is a flood whose sources cannot be listed.
+type SpoofScenario struct {
+	Name  string       `json:"name"`
+	Dst   netip.Addr   `json:"dst"`
+	Spoof netip.Prefix `json:"spoof,omitzero"` // random sources in it
+	// Reflectors are fixed sources (from the generator's attack net), one
+	// generator per source port: a reflection flood.
+	Reflectors int      `json:"reflectors,omitempty"`
+	SrcPorts   []uint16 `json:"src_ports,omitempty"`
+	SYN        bool     `json:"syn,omitempty"`
+	DstPort    uint16   `json:"dst_port,omitempty"`
+}
+
+// SpoofScenarios are the issue's floods: random sources in a /16, a /9,
+// all of IPv4, IPv6 in a /48 and across ::/1, a reflection flood from
+// DNS and NTP ports, and a random-source SYN flood on nginx.
+func SpoofScenarios() []SpoofScenario {
+	return []SpoofScenario{
+		{Name: "udp-spoof-16", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.200.0.0/16"), DstPort: 9},
+		{Name: "udp-spoof-9", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), DstPort: 9},
+		{Name: "udp-spoof-all4", Dst: lab.Host4, Spoof: netip.MustParsePrefix("0.0.0.0/0"), DstPort: 9},
+		{Name: "udp-spoof6-48", Dst: lab.Host6, Spoof: netip.MustParsePrefix("fd00:bad:1::/48"), DstPort: 9},
+		{Name: "udp-spoof6-half", Dst: lab.Host6, Spoof: netip.MustParsePrefix("::/1"), DstPort: 9},
+		{Name: "reflection-53-123", Dst: lab.Host4, Reflectors: 10000, SrcPorts: []uint16{53, 123}, DstPort: 40000},
+		{Name: "syn-spoof", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, DstPort: 80},
+	}
+}
+
+// SpoofRow is one scenario's outcome.
+type SpoofRow struct {
+	Scenario SpoofScenario `json:"scenario"`
+	Interval float64       `json:"interval_s"`
+	Sent     uint64        `json:"sent"`
+	SentMpps float64       `json:"sent_mpps"`
+	// DetectIntervals is how many daemon intervals passed from the
+	// flood's start to the first mitigation (ban or flow rule) event; -1:
+	// never.
+	DetectIntervals float64 `json:"detect_intervals"`
+	// DroppedFrom3 is the share of the flood's packets dropped in XDP from
+	// the third interval on (drop verdicts over packets sent then).
+	DroppedFrom3 float64  `json:"dropped_from_third_interval"`
+	Mitigations  []string `json:"mitigations"` // what the daemon put in force, as its events say
+	BaselineRPS  float64  `json:"baseline_rps"`
+	AttackRPS    float64  `json:"attack_rps"`
+	ClientFails  uint64   `json:"client_failures"`
+	// ClientsBanned are bans that ever covered a client address.
+	ClientsBanned []string `json:"clients_banned"`
+	// Reflection: the host's own DNS and NTP exchanges, answered/asked,
+	// without and with the flood.
+	ExchBase   [2]uint64 `json:"exchanges_baseline,omitempty"`
+	ExchAttack [2]uint64 `json:"exchanges_attack,omitempty"`
+	// SYN flood: connections the host's TCP stack accepted (PassiveOpens)
+	// and SYN cookies it sent itself, during the flood, against the
+	// clients' connections.
+	PassiveOpens   uint64 `json:"passive_opens,omitempty"`
+	KernelCookies  uint64 `json:"kernel_syncookies_sent,omitempty"`
+	ClientConns    uint64 `json:"client_connections,omitempty"`
+	DaemonMaxRSSMB uint64 `json:"daemon_max_rss_mb"`
+}
+
+// SpoofParams drive Spoof.
+type SpoofParams struct {
+	Tierwall string
+	Only     string // run the scenarios whose name contains this
+	Baseline time.Duration
+	Attack   time.Duration
+	Interval time.Duration
+	Clients  int
+	Log      io.Writer
+}
+
+// Spoof runs each scenario on the lab: a fresh daemon (default
+// detectors, the emulated NIC forwarding everything, so every drop is
+// XDP's), legitimate HTTP clients for Baseline, then the flood at the
+// generator's full rate for Attack with the clients still running.
+func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
+	if p.Baseline == 0 {
+		p.Baseline = 12 * time.Second
+	}
+	if p.Attack == 0 {
+		p.Attack = 12 * time.Second
+	}
+	if p.Interval == 0 {
+		p.Interval = 500 * time.Millisecond
+	}
+	if p.Clients == 0 {
+		p.Clients = 64
+	}
+	if err := lab.Up(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if derr := lab.Down(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	if err := lab.StartNginx(); err != nil {
+		return nil, err
+	}
+	clients := demo.ClientAddrs(p.Clients)
+	for _, c := range clients {
+		if err := harness.Run("ip", "-n", lab.NSInet, "addr", "replace", c.String()+"/16", "dev", lab.IfInet); err != nil {
+			return nil, err
+		}
+	}
+	var rows []SpoofRow
+	for _, sc := range SpoofScenarios() {
+		if p.Only != "" && !strings.Contains(sc.Name, p.Only) {
+			continue
+		}
+		r, err := spoofCell(ctx, p, sc, clients)
+		if err != nil {
+			return rows, fmt.Errorf("%s: %w", sc.Name, err)
+		}
+		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps, detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s, %d client bans; %s\n",
+			sc.Name, r.SentMpps, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, len(r.ClientsBanned), strings.Join(r.Mitigations, "; "))
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []netip.Addr) (_ SpoofRow, err error) {
+	row := SpoofRow{Scenario: sc, Interval: p.Interval.Seconds(), DetectIntervals: -1}
+	// Everything through the host's XDP: the NIC stage forwards.
+	var nic *nicstage.Table
+	if err := inNS(lab.NSNic, -1, func() error {
+		var e error
+		nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: nicstage.Wire})
+		return e
+	}); err != nil {
+		return row, err
+	}
+	defer func() {
+		nic.Close()
+		err = errors.Join(err, inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") }))
+	}()
+	dir, err := os.MkdirTemp("", "tierwall-spoof")
+	if err != nil {
+		return row, err
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "api.sock")
+	cfgPath := filepath.Join(dir, "tierwall.yaml")
+	cfg := fmt.Sprintf(`interface: %s
+interval: %v
+state_file: %s/state.json
+capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 262144}
+api: {socket: %s}
+`, lab.IfHost, p.Interval, dir, sock)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return row, err
+	}
+	harness.RemovePins(lab.NSHost)
+	dmn, err := harness.StartDaemon(harness.Options{Tierwall: p.Tierwall, Netns: lab.NSHost, Config: cfgPath, Socket: sock, Timeout: 30 * time.Second})
+	if err != nil {
+		return row, err
+	}
+	defer dmn.Stop()
+	var host *datapath.Datapath
+	if err := inNS(lab.NSHost, -1, func() error { var e error; host, e = datapath.Open(lab.IfHost, ""); return e }); err != nil {
+		return row, err
+	}
+	defer host.Close()
+	drops := func() uint64 {
+		st, err := host.Stats()
+		if err != nil {
+			return 0
+		}
+		var n uint64
+		for v, c := range st.Verdicts {
+			if strings.HasPrefix(v, "drop_") && !strings.Contains(v, "malformed") {
+				n += c.Packets
+			}
+		}
+		return n
+	}
+	rss := &maxRSS{pid: dmn.Cmd.Process.Pid}
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	go rss.watch(rctx)
+
+	url := "http://" + lab.Host4.String() + "/"
+	exch := &exchanger{}
+	reflection := len(sc.SrcPorts) > 0
+	if reflection {
+		stop, err := exch.start(ctx, sc.SrcPorts)
+		if err != nil {
+			return row, err
+		}
+		defer stop()
+	}
+
+	// Baseline: the daemon learns the victim and its clients.
+	base := &demo.Load{NewConns: sc.SYN}
+	bctx, bcancel := context.WithTimeout(ctx, p.Baseline)
+	base.Run(bctx, lab.NSInet, url, clients)
+	bcancel()
+	row.BaselineRPS = float64(base.OK.Load()) / p.Baseline.Seconds()
+	row.ExchBase = exch.take()
+
+	hostMAC, err := lab.MAC(lab.NSHost, lab.IfHost)
+	if err != nil {
+		return row, err
+	}
+	inetMAC, err := lab.MAC(lab.NSInet, lab.IfInet)
+	if err != nil {
+		return row, err
+	}
+	tcp0, err := tcpStats()
+	if err != nil {
+		return row, err
+	}
+	load := &demo.Load{NewConns: sc.SYN}
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	loadDone := make(chan struct{})
+	go func() { load.Run(actx, lab.NSInet, url, clients); close(loadDone) }()
+
+	// The flood; drop counters sampled so the share from the third
+	// interval on can be read.
+	type sample struct {
+		at    time.Time
+		drops uint64
+	}
+	var (
+		samples []sample
+		smu     sync.Mutex
+	)
+	sctx, scancel := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			smu.Lock()
+			samples = append(samples, sample{time.Now(), drops()})
+			smu.Unlock()
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	start := time.Now()
+	ports := sc.SrcPorts
+	if len(ports) == 0 {
+		ports = []uint16{0}
+	}
+	var (
+		wg   sync.WaitGroup
+		sent atomic.Uint64
+		gmu  sync.Mutex
+		gerr error
+	)
+	for i, sp := range ports {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
+				SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: p.Attack, Seed: uint64(11 + i)}
+			if !sc.Spoof.IsValid() {
+				spec.Sources, spec.Dist = sc.Reflectors, trafgen.Uniform
+				spec.Base = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(128 + 16*i), 0, 0}), 12)
+			}
+			var rep *trafgen.Report
+			e := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(actx, spec); return e })
+			if rep != nil {
+				sent.Add(rep.Sent)
+			}
+			gmu.Lock()
+			gerr = errors.Join(gerr, e)
+			gmu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	scancel()
+	acancel()
+	<-loadDone
+	if gerr != nil {
+		return row, fmt.Errorf("generator: %w", gerr)
+	}
+	row.Sent = sent.Load()
+	row.SentMpps = float64(row.Sent) / elapsed.Seconds() / 1e6
+	row.AttackRPS = float64(load.OK.Load()) / elapsed.Seconds()
+	row.ClientFails = load.Failed.Load()
+	row.ExchAttack = exch.take()
+	tcp1, err := tcpStats()
+	if err != nil {
+		return row, err
+	}
+	row.PassiveOpens = tcp1["Tcp:PassiveOpens"] - tcp0["Tcp:PassiveOpens"]
+	row.KernelCookies = tcp1["TcpExt:SyncookiesSent"] - tcp0["TcpExt:SyncookiesSent"]
+	if sc.SYN {
+		row.ClientConns = load.OK.Load() + load.Failed.Load()
+	}
+
+	// From the third interval on: drops then over what was sent then
+	// (the generator's rate is steady).
+	t3 := start.Add(3 * p.Interval)
+	smu.Lock()
+	var d3, dEnd uint64
+	for _, s := range samples {
+		if !s.at.After(t3) {
+			d3 = s.drops
+		}
+		dEnd = s.drops
+	}
+	smu.Unlock()
+	if after := elapsed - 3*p.Interval; after > 0 && row.Sent > 0 {
+		sentAfter := float64(row.Sent) * after.Seconds() / elapsed.Seconds()
+		row.DroppedFrom3 = min(float64(dEnd-d3)/sentAfter, 1)
+	}
+
+	// The daemon's account: first mitigation, what it chose, bans on
+	// clients.
+	var events []daemon.Event
+	if err := dmn.Client.Do(ctx, "GET", "/v1/events", nil, &events); err != nil {
+		return row, fmt.Errorf("daemon events: %w", err)
+	}
+	legit := map[netip.Addr]bool{lab.Client4: true}
+	for _, c := range clients {
+		legit[c] = true
+	}
+	for _, e := range events {
+		if e.Time.Before(start) {
+			continue
+		}
+		switch e.Kind {
+		case "ban", "mitigation":
+			if row.DetectIntervals < 0 {
+				row.DetectIntervals = e.Time.Sub(start).Seconds() / p.Interval.Seconds()
+			}
+			if e.Kind == "mitigation" && len(row.Mitigations) < 6 {
+				row.Mitigations = append(row.Mitigations, e.Detail)
+			}
+			if e.Kind == "ban" && e.Prefix.IsValid() {
+				for c := range legit {
+					if e.Prefix.Contains(c) {
+						row.ClientsBanned = append(row.ClientsBanned, e.Prefix.String())
+						break
+					}
+				}
+			}
+		}
+	}
+	rcancel()
+	row.DaemonMaxRSSMB = rss.max.Load() >> 20
+	return row, nil
+}
+
+// tcpStats reads the host namespace's TCP counters (/proc/net/snmp and
+// netstat, "Tcp:PassiveOpens", "TcpExt:SyncookiesSent", ...).
+func tcpStats() (map[string]uint64, error) {
+	out := map[string]uint64{}
+	err := inNS(lab.NSHost, -1, func() error {
+		for _, f := range []string{"/proc/net/snmp", "/proc/net/netstat"} {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return err
+			}
+			lines := strings.Split(string(b), "\n")
+			for i := 0; i+1 < len(lines); i += 2 {
+				names, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+				if len(names) != len(vals) || len(names) == 0 {
+					continue
+				}
+				for j := 1; j < len(names); j++ {
+					v, _ := strconv.ParseUint(vals[j], 10, 64)
+					out[names[0]+names[j]] = v
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// exchanger is the host's own DNS and NTP traffic during a reflection
+// flood: the host asks a server on the internet side (the lab's client
+// address) every 20 ms on each port and counts the answers, which come
+// from the flood's source ports.
+type exchanger struct {
+	asked, answered atomic.Uint64
+	lastA, lastB    uint64
+}
+
+func (x *exchanger) start(ctx context.Context, ports []uint16) (stop func(), err error) {
+	xctx, cancel := context.WithCancel(ctx)
+	var conns []net.PacketConn
+	var wg sync.WaitGroup
+	closeAll := func() {
+		cancel()
+		for _, c := range conns {
+			c.Close()
+		}
+		wg.Wait()
+	}
+	for _, port := range ports {
+		var srv net.PacketConn
+		if err := inNS(lab.NSInet, -1, func() error {
+			var e error
+			srv, e = net.ListenPacket("udp4", netip.AddrPortFrom(lab.Client4, port).String())
+			return e
+		}); err != nil {
+			closeAll()
+			return nil, err
+		}
+		conns = append(conns, srv)
+		wg.Add(1)
+		go func() { // echo
+			defer wg.Done()
+			buf := make([]byte, 512)
+			for {
+				n, a, err := srv.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				srv.WriteTo(buf[:n], a)
+			}
+		}()
+		var cli net.PacketConn
+		if err := inNS(lab.NSHost, -1, func() error { var e error; cli, e = net.ListenPacket("udp4", lab.Host4.String()+":0"); return e }); err != nil {
+			closeAll()
+			return nil, err
+		}
+		conns = append(conns, cli)
+		dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Client4, port))
+		wg.Add(2)
+		go func() { // ask
+			defer wg.Done()
+			t := time.NewTicker(20 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-xctx.Done():
+					return
+				case <-t.C:
+				}
+				if _, err := cli.WriteTo([]byte("tierwall exchange"), dst); err == nil {
+					x.asked.Add(1)
+				}
+			}
+		}()
+		go func() { // count answers
+			defer wg.Done()
+			buf := make([]byte, 512)
+			for {
+				if _, _, err := cli.ReadFrom(buf); err != nil {
+					return
+				}
+				x.answered.Add(1)
+			}
+		}()
+	}
+	return closeAll, nil
+}
+
+// take returns answered and asked since the last take.
+func (x *exchanger) take() [2]uint64 {
+	a, b := x.answered.Load(), x.asked.Load()
+	out := [2]uint64{a - x.lastA, b - x.lastB}
+	x.lastA, x.lastB = a, b
+	return out
+}
+
+// maxRSS follows a process's peak resident memory (VmHWM).
+type maxRSS struct {
+	pid int
+	max atomic.Uint64
+}
+
+func (m *maxRSS) watch(ctx context.Context) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if f, err := os.Open(fmt.Sprintf("/proc/%d/status", m.pid)); err == nil {
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+					kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+					m.max.Store(kb << 10)
+				}
+			}
+			f.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
