@@ -252,3 +252,40 @@ func TestDaemonOperatorFlowRules(t *testing.T) {
 		t.Fatalf("delete: %v, %v left", err, fdp2.rules)
 	}
 }
+
+// A known-good client a little over the rate detector's threshold is the
+// per-victim detector's to judge, not banned by the per-source one.
+func TestDaemonSparesKnownGoodFromRateDetector(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Detectors.Victim.Enabled = true
+	cfg.Detectors.Rate.PPS = 1000
+	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}}
+	h := &harness{dp: fdp.fakeDP, now: t0}
+	d, err := newDaemon(cfg, "", quietLog(), fdp, nil, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.d = d
+	victim := netip.MustParseAddr("192.0.2.80")
+	client := netip.MustParseAddr("198.51.100.20")
+	stranger := netip.MustParseAddr("203.0.113.5")
+	for i := 0; i < 40; i++ {
+		fdp.deliver(client, victim, 6, 600)
+		h.step(t)
+	}
+	if !fdp.good[client] {
+		t.Fatal("the steady client is not on the known-good list")
+	}
+	fdp.deliver(client, victim, 6, 1500)  // over the rate detector's 1000 pps
+	fdp.deliver(stranger, victim, 6, 1500) // the same, unknown
+	h.step(t)
+	if _, ok := fdp.blocked[pfx(client)]; ok {
+		t.Fatal("known-good client banned by the rate detector")
+	}
+	if _, ok := fdp.blocked[pfx(stranger)]; !ok {
+		t.Fatal("the unknown source at the same rate was not banned")
+	}
+	if !hasEvent(h.d, "refused", "spared known-good") {
+		t.Fatal("no event for the spared detection")
+	}
+}

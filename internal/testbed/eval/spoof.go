@@ -25,6 +25,9 @@ import (
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
+// sinkIf is the reference phase's sink, in the internet namespace.
+const sinkIf = lab.Prefix + "sink0"
+
 // SpoofScenario is a flood whose sources cannot be listed.
 type SpoofScenario struct {
 	Name  string       `json:"name"`
@@ -65,11 +68,16 @@ type SpoofRow struct {
 	DetectIntervals float64 `json:"detect_intervals"`
 	// DroppedFrom3 is the share of the flood's packets dropped in XDP from
 	// the third interval on (drop verdicts over packets sent then).
-	DroppedFrom3 float64  `json:"dropped_from_third_interval"`
-	Mitigations  []string `json:"mitigations"` // what the daemon put in force, as its events say
-	BaselineRPS  float64  `json:"baseline_rps"`
-	AttackRPS    float64  `json:"attack_rps"`
-	ClientFails  uint64   `json:"client_failures"`
+	DroppedFrom3 float64 `json:"dropped_from_third_interval"`
+	// ReachedXDP is the share of the flood's packets sent from the third
+	// interval on that XDP saw; BaselinePassPPS the clients' packets/s
+	// XDP saw in the reference phase.
+	ReachedXDP      float64  `json:"reached_xdp"`
+	BaselinePassPPS float64  `json:"baseline_pass_pps"`
+	Mitigations     []string `json:"mitigations"` // what the daemon put in force, as its events say
+	BaselineRPS     float64  `json:"baseline_rps"`
+	AttackRPS       float64  `json:"attack_rps"`
+	ClientFails     uint64   `json:"client_failures"`
 	// ClientsBanned are bans that ever covered a client address.
 	ClientsBanned []string `json:"clients_banned"`
 	// Reflection: the host's own DNS and NTP exchanges, answered/asked,
@@ -130,6 +138,22 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 			return nil, err
 		}
 	}
+	// A sink for the reference phase: the generator at the same rate
+	// into a veth pair inside the internet namespace, so the clients'
+	// no-attack rate is measured with the generator's own CPU taken
+	// (attackers cost the host nothing on a real network; here they share
+	// the machine).
+	for _, c := range [][]string{
+		{"ip", "-n", lab.NSInet, "link", "del", sinkIf},
+		{"ip", "-n", lab.NSInet, "link", "add", sinkIf, "type", "veth", "peer", "name", sinkIf + "p"},
+		{"ip", "-n", lab.NSInet, "link", "set", sinkIf, "up"},
+		{"ip", "-n", lab.NSInet, "link", "set", sinkIf + "p", "up"},
+	} {
+		if err := harness.Run(c...); err != nil && c[4] != "del" {
+			return nil, err
+		}
+	}
+	defer harness.Run("ip", "-n", lab.NSInet, "link", "del", sinkIf)
 	var rows []SpoofRow
 	for _, sc := range SpoofScenarios() {
 		if p.Only != "" && !strings.Contains(sc.Name, p.Only) {
@@ -141,6 +165,13 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		}
 		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps, detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s, %d client bans; %s\n",
 			sc.Name, r.SentMpps, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, len(r.ClientsBanned), strings.Join(r.Mitigations, "; "))
+		for i, b := range r.ClientsBanned {
+			if i == 3 {
+				fmt.Fprintf(p.Log, "  … %d more client bans\n", len(r.ClientsBanned)-3)
+				break
+			}
+			fmt.Fprintf(p.Log, "  client ban %s\n", b)
+		}
 		rows = append(rows, r)
 	}
 	return rows, nil
@@ -188,18 +219,20 @@ api: {socket: %s}
 		return row, err
 	}
 	defer host.Close()
-	drops := func() uint64 {
+	// drops are XDP's drops by a rule (bans, prefixes, flow rules);
+	// total is every packet XDP saw.
+	drops := func() (drop, total uint64) {
 		st, err := host.Stats()
 		if err != nil {
-			return 0
+			return 0, 0
 		}
-		var n uint64
 		for v, c := range st.Verdicts {
+			total += c.Packets
 			if strings.HasPrefix(v, "drop_") && !strings.Contains(v, "malformed") {
-				n += c.Packets
+				drop += c.Packets
 			}
 		}
-		return n
+		return drop, total
 	}
 	rss := &maxRSS{pid: dmn.Cmd.Process.Pid}
 	rctx, rcancel := context.WithCancel(ctx)
@@ -217,14 +250,6 @@ api: {socket: %s}
 		defer stop()
 	}
 
-	// Baseline: the daemon learns the victim and its clients.
-	base := &demo.Load{NewConns: sc.SYN}
-	bctx, bcancel := context.WithTimeout(ctx, p.Baseline)
-	base.Run(bctx, lab.NSInet, url, clients)
-	bcancel()
-	row.BaselineRPS = float64(base.OK.Load()) / p.Baseline.Seconds()
-	row.ExchBase = exch.take()
-
 	hostMAC, err := lab.MAC(lab.NSHost, lab.IfHost)
 	if err != nil {
 		return row, err
@@ -233,6 +258,60 @@ api: {socket: %s}
 	if err != nil {
 		return row, err
 	}
+	// flood runs the scenario's generators out of iface for dur.
+	flood := func(ctx context.Context, iface string, dur time.Duration) (uint64, error) {
+		ports := sc.SrcPorts
+		if len(ports) == 0 {
+			ports = []uint16{0}
+		}
+		var (
+			wg   sync.WaitGroup
+			sent atomic.Uint64
+			gmu  sync.Mutex
+			gerr error
+		)
+		for i, sp := range ports {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				spec := trafgen.Spec{Iface: iface, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
+					SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: dur, Seed: uint64(11 + i)}
+				if !sc.Spoof.IsValid() {
+					spec.Sources, spec.Dist = sc.Reflectors, trafgen.Uniform
+					spec.Base = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(128 + 16*i), 0, 0}), 12)
+				}
+				var rep *trafgen.Report
+				e := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e })
+				if rep != nil {
+					sent.Add(rep.Sent)
+				}
+				gmu.Lock()
+				gerr = errors.Join(gerr, e)
+				gmu.Unlock()
+			}()
+		}
+		wg.Wait()
+		return sent.Load(), gerr
+	}
+
+	_, t0 := drops()
+	// Reference: the clients alone at the victim, the same flood into the
+	// sink; the daemon learns the victim and its clients meanwhile.
+	base := &demo.Load{NewConns: sc.SYN}
+	bctx, bcancel := context.WithTimeout(ctx, p.Baseline)
+	baseDone := make(chan struct{})
+	go func() { base.Run(bctx, lab.NSInet, url, clients); close(baseDone) }()
+	_, ferr := flood(bctx, sinkIf, p.Baseline)
+	<-baseDone
+	bcancel()
+	if ferr != nil && bctx.Err() == nil {
+		return row, fmt.Errorf("generator into the sink: %w", ferr)
+	}
+	row.BaselineRPS = float64(base.OK.Load()) / p.Baseline.Seconds()
+	row.ExchBase = exch.take()
+	_, t1 := drops()
+	row.BaselinePassPPS = float64(t1-t0) / p.Baseline.Seconds()
+
 	tcp0, err := tcpStats()
 	if err != nil {
 		return row, err
@@ -243,11 +322,11 @@ api: {socket: %s}
 	loadDone := make(chan struct{})
 	go func() { load.Run(actx, lab.NSInet, url, clients); close(loadDone) }()
 
-	// The flood; drop counters sampled so the share from the third
+	// The flood; XDP's counters sampled so the share from the third
 	// interval on can be read.
 	type sample struct {
-		at    time.Time
-		drops uint64
+		at           time.Time
+		drops, total uint64
 	}
 	var (
 		samples []sample
@@ -258,8 +337,9 @@ api: {socket: %s}
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
+			d, tot := drops()
 			smu.Lock()
-			samples = append(samples, sample{time.Now(), drops()})
+			samples = append(samples, sample{time.Now(), d, tot})
 			smu.Unlock()
 			select {
 			case <-sctx.Done():
@@ -269,37 +349,7 @@ api: {socket: %s}
 		}
 	}()
 	start := time.Now()
-	ports := sc.SrcPorts
-	if len(ports) == 0 {
-		ports = []uint16{0}
-	}
-	var (
-		wg   sync.WaitGroup
-		sent atomic.Uint64
-		gmu  sync.Mutex
-		gerr error
-	)
-	for i, sp := range ports {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
-				SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: p.Attack, Seed: uint64(11 + i)}
-			if !sc.Spoof.IsValid() {
-				spec.Sources, spec.Dist = sc.Reflectors, trafgen.Uniform
-				spec.Base = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(128 + 16*i), 0, 0}), 12)
-			}
-			var rep *trafgen.Report
-			e := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(actx, spec); return e })
-			if rep != nil {
-				sent.Add(rep.Sent)
-			}
-			gmu.Lock()
-			gerr = errors.Join(gerr, e)
-			gmu.Unlock()
-		}()
-	}
-	wg.Wait()
+	sent, gerr := flood(actx, lab.IfInet, p.Attack)
 	elapsed := time.Since(start)
 	scancel()
 	acancel()
@@ -307,7 +357,7 @@ api: {socket: %s}
 	if gerr != nil {
 		return row, fmt.Errorf("generator: %w", gerr)
 	}
-	row.Sent = sent.Load()
+	row.Sent = sent
 	row.SentMpps = float64(row.Sent) / elapsed.Seconds() / 1e6
 	row.AttackRPS = float64(load.OK.Load()) / elapsed.Seconds()
 	row.ClientFails = load.Failed.Load()
@@ -322,21 +372,31 @@ api: {socket: %s}
 		row.ClientConns = load.OK.Load() + load.Failed.Load()
 	}
 
-	// From the third interval on: drops then over what was sent then
-	// (the generator's rate is steady).
+	// From the third interval on: XDP's drops over the flood's packets
+	// that reached XDP then (every packet XDP saw, less the clients', at
+	// their reference rate). Packets the generator sent that never reached
+	// XDP (the veth rings between, full at the generator's rate) are
+	// counted apart: they are lost to the attacker and cost the host
+	// nothing.
 	t3 := start.Add(3 * p.Interval)
 	smu.Lock()
-	var d3, dEnd uint64
+	var s3, sEnd sample
 	for _, s := range samples {
 		if !s.at.After(t3) {
-			d3 = s.drops
+			s3 = s
 		}
-		dEnd = s.drops
+		sEnd = s
 	}
 	smu.Unlock()
-	if after := elapsed - 3*p.Interval; after > 0 && row.Sent > 0 {
-		sentAfter := float64(row.Sent) * after.Seconds() / elapsed.Seconds()
-		row.DroppedFrom3 = min(float64(dEnd-d3)/sentAfter, 1)
+	if !s3.at.IsZero() && sEnd.at.After(s3.at) {
+		window := sEnd.at.Sub(s3.at).Seconds()
+		legit := row.BaselinePassPPS * window
+		if arrived := float64(sEnd.total-s3.total) - legit; arrived > 0 {
+			row.DroppedFrom3 = min(float64(sEnd.drops-s3.drops)/arrived, 1)
+		}
+		if sent := float64(row.Sent) * window / elapsed.Seconds(); sent > 0 {
+			row.ReachedXDP = min((float64(sEnd.total-s3.total)-legit)/sent, 1)
+		}
 	}
 
 	// The daemon's account: first mitigation, what it chose, bans on
@@ -364,7 +424,7 @@ api: {socket: %s}
 			if e.Kind == "ban" && e.Prefix.IsValid() {
 				for c := range legit {
 					if e.Prefix.Contains(c) {
-						row.ClientsBanned = append(row.ClientsBanned, e.Prefix.String())
+						row.ClientsBanned = append(row.ClientsBanned, e.Prefix.String()+" ("+e.Detail+")")
 						break
 					}
 				}

@@ -31,10 +31,10 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 	fmt.Fprintf(&b, "Each scenario on the lab (`internal/testbed/lab`): a fresh `tierwall run` on the host with the default detectors (rate, entropy and the per-victim detector with its mitigation ladder), interval %v; the emulated NIC forwards everything, so every drop is the host's XDP. %d legitimate HTTP clients (`demo.Load`, one address each, keep-alive; a new connection per request in the SYN flood) fetch from nginx for %v, then the flood runs at the generator's full rate for %v with the clients still running. The generator (`tierwall-lab gen`, XDP live frames) shares CPU 0 with the NIC stage.\n\n",
 		p.Interval, p.Clients, p.Baseline, p.Attack)
 	b.WriteString("- *Detected* is intervals from the flood's first packet to the daemon's first mitigation event (a ban or a flow rule).\n")
-	b.WriteString("- *Dropped from the 3rd interval* is XDP's drop verdicts (bans, prefixes, flow rules) from three intervals after the start to the end, over the flood's packets sent in that time (its rate is steady).\n")
-	b.WriteString("- *HTTP* is completed requests/s of the legitimate clients, before and during the flood; *client bans* are bans the daemon ever applied that cover a client.\n\n")
+	b.WriteString("- *Dropped from the 3rd interval* is XDP's drop verdicts (bans, prefixes, flow rules) from three intervals after the start to the end, over the flood's packets that reached XDP in that time (every packet XDP saw, less the clients' at their reference rate). *Reached XDP* is the share of the flood's packets sent then that got to the host's XDP at all: the rest died in the veth rings between the generator and the host, at the generator's rate, before costing the host anything.\n")
+	b.WriteString("- *HTTP* is completed requests/s of the legitimate clients. *Before* is the reference: the same flood sent into a sink veth inside the internet namespace, so the generator's CPU is taken as during the attack but nothing reaches the host (on a real network the attacker does not share the victim's two CPUs; here it does). *Client bans* are bans the daemon ever applied that cover a client.\n\n")
 	b.WriteString("## Results\n\n")
-	b.WriteString("| scenario | sources | sent Mpps | detected (intervals) | dropped from 3rd interval | HTTP req/s before → during | client bans | daemon peak RSS MB | what the daemon chose |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| scenario | sources | sent Mpps | detected (intervals) | dropped from 3rd interval | reached XDP | HTTP req/s before → during | client bans | daemon peak RSS MB | what the daemon chose |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
 		src := r.Scenario.Spoof.String()
 		if !r.Scenario.Spoof.IsValid() {
@@ -44,7 +44,7 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 		if r.DetectIntervals >= 0 {
 			det = fmt.Sprintf("%.1f", r.DetectIntervals)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %.1f%% | %.0f → %.0f (%.0f%%) | %d | %d | %s |\n", r.Scenario.Name, src, r.SentMpps, det, 100*r.DroppedFrom3,
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %.1f%% | %.0f%% | %.0f → %.0f (%.0f%%) | %d | %d | %s |\n", r.Scenario.Name, src, r.SentMpps, det, 100*r.DroppedFrom3, 100*r.ReachedXDP,
 			r.BaselineRPS, r.AttackRPS, 100*r.AttackRPS/max(r.BaselineRPS, 1), len(r.ClientsBanned), r.DaemonMaxRSSMB, strings.ReplaceAll(strings.Join(r.Mitigations, "; "), "|", "/"))
 	}
 	b.WriteString("\n## Targets\n\n| target | measured | met |\n|---|---|---|\n")
