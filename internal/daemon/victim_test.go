@@ -276,7 +276,7 @@ func TestDaemonSparesKnownGoodFromRateDetector(t *testing.T) {
 	if !fdp.good[client] {
 		t.Fatal("the steady client is not on the known-good list")
 	}
-	fdp.deliver(client, victim, 6, 1500)  // over the rate detector's 1000 pps
+	fdp.deliver(client, victim, 6, 1500)   // over the rate detector's 1000 pps
 	fdp.deliver(stranger, victim, 6, 1500) // the same, unknown
 	h.step(t)
 	if _, ok := fdp.blocked[pfx(client)]; ok {
