@@ -10,8 +10,10 @@ package synproxy
 import (
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/tierwall/tierwall/internal/datapath"
@@ -101,10 +103,11 @@ func (s *Synproxy) Options() Options { return s.opts }
 func (s *Synproxy) Program() *ebpf.Program { return s.objs.TwSynproxy }
 
 // Attach puts the program on the interface by itself, in native XDP mode,
-// falling back to generic mode where the driver has none. On veth, native
-// XDP_TX needs the peer to receive XDP frames: an XDP program or GRO on
-// the peer (ethtool -K peer gro on); without either the SYN-ACKs are
-// dropped and counted by the peer as rx drops.
+// falling back to generic mode where the driver has none. On a veth the
+// peer needs an XDP program of its own for the SYN-ACKs to leave
+// (AttachPeerPass). Attached by itself the program treats every TCP
+// packet on the interface as protected; the product tail-calls it from the
+// filter for the syn-cookie rules' packets only.
 func (s *Synproxy) Attach(ifindex int) error {
 	if s.link != nil {
 		return fmt.Errorf("%w: synproxy already attached", datapath.ErrInvalid)
@@ -147,3 +150,34 @@ func (s *Synproxy) Stats() (Stats, error) {
 	}
 	return out, nil
 }
+
+// AttachPeerPass puts an XDP program that passes everything on ifindex, in
+// native mode, and returns what detaches it. It is for the peer of a veth
+// the stage is attached to natively: veth hands XDP_TX frames to the
+// peer's queue but only wakes that queue when the peer runs an XDP program
+// itself (veth_xdp_flush), so without one the SYN-ACKs wait in the peer's
+// ring until other traffic happens to wake it. Two instructions, built
+// here rather than compiled: there is nothing in it to share with C.
+func AttachPeerPass(ifindex int) (io.Closer, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "tw_peer_pass",
+		Type: ebpf.XDP,
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, xdpPass),
+			asm.Return(),
+		},
+		License: "GPL",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading XDP pass program: %w", err)
+	}
+	defer prog.Close() // the link holds its own reference
+	l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifindex, Flags: link.XDPDriverMode})
+	if err != nil {
+		return nil, fmt.Errorf("attaching XDP pass program to interface %d: %w", ifindex, err)
+	}
+	return l, nil
+}
+
+// xdpPass is XDP_PASS (enum xdp_action).
+const xdpPass = 2

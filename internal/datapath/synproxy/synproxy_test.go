@@ -12,10 +12,9 @@ import (
 	"github.com/tierwall/tierwall/internal/testutil"
 )
 
-// XDP actions (enum xdp_action).
+// XDP actions (enum xdp_action); xdpPass is the package's.
 const (
 	xdpDrop = 1
-	xdpPass = 2
 	xdpTx   = 3
 )
 
