@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/testutil"
@@ -66,8 +67,13 @@ func loadTest(t *testing.T) *Synproxy {
 
 func run(t *testing.T, s *Synproxy, frame []byte) (uint32, []byte) {
 	t.Helper()
+	return runProg(t, s.Program(), frame)
+}
+
+func runProg(t *testing.T, prog *ebpf.Program, frame []byte) (uint32, []byte) {
+	t.Helper()
 	opts := &ebpf.RunOptions{Data: frame, DataOut: make([]byte, len(frame)+256)}
-	ret, err := s.Program().Run(opts)
+	ret, err := prog.Run(opts)
 	if err != nil {
 		t.Fatalf("running: %v", err)
 	}
@@ -350,6 +356,50 @@ func TestVerdicts(t *testing.T) {
 		if got[r] != want[r] {
 			t.Errorf("counter %s: %+v, want %+v", Reason(r), got[r], want[r])
 		}
+	}
+}
+
+// The filter reaches the program through slot 0 of its tw_jmp array; a
+// caller that does nothing but that tail call stands in for it here. The
+// kernel lets a program into a program array only if it matches the
+// array's first user in type, JIT, XDP frags and expected attach type:
+// the caller is BPF_XDP like the SEC("xdp") filter, or the update fails
+// with EINVAL.
+func TestTailCalled(t *testing.T) {
+	s := loadTest(t)
+	jmp, err := ebpf.NewMap(&ebpf.MapSpec{Name: "tw_jmp", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jmp.Close()
+	caller, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "tw_jmp_caller", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL",
+		Instructions: asm.Instructions{
+			asm.LoadMapPtr(asm.R2, jmp.FD()),
+			asm.Mov.Imm(asm.R3, 0),
+			asm.FnTailCall.Call(),
+			asm.Mov.Imm(asm.R0, xdpDrop), // the slot is empty
+			asm.Return(),
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caller.Close()
+	if err := jmp.Put(uint32(0), s.Program()); err != nil {
+		t.Fatalf("putting the program in slot 0: %v", err)
+	}
+	in := seg(cli6, srv6, syn, isn, 0, linuxOpts)
+	in.VLANs = []uint16{7}
+	ret, out := runProg(t, caller, in.Build())
+	if ret != xdpTx {
+		t.Fatalf("action %d through the tail call, want XDP_TX", ret)
+	}
+	checkSynAck(t, in, append(out[:12:12], out[16:]...))
+	st, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Get(ReasonSynAnswered).Packets != 1 {
+		t.Errorf("counters %v, want one SYN answered", st)
 	}
 }
 
