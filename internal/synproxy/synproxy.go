@@ -12,6 +12,14 @@
 // ruleset is loaded and put back if loading fails; their previous values
 // travel in the table's comment, so Remove restores them even from another
 // process than the one that applied.
+//
+// IPv6 needs trusted checksums: nft's synproxy statement checks every
+// packet with the IPv4 checksum routine (nf_ip_checksum in
+// nft_synproxy_do_eval), which only passes an IPv6 segment whose checksum
+// the device already vouched for (CHECKSUM_UNNECESSARY, most NICs for
+// TCP; CHECKSUM_PARTIAL from a local veth peer). Where the NIC hands up
+// CHECKSUM_COMPLETE or none, IPv6 cookie ACKs are dropped as bad checksums
+// (seen on 6.18 with veth and tx checksum offload off).
 package synproxy
 
 import (
