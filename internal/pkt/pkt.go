@@ -41,6 +41,8 @@ type Frame struct {
 	Src, Dst       netip.Addr
 	Proto          uint8
 	TCPFlags       uint8
+	TCPSeq, TCPAck uint32 // TCP sequence and acknowledgment numbers
+	TCPOptions     []byte // TCP options, padded with EOL to a multiple of 4
 	SrcPort        uint16
 	DstPort        uint16
 	Payload        []byte
@@ -90,10 +92,14 @@ func (f Frame) l4() []byte {
 	switch {
 	case nonfirst:
 	case f.Proto == ProtoTCP:
-		h = make([]byte, 20)
+		opts := (len(f.TCPOptions) + 3) &^ 3
+		h = make([]byte, 20+opts)
 		binary.BigEndian.PutUint16(h[0:], f.SrcPort)
 		binary.BigEndian.PutUint16(h[2:], f.DstPort)
-		h[12] = 5 << 4
+		binary.BigEndian.PutUint32(h[4:], f.TCPSeq)
+		binary.BigEndian.PutUint32(h[8:], f.TCPAck)
+		h[12] = uint8(5+opts/4) << 4
+		copy(h[20:], f.TCPOptions)
 		h[13] = f.TCPFlags
 		binary.BigEndian.PutUint16(h[14:], 65535)
 	case f.Proto == ProtoUDP:
