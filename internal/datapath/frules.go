@@ -36,7 +36,7 @@ import (
 // export (no map or struct is typed by those enums). apply checks
 // frulesMax against the bank's size; the fixture tests check the rest.
 const (
-	frulesMax = 64             // TW_FRULE_MAX
+	frulesMax = 64            // TW_FRULE_MAX
 	frulesIDs = 2 * frulesMax // TW_FRULE_IDS
 
 	fruleDport  = 1 << 0 // TW_FRULE_F_DPORT
