@@ -193,15 +193,14 @@ __noinline int tw_frule_decide(const struct tw_fview *v, __u32 cpu, __u32 len)
 	void *bank = bpf_map_lookup_elem(&tw_frules, &zero);
 	if (!bank)
 		return TW_R_PASS;
+	const struct tw_frule_set *set = bpf_map_lookup_elem(bank, &zero);
+	if (!set)
+		return TW_R_PASS;
 
 	const struct tw_frule *r = NULL;
 	for (__u32 i = 0; i < TW_FRULE_MAX; i++) {
-		/* A key of its own: with the counter's address taken, it
-		 * would live on the stack, where the verifier cannot see
-		 * it grow and takes the loop for an infinite one. */
-		__u32 key = i;
-		const struct tw_frule *c = bpf_map_lookup_elem(bank, &key);
-		if (!c || c->action == TW_FA_END)
+		const struct tw_frule *c = &set->rule[i];
+		if (c->action == TW_FA_END)
 			break;
 		if (tw_frule_match(c, v)) {
 			r = c;

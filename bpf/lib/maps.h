@@ -168,20 +168,20 @@ struct {
 struct tw_frule_bank {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct tw_frule);
-	__uint(max_entries, TW_FRULE_MAX);
+	__type(value, struct tw_frule_set);
+	__uint(max_entries, 1);
 };
 
-/* The banks themselves name their value const struct tw_frule: clang 14
- * describes a struct reached through a map-in-map's values only as a
+/* The banks themselves name their value const struct tw_frule_set: clang
+ * 14 describes a struct reached through a map-in-map's values only as a
  * forward declaration, and when tw_frules is described first the same
  * pointer type would leave the banks' value unsized; a distinct pointer
- * type makes it describe struct tw_frule in full. */
+ * type makes it describe the struct in full. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, const struct tw_frule);
-	__uint(max_entries, TW_FRULE_MAX);
+	__type(value, const struct tw_frule_set);
+	__uint(max_entries, 1);
 } tw_frules_a SEC(".maps"), tw_frules_b SEC(".maps");
 
 struct {

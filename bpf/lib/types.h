@@ -123,6 +123,14 @@ struct tw_frule {
 	__u8 flags; /* enum tw_frule_flag */
 };
 
+/* A rule set: a bank's one value, so that one lookup yields every rule
+ * (a lookup per rule in a map reached through tw_frules is a helper call
+ * each, more than the rule's own test). Rules in order, then entries with
+ * action TW_FA_END. */
+struct tw_frule_set {
+	struct tw_frule rule[TW_FRULE_MAX];
+};
+
 /* Per-rule counters, [cpu * TW_FRULE_IDS + id]: each core writes only its
  * own, so no atomics. matched counts every packet the rule decided
  * (including those handed to the SYN proxy); dropped and good split it. */
@@ -153,6 +161,8 @@ _Static_assert(sizeof(struct tw_feat_key) == 36, "feature key size");
 _Static_assert(sizeof(struct tw_config) == 104, "config size");
 _Static_assert(sizeof(struct tw_feat_slot) == 64, "feature slot size");
 _Static_assert(sizeof(struct tw_frule) == 64, "flow rule size");
+_Static_assert(sizeof(struct tw_frule_set) == 64 * TW_FRULE_MAX,
+	       "flow rule set size");
 _Static_assert(sizeof(struct tw_fctr) == 32, "flow rule counter size");
 _Static_assert(sizeof(struct tw_fbucket) == 16, "token bucket size");
 _Static_assert(sizeof(struct tw_good) == 8, "known-good value size");

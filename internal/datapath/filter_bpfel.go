@@ -122,6 +122,11 @@ const (
 	filterTwFruleActionTW_FA_SYNCOOKIE filterTwFruleAction = 3
 )
 
+type filterTwFruleSet struct {
+	_    structs.HostLayout
+	Rule [64]filterTwFrule
+}
+
 type filterTwGood struct {
 	_       structs.HostLayout
 	AddedNs uint64

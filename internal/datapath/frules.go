@@ -32,12 +32,11 @@ import (
 // always free. The bank is all the state there is: FlowRules reads the rule
 // set back from it, so a restarted daemon re-adopts both.
 
-// The limits and rule encodings of bpf/lib/consts.h that bpf2go cannot
-// export (no map or struct is typed by those enums). apply checks
-// frulesMax against the bank's size; the fixture tests check the rest.
+// The rule encodings of bpf/lib/consts.h that bpf2go cannot export (no
+// map or struct is typed by those enums); the fixture tests check them.
 const (
-	frulesMax = 64            // TW_FRULE_MAX
-	frulesIDs = 2 * frulesMax // TW_FRULE_IDS
+	frulesMax = len(filterTwFruleSet{}.Rule) // TW_FRULE_MAX
+	frulesIDs = 2 * frulesMax                // TW_FRULE_IDS
 
 	fruleDport  = 1 << 0 // TW_FRULE_F_DPORT
 	fruleSport  = 1 << 1 // TW_FRULE_F_SPORT
@@ -152,16 +151,16 @@ func (d *Datapath) fruleBanks() (active, spare *ebpf.Map, err error) {
 
 // readBank returns a bank's rules, up to the first empty entry.
 func readBank(m *ebpf.Map) ([]filterTwFrule, error) {
-	all, err := readArray[filterTwFrule](m)
-	if err != nil {
+	var set filterTwFruleSet
+	if err := m.Lookup(uint32(0), &set); err != nil {
 		return nil, fmt.Errorf("reading flow-rule bank: %w", err)
 	}
-	for i := range all {
-		if all[i].Action == filterTwFruleActionTW_FA_END {
-			return all[:i], nil
+	for i := range set.Rule {
+		if set.Rule[i].Action == filterTwFruleActionTW_FA_END {
+			return set.Rule[:i], nil
 		}
 	}
-	return all, nil
+	return set.Rule[:], nil
 }
 
 // SetFlowRules replaces the flow rules with rules, in order (the first
@@ -203,12 +202,12 @@ func (d *Datapath) SetFlowRules(rules []rule.FlowRule) error {
 	var used [frulesIDs]bool
 	ids := make(map[rule.FlowRule]uint8, len(cur))
 	for i := range cur {
-		if cur[i].Id < frulesIDs {
+		if int(cur[i].Id) < frulesIDs {
 			ids[decodeFlowRule(&cur[i])] = cur[i].Id
 			used[cur[i].Id] = true
 		}
 	}
-	bank := make([]filterTwFrule, frulesMax)
+	var bank filterTwFruleSet
 	var fresh []uint8
 	next := 0
 	for i := range rules {
@@ -221,7 +220,7 @@ func (d *Datapath) SetFlowRules(rules []rule.FlowRule) error {
 			used[next] = true
 			fresh = append(fresh, id)
 		}
-		bank[i] = encodeFlowRule(&rules[i], id)
+		bank.Rule[i] = encodeFlowRule(&rules[i], id)
 	}
 
 	// Nothing the data plane reads changes before the swap: fresh ids and
@@ -229,11 +228,7 @@ func (d *Datapath) SetFlowRules(rules []rule.FlowRule) error {
 	if err := d.zeroFlowRuleIDs(fresh); err != nil {
 		return err
 	}
-	keys := make([]uint32, frulesMax)
-	for i := range keys {
-		keys[i] = uint32(i)
-	}
-	if _, err := spare.BatchUpdate(keys, bank, nil); err != nil {
+	if err := spare.Put(uint32(0), &bank); err != nil {
 		return fmt.Errorf("writing flow-rule bank: %w", err)
 	}
 	cfg, err := d.config()
@@ -272,7 +267,7 @@ func (d *Datapath) zeroFlowRuleIDs(ids []uint8) error {
 	keys := make([]uint32, 0, len(ids)*int(d.sizes.ncpu))
 	for cpu := uint32(0); cpu < d.sizes.ncpu; cpu++ {
 		for _, id := range ids {
-			keys = append(keys, cpu*frulesIDs+uint32(id))
+			keys = append(keys, cpu*uint32(frulesIDs)+uint32(id))
 		}
 	}
 	if _, err := d.maps.TwFruleCtr.BatchUpdate(keys, make([]filterTwFctr, len(keys)), nil); err != nil {
@@ -328,8 +323,8 @@ func (d *Datapath) FlowRuleCounters() ([]FlowRuleCounters, error) {
 	out := make([]FlowRuleCounters, len(bank))
 	for i := range bank {
 		c := FlowRuleCounters{Rule: decodeFlowRule(&bank[i]), Index: i}
-		for cpu := uint32(0); cpu < d.sizes.ncpu && bank[i].Id < frulesIDs; cpu++ {
-			v := &ctrs[cpu*frulesIDs+uint32(bank[i].Id)]
+		for cpu := uint32(0); cpu < d.sizes.ncpu && int(bank[i].Id) < frulesIDs; cpu++ {
+			v := &ctrs[cpu*uint32(frulesIDs)+uint32(bank[i].Id)]
 			c.Matched.Packets += v.Packets
 			c.Matched.Bytes += v.Bytes
 			c.Dropped += v.Dropped

@@ -167,13 +167,10 @@ func (s sizes) apply(spec *ebpf.CollectionSpec) error {
 	m["tw_feat_a"].MaxEntries = s.featEntries()
 	m["tw_feat_b"].MaxEntries = s.featEntries()
 	m["tw_feat"].InnerMap.MaxEntries = s.featEntries()
-	m["tw_frule_ctr"].MaxEntries = frulesIDs * s.ncpu
-	m["tw_frule_tb"].MaxEntries = frulesIDs * s.ncpu
+	m["tw_frule_ctr"].MaxEntries = uint32(frulesIDs) * s.ncpu
+	m["tw_frule_tb"].MaxEntries = uint32(frulesIDs) * s.ncpu
 	m["tw_good4"].MaxEntries = s.good
 	m["tw_good6"].MaxEntries = s.good
-	if n := m["tw_frules_a"].MaxEntries; n != frulesMax {
-		return fmt.Errorf("flow-rule bank holds %d rules, datapath expects %d (TW_FRULE_MAX)", n, frulesMax)
-	}
 	for name, v := range map[string]uint32{"tw_ex4_slots": s.slots4, "tw_ex6_slots": s.slots6,
 		"tw_pfx_cap": s.pfx, "tw_allow_cap": s.allow, "tw_nr_cpus": s.ncpu,
 		"tw_feat_slots": s.featSlots, "tw_feat_cap": s.feat} {

@@ -106,7 +106,7 @@ func (d *Datapath) Stats() (*Stats, error) {
 		"prefix":  {cfg.Pfx4N + cfg.Pfx6N, d.sizes.pfx},
 		"allow":   {cfg.Allow4N + cfg.Allow6N, d.sizes.allow},
 		"feature": {0, d.sizes.feat},
-		"flow":    {cfg.FruleN, frulesMax},
+		"flow":    {cfg.FruleN, uint32(frulesMax)},
 	}
 	var fs []filterTwFeatStats
 	if err := d.maps.TwFstats.Lookup(uint32(0), &fs); err != nil {
