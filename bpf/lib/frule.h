@@ -40,7 +40,7 @@
 /* What the rules look at, taken from the packet once: everything
  * tw_frule_decide needs, so that it can be verified apart (see there). */
 struct tw_fview {
-	__u32 dst[4]; /* IPv4 as ::ffff:a.b.c.d */
+	__u32 dst[4] __attribute__((aligned(8))); /* IPv4 as ::ffff:a.b.c.d */
 	__u32 src[4]; /* after tw_unmap: IPv4 in src[0] when src4 */
 	__u32 l3len;
 	__u16 sport; /* host order; 0 without ports */
@@ -92,10 +92,12 @@ static __always_inline void tw_fview_init(struct tw_fview *v,
 static __always_inline int tw_frule_match(const struct tw_frule *r,
 					  const struct tw_fview *v)
 {
-	const __u32 *d = (const __u32 *)r->dst;
-	const __u32 *m = (const __u32 *)r->mask;
-	if ((v->dst[0] & m[0]) != d[0] || (v->dst[1] & m[1]) != d[1] ||
-	    (v->dst[2] & m[2]) != d[2] || (v->dst[3] & m[3]) != d[3])
+	/* Two 64-bit words, the last first: it holds an IPv4 address and
+	 * an IPv6 /64's interface bits, where rules differ most. */
+	const __u64 *d = (const __u64 *)r->dst;
+	const __u64 *m = (const __u64 *)r->mask;
+	const __u64 *a = (const __u64 *)v->dst;
+	if ((a[1] & m[1]) != d[1] || (a[0] & m[0]) != d[0])
 		return 0;
 	if (r->family == 6 && !v->sent6)
 		return 0;
