@@ -117,10 +117,10 @@ type TCPFlagMatch struct {
 type FragmentMatch uint8
 
 const (
-	FragAny      FragmentMatch = iota // fragmented or not
-	FragNone                          // only unfragmented packets
-	FragAnyFrag                       // any fragment (first or later)
-	FragLater                         // non-first fragments, which carry no ports
+	FragAny     FragmentMatch = iota // fragmented or not
+	FragNone                         // only unfragmented packets
+	FragAnyFrag                      // any fragment (first or later)
+	FragLater                        // non-first fragments, which carry no ports
 )
 
 var fragNames = map[FragmentMatch]string{FragAny: "", FragNone: "none", FragAnyFrag: "fragment", FragLater: "later"}
