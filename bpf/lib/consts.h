@@ -40,8 +40,8 @@ enum tw_layout {
 #define TW_LAST_HIT_RES_NS 250000000ULL
 
 /* Flow rules (frule.h). TW_FRULE_MAX rules are evaluated in order, so the
- * bound is what one packet may cost: 64 rules is ~300 ns of worst-case
- * matching (docs/BENCHMARKS.md). Counters and buckets are addressed by a
+ * bound is what one packet may cost: 64 rules that all miss add ~100 ns
+ * here (BenchmarkFlowRules). Counters and buckets are addressed by a
  * rule id, not its position; there are twice as many ids as rules so that
  * a new set never has to reuse an id that the set it replaces still
  * counts into (ids are free again once the old bank is quiescent). */
