@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /* xdp_filter.c - tierwall's software tier: drop packets whose source is on
  * the blocklist (exact /32 and /128 first, then prefixes), let allowlisted
- * sources through whatever else matches, and count what passes into the
- * feature buffers for detection. An IPv4-mapped IPv6 source is checked and
- * counted as the IPv4 address it carries. */
+ * sources through whatever else matches, then apply the flow rules (by
+ * destination and packet shape, for floods whose sources cannot be
+ * listed), and count what passes into the feature buffers for detection.
+ * An IPv4-mapped IPv6 source is checked and counted as the IPv4 address it
+ * carries. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "lib/consts.h"
@@ -12,7 +14,25 @@
 #include "lib/parse.h"
 #include "lib/table.h"
 #include "lib/stats.h"
+#include "lib/frule.h"
 #include "lib/features.h"
+
+/* The parser as a global function, which the verifier checks once, on its
+ * own; the filter then continues from one state whatever the path through
+ * the headers (VLAN depth, IPv6 extension chain, fragment state), instead
+ * of being verified again for every one of them: inlined, that was half
+ * the verifier's limit before the flow rules, and over it with them. */
+__noinline int tw_filter_parse(struct xdp_md *ctx, struct tw_pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	if (!p)
+		return TW_R_ETH_TRUNC;
+	int r = tw_parse(data, data_end, p);
+	if (r == TW_R_PASS)
+		tw_unmap(p);
+	return r;
+}
 
 SEC("xdp")
 int tw_filter(struct xdp_md *ctx)
@@ -22,10 +42,9 @@ int tw_filter(struct xdp_md *ctx)
 	__u32 len = data_end - data;
 	struct tw_pkt p = {};
 
-	int r = tw_parse(data, data_end, &p);
+	int r = tw_filter_parse(ctx, &p);
 	if (r != TW_R_PASS)
 		return tw_verdict(r, len);
-	tw_unmap(&p);
 
 	__u32 zero = 0;
 	struct tw_config *cfg = bpf_map_lookup_elem(&tw_cfg, &zero);
@@ -73,9 +92,15 @@ int tw_filter(struct xdp_md *ctx)
 			return tw_verdict(TW_R_DROP_PREFIX, len);
 	}
 
+	r = TW_R_PASS;
+	if (cfg->frule_n) {
+		r = tw_flow_rules(ctx, &p, len, cpu);
+		if (tw_action(r) == XDP_DROP)
+			return tw_verdict(r, len);
+	}
 	if (cfg->features)
 		tw_features(&p, len, cpu, cfg->feat_seed);
-	return tw_verdict(TW_R_PASS, len);
+	return tw_verdict(r, len);
 }
 
 char _license[] SEC("license") = "GPL";

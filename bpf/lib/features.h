@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /* features.h - the paper's feature extraction: per (source, destination,
  * protocol) packet, byte and SYN counts of traffic that passed the filter,
- * in this CPU's region of whichever buffer tw_feat currently points at
- * (layout in maps.h). A full region costs a bounded probe and a counter
+ * and the port profile of the same traffic, in this CPU's regions of
+ * whichever buffer tw_feat currently points at (layout in maps.h). A full region costs a bounded probe and a counter
  * bump, never a stall. */
 #ifndef TW_FEATURES_H
 #define TW_FEATURES_H
@@ -54,6 +54,37 @@ static __always_inline void tw_feat_overflow(void)
 		s->overflow++;
 }
 
+static __always_inline void tw_port_bump(void *buf, __u32 base, __u32 row,
+					 __be16 port)
+{
+	__u32 n = row * 65536 + bpf_ntohs(port);
+	__u32 idx = base + n / 8;
+	__u64 *s = bpf_map_lookup_elem(buf, &idx);
+	if (s)
+		s[n & 7]++;
+}
+
+/* The port profile: one counter per side of a TCP or UDP packet that
+ * passed, by port, so the control plane can see what a flood shares when
+ * its sources share nothing (a reflection's source port, a victim's
+ * service) and pick a flow rule. Later fragments carry no ports. */
+static __always_inline void tw_ports(void *buf, const struct tw_pkt *p,
+				     __u32 cpu)
+{
+	__u32 row;
+	if (p->nonfirst)
+		return;
+	if (p->proto == IPPROTO_TCP)
+		row = 0;
+	else if (p->proto == IPPROTO_UDP)
+		row = 2;
+	else
+		return;
+	__u32 base = tw_nr_cpus * (tw_feat_slots + 1) + cpu * TW_PORT_SLOTS;
+	tw_port_bump(buf, base, row, p->sport);
+	tw_port_bump(buf, base, row + 1, p->dport);
+}
+
 static __always_inline void tw_features(const struct tw_pkt *p, __u32 len,
 					__u32 cpu, const __u32 *seed)
 {
@@ -61,6 +92,7 @@ static __always_inline void tw_features(const struct tw_pkt *p, __u32 len,
 	void *buf = bpf_map_lookup_elem(&tw_feat, &zero);
 	if (!buf || cpu >= tw_nr_cpus)
 		return;
+	tw_ports(buf, p, cpu);
 
 	struct tw_feat_key k __attribute__((aligned(8))) = {};
 	k.family = p->family;

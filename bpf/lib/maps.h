@@ -125,7 +125,11 @@ struct {
  *
  * Each buffer is a flat, mmapable array split into one open-addressing
  * region per CPU ([cpu * tw_feat_slots + slot], then one header slot per
- * CPU at [tw_nr_cpus * tw_feat_slots + cpu]). A CPU only ever writes its
+ * CPU at [tw_nr_cpus * tw_feat_slots + cpu]), then each CPU's port
+ * profile (TW_PORT_SLOTS slots of eight __u64 counters, from
+ * [tw_nr_cpus * (tw_feat_slots + 1) + cpu * TW_PORT_SLOTS]): the profile
+ * rides in the same buffer so that one swap, one grace period, makes both
+ * a consistent interval. A CPU only ever writes its
  * own region, so inserts need no atomics, and user space reads a drained
  * buffer straight from memory: a per-CPU BPF hash costs ~420 ns of kernel
  * time per entry to batch-read here (scattered elements and per-CPU
@@ -154,5 +158,79 @@ struct {
 	__type(value, struct tw_feat_stats);
 	__uint(max_entries, 1);
 } tw_fstats SEC(".maps");
+
+/* Flow rules, in two banks. The data plane reads whichever one tw_frules
+ * points at; user space writes the whole new set into the other, then
+ * points tw_frules at it. That update returns only after an RCU grace
+ * period, so once it returns no program still reads the old bank and it
+ * may be rewritten next time: a packet sees the old set or the new one,
+ * never a mix or a half-written rule, and the data plane takes no lock. */
+struct tw_frule_bank {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_frule_set);
+	__uint(max_entries, 1);
+};
+
+/* The banks themselves name their value const struct tw_frule_set: clang
+ * 14 describes a struct reached through a map-in-map's values only as a
+ * forward declaration, and when tw_frules is described first the same
+ * pointer type would leave the banks' value unsized; a distinct pointer
+ * type makes it describe the struct in full. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, const struct tw_frule_set);
+	__uint(max_entries, 1);
+} tw_frules_a SEC(".maps"), tw_frules_b SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__type(key, __u32);
+	__uint(max_entries, 1);
+	__array(values, struct tw_frule_bank);
+} tw_frules SEC(".maps");
+
+/* [cpu * TW_FRULE_IDS + id], sized at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_fctr);
+	__uint(max_entries, 1);
+} tw_frule_ctr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_fbucket);
+	__uint(max_entries, 1);
+} tw_frule_tb SEC(".maps");
+
+/* Known-good sources (network order), consulted only by a rule with the
+ * bypass flag. LRU: the capacity set at load is the bound, and the least
+ * recently seen entries make room for new ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, struct tw_good);
+	__uint(max_entries, 1);
+} tw_good4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u8[16]);
+	__type(value, struct tw_good);
+	__uint(max_entries, 1);
+} tw_good6 SEC(".maps");
+
+/* Tail-call targets: TW_JMP_SYNPROXY is the SYN proxy (bpf/xdp_synproxy.c,
+ * loaded by internal/datapath/synproxy). An empty slot makes the call fall
+ * through. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__type(key, enum tw_jmp_slot);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} tw_jmp SEC(".maps");
 
 #endif

@@ -35,6 +35,7 @@
 #define TW_ETH_P_PPPOE_DISC 0x8863
 #define TW_ETH_P_PPPOE_SES 0x8864
 #define TW_IP_OFFMASK 0x1fff
+#define TW_IP_MF 0x2000
 
 struct tw_pkt {
 	__u8 family;   /* 4 or 6 */
@@ -42,6 +43,17 @@ struct tw_pkt {
 	__u8 syn;      /* TCP SYN without ACK */
 	__u8 nonfirst; /* non-first fragment: no L4 header here */
 	__u8 mapped;   /* IPv6 with an IPv4-mapped source, see tw_unmap */
+	/* The flags and fragment state sit in the first eight bytes, with
+	 * syn and nonfirst, which the filter reads anyway: in a stack slot
+	 * of their own they would be one more the verifier compares between
+	 * parser paths, and the filter is near its instruction limit. */
+	__u8 tcp_flags; /* the whole flags byte (FIN 0x01 ... CWR 0x80) */
+	/* enum tw_pkt_frag bits: 0 unfragmented, TW_PF_FIRST (offset 0,
+	 * more fragments), TW_PF_LATER set for a later fragment (IPv4
+	 * MF/offset, or IPv6 fragment headers). An IPv6 fragment header with
+	 * offset 0 and M clear (an atomic fragment, RFC 6946) is not a
+	 * fragment: receivers process it as a whole packet. */
+	__u8 frag;
 	__u32 src4;
 	__u32 dst4;
 	__u32 src6[4];
@@ -61,7 +73,6 @@ struct tw_pkt {
 	__u16 l4off;
 	__u16 payoff;
 	__u16 l3end;
-	__u8 tcp_flags; /* the whole flags byte (FIN 0x01 ... CWR 0x80) */
 };
 
 struct tw_vlan_hdr {
@@ -102,6 +113,17 @@ static __always_inline int tw_parse_l4(void *l4, void *lim, void *data_end,
 	return TW_R_PASS;
 }
 
+/* enum tw_pkt_frag as bits, TW_PF_LATER for any offset, TW_PF_FIRST for
+ * the more-fragments flag (so a later fragment may carry both), computed
+ * without a branch: the verifier would otherwise follow every parser path
+ * once more per fragment state, and the filter is near its limit. */
+static __always_inline __u8 tw_frag_bits(__u16 off, __u16 more)
+{
+	__u32 later = ((__u32)off + 0xffff) >> 16; /* off != 0 */
+	__u32 first = ((__u32)more + 0xffff) >> 16;
+	return later << 1 | first;
+}
+
 static __always_inline int tw_parse_ipv4(void *l3, void *data_end,
 					 struct tw_pkt *p)
 {
@@ -122,7 +144,9 @@ static __always_inline int tw_parse_ipv4(void *l3, void *data_end,
 	p->proto = iph->protocol;
 	p->src4 = iph->saddr;
 	p->dst4 = iph->daddr;
-	p->nonfirst = (bpf_ntohs(iph->frag_off) & TW_IP_OFFMASK) != 0;
+	__u16 fo = bpf_ntohs(iph->frag_off);
+	p->nonfirst = (fo & TW_IP_OFFMASK) != 0;
+	p->frag = tw_frag_bits(fo & TW_IP_OFFMASK, fo & TW_IP_MF);
 	p->l3end = p->l3off + tot;
 	p->l3len = tot;
 	if (!p->nonfirst)
@@ -163,9 +187,14 @@ static __always_inline int tw_parse_ipv6(void *l3, void *data_end,
 			return TW_R_IP6_EXT_TRUNC;
 		__u32 len;
 		if (nh == IPPROTO_FRAGMENT) {
-			__u16 off = ((__u16)h[2] << 8 | h[3]) & 0xfff8;
+			__u16 fo = (__u16)h[2] << 8 | h[3];
+			__u16 off = fo & 0xfff8;
 			if (off)
 				p->nonfirst = 1;
+			/* Several fragment headers are malformed but
+			 * possible: the bits of all of them count, so no
+			 * header hides a later fragment. */
+			p->frag |= tw_frag_bits(off, fo & 1);
 			len = 8;
 		} else if (nh == IPPROTO_AH) {
 			len = ((__u32)h[1] + 2) * 4;

@@ -9,6 +9,25 @@
 #include <bpf/bpf_helpers.h>
 #include "maps.h"
 
+/* The reasons whose packets pass (the Go side's IsDrop); every other
+ * reason drops. */
+#define TW_PASSING                                                \
+	(1U << TW_R_PASS | 1U << TW_R_ALLOW | 1U << TW_R_NON_IP | \
+	 1U << TW_R_NON_IP_ARP | 1U << TW_R_NON_IP_MPLS |         \
+	 1U << TW_R_NON_IP_PPPOE | 1U << TW_R_PASS_KNOWN_GOOD |   \
+	 1U << TW_R_SYNPROXY_MISSING)
+
+/* The XDP action of a reason, as a bit test rather than a switch: when
+ * the reason is not a constant (the flow rules' verdict) a switch would
+ * split the verifier's path into one per case, and every case would then
+ * verify the rest of the program again. */
+static __always_inline int tw_action(__u32 reason)
+{
+	if (reason < 32 && (TW_PASSING >> reason) & 1)
+		return XDP_PASS;
+	return XDP_DROP;
+}
+
 static __always_inline int tw_verdict(__u32 reason, __u32 len)
 {
 	struct tw_ctr *c = bpf_map_lookup_elem(&tw_verdicts, &reason);
@@ -16,17 +35,7 @@ static __always_inline int tw_verdict(__u32 reason, __u32 len)
 		c->packets++;
 		c->bytes += len;
 	}
-	switch (reason) {
-	case TW_R_PASS:
-	case TW_R_ALLOW:
-	case TW_R_NON_IP:
-	case TW_R_NON_IP_ARP:
-	case TW_R_NON_IP_MPLS:
-	case TW_R_NON_IP_PPPOE:
-		return XDP_PASS;
-	default:
-		return XDP_DROP;
-	}
+	return tw_action(reason);
 }
 
 #endif

@@ -64,7 +64,10 @@ struct tw_config {
 	__u32 exact6_cap;
 	__u64 feat_since; /* CLOCK_MONOTONIC ns the active feature buffer started */
 	__u32 feat_cap; /* feature keys per CPU region per interval */
-	__u32 _pad2;
+	/* Rules in the active flow-rule bank; 0 skips the bank. Written
+	 * before a swap that adds rules, after one that empties the bank,
+	 * so it is never 0 while rules are active. */
+	__u32 frule_n;
 	/* Feature hash seed, random per created state (tw_feat_hash). */
 	__u32 feat_seed[TW_FEAT_SEED_WORDS];
 };
@@ -93,11 +96,77 @@ struct tw_feat_stats {
 	__u64 overflow; /* packets not counted because the buffer was full */
 };
 
+/* One flow rule (frule.h), one cache line. Destinations are 16 bytes
+ * whatever the family, IPv4 as ::ffff:a.b.c.d, so one comparison serves
+ * IPv4 packets and IPv6 packets to IPv4-mapped destinations alike. Ports
+ * and lengths are in host order. Everything the operator wrote is kept
+ * (family, prefix length, which ranges apply), so user space reads the
+ * rule set back from the bank and needs no other record of it. */
+struct tw_frule {
+	__u8 dst[16];   /* prefix address, masked */
+	__u8 mask[16];  /* IPv4: 96 one bits, then the prefix's */
+	__u64 rate_pps; /* TW_FA_RATE: packets per second, all CPUs */
+	__u16 dport_lo;
+	__u16 dport_hi;
+	__u16 sport_lo;
+	__u16 sport_hi;
+	__u16 len_lo; /* IP datagram length, header included */
+	__u16 len_hi;
+	enum tw_frule_action action; /* TW_FA_END ends the set */
+	__u8 id;       /* counter and bucket index, < TW_FRULE_IDS */
+	__u8 family;   /* 4 or 6; 6 only matches packets sent as IPv6 */
+	__u8 bits;     /* prefix length in its own family */
+	__u8 proto;    /* 0: any */
+	__u8 tcp_mask; /* 0: any flags */
+	__u8 tcp_value;
+	__u8 frag;  /* enum tw_frule_frag */
+	__u8 flags; /* enum tw_frule_flag */
+};
+
+/* A rule set: a bank's one value, so that one lookup yields every rule
+ * (a lookup per rule in a map reached through tw_frules is a helper call
+ * each, more than the rule's own test). Rules in order, then entries with
+ * action TW_FA_END. */
+struct tw_frule_set {
+	struct tw_frule rule[TW_FRULE_MAX];
+};
+
+/* Per-rule counters, [cpu * TW_FRULE_IDS + id]: each core writes only its
+ * own, so no atomics. matched counts every packet the rule decided
+ * (including those handed to the SYN proxy); dropped and good split it. */
+struct tw_fctr {
+	__u64 packets; /* matched */
+	__u64 bytes;
+	__u64 dropped;
+	__u64 good; /* passed as known good */
+};
+
+/* Per-rule, per-CPU token bucket, [cpu * TW_FRULE_IDS + id], apart from
+ * the counters so that reading counters never races the bucket's writer.
+ * credit is in 1/(nr_cpus * 10^9) of a packet (tw_frule_admit). */
+struct tw_fbucket {
+	__u64 credit;
+	__u64 last_ns; /* CLOCK_MONOTONIC */
+};
+
+/* Value of a known-good entry (tw_good4, tw_good6). */
+struct tw_good {
+	__u64 added_ns; /* CLOCK_MONOTONIC when user space added it */
+};
+
 _Static_assert(sizeof(struct tw_exact4) == 16, "exact4 slot size");
 _Static_assert(sizeof(struct tw_exact6) == 32, "exact6 slot size");
 _Static_assert(sizeof(struct tw_ctr) == 16, "counter size");
 _Static_assert(sizeof(struct tw_feat_key) == 36, "feature key size");
 _Static_assert(sizeof(struct tw_config) == 104, "config size");
 _Static_assert(sizeof(struct tw_feat_slot) == 64, "feature slot size");
+_Static_assert(sizeof(struct tw_frule) == 64, "flow rule size");
+_Static_assert(sizeof(struct tw_frule_set) == 64 * TW_FRULE_MAX,
+	       "flow rule set size");
+_Static_assert(sizeof(struct tw_fctr) == 32, "flow rule counter size");
+_Static_assert(sizeof(struct tw_fbucket) == 16, "token bucket size");
+_Static_assert(sizeof(struct tw_good) == 8, "known-good value size");
+_Static_assert(sizeof(struct tw_feat_slot) == 8 * sizeof(__u64),
+	       "a feature slot holds eight port-profile counters");
 
 #endif

@@ -29,7 +29,7 @@ type filterTwConfig struct {
 	Exact6Cap uint32
 	FeatSince uint64
 	FeatCap   uint32
-	Pad2      uint32
+	FruleN    uint32
 	FeatSeed  [10]uint32
 }
 
@@ -52,6 +52,20 @@ type filterTwExact6 struct {
 	State   filterTwSlotState
 	Pad     uint32
 	LastHit uint64
+}
+
+type filterTwFbucket struct {
+	_      structs.HostLayout
+	Credit uint64
+	LastNs uint64
+}
+
+type filterTwFctr struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+	Dropped uint64
+	Good    uint64
 }
 
 type filterTwFeatKey struct {
@@ -77,10 +91,57 @@ type filterTwFeatStats struct {
 	Overflow uint64
 }
 
+type filterTwFrule struct {
+	_        structs.HostLayout
+	Dst      [16]uint8
+	Mask     [16]uint8
+	RatePps  uint64
+	DportLo  uint16
+	DportHi  uint16
+	SportLo  uint16
+	SportHi  uint16
+	LenLo    uint16
+	LenHi    uint16
+	Action   filterTwFruleAction
+	Id       uint8
+	Family   uint8
+	Bits     uint8
+	Proto    uint8
+	TcpMask  uint8
+	TcpValue uint8
+	Frag     uint8
+	Flags    uint8
+}
+
+type filterTwFruleAction uint32
+
+const (
+	filterTwFruleActionTW_FA_END       filterTwFruleAction = 0
+	filterTwFruleActionTW_FA_DROP      filterTwFruleAction = 1
+	filterTwFruleActionTW_FA_RATE      filterTwFruleAction = 2
+	filterTwFruleActionTW_FA_SYNCOOKIE filterTwFruleAction = 3
+)
+
+type filterTwFruleSet struct {
+	_    structs.HostLayout
+	Rule [64]filterTwFrule
+}
+
+type filterTwGood struct {
+	_       structs.HostLayout
+	AddedNs uint64
+}
+
+type filterTwJmpSlot uint32
+
+const (
+	filterTwJmpSlotTW_JMP_SYNPROXY filterTwJmpSlot = 0
+)
+
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 4
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 5
 )
 
 type filterTwLpm4Key struct {
@@ -105,28 +166,32 @@ type filterTwLpmVal struct {
 type filterTwReason uint32
 
 const (
-	filterTwReasonTW_R_PASS         filterTwReason = 0
-	filterTwReasonTW_R_DROP_EXACT   filterTwReason = 1
-	filterTwReasonTW_R_DROP_PREFIX  filterTwReason = 2
-	filterTwReasonTW_R_ALLOW        filterTwReason = 3
-	filterTwReasonTW_R_NON_IP       filterTwReason = 4
-	filterTwReasonTW_R_ETH_TRUNC    filterTwReason = 5
-	filterTwReasonTW_R_VLAN_TRUNC   filterTwReason = 6
-	filterTwReasonTW_R_VLAN_DEPTH   filterTwReason = 7
-	filterTwReasonTW_R_IP4TRUNC     filterTwReason = 8
-	filterTwReasonTW_R_IP4VERSION   filterTwReason = 9
-	filterTwReasonTW_R_IP4IHL       filterTwReason = 10
-	filterTwReasonTW_R_IP4LEN       filterTwReason = 11
-	filterTwReasonTW_R_IP6TRUNC     filterTwReason = 12
-	filterTwReasonTW_R_IP6VERSION   filterTwReason = 13
-	filterTwReasonTW_R_IP6LEN       filterTwReason = 14
-	filterTwReasonTW_R_IP6EXT_TRUNC filterTwReason = 15
-	filterTwReasonTW_R_IP6EXT_LIMIT filterTwReason = 16
-	filterTwReasonTW_R_L4TRUNC      filterTwReason = 17
-	filterTwReasonTW_R_NON_IP_ARP   filterTwReason = 18
-	filterTwReasonTW_R_NON_IP_MPLS  filterTwReason = 19
-	filterTwReasonTW_R_NON_IP_PPPOE filterTwReason = 20
-	filterTwReasonTW_R_MAX          filterTwReason = 21
+	filterTwReasonTW_R_PASS             filterTwReason = 0
+	filterTwReasonTW_R_DROP_EXACT       filterTwReason = 1
+	filterTwReasonTW_R_DROP_PREFIX      filterTwReason = 2
+	filterTwReasonTW_R_ALLOW            filterTwReason = 3
+	filterTwReasonTW_R_NON_IP           filterTwReason = 4
+	filterTwReasonTW_R_ETH_TRUNC        filterTwReason = 5
+	filterTwReasonTW_R_VLAN_TRUNC       filterTwReason = 6
+	filterTwReasonTW_R_VLAN_DEPTH       filterTwReason = 7
+	filterTwReasonTW_R_IP4TRUNC         filterTwReason = 8
+	filterTwReasonTW_R_IP4VERSION       filterTwReason = 9
+	filterTwReasonTW_R_IP4IHL           filterTwReason = 10
+	filterTwReasonTW_R_IP4LEN           filterTwReason = 11
+	filterTwReasonTW_R_IP6TRUNC         filterTwReason = 12
+	filterTwReasonTW_R_IP6VERSION       filterTwReason = 13
+	filterTwReasonTW_R_IP6LEN           filterTwReason = 14
+	filterTwReasonTW_R_IP6EXT_TRUNC     filterTwReason = 15
+	filterTwReasonTW_R_IP6EXT_LIMIT     filterTwReason = 16
+	filterTwReasonTW_R_L4TRUNC          filterTwReason = 17
+	filterTwReasonTW_R_NON_IP_ARP       filterTwReason = 18
+	filterTwReasonTW_R_NON_IP_MPLS      filterTwReason = 19
+	filterTwReasonTW_R_NON_IP_PPPOE     filterTwReason = 20
+	filterTwReasonTW_R_DROP_FLOW        filterTwReason = 21
+	filterTwReasonTW_R_DROP_FLOW_RATE   filterTwReason = 22
+	filterTwReasonTW_R_PASS_KNOWN_GOOD  filterTwReason = 23
+	filterTwReasonTW_R_SYNPROXY_MISSING filterTwReason = 24
+	filterTwReasonTW_R_MAX              filterTwReason = 25
 )
 
 type filterTwSlotState uint32
@@ -152,7 +217,15 @@ const (
 	filterMapTwFeat      = "tw_feat"
 	filterMapTwFeatA     = "tw_feat_a"
 	filterMapTwFeatB     = "tw_feat_b"
+	filterMapTwFruleCtr  = "tw_frule_ctr"
+	filterMapTwFruleTb   = "tw_frule_tb"
+	filterMapTwFrules    = "tw_frules"
+	filterMapTwFrulesA   = "tw_frules_a"
+	filterMapTwFrulesB   = "tw_frules_b"
 	filterMapTwFstats    = "tw_fstats"
+	filterMapTwGood4     = "tw_good4"
+	filterMapTwGood6     = "tw_good6"
+	filterMapTwJmp       = "tw_jmp"
 	filterMapTwPfx4      = "tw_pfx4"
 	filterMapTwPfx6      = "tw_pfx6"
 	filterMapTwPfxCtr    = "tw_pfx_ctr"
@@ -227,7 +300,15 @@ type filterMapSpecs struct {
 	TwFeat     *ebpf.MapSpec `ebpf:"tw_feat"`
 	TwFeatA    *ebpf.MapSpec `ebpf:"tw_feat_a"`
 	TwFeatB    *ebpf.MapSpec `ebpf:"tw_feat_b"`
+	TwFruleCtr *ebpf.MapSpec `ebpf:"tw_frule_ctr"`
+	TwFruleTb  *ebpf.MapSpec `ebpf:"tw_frule_tb"`
+	TwFrules   *ebpf.MapSpec `ebpf:"tw_frules"`
+	TwFrulesA  *ebpf.MapSpec `ebpf:"tw_frules_a"`
+	TwFrulesB  *ebpf.MapSpec `ebpf:"tw_frules_b"`
 	TwFstats   *ebpf.MapSpec `ebpf:"tw_fstats"`
+	TwGood4    *ebpf.MapSpec `ebpf:"tw_good4"`
+	TwGood6    *ebpf.MapSpec `ebpf:"tw_good6"`
+	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
 	TwPfx4     *ebpf.MapSpec `ebpf:"tw_pfx4"`
 	TwPfx6     *ebpf.MapSpec `ebpf:"tw_pfx6"`
 	TwPfxCtr   *ebpf.MapSpec `ebpf:"tw_pfx_ctr"`
@@ -278,7 +359,15 @@ type filterMaps struct {
 	TwFeat     *ebpf.Map `ebpf:"tw_feat"`
 	TwFeatA    *ebpf.Map `ebpf:"tw_feat_a"`
 	TwFeatB    *ebpf.Map `ebpf:"tw_feat_b"`
+	TwFruleCtr *ebpf.Map `ebpf:"tw_frule_ctr"`
+	TwFruleTb  *ebpf.Map `ebpf:"tw_frule_tb"`
+	TwFrules   *ebpf.Map `ebpf:"tw_frules"`
+	TwFrulesA  *ebpf.Map `ebpf:"tw_frules_a"`
+	TwFrulesB  *ebpf.Map `ebpf:"tw_frules_b"`
 	TwFstats   *ebpf.Map `ebpf:"tw_fstats"`
+	TwGood4    *ebpf.Map `ebpf:"tw_good4"`
+	TwGood6    *ebpf.Map `ebpf:"tw_good6"`
+	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
 	TwPfx4     *ebpf.Map `ebpf:"tw_pfx4"`
 	TwPfx6     *ebpf.Map `ebpf:"tw_pfx6"`
 	TwPfxCtr   *ebpf.Map `ebpf:"tw_pfx_ctr"`
@@ -298,7 +387,15 @@ func (m *filterMaps) Close() error {
 		m.TwFeat,
 		m.TwFeatA,
 		m.TwFeatB,
+		m.TwFruleCtr,
+		m.TwFruleTb,
+		m.TwFrules,
+		m.TwFrulesA,
+		m.TwFrulesB,
 		m.TwFstats,
+		m.TwGood4,
+		m.TwGood6,
+		m.TwJmp,
 		m.TwPfx4,
 		m.TwPfx6,
 		m.TwPfxCtr,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -25,6 +26,9 @@ type fixture struct {
 	seen   int
 	reason string // the one verdict counter that must move
 	rule   string // the one rule whose counters must move ("" for none)
+	// before runs first, outside the counted run (e.g. to empty a
+	// rate-limit rule's buckets).
+	before func(t *testing.T, d *Datapath)
 }
 
 var (
@@ -412,6 +416,13 @@ func observe(t *testing.T, d *Datapath) world {
 	for _, r := range append(bl, al...) {
 		w.rules[string(r.Kind)+" "+r.Prefix.String()] = r
 	}
+	fl, err := d.FlowRuleCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range fl {
+		w.rules["flow "+r.Rule.String()] = Rule{Packets: r.Matched.Packets, Bytes: r.Matched.Bytes}
+	}
 	return w
 }
 
@@ -484,7 +495,13 @@ func TestFixtures(t *testing.T) {
 	if err := d.Allow(mustPrefixes(t, allowRules)...); err != nil {
 		t.Fatal(err)
 	}
-	fixtures := append(append(wellFormed(), malformed()...), tagged()...)
+	if err := d.SetFlowRules(mustFlowRules(t, fixtureFlowRules)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AddKnownGood(mustAddrs(t, knownGood)); err != nil {
+		t.Fatal(err)
+	}
+	fixtures := append(append(append(wellFormed(), malformed()...), tagged()...), flowFixtures()...)
 	if len(fixtures) < 200 {
 		t.Fatalf("only %d fixtures", len(fixtures))
 	}
@@ -492,6 +509,9 @@ func TestFixtures(t *testing.T) {
 	seen := map[string]bool{}
 	for _, fx := range fixtures {
 		t.Run(fx.name, func(t *testing.T) {
+			if fx.before != nil {
+				fx.before(t, d)
+			}
 			before := observe(t, d)
 			ret := run(t, d.Program(), fx)
 			after := observe(t, d)
@@ -520,14 +540,14 @@ func TestFixtures(t *testing.T) {
 			for key, r := range after.rules {
 				dp := r.Packets - before.rules[key].Packets
 				db := r.Bytes - before.rules[key].Bytes
-				match := key == "exact "+fx.rule || key == "prefix "+fx.rule || key == "allow "+fx.rule
+				match := key == "exact "+fx.rule || key == "prefix "+fx.rule || key == "allow "+fx.rule || key == "flow "+fx.rule
 				if match && (dp != 1 || db != plen) {
 					t.Errorf("rule %s moved by %d/%d, want 1/%d", key, dp, db, plen)
 				}
 				if !match && dp != 0 {
 					t.Errorf("rule %s moved by %d packets, want 0", key, dp)
 				}
-				if match && r.LastHit == nil {
+				if match && r.LastHit == nil && !strings.HasPrefix(key, "flow ") {
 					t.Errorf("rule %s has no last hit", key)
 				}
 			}

@@ -61,6 +61,8 @@ const (
 	DefaultPrefixCapacity  = 1 << 16
 	DefaultAllowCapacity   = 1 << 12
 	DefaultFeatureCapacity = 1 << 18
+	// DefaultKnownGoodCapacity is per family (tw_good4, tw_good6).
+	DefaultKnownGoodCapacity = 1 << 16
 )
 
 // Options size the maps when state is created. When pinned state is
@@ -73,6 +75,9 @@ type Options struct {
 	PrefixCapacity  int  // prefix rules, IPv4 and IPv6 together
 	AllowCapacity   int  // allowlist prefixes, IPv4 and IPv6 together
 	FeatureCapacity int  // (source, destination, protocol) keys per CPU per snapshot
+	// KnownGoodCapacity bounds each known-good list (IPv4 and IPv6 apart);
+	// beyond it the least recently seen entries are evicted.
+	KnownGoodCapacity int
 	// PinRoot overrides the bpffs mount (tests); empty means /sys/fs/bpf.
 	PinRoot string
 }
@@ -84,6 +89,7 @@ type sizes struct {
 	pfx, allow     uint32
 	feat           uint32 // feature keys per CPU region
 	featSlots      uint32 // slots per CPU region: a power of two >= 2x feat
+	good           uint32 // known-good entries per family
 	ncpu           uint32
 }
 
@@ -98,8 +104,11 @@ func featSlots(capacity uint32) uint32 {
 }
 
 // featEntries is the array size of one feature buffer: the CPU regions,
-// then one header slot per CPU.
-func (s sizes) featEntries() uint32 { return s.ncpu*s.featSlots + s.ncpu }
+// then one header slot per CPU, then each CPU's port profile.
+func (s sizes) featEntries() uint32 { return s.ncpu * (s.featSlots + 1 + portSlots) }
+
+// portBase is where the port profiles start in a feature buffer.
+func (s sizes) portBase() uint32 { return s.ncpu * (s.featSlots + 1) }
 
 // tableSlots keeps the load factor at or below 2/3, where linear probing
 // runs stay short enough that TW_MAX_PROBE is essentially never reached.
@@ -124,17 +133,19 @@ func (o Options) sizes(ncpu int) (sizes, error) {
 		pfx:    uint32(def(o.PrefixCapacity, DefaultPrefixCapacity)),
 		allow:  uint32(def(o.AllowCapacity, DefaultAllowCapacity)),
 		feat:   uint32(def(o.FeatureCapacity, DefaultFeatureCapacity)),
+		good:   uint32(def(o.KnownGoodCapacity, DefaultKnownGoodCapacity)),
 		ncpu:   uint32(ncpu),
 	}
 	for name, v := range map[string]int{"exact IPv4 capacity": o.ExactCapacity4, "exact IPv6 capacity": o.ExactCapacity6,
-		"prefix capacity": o.PrefixCapacity, "allow capacity": o.AllowCapacity, "feature capacity": o.FeatureCapacity} {
+		"prefix capacity": o.PrefixCapacity, "allow capacity": o.AllowCapacity, "feature capacity": o.FeatureCapacity,
+		"known-good capacity": o.KnownGoodCapacity} {
 		if v < 0 || v > 1<<26 {
 			return s, fmt.Errorf("%w: %s %d out of range 1..%d", ErrInvalid, name, v, 1<<26)
 		}
 	}
 	s.slots4, s.slots6 = tableSlots(s.exact4), tableSlots(s.exact6)
 	s.featSlots = featSlots(s.feat)
-	if uint64(s.featSlots)*uint64(s.ncpu+1) >= 1<<32 {
+	if (uint64(s.featSlots)+1+portSlots)*uint64(s.ncpu) >= 1<<32 {
 		return s, fmt.Errorf("%w: feature capacity %d too large for %d CPUs", ErrInvalid, s.feat, s.ncpu)
 	}
 	return s, nil
@@ -156,6 +167,10 @@ func (s sizes) apply(spec *ebpf.CollectionSpec) error {
 	m["tw_feat_a"].MaxEntries = s.featEntries()
 	m["tw_feat_b"].MaxEntries = s.featEntries()
 	m["tw_feat"].InnerMap.MaxEntries = s.featEntries()
+	m["tw_frule_ctr"].MaxEntries = uint32(frulesIDs) * s.ncpu
+	m["tw_frule_tb"].MaxEntries = uint32(frulesIDs) * s.ncpu
+	m["tw_good4"].MaxEntries = s.good
+	m["tw_good6"].MaxEntries = s.good
 	for name, v := range map[string]uint32{"tw_ex4_slots": s.slots4, "tw_ex6_slots": s.slots6,
 		"tw_pfx_cap": s.pfx, "tw_allow_cap": s.allow, "tw_nr_cpus": s.ncpu,
 		"tw_feat_slots": s.featSlots, "tw_feat_cap": s.feat} {
@@ -298,6 +313,9 @@ func load(o Options) (_ *Datapath, _ *ebpf.CollectionSpec, err error) {
 	if err := d.maps.TwFeat.Put(uint32(0), d.maps.TwFeatA); err != nil {
 		return nil, nil, fmt.Errorf("activating feature buffer: %w", err)
 	}
+	if err := d.maps.TwFrules.Put(uint32(0), d.maps.TwFrulesA); err != nil {
+		return nil, nil, fmt.Errorf("activating flow-rule bank: %w", err)
+	}
 	d.initTables(cfg.Seed)
 	return d, spec, nil
 }
@@ -435,9 +453,10 @@ func pinnedSizes(pinned map[string]*ebpf.Map, cfg filterTwConfig) sizes {
 		slots4: pinned["tw_ex4"].MaxEntries(), slots6: pinned["tw_ex6"].MaxEntries(),
 		pfx: pinned["tw_pfx4"].MaxEntries(), allow: pinned["tw_allow4"].MaxEntries(),
 		feat: cfg.FeatCap,
+		good: pinned["tw_good4"].MaxEntries(),
 		ncpu: ncpu,
-		// featEntries = ncpu*featSlots + ncpu
-		featSlots: pinned["tw_feat_a"].MaxEntries()/ncpu - 1,
+		// featEntries = ncpu * (featSlots + 1 + portSlots)
+		featSlots: pinned["tw_feat_a"].MaxEntries()/ncpu - 1 - portSlots,
 	}
 }
 
@@ -453,6 +472,7 @@ func (o Options) matches(s sizes) error {
 	check("prefix capacity", o.PrefixCapacity, s.pfx)
 	check("allow capacity", o.AllowCapacity, s.allow)
 	check("feature capacity", o.FeatureCapacity, s.feat)
+	check("known-good capacity", o.KnownGoodCapacity, s.good)
 	if len(diffs) > 0 {
 		return fmt.Errorf("%w: asked for %s; detach first to resize", ErrIncompatible, strings.Join(diffs, ", "))
 	}
@@ -634,6 +654,9 @@ func (d *Datapath) mapsByName() map[string]*ebpf.Map {
 		"tw_allow4": m.TwAllow4, "tw_allow6": m.TwAllow6, "tw_allow_ctr": m.TwAllowCtr,
 		"tw_verdicts": m.TwVerdicts, "tw_cfg": m.TwCfg, "tw_feat": m.TwFeat,
 		"tw_feat_a": m.TwFeatA, "tw_feat_b": m.TwFeatB, "tw_fstats": m.TwFstats,
+		"tw_frules": m.TwFrules, "tw_frules_a": m.TwFrulesA, "tw_frules_b": m.TwFrulesB,
+		"tw_frule_ctr": m.TwFruleCtr, "tw_frule_tb": m.TwFruleTb,
+		"tw_good4": m.TwGood4, "tw_good6": m.TwGood6, "tw_jmp": m.TwJmp,
 	}
 }
 

@@ -21,7 +21,8 @@ type Flow struct {
 	SYNs    uint64     `json:"syns"`
 }
 
-// Snapshot is everything that passed the filter between Start and End.
+// Snapshot is everything that passed the filter between Start and End: the
+// flows and their port profile.
 type Snapshot struct {
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
@@ -33,6 +34,9 @@ type Snapshot struct {
 	// the fallback map because their run in the merge index reached
 	// mergeProbe: a handful by chance, many only for crafted keys.
 	MergeFallback int `json:"merge_fallback_keys"`
+	// Ports is the port profile of the same traffic over the same
+	// interval (2 MiB: not in JSON; use its Top).
+	Ports *PortProfile `json:"-"`
 }
 
 // Snapshot swaps the feature buffers and returns the one that was being
@@ -80,6 +84,7 @@ func (d *Datapath) Snapshot() (*Snapshot, error) {
 	var ds drainStats
 	s.Flows, ds = drain(buf, d.sizes, &cfg.FeatSeed)
 	s.MergeFallback = ds.fallback
+	s.Ports = drainPorts(buf, d.sizes)
 	var fs []filterTwFeatStats
 	if err := d.maps.TwFstats.Lookup(uint32(0), &fs); err != nil {
 		return nil, fmt.Errorf("reading feature stats: %w", err)

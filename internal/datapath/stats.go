@@ -34,14 +34,23 @@ var reasonNames = map[filterTwReason]string{
 	filterTwReasonTW_R_NON_IP_ARP:   "non_ip_arp",
 	filterTwReasonTW_R_NON_IP_MPLS:  "non_ip_mpls",
 	filterTwReasonTW_R_NON_IP_PPPOE: "non_ip_pppoe",
+
+	filterTwReasonTW_R_DROP_FLOW:        "drop_flow",
+	filterTwReasonTW_R_DROP_FLOW_RATE:   "drop_flow_rate",
+	filterTwReasonTW_R_PASS_KNOWN_GOOD:  "pass_known_good",
+	filterTwReasonTW_R_SYNPROXY_MISSING: "synproxy_missing",
 }
 
-// passing are the reasons whose packets tw_verdict passes (bpf/lib/stats.h);
-// every other reason drops. non_ip counts the non-IP traffic outside the
-// ARP, MPLS and PPPoE classes.
+// passing are the reasons whose packets tw_verdict passes (tw_action in
+// bpf/lib/stats.h); every other reason drops. non_ip counts the non-IP
+// traffic outside the ARP, MPLS and PPPoE classes. pass includes what a
+// rate-limit flow rule admitted; synproxy_missing is SYN-cookie traffic
+// passed to the kernel because no SYN proxy is loaded (what the proxy
+// handles is counted by the proxy and by the rule's counters).
 var passing = map[string]bool{
 	"pass": true, "allowlisted": true,
 	"non_ip": true, "non_ip_arp": true, "non_ip_mpls": true, "non_ip_pppoe": true,
+	"pass_known_good": true, "synproxy_missing": true,
 }
 
 // Reasons lists every verdict reason name in data-plane order.
@@ -97,6 +106,7 @@ func (d *Datapath) Stats() (*Stats, error) {
 		"prefix":  {cfg.Pfx4N + cfg.Pfx6N, d.sizes.pfx},
 		"allow":   {cfg.Allow4N + cfg.Allow6N, d.sizes.allow},
 		"feature": {0, d.sizes.feat},
+		"flow":    {cfg.FruleN, uint32(frulesMax)},
 	}
 	var fs []filterTwFeatStats
 	if err := d.maps.TwFstats.Lookup(uint32(0), &fs); err != nil {

@@ -1,0 +1,155 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+)
+
+// The known-good list: sources that flow rules with KnownGoodBypass let
+// pass whatever their action (clients that completed a TCP handshake, or
+// that were steady before the attack). Two LRU hashes, tw_good4 and
+// tw_good6, of the capacity set at load (Options.KnownGoodCapacity): the
+// bound is eviction of the least recently used entries, never a refusal,
+// so a full list costs the oldest clients their bypass and nothing else.
+// Sources are looked up as the filter sees them, an IPv4-mapped source as
+// its IPv4 address, so IPv4-mapped inputs are stored as IPv4.
+
+// goodKeys validates and splits addrs; nothing is written on error.
+func goodKeys(addrs []netip.Addr) (v4 []uint32, v6 [][16]byte, err error) {
+	for _, a := range addrs {
+		if !a.IsValid() || a.Zone() != "" {
+			return nil, nil, fmt.Errorf("%w: known-good address %q: want an IPv4 or IPv6 address without zone", ErrInvalid, a)
+		}
+		a = a.Unmap()
+		if a.Is4() {
+			v4 = append(v4, word4(a))
+		} else {
+			v6 = append(v6, a.As16())
+		}
+	}
+	return v4, v6, nil
+}
+
+// AddKnownGood puts addresses on the known-good list (again, for ones
+// already there: that refreshes them). An invalid or zoned address is
+// rule.ErrInvalid and adds nothing.
+func (d *Datapath) AddKnownGood(addrs []netip.Addr) error {
+	v4, v6, err := goodKeys(addrs)
+	if err != nil {
+		return err
+	}
+	lk, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer lk.Unlock()
+	now := monoNow()
+	if len(v4) > 0 {
+		vals := make([]filterTwGood, len(v4))
+		for i := range vals {
+			vals[i].AddedNs = now
+		}
+		if _, err := d.maps.TwGood4.BatchUpdate(v4, vals, nil); err != nil {
+			return fmt.Errorf("adding known-good IPv4 sources: %w", err)
+		}
+	}
+	if len(v6) > 0 {
+		vals := make([]filterTwGood, len(v6))
+		for i := range vals {
+			vals[i].AddedNs = now
+		}
+		if _, err := d.maps.TwGood6.BatchUpdate(v6, vals, nil); err != nil {
+			return fmt.Errorf("adding known-good IPv6 sources: %w", err)
+		}
+	}
+	return nil
+}
+
+// RemoveKnownGood takes addresses off the known-good list. One that is not
+// there is no error: the list evicts on its own, so a caller cannot know
+// whether an entry is still present. An invalid or zoned address is
+// rule.ErrInvalid and removes nothing.
+func (d *Datapath) RemoveKnownGood(addrs []netip.Addr) error {
+	v4, v6, err := goodKeys(addrs)
+	if err != nil {
+		return err
+	}
+	lk, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer lk.Unlock()
+	for _, k := range v4 {
+		if err := d.maps.TwGood4.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing known-good %s: %w", addr4(k), err)
+		}
+	}
+	for _, k := range v6 {
+		if err := d.maps.TwGood6.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("removing known-good %s: %w", netip.AddrFrom16(k), err)
+		}
+	}
+	return nil
+}
+
+// KnownGood lists the known-good sources, IPv4 first, in no set order.
+func (d *Datapath) KnownGood() ([]netip.Addr, error) {
+	k4, err := readGoodKeys[uint32](d.maps.TwGood4)
+	if err != nil {
+		return nil, fmt.Errorf("listing known-good IPv4 sources: %w", err)
+	}
+	k6, err := readGoodKeys[[16]byte](d.maps.TwGood6)
+	if err != nil {
+		return nil, fmt.Errorf("listing known-good IPv6 sources: %w", err)
+	}
+	out := make([]netip.Addr, 0, len(k4)+len(k6))
+	for _, k := range k4 {
+		out = append(out, addr4(k))
+	}
+	for _, k := range k6 {
+		out = append(out, netip.AddrFrom16(k))
+	}
+	return out, nil
+}
+
+// KnownGoodCount is how many sources are on the known-good list.
+func (d *Datapath) KnownGoodCount() (int, error) {
+	n4, err := readGoodKeys[uint32](d.maps.TwGood4)
+	if err != nil {
+		return 0, fmt.Errorf("counting known-good IPv4 sources: %w", err)
+	}
+	n6, err := readGoodKeys[[16]byte](d.maps.TwGood6)
+	if err != nil {
+		return 0, fmt.Errorf("counting known-good IPv6 sources: %w", err)
+	}
+	return len(n4) + len(n6), nil
+}
+
+// KnownGoodMaps are the known-good lists, for a program that adds sources
+// from the data plane (the SYN proxy, after a validated handshake) to
+// share through ebpf.CollectionOptions.MapReplacements. The maps belong to
+// d: callers must not close them.
+func (d *Datapath) KnownGoodMaps() (v4, v6 *ebpf.Map) { return d.maps.TwGood4, d.maps.TwGood6 }
+
+// readGoodKeys reads every key of a known-good list in batches (one syscall per
+// 4096 entries, where iterating costs two per entry).
+func readGoodKeys[K any](m *ebpf.Map) ([]K, error) {
+	const chunk = 4096
+	keys := make([]K, chunk)
+	vals := make([]filterTwGood, chunk)
+	var out []K
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		out = append(out, keys[:n]...)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
