@@ -35,6 +35,16 @@ type Config struct {
 	Rails     Rails         `yaml:"rails"`
 	API       API           `yaml:"api"`
 	Probe     Probe         `yaml:"probe"`
+	Synproxy  Synproxy      `yaml:"synproxy"`
+}
+
+// Synproxy is what the SYN-cookie stage announces in the protected
+// server's name (syn-cookie flow rules): it must be the server's own MSS
+// and window scale, since SYNPROXY translates sequence numbers between
+// client and server, not windows.
+type Synproxy struct {
+	MSS    uint16 `yaml:"mss"`    // default 1460
+	WScale uint8  `yaml:"wscale"` // default 7
 }
 
 type Log struct {
@@ -311,6 +321,12 @@ func (c *Config) Validate() error {
 		if x < 0 {
 			return bad(f, x, "is negative")
 		}
+	}
+	if c.Synproxy.MSS != 0 && (c.Synproxy.MSS < 536 || c.Synproxy.MSS > 9000) {
+		return bad("synproxy.mss", c.Synproxy.MSS, "outside 536..9000")
+	}
+	if c.Synproxy.WScale > 14 {
+		return bad("synproxy.wscale", c.Synproxy.WScale, "above 14")
 	}
 	if v.Coverage < 0 || v.Coverage > 1 {
 		return bad("detectors.victim.coverage", v.Coverage, "outside 0..1")

@@ -120,7 +120,8 @@ var _ DataPlane = (*datapath.Datapath)(nil)
 // namespace of cfg.Interface.
 func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err error) {
 	dp, err := datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
-		PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features})
+		PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features,
+		KnownGoodCapacity: cfg.Capacity.KnownGood})
 	if err != nil {
 		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
 	}
@@ -466,6 +467,9 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	if overflow > 0 {
 		d.event(snap.End, "overflow", netip.Prefix{}, "feature buffers full: %d packets of this interval not counted (raise capacity.features)", overflow)
 	}
+	// The port profile is the same traffic by port: the ladder names a
+	// port (reflection: UDP source port 53, 123, …) from it.
+	d.ports = (*detect.PortProfile)(snap.Ports)
 	d.track(snap.Start, tr)
 	return tr, nil
 }

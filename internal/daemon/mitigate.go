@@ -9,10 +9,15 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/datapath"
+	dpsynproxy "github.com/tierwall/tierwall/internal/datapath/synproxy"
 	"github.com/tierwall/tierwall/internal/detect"
 	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/synproxy"
 )
+
+var _ FlowPlane = (*datapath.Datapath)(nil)
 
 // FlowPlane is the data plane's side for floods whose sources cannot be
 // listed: the ordered flow rules, their counters and the known-good list.
@@ -21,9 +26,9 @@ import (
 type FlowPlane interface {
 	// SetFlowRules replaces the whole ordered set; on error nothing changed.
 	SetFlowRules(rs []rule.FlowRule) error
-	// FlowRuleCounters reads the counters of the rules in force, cs[i]
-	// for the i-th rule of the last SetFlowRules.
-	FlowRuleCounters() ([]mitigate.Counters, error)
+	// FlowRuleCounters reads the rules in force with their counters,
+	// in order.
+	FlowRuleCounters() ([]datapath.FlowRuleCounters, error)
 	AddKnownGood(as []netip.Addr) error
 	RemoveKnownGood(as []netip.Addr) error
 }
@@ -42,6 +47,7 @@ type flowState struct {
 	dec         detect.Decision         // this interval's, from detect to mitigate
 	dropped     map[netip.Addr]uint64   // per victim, packets its flow rules dropped last interval
 	lastRead    time.Time
+	syn         synStage
 }
 
 // quietPPS is the matched rate under which an interval counts as quiet
@@ -185,6 +191,7 @@ func (d *Daemon) pushFlowRules(now time.Time) {
 	}
 	f.pushed, f.dirty, f.saved = want, false, false
 	d.Metrics.flowRules.Set(float64(len(want)))
+	d.syncSynproxy(now, want)
 }
 
 // syncKnownGood brings the data plane's list to the detector's set when
@@ -241,9 +248,19 @@ func (d *Daemon) readFlowCounters(now time.Time) error {
 		f.lastRead = now
 		return nil
 	}
-	cs, err := f.fp.FlowRuleCounters()
+	rc, err := f.fp.FlowRuleCounters()
 	if err != nil {
 		return fmt.Errorf("reading flow rule counters: %w", err)
+	}
+	// By rule, not by position: another process (the CLI without the
+	// daemon) may have replaced the set since the last push.
+	byRule := make(map[rule.FlowRule]mitigate.Counters, len(rc))
+	for _, c := range rc {
+		byRule[c.Rule] = mitigate.Counters{Packets: c.Matched.Packets, Bytes: c.Matched.Bytes, Dropped: c.Dropped, PassedKnownGood: c.PassedKnownGood}
+	}
+	cs := make([]mitigate.Counters, len(f.pushed))
+	for i, r := range f.pushed {
+		cs[i] = byRule[r]
 	}
 	dt := d.cfg.Interval
 	if !f.lastRead.IsZero() && now.After(f.lastRead) {
@@ -368,6 +385,7 @@ func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 		}
 		f.pushed, f.dirty, f.saved = f.set.FlowRules(), false, false
 		d.Metrics.flowRules.Set(float64(len(f.pushed)))
+		d.syncSynproxy(now, f.pushed)
 		d.publishFlows()
 		d.event(now, "flowrule", r.Dst, "operator: %s: %s", r, reason)
 		err = d.saveFlowRules(now)
@@ -393,6 +411,7 @@ func (d *Daemon) DeleteFlowRule(ctx context.Context, r rule.FlowRule) (err error
 				return
 			}
 			f.pushed = f.set.FlowRules()
+			d.syncSynproxy(now, f.pushed)
 		}
 		f.dirty, f.saved = false, false
 		d.Metrics.flowRules.Set(float64(len(f.pushed)))
@@ -423,4 +442,63 @@ func (d *Daemon) VictimStatus(ctx context.Context) (out Victims, err error) {
 		out = Victims{Enabled: true, Attacks: d.flow.dec.Attacks, Active: v.Active(), KnownGood: v.Good.Len(), Tracked: v.Tracked()}
 	})
 	return out, derr
+}
+
+// synStage is the SYN-cookie stage: the XDP program syn-cookie flow rules
+// hand TCP to, and the kernel's SYNPROXY behind it that completes the
+// handshakes the cookies validated. It is set up while a syn-cookie rule
+// is in force, and left in place when the daemon stops: the rules stay in
+// the pinned maps, and clients' ACKs need SYNPROXY to become connections.
+type synStage struct {
+	sp      *dpsynproxy.Synproxy
+	targets []synproxy.Target // what the kernel side was set up for
+}
+
+// syncSynproxy follows the syn-cookie rules in rs. When the stage cannot
+// be set up, the XDP slot is left empty: the rules then pass SYNs to the
+// kernel (counted as synproxy_missing), which is the kernel's own SYN
+// cookies, never a refused client.
+func (d *Daemon) syncSynproxy(now time.Time, rs []rule.FlowRule) {
+	dpx, ok := d.dp.(*datapath.Datapath)
+	if !ok {
+		return
+	}
+	s := &d.flow.syn
+	targets := synproxy.TargetsOf(rs)
+	if slices.Equal(targets, s.targets) && (len(targets) == 0 || s.sp != nil) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if len(targets) == 0 {
+		if err := synproxy.Remove(ctx, ""); err != nil {
+			d.event(now, "error", netip.Prefix{}, "SYN proxy: removing the kernel side: %v", err)
+		}
+		s.targets = nil
+		return
+	}
+	fail := func(format string, args ...any) {
+		d.event(now, "error", netip.Prefix{}, "SYN proxy: "+format+" (syn-cookie rules pass SYNs to the kernel meanwhile)", args...)
+		_ = dpx.SetSynproxy(nil)
+		s.targets = nil
+	}
+	opts := dpsynproxy.Options{MSS: d.cfg.Synproxy.MSS, WScale: d.cfg.Synproxy.WScale}
+	if s.sp == nil {
+		sp, err := dpsynproxy.Load(opts)
+		if err != nil {
+			fail("loading: %v", err)
+			return
+		}
+		s.sp = sp
+	}
+	if err := synproxy.Apply(ctx, synproxy.Config{Targets: targets, MSS: s.sp.Options().MSS, WScale: s.sp.Options().WScale}); err != nil {
+		fail("setting up SYNPROXY: %v", err)
+		return
+	}
+	if err := s.sp.Install(dpx); err != nil {
+		fail("installing: %v", err)
+		return
+	}
+	s.targets = targets
+	d.event(now, "mitigation", netip.Prefix{}, "SYN cookies in XDP for %d targets, SYNPROXY behind them", len(targets))
 }

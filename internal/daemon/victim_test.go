@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -41,8 +42,14 @@ func (f *flowDP) SetFlowRules(rs []rule.FlowRule) error {
 	return nil
 }
 
-func (f *flowDP) FlowRuleCounters() ([]mitigate.Counters, error) {
-	return append([]mitigate.Counters(nil), f.ctrs...), nil
+func (f *flowDP) FlowRuleCounters() ([]datapath.FlowRuleCounters, error) {
+	out := make([]datapath.FlowRuleCounters, len(f.rules))
+	for i, r := range f.rules {
+		c := f.ctrs[i]
+		out[i] = datapath.FlowRuleCounters{Rule: r, Index: i, Matched: datapath.Counter{Packets: c.Packets, Bytes: c.Bytes},
+			Dropped: c.Dropped, PassedKnownGood: c.PassedKnownGood}
+	}
+	return out, nil
 }
 
 func (f *flowDP) AddKnownGood(as []netip.Addr) error {
@@ -287,5 +294,12 @@ func TestDaemonSparesKnownGoodFromRateDetector(t *testing.T) {
 	}
 	if !hasEvent(h.d, "refused", "spared known-good") {
 		t.Fatal("no event for the spared detection")
+	}
+}
+
+// The configuration's bound is the data plane's table.
+func TestFlowRuleCapacityMatchesDataPlane(t *testing.T) {
+	if config.MaxFlowRules != datapath.FlowRuleCapacity {
+		t.Fatalf("config.MaxFlowRules %d, datapath.FlowRuleCapacity %d", config.MaxFlowRules, datapath.FlowRuleCapacity)
 	}
 }

@@ -102,6 +102,11 @@ func (s *Synproxy) Options() Options { return s.opts }
 // tw_jmp) and for BPF_PROG_TEST_RUN.
 func (s *Synproxy) Program() *ebpf.Program { return s.objs.TwSynproxy }
 
+// Install makes s the SYN proxy of d's syn-cookie flow rules (the
+// filter's tw_jmp slot), so that callers outside internal/datapath need
+// not name the program's type.
+func (s *Synproxy) Install(d *datapath.Datapath) error { return d.SetSynproxy(s.objs.TwSynproxy) }
+
 // Attach puts the program on the interface by itself, in native XDP mode,
 // falling back to generic mode where the driver has none. On a veth the
 // peer needs an XDP program of its own for the SYN-ACKs to leave

@@ -414,6 +414,10 @@ api: {socket: %s}
 			continue
 		}
 		switch e.Kind {
+		case "refused", "error", "overflow":
+			if len(row.Mitigations) < 6 {
+				row.Mitigations = append(row.Mitigations, e.Kind+": "+e.Detail)
+			}
 		case "ban", "mitigation":
 			if row.DetectIntervals < 0 {
 				row.DetectIntervals = e.Time.Sub(start).Seconds() / p.Interval.Seconds()
