@@ -7,10 +7,17 @@
  *
  * Live-frame pages are recycled without re-initialisation, so nothing may
  * be updated incrementally from what the packet holds: the checksums are
- * recomputed each time from bases user space computed with a zero source. */
+ * recomputed each time from bases user space computed with a zero source,
+ * and the template's headers are written back first, since an XDP program
+ * downstream on veth may have rewritten the page in place (a SYN proxy
+ * turns a SYN into its SYN-ACK: the next frame sent from that page was
+ * the SYN-ACK with the SYN's length, malformed at the victim). */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <bpf/bpf_helpers.h>
+
+/* Headers of the template rewritten every frame: Ethernet, IPv6 and TCP. */
+#define TW_GEN_HDR_MAX 96
 
 enum tw_gen_mode {
 	TW_GEN_SAMPLES = 0, /* sources from the sample table, in order */
@@ -25,8 +32,9 @@ struct tw_gen_config {
 	__u32 l4_csum_off; /* offset of the L4 checksum in the frame */
 	__u32 udp;         /* 1: a zero UDP checksum is sent as 0xffff */
 	__u32 spoof_len;   /* spoof: prefix length of the random sources */
-	__u32 _pad;
+	__u32 hdr_len;     /* bytes of hdr, the template's first ones */
 	__u8 spoof_base[16];
+	__u8 hdr[TW_GEN_HDR_MAX];
 };
 
 struct tw_gen_addr {
@@ -89,6 +97,12 @@ int tw_gen(struct xdp_md *ctx)
 	struct tw_gen_state *st = bpf_map_lookup_elem(&tw_gen_st, &zero);
 	if (!cfg || !st)
 		return XDP_ABORTED;
+
+	for (__u32 i = 0; i < TW_GEN_HDR_MAX; i++) {
+		if (i >= cfg->hdr_len || data + i + 1 > data_end)
+			break;
+		data[i] = cfg->hdr[i];
+	}
 
 	struct tw_gen_addr src = {};
 	if (cfg->mode == TW_GEN_SPOOF) {

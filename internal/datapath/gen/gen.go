@@ -138,6 +138,7 @@ func genConfig(t []byte) (*trafgenTwGenConfig, error) {
 		return nil, fmt.Errorf("%w: template truncated before its L4 checksum", datapath.ErrInvalid)
 	}
 	c.L4Csum = uint32(binary.BigEndian.Uint16(t[c.L4CsumOff:]))
+	c.HdrLen = uint32(copy(c.Hdr[:], t))
 	if c.Udp == 1 && c.L4Csum == 0xffff {
 		c.L4Csum = 0 // a computed 0 is sent as 0xffff; the base is the sum
 	}

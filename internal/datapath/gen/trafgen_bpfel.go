@@ -27,8 +27,9 @@ type trafgenTwGenConfig struct {
 	L4CsumOff uint32
 	Udp       uint32
 	SpoofLen  uint32
-	Pad       uint32
+	HdrLen    uint32
 	SpoofBase [16]uint8
+	Hdr       [96]uint8
 }
 
 type trafgenTwGenMode uint32

@@ -19,6 +19,8 @@ import (
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
+	dpsynproxy "github.com/tierwall/tierwall/internal/datapath/synproxy"
+	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/testbed/demo"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
@@ -90,7 +92,14 @@ type SpoofRow struct {
 	PassiveOpens   uint64 `json:"passive_opens,omitempty"`
 	KernelCookies  uint64 `json:"kernel_syncookies_sent,omitempty"`
 	ClientConns    uint64 `json:"client_connections,omitempty"`
+	// KernelCookiesFrom3 are the kernel's own SYN cookies from the third
+	// interval on: SYNs that reached the TCP stack with its backlog full.
+	KernelCookiesFrom3 uint64 `json:"kernel_syncookies_from_third_interval,omitempty"`
 	DaemonMaxRSSMB uint64 `json:"daemon_max_rss_mb"`
+	// Verdicts are XDP's verdict counters' growth during the flood.
+	Verdicts map[string]uint64 `json:"verdicts"`
+	// FlowRules are the flow rules in force at the end, with counters.
+	FlowRules []mitigate.Rule `json:"flow_rules"`
 }
 
 // SpoofParams drive Spoof.
@@ -101,7 +110,10 @@ type SpoofParams struct {
 	Attack   time.Duration
 	Interval time.Duration
 	Clients  int
-	Log      io.Writer
+	// Rate caps the flood (packets/s, all generators together); 0: the
+	// generator's full rate.
+	Rate uint64
+	Log  io.Writer
 }
 
 // Spoof runs each scenario on the lab: a fresh daemon (default
@@ -163,8 +175,16 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", sc.Name, err)
 		}
-		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps, detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s, %d client bans; %s\n",
-			sc.Name, r.SentMpps, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, len(r.ClientsBanned), strings.Join(r.Mitigations, "; "))
+		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps (%.0f%% reached XDP), detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s, %d client bans; %s\n",
+			sc.Name, r.SentMpps, 100*r.ReachedXDP, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, len(r.ClientsBanned), strings.Join(r.Mitigations, "; "))
+		fmt.Fprintf(p.Log, "  XDP verdicts during the flood: %v\n", r.Verdicts)
+		for _, fr := range r.FlowRules {
+			fmt.Fprintf(p.Log, "  flow rule %s: matched %d, dropped %d, known-good %d\n", fr.FlowRule, fr.Counters.Packets, fr.Counters.Dropped, fr.Counters.PassedKnownGood)
+		}
+		if len(sc.SrcPorts) > 0 || sc.SYN {
+			fmt.Fprintf(p.Log, "  exchanges answered %v before, %v during; passive opens %d for %d client connections, kernel SYN cookies %d (%d from the 3rd interval)\n",
+				r.ExchBase, r.ExchAttack, r.PassiveOpens, r.ClientConns, r.KernelCookies, r.KernelCookiesFrom3)
+		}
 		for i, b := range r.ClientsBanned {
 			if i == 3 {
 				fmt.Fprintf(p.Log, "  … %d more client bans\n", len(r.ClientsBanned)-3)
@@ -192,6 +212,22 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 		nic.Close()
 		err = errors.Join(err, inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") }))
 	}()
+	if sc.SYN {
+		// XDP_TX on a veth needs an XDP program on its peer (a real NIC
+		// does not): the host port's peer is the NIC stage's twl-hport.
+		var peer io.Closer
+		if err := inNS(lab.NSNic, -1, func() error {
+			ifc, e := net.InterfaceByName(lab.IfHPort)
+			if e != nil {
+				return e
+			}
+			peer, e = dpsynproxy.AttachPeerPass(ifc.Index)
+			return e
+		}); err != nil {
+			return row, fmt.Errorf("XDP on the host port's peer: %w", err)
+		}
+		defer peer.Close()
+	}
 	dir, err := os.MkdirTemp("", "tierwall-spoof")
 	if err != nil {
 		return row, err
@@ -275,10 +311,13 @@ api: {socket: %s}
 			go func() {
 				defer wg.Done()
 				spec := trafgen.Spec{Iface: iface, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
-					SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: dur, Seed: uint64(11 + i)}
+					SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: dur, Seed: uint64(11 + i), Rate: p.Rate / uint64(len(ports))}
 				if !sc.Spoof.IsValid() {
-					spec.Sources, spec.Dist = sc.Reflectors, trafgen.Uniform
-					spec.Base = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(128 + 16*i), 0, 0}), 12)
+					// Reflectors all over IPv4 (the lab's host drops its
+					// ICMP answers to them: no route).
+					spec.Sources, spec.Dist, spec.Spread = sc.Reflectors, trafgen.Uniform, true
+					spec.Base = netip.MustParsePrefix("0.0.0.0/0")
+					spec.Seed = uint64(11 + i)
 				}
 				var rep *trafgen.Report
 				e := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e })
@@ -316,6 +355,10 @@ api: {socket: %s}
 	if err != nil {
 		return row, err
 	}
+	v0, err := host.Stats()
+	if err != nil {
+		return row, err
+	}
 	load := &demo.Load{NewConns: sc.SYN}
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
@@ -349,6 +392,18 @@ api: {socket: %s}
 		}
 	}()
 	start := time.Now()
+	// The host's TCP counters from the third interval on: before the
+	// daemon's first decision the flood meets only the kernel.
+	var tcp3 map[string]uint64
+	tcp3done := make(chan struct{})
+	go func() {
+		defer close(tcp3done)
+		select {
+		case <-time.After(3 * p.Interval):
+			tcp3, _ = tcpStats()
+		case <-actx.Done():
+		}
+	}()
 	sent, gerr := flood(actx, lab.IfInet, p.Attack)
 	elapsed := time.Since(start)
 	scancel()
@@ -365,6 +420,23 @@ api: {socket: %s}
 	tcp1, err := tcpStats()
 	if err != nil {
 		return row, err
+	}
+	v1, err := host.Stats()
+	if err != nil {
+		return row, err
+	}
+	row.Verdicts = map[string]uint64{}
+	for v, c := range v1.Verdicts {
+		if d := c.Packets - v0.Verdicts[v].Packets; d > 0 {
+			row.Verdicts[v] = d
+		}
+	}
+	if err := dmn.Client.Do(ctx, "GET", "/v1/flowrules", nil, &row.FlowRules); err != nil {
+		return row, fmt.Errorf("daemon flow rules: %w", err)
+	}
+	<-tcp3done
+	if tcp3 != nil {
+		row.KernelCookiesFrom3 = tcp1["TcpExt:SyncookiesSent"] - tcp3["TcpExt:SyncookiesSent"]
 	}
 	row.PassiveOpens = tcp1["Tcp:PassiveOpens"] - tcp0["Tcp:PassiveOpens"]
 	row.KernelCookies = tcp1["TcpExt:SyncookiesSent"] - tcp0["TcpExt:SyncookiesSent"]
@@ -415,6 +487,9 @@ api: {socket: %s}
 		}
 		switch e.Kind {
 		case "refused", "error", "overflow":
+			if e.Kind == "error" {
+				fmt.Fprintf(p.Log, "  daemon error: %s\n", e.Detail)
+			}
 			if len(row.Mitigations) < 6 {
 				row.Mitigations = append(row.Mitigations, e.Kind+": "+e.Detail)
 			}
@@ -445,7 +520,8 @@ api: {socket: %s}
 func tcpStats() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	err := inNS(lab.NSHost, -1, func() error {
-		for _, f := range []string{"/proc/net/snmp", "/proc/net/netstat"} {
+		// thread-self: /proc/net is the thread group leader's namespace.
+		for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat"} {
 			b, err := os.ReadFile(f)
 			if err != nil {
 				return err

@@ -53,6 +53,10 @@ type Spec struct {
 	ZipfS   float64 // default 1
 	Sigma   float64 // Gaussian spread as a share of Sources (default 1/6)
 	Spoof   netip.Prefix
+	// Spread scatters the Sources over all of Base (IPv4) instead of
+	// numbering them from its start: reflectors are everywhere, and a
+	// flood of contiguous sources would be stopped by one prefix.
+	Spread bool
 
 	Rate      uint64        // packets/s; 0: as fast as the kernel goes
 	Duration  time.Duration // required, at most MaxDuration
@@ -112,6 +116,25 @@ func Addresses(base netip.Prefix, n int) ([]netip.Addr, error) {
 		a = a.Next()
 	}
 	return out, nil
+}
+
+// spread moves IPv4 addresses i = 0, 1, … of base to base + (i+1)·stride
+// (mod its size), an odd stride near the golden ratio of the size: every
+// address distinct, consecutive ones far apart.
+func spread(addrs []netip.Addr, base netip.Prefix) error {
+	if !base.Addr().Is4() {
+		return fmt.Errorf("%w: spread sources need an IPv4 base", rule.ErrInvalid)
+	}
+	bits := 32 - base.Bits()
+	size := uint64(1) << bits
+	stride := uint64(float64(size)*0.6180339887) | 1
+	b := base.Masked().Addr().As4()
+	b0 := uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+	for i := range addrs {
+		v := uint32(b0 + (uint64(i+1)*stride)%size)
+		addrs[i] = netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	return nil
 }
 
 func (s *Spec) defaults() error {
@@ -248,6 +271,11 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 		var err error
 		if addrs, err = Addresses(s.Base, s.Sources); err != nil {
 			return nil, err
+		}
+		if s.Spread {
+			if err := spread(addrs, s.Base); err != nil {
+				return nil, err
+			}
 		}
 		weights = Weights(s.Dist, s.Sources, s.ZipfS, s.Sigma)
 		rank = make([]int, s.Sources)
