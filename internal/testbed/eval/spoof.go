@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,7 +106,7 @@ type SpoofRow struct {
 // SpoofParams drive Spoof.
 type SpoofParams struct {
 	Tierwall string
-	Only     string // run the scenarios whose name contains this
+	Only     string // run the scenarios whose name contains one of these (comma-separated)
 	Baseline time.Duration
 	Attack   time.Duration
 	Interval time.Duration
@@ -168,7 +169,7 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 	defer harness.Run("ip", "-n", lab.NSInet, "link", "del", sinkIf)
 	var rows []SpoofRow
 	for _, sc := range SpoofScenarios() {
-		if p.Only != "" && !strings.Contains(sc.Name, p.Only) {
+		if p.Only != "" && !slices.ContainsFunc(strings.Split(p.Only, ","), func(o string) bool { return strings.Contains(sc.Name, o) }) {
 			continue
 		}
 		r, err := spoofCell(ctx, p, sc, clients)
