@@ -126,7 +126,7 @@ func (d *Daemon) mitigate(now time.Time) {
 	for _, w := range f.dec.Withdraw {
 		for _, r := range f.set.Rules() {
 			if r.Origin == mitigate.Ladder && r.Mitigation == w.ID {
-				f.set.Remove(r.FlowRule)
+				_, _ = f.set.Remove(r.FlowRule) // it is there: Rules just listed it
 				f.dirty = true
 				d.event(now, "withdraw", netip.PrefixFrom(r.Victim, r.Victim.BitLen()), "flow rule %s: %s", r.FlowRule, w.Reason)
 			}
@@ -190,7 +190,7 @@ func (d *Daemon) pushFlowRules(now time.Time) {
 		d.event(now, "error", netip.Prefix{}, "flow rules: the data plane refused the set of %d: %v (keeping the %d in force)", len(want), err, len(f.pushed))
 		for _, r := range f.set.Rules() {
 			if !slices.Contains(f.pushed, r.FlowRule) {
-				f.set.Remove(r.FlowRule)
+				_, _ = f.set.Remove(r.FlowRule) // it is there: Rules just listed it
 			}
 		}
 		f.dirty = false

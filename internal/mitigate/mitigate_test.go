@@ -61,8 +61,12 @@ func TestAddRefusesOverCapacityAndBadRules(t *testing.T) {
 func TestLadderDoesNotOverrideOperator(t *testing.T) {
 	s := New(4, "")
 	r := fr(t, "dst 198.51.100.7/32 proto udp rate-limit 1000")
-	s.Add(Rule{FlowRule: r, Origin: Operator, Reason: "mine"})
-	s.Add(Rule{FlowRule: r, Origin: Ladder, Reason: "ladder"})
+	if _, err := s.Add(Rule{FlowRule: r, Origin: Operator, Reason: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Add(Rule{FlowRule: r, Origin: Ladder, Reason: "ladder"}); err != nil {
+		t.Fatal(err)
+	}
 	if got := s.Rules()[0]; got.Origin != Operator || got.Reason != "mine" {
 		t.Fatalf("rule %+v: the operator's must stand", got)
 	}
@@ -75,7 +79,9 @@ func TestLadderDoesNotOverrideOperator(t *testing.T) {
 func TestObserveQuietAndWithdraw(t *testing.T) {
 	s := New(4, "")
 	r := fr(t, "dst 198.51.100.7/32 proto udp rate-limit 1000 bypass-known-good")
-	s.Add(Rule{FlowRule: r, Origin: Ladder})
+	if _, err := s.Add(Rule{FlowRule: r, Origin: Ladder}); err != nil {
+		t.Fatal(err)
+	}
 	frs := s.FlowRules()
 	s.Observe(frs, []Counters{{Packets: 50000, Dropped: 40000}}, time.Second, 100)
 	if got := s.Rules()[0]; got.MatchedPPS != 50000 || got.DroppedPPS != 40000 || got.Quiet != 0 {
@@ -97,8 +103,12 @@ func TestSaveLoadAndExpire(t *testing.T) {
 	s := New(4, path)
 	keep := fr(t, "dst 2001:db8::/64 proto tcp dport 80 syn-cookie")
 	ttl := fr(t, "dst 198.51.100.7/32 proto udp sport 123 drop")
-	s.Add(Rule{FlowRule: keep, Origin: Operator, Added: t0})
-	s.Add(Rule{FlowRule: ttl, Origin: Operator, Added: t0, Expires: t0.Add(time.Minute)})
+	if _, err := s.Add(Rule{FlowRule: keep, Origin: Operator, Added: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Add(Rule{FlowRule: ttl, Origin: Operator, Added: t0, Expires: t0.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Save(t0); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +125,9 @@ func TestSaveLoadAndExpire(t *testing.T) {
 		t.Fatalf("load into 1: %d rules, %v, %v", small.Len(), warns, err)
 	}
 	// A torn or foreign file is an error, not an empty set.
-	os.WriteFile(path, []byte("{"), 0o600)
+	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := Load(4, path); err == nil {
 		t.Fatal("a torn file loaded")
 	}

@@ -90,13 +90,13 @@ type SpoofRow struct {
 	// SYN flood: connections the host's TCP stack accepted (PassiveOpens)
 	// and SYN cookies it sent itself, during the flood, against the
 	// clients' connections.
-	PassiveOpens   uint64 `json:"passive_opens,omitempty"`
-	KernelCookies  uint64 `json:"kernel_syncookies_sent,omitempty"`
-	ClientConns    uint64 `json:"client_connections,omitempty"`
+	PassiveOpens  uint64 `json:"passive_opens,omitempty"`
+	KernelCookies uint64 `json:"kernel_syncookies_sent,omitempty"`
+	ClientConns   uint64 `json:"client_connections,omitempty"`
 	// KernelCookiesFrom3 are the kernel's own SYN cookies from the third
 	// interval on: SYNs that reached the TCP stack with its backlog full.
 	KernelCookiesFrom3 uint64 `json:"kernel_syncookies_from_third_interval,omitempty"`
-	DaemonMaxRSSMB uint64 `json:"daemon_max_rss_mb"`
+	DaemonMaxRSSMB     uint64 `json:"daemon_max_rss_mb"`
 	// Verdicts are XDP's verdict counters' growth during the flood.
 	Verdicts map[string]uint64 `json:"verdicts"`
 	// FlowRules are the flow rules in force at the end, with counters.
@@ -166,7 +166,7 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 			return nil, err
 		}
 	}
-	defer harness.Run("ip", "-n", lab.NSInet, "link", "del", sinkIf)
+	defer func() { _ = harness.Run("ip", "-n", lab.NSInet, "link", "del", sinkIf) }()
 	var rows []SpoofRow
 	for _, sc := range SpoofScenarios() {
 		if p.Only != "" && !slices.ContainsFunc(strings.Split(p.Only, ","), func(o string) bool { return strings.Contains(sc.Name, o) }) {
@@ -584,7 +584,7 @@ func (x *exchanger) start(ctx context.Context, ports []uint16) (stop func(), err
 				if err != nil {
 					return
 				}
-				srv.WriteTo(buf[:n], a)
+				_, _ = srv.WriteTo(buf[:n], a) // a lost echo is a lost answer, counted
 			}
 		}()
 		var cli net.PacketConn
