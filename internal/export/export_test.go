@@ -81,8 +81,14 @@ func (l *listener) flows(t *testing.T, want int) ([]ipfixtest.Flow, []ipfixtest.
 	}
 }
 
+// recordTime is the records' start. NetFlow v9 carries times as the
+// exporter's uptime, which cannot go below its start: a fixed date failed
+// the test once the day's clock passed it. An hour ahead of the test's
+// start is always after any exporter it makes.
+var recordTime = time.Now().UTC().Truncate(time.Second).Add(time.Hour)
+
 func record(i int) flowprobe.Record {
-	t := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	t := recordTime
 	lo := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), uint16(1024+i))
 	if i%2 == 1 {
 		lo = netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 14: byte(i >> 8), 15: byte(i)}), uint16(1024+i))
