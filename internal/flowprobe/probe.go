@@ -215,7 +215,7 @@ func (p *Probe) Run(ctx context.Context) error {
 
 const (
 	minPoll      = time.Millisecond
-	maxPoll      = 50 * time.Millisecond
+	maxPoll      = 10 * time.Millisecond
 	publishEvery = 100 * time.Millisecond
 )
 
