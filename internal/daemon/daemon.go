@@ -28,6 +28,7 @@ import (
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/placement"
 	"github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/sdnotify"
 	"github.com/tierwall/tierwall/internal/tier"
 	"github.com/tierwall/tierwall/internal/tier/autodetect"
 	"github.com/tierwall/tierwall/internal/tier/flower"
@@ -1004,10 +1005,23 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 	tick := time.NewTicker(d.cfg.Interval)
 	defer tick.Stop()
 	d.log.Info("tierwall running", "interface", d.cfg.Interface, "interval", d.cfg.Interval, "hardware", d.hwName(), "bans", d.store.Len())
+	// Type=notify: New attached the filter and the API listens (run.go
+	// serves it before Run). The watchdog is fed from this loop, so a
+	// wedged interval or request is what gets the daemon restarted.
+	d.notify(sdnotify.Ready)
+	var watchdog <-chan time.Time
+	if p := sdnotify.WatchdogInterval(); p > 0 {
+		wd := time.NewTicker(p)
+		defer wd.Stop()
+		watchdog = wd.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			d.notify(sdnotify.Stopping)
 			return d.shutdown()
+		case <-watchdog:
+			d.notify(sdnotify.Watchdog)
 		case now := <-tick.C:
 			if err := d.Step(now); err != nil {
 				d.event(now, "error", netip.Prefix{}, "interval: %v", err)
@@ -1026,6 +1040,14 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 				tick.Reset(d.cfg.Interval)
 			}
 		}
+	}
+}
+
+// notify tells systemd state; a failure is logged, never fatal (the
+// watchdog, if on, restarts a daemon that cannot reach it).
+func (d *Daemon) notify(state string) {
+	if _, err := sdnotify.Notify(state); err != nil {
+		d.log.Warn("systemd notification failed", "err", err)
 	}
 }
 
