@@ -22,6 +22,7 @@ import (
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/detect"
 	"github.com/tierwall/tierwall/internal/mitigate"
@@ -86,6 +87,8 @@ type Daemon struct {
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
 
+	owner *Ownership // the data plane's owner lock, released at shutdown
+
 	Metrics *Metrics
 	reqs    chan func()
 	mu      sync.Mutex // guards only what the metrics collector reads outside the loop
@@ -119,14 +122,21 @@ var _ DataPlane = (*datapath.Datapath)(nil)
 // the goroutine that will run Run, locked to its OS thread, in the network
 // namespace of cfg.Interface.
 func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err error) {
-	dp, err := datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
-		PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features,
-		KnownGoodCapacity: cfg.Capacity.KnownGood})
+	// One daemon per data plane: refused here, before the program, the
+	// maps or the state file are touched.
+	own, err := Own(ownerDir, OwnerKey("", cfg.Interface), Owner{Interface: cfg.Interface, Socket: cfg.API.Socket,
+		TCP: cfg.API.TCP, Config: cfgPath})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			own.Release()
+		}
+	}()
+	dp, err := attachDataPlane(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
-	}
-	for _, w := range dp.Warnings {
-		log.Warn(w)
 	}
 	hw, err := openHardware(cfg, log)
 	if err != nil {
@@ -141,8 +151,27 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 		dp.Close()
 		return nil, err
 	}
+	d.owner = own
 	return d, nil
 }
+
+// ownerDir and attachDataPlane are the run directory and datapath.Attach;
+// tests start daemons over a fake data plane in a temporary directory.
+var (
+	ownerDir        = bpffs.RunDir
+	attachDataPlane = func(cfg *config.Config, log *slog.Logger) (DataPlane, error) {
+		dp, err := datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
+			PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features,
+			KnownGoodCapacity: cfg.Capacity.KnownGood})
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range dp.Warnings {
+			log.Warn(w)
+		}
+		return dp, nil
+	}
+)
 
 // NewOver builds the loop over a data plane the caller loaded (no
 // hardware tier, no configuration file to reload): for benchmarks that
@@ -1083,6 +1112,7 @@ func (d *Daemon) shutdown() error {
 		errs = append(errs, err)
 	}
 	d.dp.Close()
+	d.owner.Release()
 	d.log.Info("tierwall stopped; the XDP filter keeps enforcing the bans", "bans", d.store.Len())
 	return errors.Join(errs...)
 }
