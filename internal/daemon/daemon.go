@@ -87,7 +87,9 @@ type Daemon struct {
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
 
-	owner *Ownership // the data plane's owner lock, released at shutdown
+	owner  *Ownership    // the data plane's owner lock, released at shutdown
+	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
+	mgmtAt time.Time
 
 	Metrics *Metrics
 	reqs    chan func()
@@ -196,6 +198,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	}
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
 	d.store.RefreshEvery = refreshEvery
+	d.refreshManagement(now)
 	if err := d.reconcile(now); err != nil {
 		return nil, err
 	}
@@ -206,7 +209,8 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 func rails(cfg *config.Config) ban.Rails {
 	r := cfg.Rails
 	return ban.Rails{Allow: r.AllowPrefixes, Protected: r.ProtectedPrefixes, MaxNewPerInterval: r.MaxNewPerInterval,
-		MaxTotal: r.MaxTotal, MonitorOnly: r.MonitorOnly, MaxEstablishedShare: r.MaxEstablishedShare}
+		MaxTotal: r.MaxTotal, MonitorOnly: r.MonitorOnly, MaxEstablishedShare: r.MaxEstablishedShare,
+		WidestBan4: r.MaxBanPrefixV4, WidestBan6: r.MaxBanPrefixV6}
 }
 
 func (d *Daemon) buildDetectors() {
@@ -429,6 +433,7 @@ func (d *Daemon) Step(now time.Time) error {
 	if err := d.dp.Check(); err != nil {
 		return err
 	}
+	d.keepManagement(now)
 	tr, err := d.observe()
 	if err != nil {
 		return err
@@ -1082,6 +1087,7 @@ func (d *Daemon) reload(now time.Time) {
 	detChanged := !reflect.DeepEqual(c.Detectors, d.cfg.Detectors)
 	d.cfg = c
 	d.store.Rails, d.store.TTL = rails(c), c.Bans.TTL
+	d.refreshManagement(now)
 	if detChanged {
 		d.buildDetectors()
 		d.restoreBaselines() // a reload never relearns (an attack may be running)
