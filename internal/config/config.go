@@ -238,10 +238,9 @@ func Default() *Config {
 			Entropy: EntropyDetector{Enabled: true, History: 30, K: 3, MinPPS: 1000, Prefix4: 24, Prefix6: 48},
 			Victim:  VictimDetector{Enabled: true},
 		},
-		Bans: Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
-		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5,
-			MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32},
-		API: API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
+		Bans:  Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
+		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5, MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32},
+		API:   API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
 	}
 }
 
