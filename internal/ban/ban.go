@@ -62,6 +62,23 @@ type Rails struct {
 	Management []Managed
 }
 
+// Catastrophic says why a ban on p would be a catastrophe ("" when it
+// would not): it covers one of this host's management addresses, or it is
+// wider than the width limit and not forced.
+func (r *Rails) Catastrophic(p netip.Prefix, force bool) string {
+	for _, m := range r.Management {
+		if p.Contains(m.Addr) {
+			return fmt.Sprintf("covering this host's %s %s (never banned, not even by force)", m.What, m.Addr)
+		}
+	}
+	if !force {
+		if limit, wide := TooWide(p, r.WidestBan4, r.WidestBan6); wide {
+			return fmt.Sprintf("wider than /%d, the widest ban the rails allow (force to override)", limit)
+		}
+	}
+	return ""
+}
+
 // Managed is an address the host is managed through.
 type Managed struct {
 	Addr netip.Addr `json:"addr"`
@@ -155,15 +172,8 @@ func (s *Store) guarded(p netip.Prefix) string { return s.guard(p, false) }
 
 // guard is guarded, with the width limit lifted by force.
 func (s *Store) guard(p netip.Prefix, force bool) string {
-	for _, m := range s.Rails.Management {
-		if p.Contains(m.Addr) {
-			return fmt.Sprintf("covering this host's %s %s (never banned, not even by force)", m.What, m.Addr)
-		}
-	}
-	if !force {
-		if limit, wide := TooWide(p, s.Rails.WidestBan4, s.Rails.WidestBan6); wide {
-			return fmt.Sprintf("wider than /%d, the widest ban the rails allow (force to override)", limit)
-		}
+	if why := s.Rails.Catastrophic(p, force); why != "" {
+		return why
 	}
 	for _, a := range s.Rails.Allow {
 		if within(p, a) {
