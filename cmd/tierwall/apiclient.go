@@ -43,10 +43,11 @@ func target() (plane, error) {
 // ownerDir is where daemons publish their owner records.
 const ownerDir = bpffs.RunDir
 
-// errOwned is a data plane a daemon owns that the CLI cannot reach.
-func (p plane) errOwned(why string) error {
-	return cli.Usage(fmt.Errorf("the data plane on %s belongs to the tierwall daemon pid %d (%s); %s: go through its API, or pass --direct "+
-		"to change the data plane behind its back (it adopts such changes only when it restarts)", p.iface, p.owner.PID, p.owner.Config, why))
+// errOwned is a data plane a daemon owns that the CLI will not change
+// behind its back: why, and what to do instead.
+func (p plane) errOwned(why, instead string) error {
+	return cli.Usage(fmt.Errorf("the data plane on %s belongs to the tierwall daemon pid %d (config %s): %s; %s, or pass --direct "+
+		"to do it behind the daemon's back", p.iface, p.owner.PID, p.owner.Config, why, instead))
 }
 
 // client is the API of the daemon that owns p, nil when none does. A
@@ -56,11 +57,11 @@ func (p plane) client() (*api.Client, error) {
 		return nil, nil
 	}
 	if p.owner.Socket == "" {
-		return nil, p.errOwned("it serves no API socket (api.socket is off)")
+		return nil, p.errOwned("it serves no API socket (api.socket is off)", "enable its API")
 	}
 	c, err := api.Dial(p.owner.Socket)
 	if err != nil {
-		return nil, p.errOwned(fmt.Sprintf("its API socket %s does not answer", p.owner.Socket))
+		return nil, p.errOwned(fmt.Sprintf("its API socket %s does not answer", p.owner.Socket), "check that it runs")
 	}
 	return c, nil
 }

@@ -28,7 +28,7 @@ func newAttach() *cobra.Command {
 			o.PinRoot = g.pinRoot
 			// Attaching over a daemon's data plane swaps its program:
 			// that is the daemon's to do.
-			if err := refuseOwned(a[0], "re-attach it"); err != nil {
+			if err := refuseOwned(a[0], "replace its program"); err != nil {
 				return err
 			}
 			d, err := datapath.Attach(a[0], o)
@@ -63,7 +63,7 @@ func newDetach() *cobra.Command {
 		Short: "Remove the filter from IFACE and delete its rules and counters",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			if err := refuseOwned(a[0], "detach it"); err != nil {
+			if err := refuseOwned(a[0], "detach its filter"); err != nil {
 				return err
 			}
 			if err := datapath.Detach(a[0], g.pinRoot); err != nil {
@@ -94,7 +94,7 @@ func refuseOwned(iface, what string) error {
 	o, ok := daemon.OwnerOf(ownerDir, daemon.OwnerKey(g.pinRoot, iface))
 	p := plane{iface: iface, owner: o, owned: ok}
 	if ok && !g.direct {
-		return p.errOwned("stop it first to " + what)
+		return p.errOwned("only it may "+what, "stop it first")
 	}
 	p.warnDirect()
 	return nil

@@ -82,7 +82,7 @@ func open() (*datapath.Datapath, error) {
 // a daemon owns it, unless --direct (then with a warning).
 func openToChange(p plane) (*datapath.Datapath, error) {
 	if p.owned && !g.direct {
-		return nil, p.errOwned("it must make the change")
+		return nil, p.errOwned("it must make the change", "go through its API")
 	}
 	p.warnDirect()
 	return datapath.Open(p.iface, g.pinRoot)

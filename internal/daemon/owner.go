@@ -72,6 +72,11 @@ func Own(runDir, key string, o Owner) (*Ownership, error) {
 		return nil, fmt.Errorf("taking the owner lock: %w", err)
 	}
 	o.PID = os.Getpid()
+	if o.Config != "" {
+		if abs, err := filepath.Abs(o.Config); err == nil {
+			o.Config = abs
+		}
+	}
 	o.Start = procStart(o.PID)
 	if o.Since.IsZero() {
 		o.Since = time.Now()
