@@ -392,20 +392,27 @@ func listRules(use string) ([]ruleRow, error) {
 		byPrefix[r.Prefix] = r
 	}
 	for _, r := range rs {
-		row := ruleRow{Prefix: r.Prefix, Kind: kindOf(use, r.Prefix), Tier: r.Tier, Detector: r.Detector, Reason: r.Reason, Packets: r.Packets}
-		rate := r.Rate
-		row.RatePPS = &rate
-		if !r.Expires.IsZero() {
-			e := r.Expires
-			row.Expires = &e
-		}
-		if x, ok := byPrefix[r.Prefix]; ok {
-			b := x.Bytes
-			row.Bytes, row.LastHit = &b, x.LastHit
-		}
-		rows = append(rows, row)
+		x, ok := byPrefix[r.Prefix]
+		rows = append(rows, rowFromBan(use, r, x, ok))
 	}
 	return rows, nil
+}
+
+// rowFromBan is a daemon's ban with what the data plane counted of it
+// (inDP: the data plane could be read and holds it).
+func rowFromBan(use string, r daemon.RuleView, x datapath.Rule, inDP bool) ruleRow {
+	row := ruleRow{Prefix: r.Prefix, Kind: kindOf(use, r.Prefix), Tier: r.Tier, Detector: r.Detector, Reason: r.Reason, Packets: r.Packets}
+	rate := r.Rate
+	row.RatePPS = &rate
+	if !r.Expires.IsZero() {
+		e := r.Expires
+		row.Expires = &e
+	}
+	if inDP {
+		b := x.Bytes
+		row.Bytes, row.LastHit = &b, x.LastHit
+	}
+	return row
 }
 
 // printRules is the one printer of block/allow list.

@@ -78,7 +78,7 @@ func AddVersion(root *cobra.Command, jsonOut *bool) {
 			if *jsonOut {
 				return PrintJSON(BuildInfo())
 			}
-			fmt.Printf("%s %s\n", root.Name(), BuildInfo())
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", root.Name(), BuildInfo())
 			return nil
 		},
 	}
