@@ -81,8 +81,14 @@ func open() (*datapath.Datapath, error) {
 // openToChange opens the data plane p to change it directly: refused when
 // a daemon owns it, unless --direct (then with a warning).
 func openToChange(p plane) (*datapath.Datapath, error) {
+	return openOwned(p, "it must make the change")
+}
+
+// openOwned opens p's data plane for what only its owner may do (why):
+// refused when a daemon owns it, unless --direct.
+func openOwned(p plane, why string) (*datapath.Datapath, error) {
 	if p.owned && !g.direct {
-		return nil, p.errOwned("it must make the change", "go through its API")
+		return nil, p.errOwned(why, "go through its API")
 	}
 	p.warnDirect()
 	return datapath.Open(p.iface, g.pinRoot)

@@ -73,6 +73,7 @@ func (d *Daemon) OperatorBan(ctx context.Context, p netip.Prefix, o ban.Operator
 		}
 		switch r {
 		case ban.Added:
+			d.Metrics.bans.Inc()
 			d.event(now, "ban", p, "operator: %s", b.Reason)
 		case ban.Updated:
 			d.event(now, "ban", p, "operator updated the ban: %s, %s", b.Reason, expiry(b))
@@ -211,6 +212,7 @@ func (d *Daemon) OperatorBans(ctx context.Context, ps []netip.Prefix, o ban.Oper
 				res.Updated++
 			}
 		}
+		d.Metrics.bans.Add(float64(res.New))
 		if res.New+res.Updated > 0 {
 			reason := o.Reason
 			if reason == "" {

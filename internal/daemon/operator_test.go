@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
@@ -46,12 +48,18 @@ func TestOperatorReAddKeepsTheBan(t *testing.T) {
 	if err != nil || r.Result != ban.Added || r.Expires.IsZero() || h.dp.blocked[p] == nil {
 		t.Fatalf("first add: %+v %v", r, err)
 	}
+	if n := promtest.ToFloat64(h.d.Metrics.bans); n != 1 {
+		t.Errorf("tierwall_bans_total %v after an API ban, want 1", n)
+	}
 	r2, err := h.d.OperatorBan(ctx, p, ban.Operator{})
 	if err != nil || r2.Result != ban.Exists || r2.Reason != "abuse" || !r2.Expires.Equal(r.Expires) {
 		t.Fatalf("re-add: %+v %v", r2, err)
 	}
 	if b, _ := h.d.store.Get(p); b.Reason != "abuse" || b.Expires.IsZero() {
 		t.Fatalf("re-add changed the ban: %+v", b)
+	}
+	if n := promtest.ToFloat64(h.d.Metrics.bans); n != 1 {
+		t.Errorf("tierwall_bans_total %v after a re-add, want 1", n)
 	}
 	r3, err := h.d.OperatorBan(ctx, p, ban.Operator{TTL: ttl(0), Update: true})
 	if err != nil || r3.Result != ban.Updated || !r3.Expires.IsZero() || r3.Reason != "abuse" {
