@@ -150,18 +150,27 @@ func TestRailsOnDetectionsAndRestart(t *testing.T) {
 	if !hasEvent(h.d, "refused", "gateway") {
 		t.Fatalf("no refusal event: %+v", h.d.events)
 	}
-	// Rules the old CLI wrote straight into the data plane.
-	wide, own := netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("203.0.113.0/24")
+	// Rules the old CLI wrote straight into the data plane, and a ban in
+	// the state file from before the rails (or edited by hand).
+	wide, own, saved := netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("0.0.0.0/2")
 	h.dp.blocked[wide] = &datapath.Counter{}
 	h.dp.blocked[own] = &datapath.Counter{}
+	h.d.store.Put(ban.Ban{Prefix: saved, Detector: "operator", Reason: "old", Manual: true, Tier: "xdp"})
+	h.dp.blocked[saved] = &datapath.Counter{}
+	if err := h.d.store.Save(cfg.StateFile, h.now); err != nil {
+		t.Fatal(err)
+	}
 	h2, err := newDaemon(cfg, "", quietLog(), h.dp, nil, t0.Add(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []netip.Prefix{wide, own} {
+	for _, p := range []netip.Prefix{wide, own, saved} {
 		if _, ok := h2.store.Get(p); ok || h.dp.blocked[p] != nil {
-			t.Errorf("%s adopted at start", p)
+			t.Errorf("%s kept at start", p)
 		}
+	}
+	if !hasEvent(h2, "refused", "ban from the state file is wider than /8") {
+		t.Errorf("no event for the state file's ban: %+v", h2.events)
 	}
 	if _, ok := h2.store.Get(netip.MustParsePrefix("198.51.100.77/32")); !ok {
 		t.Error("the good ban was lost")
