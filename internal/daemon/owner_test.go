@@ -83,7 +83,9 @@ func TestSecondDaemonRefusedBeforeTouching(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the first stopped: %v", err)
 	}
-	again.shutdown()
+	if err := again.shutdown(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Another interface (or the same name in another namespace: another pin
@@ -97,12 +99,14 @@ func TestOwnersArePerDataPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer da.shutdown()
+	defer func() { _ = da.shutdown() }()
 	db, err := New(b, "", quietLog())
 	if err != nil {
 		t.Fatalf("a daemon on another interface: %v", err)
 	}
-	db.shutdown()
+	if err := db.shutdown(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A record whose process is gone (a daemon killed with SIGKILL) names no
@@ -135,5 +139,7 @@ func TestStaleOwnerRecord(t *testing.T) {
 	if o, ok := OwnerOf(runDir, key); !ok || o.PID != os.Getpid() {
 		t.Fatalf("record not replaced: %+v", o)
 	}
-	d.shutdown()
+	if err := d.shutdown(); err != nil {
+		t.Fatal(err)
+	}
 }
