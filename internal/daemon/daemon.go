@@ -127,7 +127,7 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 	// One daemon per data plane: refused here, before the program, the
 	// maps or the state file are touched.
 	own, err := Own(ownerDir, OwnerKey("", cfg.Interface), Owner{Interface: cfg.Interface, Socket: cfg.API.Socket,
-		TCP: cfg.API.TCP, Config: cfgPath})
+		TCP: cfg.API.TCP, Config: cfgPath, StateFile: cfg.StateFile})
 	if err != nil {
 		return nil, err
 	}

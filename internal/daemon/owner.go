@@ -32,6 +32,7 @@ type Owner struct {
 	Socket    string    `json:"socket"` // API unix socket; "" when the daemon serves none
 	TCP       string    `json:"tcp"`    // API TCP address (needs the token)
 	Config    string    `json:"config"`
+	StateFile string    `json:"state_file"`
 	Since     time.Time `json:"since"`
 }
 
@@ -71,6 +72,13 @@ func Own(runDir, key string, o Owner) (*Ownership, error) {
 	if err != nil {
 		return nil, fmt.Errorf("taking the owner lock: %w", err)
 	}
+	// Two data planes, one socket or state file: the second daemon would
+	// rewrite the first one's state, or fail on the socket only after
+	// attaching. Refused here, before either.
+	if other, what, ok := sharing(runDir, key, o); ok {
+		lk.Unlock()
+		return nil, fmt.Errorf("%w: pid %d (data plane on %s) already uses %s", ErrOwned, other.PID, other.Interface, what)
+	}
 	o.PID = os.Getpid()
 	if o.Config != "" {
 		if abs, err := filepath.Abs(o.Config); err == nil {
@@ -96,6 +104,31 @@ func (w *Ownership) Release() {
 	_ = os.Remove(w.record)
 	w.lock.Remove()
 	w.lock = nil
+}
+
+// sharing finds a live daemon of another data plane that uses o's API
+// socket or state file.
+func sharing(runDir, key string, o Owner) (Owner, string, bool) {
+	ents, err := os.ReadDir(runDir)
+	if err != nil {
+		return Owner{}, "", false
+	}
+	_, mine := ownerPaths(runDir, key)
+	for _, e := range ents {
+		p := filepath.Join(runDir, e.Name())
+		if !strings.HasSuffix(e.Name(), ".owner") || p == mine {
+			continue
+		}
+		other, live := readOwner(p)
+		switch {
+		case !live:
+		case o.Socket != "" && other.Socket == o.Socket:
+			return other, "the API socket " + o.Socket, true
+		case o.StateFile != "" && other.StateFile == o.StateFile:
+			return other, "the state file " + o.StateFile, true
+		}
+	}
+	return Owner{}, "", false
 }
 
 // OwnerOf returns the live owner of a data plane; false when there is none

@@ -91,8 +91,9 @@ func TestSecondDaemonRefusedBeforeTouching(t *testing.T) {
 // Another interface (or the same name in another namespace: another pin
 // directory) is another data plane.
 func TestOwnersArePerDataPlane(t *testing.T) {
-	startFake(t)
+	_, attached := startFake(t)
 	a := testConfig(t)
+	a.API.Socket = filepath.Join(t.TempDir(), "api.sock")
 	b := testConfig(t)
 	b.Interface = "fake1"
 	da, err := New(a, "", quietLog())
@@ -100,6 +101,21 @@ func TestOwnersArePerDataPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = da.shutdown() }()
+	// ... but not with the first one's socket or state file: the second
+	// would attach, then fail on the socket or rewrite the first's state.
+	for _, share := range []func(c *config.Config){
+		func(c *config.Config) { c.API.Socket = a.API.Socket },
+		func(c *config.Config) { c.StateFile = a.StateFile },
+	} {
+		c := *b
+		share(&c)
+		if _, err := New(&c, "", quietLog()); !errors.Is(err, ErrOwned) {
+			t.Errorf("sharing with the first: %v", err)
+		}
+	}
+	if *attached != 1 {
+		t.Fatalf("%d data planes attached, want 1", *attached)
+	}
 	db, err := New(b, "", quietLog())
 	if err != nil {
 		t.Fatalf("a daemon on another interface: %v", err)
