@@ -5,7 +5,9 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 )
 
 func newAttach() *cobra.Command {
@@ -24,6 +26,11 @@ func newAttach() *cobra.Command {
 				o.Mode = m
 			}
 			o.PinRoot = g.pinRoot
+			// Attaching over a daemon's data plane swaps its program:
+			// that is the daemon's to do.
+			if err := refuseOwned(a[0], "replace its program"); err != nil {
+				return err
+			}
 			d, err := datapath.Attach(a[0], o)
 			if err != nil {
 				return err
@@ -56,11 +63,39 @@ func newDetach() *cobra.Command {
 		Short: "Remove the filter from IFACE and delete its rules and counters",
 		Args:  args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if err := refuseOwned(a[0], "detach its filter"); err != nil {
+				return err
+			}
 			if err := datapath.Detach(a[0], g.pinRoot); err != nil {
 				return err
+			}
+			// Nothing of the interface may stay behind: its lock file and,
+			// in a namespace, the namespace's empty pin directory (they
+			// piled up under /run/tierwall and /sys/fs/bpf/tierwall).
+			root := g.pinRoot
+			if root == "" {
+				var err error
+				if root, err = bpffs.Root(); err != nil {
+					return err
+				}
+			}
+			if err := bpffs.Forget(bpffs.FilterDir(root, a[0])); err != nil {
+				fmt.Fprintln(os.Stderr, "tierwall: warning: detached, but cleaning up:", err)
 			}
 			fmt.Printf("detached from %s\n", a[0])
 			return nil
 		},
 	}
+}
+
+// refuseOwned refuses to act on iface's data plane while a daemon owns it,
+// unless --direct.
+func refuseOwned(iface, what string) error {
+	o, ok := daemon.OwnerOf(ownerDir, daemon.OwnerKey(g.pinRoot, iface))
+	p := plane{iface: iface, owner: o, owned: ok}
+	if ok && !g.direct {
+		return p.errOwned("only it may "+what, "stop it first")
+	}
+	p.warnDirect()
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/probed"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -143,25 +144,57 @@ func prefixParam(r *http.Request) (netip.Prefix, error) {
 }
 
 // BatchRequest is the body of POST /v1/rules/batch: many operator bans,
-// all or nothing.
+// each judged on its own (one refused entry is reported and the others
+// applied) unless AllOrNothing.
 type BatchRequest struct {
-	Prefixes []string `json:"prefixes"`
-	Reason   string   `json:"reason"`
-	TTL      string   `json:"ttl"`
+	Prefixes     []string `json:"prefixes"`
+	Reason       string   `json:"reason"`
+	TTL          string   `json:"ttl"`
+	Force        bool     `json:"force,omitempty"`          // past the rails' width limit
+	Update       bool     `json:"update,omitempty"`         // replace reason and expiry of existing bans
+	AllOrNothing bool     `json:"all_or_nothing,omitempty"` // any refusal changes nothing (400)
 }
 
-// BatchResponse says how many prefixes the batch held and how many were
-// not banned before.
-type BatchResponse struct {
-	Prefixes int `json:"prefixes"`
-	New      int `json:"new"`
-}
+// BatchResponse says how many prefixes the batch held, how many were
+// new, already there (unchanged) or updated, and which were refused and
+// why.
+type BatchResponse = daemon.BatchResult
 
-// RuleRequest is the body of POST /v1/rules.
+// RuleRequest is the body of POST /v1/rules. Re-adding a banned prefix
+// leaves its ban as it is (200, result "exists") unless Update asks to
+// replace its reason and expiry (200, "updated"); a new ban is 201,
+// "added".
 type RuleRequest struct {
 	Prefix string `json:"prefix"`
 	Reason string `json:"reason"`
-	TTL    string `json:"ttl"` // Go duration; empty: no expiry
+	// TTL is a Go duration; empty: no expiry for a new ban, the current
+	// one kept by an update; "0s": no expiry.
+	TTL    string `json:"ttl"`
+	Force  bool   `json:"force,omitempty"`  // past the rails' width limit (never past this host's addresses)
+	Update bool   `json:"update,omitempty"` // replace reason and expiry of an existing ban
+}
+
+// operatorBan reads an operator ban's options: ttl empty is nil (see
+// RuleRequest), reason empty stays empty (the store names a new ban
+// "operator" and an update keeps the old reason).
+func operatorBan(ttl, reason string, force, update bool) (ban.Operator, error) {
+	o := ban.Operator{Reason: reason, Force: force, Update: update}
+	if ttl != "" {
+		d, err := time.ParseDuration(ttl)
+		if err != nil || d < 0 {
+			return o, fmt.Errorf("%w: ttl %q is not a positive duration", daemon.ErrBadRequest, ttl)
+		}
+		o.TTL = &d
+	}
+	return o, nil
+}
+
+// banStatus is 201 for a new ban, 200 for one that was there.
+func banStatus(added bool) int {
+	if added {
+		return http.StatusCreated
+	}
+	return http.StatusOK
 }
 
 // FlowRuleRequest is the body of POST and DELETE /v1/flowrules: the rule
@@ -176,6 +209,7 @@ type FlowRuleRequest struct {
 // AllowRequest is the body of POST /v1/allowlist.
 type AllowRequest struct {
 	Prefix string `json:"prefix"`
+	Force  bool   `json:"force,omitempty"` // past the rails' width limit for the allowlist
 }
 
 func ctx(r *http.Request) (context.Context, context.CancelFunc) {
@@ -226,19 +260,19 @@ func (s *Server) Handler() http.Handler {
 			fail(w, fmt.Errorf("%w: prefix: %v", daemon.ErrBadRequest, err))
 			return
 		}
-		ttl, reason, err := banOptions(req.TTL, req.Reason)
+		o, err := operatorBan(req.TTL, req.Reason, req.Force, req.Update)
 		if err != nil {
 			fail(w, err)
 			return
 		}
 		c, cancel := ctx(r)
 		defer cancel()
-		b, err := s.D.AddRule(c, p, reason, ttl)
+		b, err := s.D.OperatorBan(c, p, o)
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, b)
+		writeJSON(w, banStatus(b.Result == ban.Added), b)
 	})
 	m.HandleFunc("POST /v1/rules/batch", func(w http.ResponseWriter, r *http.Request) {
 		var req BatchRequest
@@ -255,19 +289,19 @@ func (s *Server) Handler() http.Handler {
 			}
 			ps = append(ps, p)
 		}
-		ttl, reason, err := banOptions(req.TTL, req.Reason)
+		o, err := operatorBan(req.TTL, req.Reason, req.Force, req.Update)
 		if err != nil {
 			fail(w, err)
 			return
 		}
 		c, cancel := ctx(r)
 		defer cancel()
-		n, err := s.D.AddRules(c, ps, reason, ttl)
+		res, err := s.D.OperatorBans(c, ps, o, req.AllOrNothing)
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, BatchResponse{Prefixes: len(ps), New: n})
+		writeJSON(w, banStatus(res.New > 0), res)
 	})
 	m.HandleFunc("DELETE /v1/rules/{prefix...}", func(w http.ResponseWriter, r *http.Request) {
 		p, err := prefixParam(r)
@@ -333,7 +367,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		c, cancel := ctx(r)
 		defer cancel()
-		if err := s.D.SetAllow(c, p, true); err != nil {
+		if err := s.D.AllowRule(c, p, req.Force); err != nil {
 			fail(w, err)
 			return
 		}

@@ -170,9 +170,26 @@ type Rails struct {
 	MaxTotal            int      `yaml:"max_total"`
 	MonitorOnly         bool     `yaml:"monitor_only"`
 	MaxEstablishedShare float64  `yaml:"max_established_share"`
+	// The widest ban and allowlist entry accepted without force, as the
+	// shortest prefix length per family (0: any): a ban of 0.0.0.0/0
+	// drops all traffic, an allow of ::/0 turns IPv6 filtering off.
+	MaxBanPrefixV4   int `yaml:"max_ban_prefix_v4"`
+	MaxBanPrefixV6   int `yaml:"max_ban_prefix_v6"`
+	MaxAllowPrefixV4 int `yaml:"max_allow_prefix_v4"`
+	MaxAllowPrefixV6 int `yaml:"max_allow_prefix_v6"`
 
 	AllowPrefixes     []netip.Prefix `yaml:"-"`
 	ProtectedPrefixes []netip.Prefix `yaml:"-"`
+}
+
+// AllowTooWide reports whether p is wider than the allowlist's limit for
+// its family, and that limit.
+func (r *Rails) AllowTooWide(p netip.Prefix) (int, bool) {
+	limit := r.MaxAllowPrefixV4
+	if p.Addr().Is6() {
+		limit = r.MaxAllowPrefixV6
+	}
+	return limit, limit > 0 && p.Bits() < limit
 }
 
 type API struct {
@@ -222,7 +239,7 @@ func Default() *Config {
 			Victim:  VictimDetector{Enabled: true},
 		},
 		Bans:  Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
-		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5},
+		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5, MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32},
 		API:   API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
 	}
 }
@@ -368,6 +385,17 @@ func (c *Config) Validate() error {
 	}
 	if c.Rails.MaxEstablishedShare < 0 || c.Rails.MaxEstablishedShare > 1 {
 		return bad("rails.max_established_share", c.Rails.MaxEstablishedShare, "outside 0..1")
+	}
+	for f, v := range map[string][2]int{"rails.max_ban_prefix_v4": {c.Rails.MaxBanPrefixV4, 32}, "rails.max_ban_prefix_v6": {c.Rails.MaxBanPrefixV6, 128},
+		"rails.max_allow_prefix_v4": {c.Rails.MaxAllowPrefixV4, 32}, "rails.max_allow_prefix_v6": {c.Rails.MaxAllowPrefixV6, 128}} {
+		if v[0] < 0 || v[0] > v[1] {
+			return bad(f, v[0], fmt.Sprintf("outside 0..%d", v[1]))
+		}
+	}
+	for i, p := range c.Rails.AllowPrefixes {
+		if limit, wide := c.Rails.AllowTooWide(p); wide {
+			return bad(fmt.Sprintf("rails.allow[%d]", i), p, fmt.Sprintf("is wider than /%d (rails.max_allow_prefix_v4/v6): it would let that traffic past every ban", limit))
+		}
 	}
 	if c.API.MaxBody <= 0 || c.API.MaxBody > 16<<20 {
 		return bad("api.max_body", c.API.MaxBody, "outside 1..16777216")

@@ -22,6 +22,7 @@ import (
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/detect"
 	"github.com/tierwall/tierwall/internal/mitigate"
@@ -87,6 +88,10 @@ type Daemon struct {
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
 
+	owner  *Ownership    // the data plane's owner lock, released at shutdown
+	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
+	mgmtAt time.Time
+
 	Metrics *Metrics
 	reqs    chan func()
 	mu      sync.Mutex // guards only what the metrics collector reads outside the loop
@@ -120,14 +125,21 @@ var _ DataPlane = (*datapath.Datapath)(nil)
 // the goroutine that will run Run, locked to its OS thread, in the network
 // namespace of cfg.Interface.
 func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err error) {
-	dp, err := datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
-		PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features,
-		KnownGoodCapacity: cfg.Capacity.KnownGood})
+	// One daemon per data plane: refused here, before the program, the
+	// maps or the state file are touched.
+	own, err := Own(ownerDir, OwnerKey("", cfg.Interface), Owner{Interface: cfg.Interface, Socket: cfg.API.Socket,
+		TCP: cfg.API.TCP, Config: cfgPath, StateFile: cfg.StateFile})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			own.Release()
+		}
+	}()
+	dp, err := attachDataPlane(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
-	}
-	for _, w := range dp.Warnings {
-		log.Warn(w)
 	}
 	hw, err := openHardware(cfg, log)
 	if err != nil {
@@ -142,8 +154,27 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 		dp.Close()
 		return nil, err
 	}
+	d.owner = own
 	return d, nil
 }
+
+// ownerDir and attachDataPlane are the run directory and datapath.Attach;
+// tests start daemons over a fake data plane in a temporary directory.
+var (
+	ownerDir        = bpffs.RunDir
+	attachDataPlane = func(cfg *config.Config, log *slog.Logger) (DataPlane, error) {
+		dp, err := datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
+			PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features,
+			KnownGoodCapacity: cfg.Capacity.KnownGood})
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range dp.Warnings {
+			log.Warn(w)
+		}
+		return dp, nil
+	}
+)
 
 // NewOver builds the loop over a data plane the caller loaded (no
 // hardware tier, no configuration file to reload): for benchmarks that
@@ -168,6 +199,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	}
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
 	d.store.RefreshEvery = refreshEvery
+	d.refreshManagement(now)
 	if err := d.reconcile(now); err != nil {
 		return nil, err
 	}
@@ -178,7 +210,8 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 func rails(cfg *config.Config) ban.Rails {
 	r := cfg.Rails
 	return ban.Rails{Allow: r.AllowPrefixes, Protected: r.ProtectedPrefixes, MaxNewPerInterval: r.MaxNewPerInterval,
-		MaxTotal: r.MaxTotal, MonitorOnly: r.MonitorOnly, MaxEstablishedShare: r.MaxEstablishedShare}
+		MaxTotal: r.MaxTotal, MonitorOnly: r.MonitorOnly, MaxEstablishedShare: r.MaxEstablishedShare,
+		WidestBan4: r.MaxBanPrefixV4, WidestBan6: r.MaxBanPrefixV6}
 }
 
 func (d *Daemon) buildDetectors() {
@@ -401,6 +434,7 @@ func (d *Daemon) Step(now time.Time) error {
 	if err := d.dp.Check(); err != nil {
 		return err
 	}
+	d.keepManagement(now)
 	tr, err := d.observe()
 	if err != nil {
 		return err
@@ -1075,6 +1109,7 @@ func (d *Daemon) reload(now time.Time) {
 	detChanged := !reflect.DeepEqual(c.Detectors, d.cfg.Detectors)
 	d.cfg = c
 	d.store.Rails, d.store.TTL = rails(c), c.Bans.TTL
+	d.refreshManagement(now)
 	if detChanged {
 		d.buildDetectors()
 		d.restoreBaselines() // a reload never relearns (an attack may be running)
@@ -1105,6 +1140,7 @@ func (d *Daemon) shutdown() error {
 		errs = append(errs, err)
 	}
 	d.dp.Close()
+	d.owner.Release()
 	d.log.Info("tierwall stopped; the XDP filter keeps enforcing the bans", "bans", d.store.Len())
 	return errors.Join(errs...)
 }
