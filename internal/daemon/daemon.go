@@ -158,7 +158,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		hist: map[detect.Key]int32{}, histNext: map[detect.Key]int32{}}
 	d.Metrics = newMetrics(d)
 	if hw != nil {
-		d.off = &placement.Offloader{Table: hw, Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
+		d.off = &placement.Offloader{Table: d.Metrics.countHW(hw), Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
 			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
 	}
 	d.buildDetectors()
@@ -395,7 +395,8 @@ func (d *Daemon) unbanThreshold() float64 {
 
 // Step runs one interval of the loop: a list of short stages, each of
 // which reads and writes the daemon's state on this goroutine.
-func (d *Daemon) Step(now time.Time) error {
+func (d *Daemon) Step(now time.Time) (err error) {
+	defer func(began time.Time) { d.stepDone(now, began, err) }(time.Now())
 	d.steps++
 	if err := d.dp.Check(); err != nil {
 		return err
@@ -530,7 +531,7 @@ func (d *Daemon) spareKnownGood(ds []detect.Detection) []detect.Detection {
 	}
 	if spared > 0 {
 		d.event(d.lastAt, "refused", netip.Prefix{}, "%d detections spared known-good clients, e.g. %s", spared, example)
-		d.Metrics.refused.Add(float64(spared))
+		d.Metrics.refuse("known_good", spared)
 	}
 	return out
 }
@@ -605,7 +606,7 @@ func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 	for _, b := range added {
 		if err := d.admit(b.Prefix); err != nil {
 			d.store.Remove(b.Prefix)
-			d.Metrics.refused.Inc()
+			d.Metrics.refuse("invalid", 1)
 			d.event(now, "refused", b.Prefix, "%s: %v", b.Detector, err)
 			continue
 		}
@@ -679,7 +680,7 @@ func (d *Daemon) reportRefusals(now time.Time, refused []ban.Refusal) {
 	by := map[string]*group{}
 	var order []string
 	for _, r := range refused {
-		d.Metrics.refused.Inc()
+		d.Metrics.refuse(r.Why, 1)
 		key := r.Detection.Detector + ": " + refusalKind(r.Why)
 		g := by[key]
 		if g == nil {

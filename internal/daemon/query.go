@@ -91,6 +91,9 @@ func (d *Daemon) AddRule(ctx context.Context, p netip.Prefix, reason string, ttl
 			return
 		}
 		d.dirty = true
+		if !existed {
+			d.Metrics.bans.Inc()
+		}
 		d.event(now, "ban", p, "operator: %s", reason)
 		err = d.save(now)
 	})
@@ -140,6 +143,7 @@ func (d *Daemon) AddRules(ctx context.Context, ps []netip.Prefix, reason string,
 			return
 		}
 		added = len(ps) - len(prev)
+		d.Metrics.bans.Add(float64(added))
 		d.dirty = true
 		d.event(now, "ban", netip.Prefix{}, "operator: %d prefixes (%d new): %s", len(ps), added, reason)
 		err = d.save(now)
@@ -158,6 +162,7 @@ func (d *Daemon) DeleteRule(ctx context.Context, p netip.Prefix) (err error) {
 			return
 		}
 		d.unblock(now, p)
+		d.Metrics.unbans.Inc()
 		d.dirty = true
 		d.event(now, "unban", p, "operator")
 		err = d.save(now)
@@ -202,6 +207,7 @@ func (d *Daemon) SetAllow(ctx context.Context, p netip.Prefix, add bool) (err er
 				if p.Bits() <= b.Prefix.Bits() && p.Contains(b.Prefix.Addr()) {
 					d.store.Remove(b.Prefix)
 					d.unblock(now, b.Prefix)
+					d.Metrics.unbans.Inc()
 					d.event(now, "unban", b.Prefix, "allowlisted by operator (%s)", p)
 				}
 			}
