@@ -15,7 +15,7 @@ import (
 
 // The probe role's endpoints: the probe's status, its largest flows and
 // its totals per application.
-func (s *Server) probeRoutes(m *http.ServeMux) {
+func (s *Server) probeRoutes(m *mux) {
 	read(m, "GET /v1/flows/status", func(context.Context) (probed.Status, error) { return s.P.Status() })
 	// What every role answers: the harness and operators' checks ask it.
 	read(m, "GET /v1/status", func(context.Context) (probed.Status, error) { return s.P.Status() })

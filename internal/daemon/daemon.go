@@ -38,7 +38,7 @@ import (
 type Event struct {
 	Time   time.Time    `json:"time"`
 	Kind   string       `json:"kind"` // detection, ban, refused, unban, restore, adopt, error, reload, breaker
-	Prefix netip.Prefix `json:"prefix,omitzero"`
+	Prefix netip.Prefix `json:"prefix"` // "" when the event names none
 	Detail string       `json:"detail"`
 }
 
@@ -85,6 +85,7 @@ type Daemon struct {
 	flow         flowState
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
+	detections   []Detection         // the last intervals' heaviest detections, for the API (under mu)
 
 	Metrics *Metrics
 	reqs    chan func()
@@ -406,6 +407,7 @@ func (d *Daemon) Step(now time.Time) (err error) {
 		return err
 	}
 	ds := d.detect(tr)
+	d.recordDetections(now, ds)
 	d.keepBaselines()
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)

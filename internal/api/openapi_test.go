@@ -1,0 +1,272 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/probed"
+)
+
+// spec is the part of the OpenAPI document these tests read.
+type spec struct {
+	Paths      map[string]map[string]operation `json:"paths"`
+	Components struct {
+		Schemas map[string]*schema `json:"schemas"`
+	} `json:"components"`
+}
+
+type operation struct {
+	Responses map[string]struct {
+		Ref     string `json:"$ref"`
+		Content map[string]struct {
+			Schema *schema `json:"schema"`
+		} `json:"content"`
+	} `json:"responses"`
+}
+
+type schema struct {
+	Ref                  string             `json:"$ref"`
+	Type                 string             `json:"type"`
+	Nullable             bool               `json:"nullable"`
+	Properties           map[string]*schema `json:"properties"`
+	Required             []string           `json:"required"`
+	Items                *schema            `json:"items"`
+	AllOf                []*schema          `json:"allOf"`
+	AdditionalProperties json.RawMessage    `json:"additionalProperties"`
+	Enum                 []any              `json:"enum"`
+}
+
+func loadSpec(t *testing.T) *spec {
+	t.Helper()
+	var s spec
+	if err := json.Unmarshal(openAPI, &s); err != nil {
+		t.Fatalf("openapi.json: %v", err)
+	}
+	return &s
+}
+
+// resolve follows $ref and a single allOf (how 3.0 makes a $ref
+// nullable).
+func (s *spec) resolve(sc *schema) *schema {
+	for sc != nil {
+		switch {
+		case sc.Ref != "":
+			sc = s.Components.Schemas[strings.TrimPrefix(sc.Ref, "#/components/schemas/")]
+		case len(sc.AllOf) == 1 && sc.Type == "":
+			sc = s.resolve(sc.AllOf[0])
+		default:
+			return sc
+		}
+	}
+	return nil
+}
+
+// validate reports where v departs from sc: a wrong type, a null where
+// the schema allows none, a documented field missing, an undocumented
+// one present.
+func (s *spec) validate(path string, sc *schema, v any) []string {
+	nullable := sc != nil && sc.Nullable
+	sc = s.resolve(sc)
+	if sc == nil {
+		return []string{path + ": no schema"}
+	}
+	if v == nil {
+		if nullable || sc.Nullable {
+			return nil
+		}
+		return []string{path + ": null"}
+	}
+	var bad []string
+	switch sc.Type {
+	case "object":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return []string{fmt.Sprintf("%s: %T, want an object", path, v)}
+		}
+		for _, k := range sc.Required {
+			if _, ok := m[k]; !ok {
+				bad = append(bad, path+"."+k+": missing")
+			}
+		}
+		var extra *schema
+		open := len(sc.AdditionalProperties) > 0 && string(sc.AdditionalProperties) != "false"
+		if open && string(sc.AdditionalProperties) != "true" {
+			extra = new(schema)
+			if err := json.Unmarshal(sc.AdditionalProperties, extra); err != nil {
+				return []string{path + ": additionalProperties: " + err.Error()}
+			}
+		}
+		for k, x := range m {
+			switch p, ok := sc.Properties[k]; {
+			case ok:
+				bad = append(bad, s.validate(path+"."+k, p, x)...)
+			case extra != nil:
+				bad = append(bad, s.validate(path+"."+k, extra, x)...)
+			case !open:
+				bad = append(bad, path+"."+k+": not in the schema")
+			}
+		}
+	case "array":
+		a, ok := v.([]any)
+		if !ok {
+			return []string{fmt.Sprintf("%s: %T, want an array", path, v)}
+		}
+		for i, x := range a {
+			bad = append(bad, s.validate(fmt.Sprintf("%s[%d]", path, i), sc.Items, x)...)
+		}
+	case "string":
+		str, ok := v.(string)
+		if !ok {
+			return []string{fmt.Sprintf("%s: %T, want a string", path, v)}
+		}
+		if len(sc.Enum) > 0 && !slices.Contains(sc.Enum, any(str)) {
+			bad = append(bad, fmt.Sprintf("%s: %q not in %v", path, str, sc.Enum))
+		}
+	case "number", "integer":
+		f, ok := v.(float64)
+		if !ok || sc.Type == "integer" && f != float64(int64(f)) {
+			return []string{fmt.Sprintf("%s: %v, want a%s %s", path, v, map[bool]string{true: "n"}[sc.Type == "integer"], sc.Type)}
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return []string{fmt.Sprintf("%s: %T, want a boolean", path, v)}
+		}
+	case "":
+		// free-form
+	default:
+		return []string{path + ": unknown schema type " + sc.Type}
+	}
+	return bad
+}
+
+// openAPIPath is a mux pattern's path as the document writes it.
+func openAPIPath(pattern string) (method, path string) {
+	method, path, _ = strings.Cut(pattern, " ")
+	return strings.ToLower(method), strings.ReplaceAll(path, "...}", "}")
+}
+
+// Every route of both roles is in the document, every operation in the
+// document is a route, and every GET documents its answer's schema.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	doc := loadSpec(t)
+	routes := map[string]bool{}
+	for _, s := range []*Server{{D: nil, P: &probed.Probed{}}, {D: testDaemonOnly(t)}} {
+		for _, p := range s.routes().patterns {
+			m, path := openAPIPath(p)
+			if m == "" || !strings.HasPrefix(path, "/") {
+				t.Errorf("route %q has no method: it answers every method", p)
+				continue
+			}
+			routes[m+" "+path] = true
+		}
+	}
+	for r := range routes {
+		m, path, _ := strings.Cut(r, " ")
+		if _, ok := doc.Paths[path][m]; !ok {
+			t.Errorf("route %s %s is not in openapi.json", strings.ToUpper(m), path)
+		}
+	}
+	var ops []string
+	for path, ms := range doc.Paths {
+		for m, op := range ms {
+			ops = append(ops, m+" "+path)
+			if !routes[m+" "+path] {
+				t.Errorf("openapi.json documents %s %s, which no route serves", strings.ToUpper(m), path)
+			}
+			if m != "get" {
+				continue
+			}
+			ok := op.Responses["200"]
+			if len(ok.Content) == 0 {
+				t.Errorf("GET %s: no response schema", path)
+			}
+			for ct, c := range ok.Content {
+				if c.Schema == nil || doc.resolve(c.Schema) == nil {
+					t.Errorf("GET %s: %s without a schema (or a $ref to nothing)", path, ct)
+				}
+			}
+		}
+	}
+	sort.Strings(ops)
+	if len(ops) < len(routes) {
+		t.Errorf("%d operations for %d routes", len(ops), len(routes))
+	}
+}
+
+// testDaemonOnly is a daemon for building routes.
+func testDaemonOnly(t *testing.T) *daemon.Daemon {
+	d, _, _ := testDaemon(t)
+	return d
+}
+
+// Every JSON GET of the mitigation role answers what its schema says,
+// after some activity: no field missing or undocumented, no null list.
+func TestGETAnswersMatchSchemas(t *testing.T) {
+	doc := loadSpec(t)
+	_, url, step := testDaemon(t)
+	step()
+	post(t, url+"/v1/rules", `{"prefix":"192.0.2.0/24","ttl":"1h"}`)
+	step()
+	checked := 0
+	for path, ms := range doc.Paths {
+		op, ok := ms["get"]
+		if !ok || strings.Contains(path, "{") || strings.HasPrefix(path, "/v1/flows/") {
+			continue // path parameters, and the probe role's (another daemon)
+		}
+		code, h, b := call(t, "GET", url+path)
+		if code != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, code, b)
+			continue
+		}
+		c, ok := op.Responses["200"].Content["application/json"]
+		if !ok {
+			if ct := h.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
+				t.Errorf("GET %s answers JSON, documented as %v", path, op.Responses["200"].Content)
+			}
+			continue
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Errorf("GET %s: %v", path, err)
+			continue
+		}
+		for _, e := range doc.validate(path, c.Schema, v) {
+			t.Errorf("GET %s: %s", path, e)
+		}
+		checked++
+	}
+	if checked < 10 {
+		t.Errorf("only %d GETs checked", checked)
+	}
+}
+
+// The validator catches what it exists for.
+func TestSchemaValidator(t *testing.T) {
+	doc := loadSpec(t)
+	sc := &schema{Ref: "#/components/schemas/Status"}
+	for body, want := range map[string]string{
+		`{"interface":"x"}`: "missing",
+		`{"interface":"x","interval":"1s","hardware":"","started":"","intervals":1,"last_interval":null,"bans":0,"monitor_only":false,"circuit_breaker_open":false,"unban_threshold_pps":1,"learned_threshold_pps":null,"extra":1}`: "not in the schema",
+		`{"interface":"x","interval":"1s","hardware":"","started":"","intervals":1.5,"last_interval":null,"bans":0,"monitor_only":false,"circuit_breaker_open":false,"unban_threshold_pps":1,"learned_threshold_pps":null}`: "want an integer",
+		`{"interface":null,"interval":"1s","hardware":"","started":"","intervals":1,"last_interval":null,"bans":0,"monitor_only":false,"circuit_breaker_open":false,"unban_threshold_pps":1,"learned_threshold_pps":null}`: "null",
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(doc.validate("", sc, v), "; "); !strings.Contains(got, want) {
+			t.Errorf("%s: %q, want %q", body, got, want)
+		}
+	}
+	var v any
+	_ = json.Unmarshal([]byte(`null`), &v)
+	if got := doc.validate("", &schema{Type: "array", Items: &schema{Type: "string"}}, v); len(got) == 0 {
+		t.Error("a null list passed")
+	}
+}
