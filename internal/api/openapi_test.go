@@ -253,8 +253,8 @@ func TestSchemaValidator(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"interface":"x"}`: "missing",
 		`{"interface":"x","interval":"1s","hardware":"","started":"","intervals":1,"last_interval":null,"bans":0,"monitor_only":false,"circuit_breaker_open":false,"unban_threshold_pps":1,"learned_threshold_pps":null,"extra":1}`: "not in the schema",
-		`{"interface":"x","interval":"1s","hardware":"","started":"","intervals":1.5,"last_interval":null,"bans":0,"monitor_only":false,"circuit_breaker_open":false,"unban_threshold_pps":1,"learned_threshold_pps":null}`: "want an integer",
-		`{"interface":null,"interval":"1s","hardware":"","started":"","intervals":1,"last_interval":null,"bans":0,"monitor_only":false,"circuit_breaker_open":false,"unban_threshold_pps":1,"learned_threshold_pps":null}`: "null",
+		`{"interface":"x","interval":"1s","hardware":"","started":"","intervals":1.5,"last_interval":null,"bans":0,"monitor_only":false,"circuit_breaker_open":false,"unban_threshold_pps":1,"learned_threshold_pps":null}`:         "want an integer",
+		`{"interface":null,"interval":"1s","hardware":"","started":"","intervals":1,"last_interval":null,"bans":0,"monitor_only":false,"circuit_breaker_open":false,"unban_threshold_pps":1,"learned_threshold_pps":null}`:          "null",
 	} {
 		var v any
 		if err := json.Unmarshal([]byte(body), &v); err != nil {

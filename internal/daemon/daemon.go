@@ -37,7 +37,7 @@ import (
 // Event is one thing the daemon did or decided, for the API and logs.
 type Event struct {
 	Time   time.Time    `json:"time"`
-	Kind   string       `json:"kind"` // detection, ban, refused, unban, restore, adopt, error, reload, breaker
+	Kind   string       `json:"kind"`   // one of EventKinds
 	Prefix netip.Prefix `json:"prefix"` // "" when the event names none
 	Detail string       `json:"detail"`
 }
