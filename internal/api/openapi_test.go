@@ -205,14 +205,21 @@ func testDaemonOnly(t *testing.T) *daemon.Daemon {
 	return d
 }
 
-// Every JSON GET of the mitigation role answers what its schema says,
-// after some activity: no field missing or undocumented, no null list.
+// Every JSON GET of the mitigation role answers what its schema says, on
+// a fresh daemon and after some activity: a field that is there in one
+// and not the other, undocumented, or a null list fails.
 func TestGETAnswersMatchSchemas(t *testing.T) {
 	doc := loadSpec(t)
 	_, url, step := testDaemon(t)
+	checkGETs(t, doc, url, "fresh")
 	step()
 	post(t, url+"/v1/rules", `{"prefix":"192.0.2.0/24","ttl":"1h"}`)
 	step()
+	checkGETs(t, doc, url, "after activity")
+}
+
+func checkGETs(t *testing.T, doc *spec, url, when string) {
+	t.Helper()
 	checked := 0
 	for path, ms := range doc.Paths {
 		op, ok := ms["get"]
@@ -221,7 +228,7 @@ func TestGETAnswersMatchSchemas(t *testing.T) {
 		}
 		code, h, b := call(t, "GET", url+path)
 		if code != http.StatusOK {
-			t.Errorf("GET %s: %d %s", path, code, b)
+			t.Errorf("%s: GET %s: %d %s", when, path, code, b)
 			continue
 		}
 		c, ok := op.Responses["200"].Content["application/json"]
@@ -233,16 +240,16 @@ func TestGETAnswersMatchSchemas(t *testing.T) {
 		}
 		var v any
 		if err := json.Unmarshal(b, &v); err != nil {
-			t.Errorf("GET %s: %v", path, err)
+			t.Errorf("%s: GET %s: %v", when, path, err)
 			continue
 		}
 		for _, e := range doc.validate(path, c.Schema, v) {
-			t.Errorf("GET %s: %s", path, e)
+			t.Errorf("%s: GET %s: %s", when, path, e)
 		}
 		checked++
 	}
 	if checked < 10 {
-		t.Errorf("only %d GETs checked", checked)
+		t.Errorf("%s: only %d GETs checked", when, checked)
 	}
 }
 
