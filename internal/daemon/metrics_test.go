@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -196,3 +201,32 @@ func TestMetricsLoopAndBuild(t *testing.T) {
 }
 
 var errFake = errors.New("injected failure")
+
+// EventKinds, which the API checks ?kind= against, names every kind the
+// daemon records: a kind missing from it could never be asked for.
+func TestEventKindsComplete(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`\bd\.event\([^,]+,\s*"([a-z_]+)"`)
+	seen := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+			seen++
+			if !slices.Contains(EventKinds, m[1]) {
+				t.Errorf("%s records events of kind %q, not in EventKinds", f, m[1])
+			}
+		}
+	}
+	if seen < 10 {
+		t.Errorf("found only %d d.event calls: the pattern no longer matches the code", seen)
+	}
+}
