@@ -113,7 +113,7 @@ func fakeDaemon(t *testing.T) string {
 		reply(w, []detect.Talker{{Src: netip.MustParseAddr("203.0.113.9"), PPS: 42}})
 	})
 	srv := &http.Server{Handler: mux}
-	go srv.Serve(l)
+	go func() { _ = srv.Serve(l) }() // ErrServerClosed at cleanup
 	t.Cleanup(func() { srv.Close() })
 	return sock
 }
