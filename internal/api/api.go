@@ -409,6 +409,7 @@ func (s *Server) routes() *mux {
 	})
 	read(m, "GET /v1/flowrules", func(c context.Context) (any, error) {
 		rs, err := s.D.FlowRules(c)
+		rs = slices.Clone(rs)
 		if rs == nil {
 			rs = []mitigate.Rule{}
 		}
@@ -424,6 +425,14 @@ func (s *Server) routes() *mux {
 		}
 		if v.Active == nil {
 			v.Active = []detect.Mitigation{}
+		}
+		// Copies: the daemon's own slices are not the API's to change.
+		v.Attacks, v.Active = slices.Clone(v.Attacks), slices.Clone(v.Active)
+		for i := range v.Attacks {
+			roundEvidence(&v.Attacks[i].Evidence)
+		}
+		for i := range v.Active {
+			roundEvidence(&v.Active[i].Evidence)
 		}
 		return v, err
 	})
@@ -544,6 +553,17 @@ func (s *Server) routes() *mux {
 // roundRate rounds a rate (per second) to one decimal: the digits past it
 // are noise.
 func roundRate(x float64) float64 { return math.Round(x*10) / 10 }
+
+// roundEvidence rounds a judgement's rates and shares.
+func roundEvidence(e *detect.Evidence) {
+	for _, x := range []*float64{&e.PPS, &e.BPS, &e.SYNPPS, &e.TCPPPS, &e.UDPPPS, &e.BaselinePPS, &e.ThresholdPPS,
+		&e.BaselineSYN, &e.BaselineSrcs, &e.BaselineNew} {
+		*x = roundRate(*x)
+	}
+	for _, x := range []*float64{&e.FewShare, &e.Covered} {
+		*x = math.Round(*x*1000) / 1000
+	}
+}
 
 // Authenticated wraps h with a bearer-token check (for TCP).
 func (s *Server) Authenticated(h http.Handler) http.Handler {

@@ -31,8 +31,9 @@ type memDP struct {
 func (m *memDP) Snapshot() (*datapath.Snapshot, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.at = m.at.Add(time.Second)
-	s := &datapath.Snapshot{Start: m.at.Add(-time.Second), End: m.at, Flows: m.flows}
+	// 1.3 s: rates with long fractions, as real intervals give.
+	m.at = m.at.Add(1300 * time.Millisecond)
+	s := &datapath.Snapshot{Start: m.at.Add(-1300 * time.Millisecond), End: m.at, Flows: m.flows}
 	m.flows = nil
 	return s, nil
 }
@@ -262,7 +263,7 @@ func TestAPIDetections(t *testing.T) {
 	if code != 200 || json.Unmarshal(b, &ds) != nil || len(ds) == 0 {
 		t.Fatalf("detections: %d %s", code, b)
 	}
-	if ds[0].Prefix != netip.MustParsePrefix("198.51.100.7/32") || ds[0].Detector != "rate" || ds[0].Rate != 5000 {
+	if ds[0].Prefix != netip.MustParsePrefix("198.51.100.7/32") || ds[0].Detector != "rate" || ds[0].Rate != 3846.2 {
 		t.Errorf("detection %+v", ds[0])
 	}
 }

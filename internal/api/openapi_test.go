@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -246,11 +247,45 @@ func checkGETs(t *testing.T, doc *spec, url, when string) {
 		for _, e := range doc.validate(path, c.Schema, v) {
 			t.Errorf("%s: GET %s: %s", when, path, e)
 		}
+		for _, n := range longFractions(b) {
+			t.Errorf("%s: GET %s: %s: round it", when, path, n)
+		}
 		checked++
 	}
 	if checked < 10 {
 		t.Errorf("%s: only %d GETs checked", when, checked)
 	}
+}
+
+// longFractions are the numbers in a JSON text with more than three
+// decimals: noise, not precision, in a rate or a share.
+func longFractions(b []byte) []string {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case json.Number:
+			if _, frac, ok := strings.Cut(strings.ToLower(x.String()), "."); ok && (len(frac) > 3 || strings.Contains(frac, "e-")) {
+				out = append(out, x.String())
+			}
+		case []any:
+			for _, y := range x {
+				walk(y)
+			}
+		case map[string]any:
+			for _, y := range x {
+				walk(y)
+			}
+		}
+	}
+	walk(v)
+	return out
 }
 
 // The validator catches what it exists for.
