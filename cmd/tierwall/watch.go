@@ -234,27 +234,35 @@ func frame(prev, cur *sample, w, h int) []string {
 		add("hardware: none (XDP only)")
 	}
 	// The talkers take the height that is left, the header included.
-	if room := h - len(lines) - 1; room > 1 {
+	if room := h - len(lines) - 2; room > 1 {
 		add("")
-		wide := w >= 72
-		if wide {
-			add("%-39s %9s %9s %8s %6s %s", "TOP TALKERS (last interval)", "PPS", "BIT/S", "SYN/S", "DESTS", "BANNED")
-		} else {
-			add("%-24s %9s %9s %s", "TOP TALKERS", "PPS", "BIT/S", "BANNED")
+		add("top talkers that passed in the daemon's last interval")
+		top := cur.top[:min(room-1, len(cur.top))]
+		// The address column is as wide as the longest address shown; the
+		// SYN and destination columns go first when the width is short.
+		srcW := len("SOURCE")
+		for _, t := range top {
+			srcW = max(srcW, len(t.Src.String()))
 		}
-		for _, t := range cur.top[:min(room-1, len(cur.top))] {
+		wide := w >= srcW+43
+		if wide {
+			add("%-*s %9s %9s %8s %6s %s", srcW, "SOURCE", "PPS", "BIT/S", "SYN/S", "DESTS", "BANNED")
+		} else {
+			add("%-*s %9s %9s %s", srcW, "SOURCE", "PPS", "BIT/S", "BANNED")
+		}
+		for _, t := range top {
 			banned := ""
 			if t.Banned {
 				banned = "yes"
 			}
 			if wide {
-				add("%-39s %9s %9s %8s %6d %s", t.Src, si(t.PPS), si(t.BPS), si(t.SYNPS), t.Dests, banned)
+				add("%-*s %9s %9s %8s %6d %s", srcW, t.Src, si(t.PPS), si(t.BPS), si(t.SYNPS), t.Dests, banned)
 			} else {
-				add("%-24s %9s %9s %s", t.Src, si(t.PPS), si(t.BPS), banned)
+				add("%-*s %9s %9s %s", srcW, t.Src, si(t.PPS), si(t.BPS), banned)
 			}
 		}
-		if len(cur.top) == 0 {
-			add("(no traffic passed in the last interval)")
+		if len(top) == 0 {
+			add("(none)")
 		}
 	}
 	if len(lines) > h {

@@ -83,6 +83,24 @@ func TestWatchFrameFits(t *testing.T) {
 	}
 }
 
+// A long IPv6 source stays whole at 80 columns: the columns that give
+// way are the counts, not the address.
+func TestWatchFrameIPv6(t *testing.T) {
+	prev, cur := samples(1)
+	src := netip.MustParseAddr("2001:db8:1234:5678:9abc:def0:1234:5678")
+	cur.top[0].Src = src
+	lines := frame(prev, cur, 80, 24)
+	text := strings.Join(lines, "\n")
+	if !strings.Contains(text, src.String()+" ") {
+		t.Errorf("address cut at 80 columns:\n%s", text)
+	}
+	for _, l := range lines {
+		if len(l) > 80 {
+			t.Errorf("line of %d columns: %q", len(l), l)
+		}
+	}
+}
+
 // fakeDaemon answers the three GETs watch reads, its counters growing
 // with every reading.
 func fakeDaemon(t *testing.T) string {

@@ -192,9 +192,10 @@ func ctx(r *http.Request) (context.Context, context.CancelFunc) {
 type mux struct {
 	*http.ServeMux
 	patterns []string
+	hint     string // where a caller who missed finds the routes
 }
 
-func newMux() *mux { return &mux{ServeMux: http.NewServeMux()} }
+func newMux() *mux { return &mux{ServeMux: http.NewServeMux(), hint: "see /v1/openapi.json"} }
 
 func (m *mux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
 	m.patterns = append(m.patterns, pattern)
@@ -212,7 +213,7 @@ func (m *mux) Handle(pattern string, h http.Handler) {
 // 404, since the mux prefers any route for the method over none.
 func (m *mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := m.ServeMux.Handler(r); pattern == "" {
-		w = &errorWriter{ResponseWriter: w, r: r}
+		w = &errorWriter{ResponseWriter: w, r: r, hint: m.hint}
 	}
 	m.ServeMux.ServeHTTP(w, r)
 }
@@ -221,6 +222,7 @@ func (m *mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type errorWriter struct {
 	http.ResponseWriter
 	r     *http.Request
+	hint  string
 	wrote bool
 }
 
@@ -233,7 +235,7 @@ func (e *errorWriter) WriteHeader(code int) {
 		e.ResponseWriter.WriteHeader(code)
 		return
 	}
-	msg := fmt.Sprintf("no endpoint %s %s (see /v1/openapi.json)", e.r.Method, e.r.URL.Path)
+	msg := fmt.Sprintf("no endpoint %s %s (%s)", e.r.Method, e.r.URL.Path, e.hint)
 	if code == http.StatusMethodNotAllowed {
 		msg = fmt.Sprintf("%s is not allowed on %s; allowed: %s", e.r.Method, e.r.URL.Path, e.Header().Get("Allow"))
 	}

@@ -19,6 +19,7 @@ func (s *Server) MetricsHandler() http.Handler {
 		reg = s.P.Metrics
 	}
 	m := newMux()
+	m.hint = "this listener serves GET /metrics and GET /healthz only"
 	m.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
