@@ -4,14 +4,22 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/flow"
+	"github.com/tierwall/tierwall/internal/flow/flowtest"
 	"github.com/tierwall/tierwall/internal/probed"
+	"github.com/tierwall/tierwall/internal/tier/tiertest"
 )
 
 // spec is the part of the OpenAPI document these tests read.
@@ -212,20 +220,48 @@ func testDaemonOnly(t *testing.T) *daemon.Daemon {
 func TestGETAnswersMatchSchemas(t *testing.T) {
 	doc := loadSpec(t)
 	_, url, step := testDaemon(t)
-	checkGETs(t, doc, url, "fresh")
+	mitigation := func(path string) bool { return !strings.HasPrefix(path, "/v1/flows/") }
+	checkGETs(t, doc, url, "fresh", mitigation, 10)
 	step()
 	post(t, url+"/v1/rules", `{"prefix":"192.0.2.0/24","ttl":"1h"}`)
 	step()
-	checkGETs(t, doc, url, "after activity")
+	checkGETs(t, doc, url, "after activity", mitigation, 10)
 }
 
-func checkGETs(t *testing.T, doc *spec, url, when string) {
+// The probe role's GETs too (its /v1/status is its /v1/flows/status).
+func TestProbeGETAnswersMatchSchemas(t *testing.T) {
+	doc := loadSpec(t)
+	cfg := config.Default()
+	cfg.Role = config.RoleProbe
+	cfg.Probe.Policy = map[string]string{"default": "software"}
+	sw := flowtest.New(100, 10)
+	p, err := probed.Assemble(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), probed.Parts{SW: sw, HW: tiertest.NewFlowTable(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer((&Server{P: p}).Handler())
+	defer srv.Close()
+	probe := func(path string) bool { return strings.HasPrefix(path, "/v1/flows/") }
+	checkGETs(t, doc, srv.URL, "probe, fresh", probe, 4)
+	src, dst := netip.MustParseAddrPort("192.0.2.1:1234"), netip.MustParseAddrPort("192.0.2.2:53")
+	for range 3 {
+		sw.Packet(flowtest.Pkt{Proto: 17, Src: src, Dst: dst, Size: 80, Mark: flow.MarkMiss})
+	}
+	if err := p.Engine.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	checkGETs(t, doc, srv.URL, "probe, after a flow", probe, 4)
+}
+
+// checkGETs validates the answer of every GET of the document that want
+// selects (and that takes no path parameter) against its schema.
+func checkGETs(t *testing.T, doc *spec, url, when string, want func(string) bool, atLeast int) {
 	t.Helper()
 	checked := 0
 	for path, ms := range doc.Paths {
 		op, ok := ms["get"]
-		if !ok || strings.Contains(path, "{") || strings.HasPrefix(path, "/v1/flows/") {
-			continue // path parameters, and the probe role's (another daemon)
+		if !ok || strings.Contains(path, "{") || !want(path) {
+			continue
 		}
 		code, h, b := call(t, "GET", url+path)
 		if code != http.StatusOK {
@@ -252,7 +288,7 @@ func checkGETs(t *testing.T, doc *spec, url, when string) {
 		}
 		checked++
 	}
-	if checked < 10 {
+	if checked < atLeast {
 		t.Errorf("%s: only %d GETs checked", when, checked)
 	}
 }
@@ -310,5 +346,19 @@ func TestSchemaValidator(t *testing.T) {
 	_ = json.Unmarshal([]byte(`null`), &v)
 	if got := doc.validate("", &schema{Type: "array", Items: &schema{Type: "string"}}, v); len(got) == 0 {
 		t.Error("a null list passed")
+	}
+}
+
+// The document's event kinds are the daemon's.
+func TestOpenAPIEventKinds(t *testing.T) {
+	doc := loadSpec(t)
+	var kinds []string
+	for _, k := range doc.Components.Schemas["Event"].Properties["kind"].Enum {
+		kinds = append(kinds, fmt.Sprint(k))
+	}
+	slices.Sort(kinds)
+	want := slices.Sorted(slices.Values(daemon.EventKinds))
+	if !slices.Equal(kinds, want) {
+		t.Errorf("openapi.json Event.kind %v, the daemon's %v", kinds, want)
 	}
 }
