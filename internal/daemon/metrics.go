@@ -208,7 +208,7 @@ func (t *countingTable) Remove(ctx context.Context, mt tier.Match) (tier.Counter
 	if err == nil && t.Caps().Counters {
 		m := t.m
 		m.mu.Lock()
-		m.addHW(mt, "hit_drop", c)
+		m.addHW(mt, "hit_drop", c) // placement removes only source rules, which drop
 		delete(m.hwRules, mt)
 		m.mu.Unlock()
 	}
