@@ -106,6 +106,18 @@ func serveAPI(ctx context.Context, log *slog.Logger, cfg *config.Config, srv *ap
 		}()
 		log.Info("api listening", "tcp", cfg.API.TCP)
 	}
+	if cfg.Metrics.Listen != "" {
+		l, err := net.Listen("tcp", cfg.Metrics.Listen)
+		if err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		go func() {
+			if err := api.Serve(ctx, l, srv.MetricsHandler()); err != nil {
+				log.Error("metrics listener stopped", "err", err)
+			}
+		}()
+		log.Info("metrics listening (read-only, no token)", "tcp", cfg.Metrics.Listen)
+	}
 	return nil
 }
 

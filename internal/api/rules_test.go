@@ -18,18 +18,18 @@ import (
 	"github.com/tierwall/tierwall/internal/datapath"
 )
 
-// memDP is a data plane in memory, enough for the rule endpoints.
-type memDP struct {
+// ruleDP is a data plane in memory, enough for the rule endpoints.
+type ruleDP struct {
 	mu      sync.Mutex
 	blocked map[netip.Prefix]bool
 	allowed map[netip.Prefix]bool
 }
 
-func (m *memDP) Snapshot() (*datapath.Snapshot, error) {
+func (m *ruleDP) Snapshot() (*datapath.Snapshot, error) {
 	now := time.Now()
 	return &datapath.Snapshot{Start: now.Add(-time.Second), End: now}, nil
 }
-func (m *memDP) change(set map[netip.Prefix]bool, on bool, ps []netip.Prefix) error {
+func (m *ruleDP) change(set map[netip.Prefix]bool, on bool, ps []netip.Prefix) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, p := range ps {
@@ -41,28 +41,28 @@ func (m *memDP) change(set map[netip.Prefix]bool, on bool, ps []netip.Prefix) er
 	}
 	return nil
 }
-func (m *memDP) Block(ps ...netip.Prefix) error    { return m.change(m.blocked, true, ps) }
-func (m *memDP) Unblock(ps ...netip.Prefix) error  { return m.change(m.blocked, false, ps) }
-func (m *memDP) Allow(ps ...netip.Prefix) error    { return m.change(m.allowed, true, ps) }
-func (m *memDP) Disallow(ps ...netip.Prefix) error { return m.change(m.allowed, false, ps) }
-func (m *memDP) Blocked() ([]datapath.Rule, error) { return nil, nil }
-func (m *memDP) Allowed() ([]datapath.Rule, error) { return nil, nil }
-func (m *memDP) RuleCountersInto(ps []netip.Prefix, out []datapath.Reading) error {
+func (m *ruleDP) Block(ps ...netip.Prefix) error    { return m.change(m.blocked, true, ps) }
+func (m *ruleDP) Unblock(ps ...netip.Prefix) error  { return m.change(m.blocked, false, ps) }
+func (m *ruleDP) Allow(ps ...netip.Prefix) error    { return m.change(m.allowed, true, ps) }
+func (m *ruleDP) Disallow(ps ...netip.Prefix) error { return m.change(m.allowed, false, ps) }
+func (m *ruleDP) Blocked() ([]datapath.Rule, error) { return nil, nil }
+func (m *ruleDP) Allowed() ([]datapath.Rule, error) { return nil, nil }
+func (m *ruleDP) RuleCountersInto(ps []netip.Prefix, out []datapath.Reading) error {
 	clear(out)
 	return nil
 }
-func (m *memDP) Stats() (*datapath.Stats, error) { return &datapath.Stats{}, nil }
-func (m *memDP) Check() error                    { return nil }
-func (m *memDP) Close() error                    { return nil }
+func (m *ruleDP) Stats() (*datapath.Stats, error) { return &datapath.Stats{}, nil }
+func (m *ruleDP) Check() error                    { return nil }
+func (m *ruleDP) Close() error                    { return nil }
 
-// daemonServer runs a daemon over memDP and serves its API on a socket.
-func daemonServer(t *testing.T) (*Client, *memDP) {
+// daemonServer runs a daemon over ruleDP and serves its API on a socket.
+func daemonServer(t *testing.T) (*Client, *ruleDP) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Interface = "mem0"
 	cfg.StateFile = filepath.Join(t.TempDir(), "state.json")
 	cfg.API.Socket = ""
-	dp := &memDP{blocked: map[netip.Prefix]bool{}, allowed: map[netip.Prefix]bool{}}
+	dp := &ruleDP{blocked: map[netip.Prefix]bool{}, allowed: map[netip.Prefix]bool{}}
 	d, err := daemon.NewOver(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), dp, time.Now())
 	if err != nil {
 		t.Fatal(err)

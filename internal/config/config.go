@@ -34,6 +34,7 @@ type Config struct {
 	Bans      Bans          `yaml:"bans"`
 	Rails     Rails         `yaml:"rails"`
 	API       API           `yaml:"api"`
+	Metrics   Metrics       `yaml:"metrics"`
 	Probe     Probe         `yaml:"probe"`
 	Synproxy  Synproxy      `yaml:"synproxy"`
 }
@@ -199,6 +200,14 @@ type API struct {
 	MaxBody   int64  `yaml:"max_body"`   // bytes (default 64 KiB)
 
 	Token string `yaml:"-"`
+}
+
+// Metrics is the read-only metrics listener: /metrics and /healthz over
+// TCP with no token, so a central Prometheus can scrape without holding
+// the API's write token. Off by default; any address, loopback or not,
+// since scraping from another host is the point.
+type Metrics struct {
+	Listen string `yaml:"listen"` // address:port, e.g. "127.0.0.1:9477" or "[::]:9477" ("" disables)
 }
 
 // Load reads and validates path.
@@ -395,6 +404,15 @@ func (c *Config) Validate() error {
 	for i, p := range c.Rails.AllowPrefixes {
 		if limit, wide := c.Rails.AllowTooWide(p); wide {
 			return bad(fmt.Sprintf("rails.allow[%d]", i), p, fmt.Sprintf("is wider than /%d (rails.max_allow_prefix_v4/v6): it would let that traffic past every ban", limit))
+		}
+	}
+	if c.Metrics.Listen != "" {
+		ap, err := netip.ParseAddrPort(c.Metrics.Listen)
+		if err != nil || ap.Port() == 0 {
+			return bad("metrics.listen", c.Metrics.Listen, "must be an address:port such as 127.0.0.1:9477 or [::]:9477")
+		}
+		if c.Metrics.Listen == c.API.TCP {
+			return bad("metrics.listen", c.Metrics.Listen, "is api.tcp: the metrics listener is a separate, read-only one")
 		}
 	}
 	if c.API.MaxBody <= 0 || c.API.MaxBody > 16<<20 {

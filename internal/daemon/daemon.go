@@ -39,8 +39,8 @@ import (
 // Event is one thing the daemon did or decided, for the API and logs.
 type Event struct {
 	Time   time.Time    `json:"time"`
-	Kind   string       `json:"kind"` // detection, ban, refused, unban, restore, adopt, error, reload, breaker
-	Prefix netip.Prefix `json:"prefix,omitzero"`
+	Kind   string       `json:"kind"`   // one of EventKinds
+	Prefix netip.Prefix `json:"prefix"` // "" when the event names none
 	Detail string       `json:"detail"`
 }
 
@@ -87,6 +87,7 @@ type Daemon struct {
 	flow         flowState
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
+	detections   []Detection         // the last intervals' heaviest detections, for the API (under mu)
 
 	owner  *Ownership    // the data plane's owner lock, released at shutdown
 	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
@@ -190,7 +191,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		hist: map[detect.Key]int32{}, histNext: map[detect.Key]int32{}}
 	d.Metrics = newMetrics(d)
 	if hw != nil {
-		d.off = &placement.Offloader{Table: hw, Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
+		d.off = &placement.Offloader{Table: d.Metrics.countHW(hw), Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
 			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
 	}
 	d.buildDetectors()
@@ -429,7 +430,8 @@ func (d *Daemon) unbanThreshold() float64 {
 
 // Step runs one interval of the loop: a list of short stages, each of
 // which reads and writes the daemon's state on this goroutine.
-func (d *Daemon) Step(now time.Time) error {
+func (d *Daemon) Step(now time.Time) (err error) {
+	defer func(began time.Time) { d.stepDone(now, began, err) }(time.Now())
 	d.steps++
 	if err := d.dp.Check(); err != nil {
 		return err
@@ -440,6 +442,7 @@ func (d *Daemon) Step(now time.Time) error {
 		return err
 	}
 	ds := d.detect(tr)
+	d.recordDetections(now, ds)
 	d.keepBaselines()
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)
@@ -565,7 +568,7 @@ func (d *Daemon) spareKnownGood(ds []detect.Detection) []detect.Detection {
 	}
 	if spared > 0 {
 		d.event(d.lastAt, "refused", netip.Prefix{}, "%d detections spared known-good clients, e.g. %s", spared, example)
-		d.Metrics.refused.Add(float64(spared))
+		d.Metrics.refuse("known_good", spared)
 	}
 	return out
 }
@@ -640,7 +643,7 @@ func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 	for _, b := range added {
 		if err := d.admit(b.Prefix); err != nil {
 			d.store.Remove(b.Prefix)
-			d.Metrics.refused.Inc()
+			d.Metrics.refuse("invalid", 1)
 			d.event(now, "refused", b.Prefix, "%s: %v", b.Detector, err)
 			continue
 		}
@@ -714,7 +717,7 @@ func (d *Daemon) reportRefusals(now time.Time, refused []ban.Refusal) {
 	by := map[string]*group{}
 	var order []string
 	for _, r := range refused {
-		d.Metrics.refused.Inc()
+		d.Metrics.refuse(r.Why, 1)
 		key := r.Detection.Detector + ": " + refusalKind(r.Why)
 		g := by[key]
 		if g == nil {
