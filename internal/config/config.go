@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -184,25 +185,48 @@ type API struct {
 	Token string `yaml:"-"`
 }
 
-// Load reads and validates path.
+// Load reads and validates path. Its errors name the file, the line and
+// the field (tierwall.yaml:7: detectors.rate.intreval: unknown field; did
+// you mean "interval"?).
 func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return Parse(b)
+	return ParseFile(path, b)
 }
 
 // Parse decodes YAML, applies defaults and validates.
-func Parse(b []byte) (*Config, error) {
+func Parse(b []byte) (*Config, error) { return ParseFile("", b) }
+
+// ParseFile is Parse with errors located in file.
+func ParseFile(file string, b []byte) (*Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		e := syntaxError(err)
+		e.File = file
+		return nil, e
+	}
 	c := Default()
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) { // empty file: defaults
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	chk := checker{lines: map[string]int{}}
+	chk.walk(&doc, reflect.TypeOf(c), "")
+	if len(chk.errs) > 0 {
+		for _, e := range chk.errs {
+			e.File = file
+		}
+		return nil, chk.errs
+	}
+	if len(doc.Content) > 0 { // empty file: defaults
+		// The walk found nothing the decoder refuses; KnownFields stays as
+		// a second guard should the two ever disagree.
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+			return nil, &FieldError{File: file, Msg: err.Error()}
+		}
 	}
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, locate(err, file, chk.lines)
 	}
 	return c, nil
 }
@@ -225,10 +249,6 @@ func Default() *Config {
 		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5},
 		API:   API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
 	}
-}
-
-func bad(field string, v any, why string) error {
-	return fmt.Errorf("%w: %s: %v %s", ErrInvalid, field, v, why)
 }
 
 // Validate checks every field and resolves derived ones (prefix lists,
