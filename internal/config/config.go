@@ -91,15 +91,19 @@ type Detectors struct {
 	Victim  VictimDetector  `yaml:"victim"`
 }
 
+// RateDetector is the per-source rate detector. Every rate is per source;
+// "bps" is bits per second (IP bytes × 8), never bytes: the key keeps the
+// networking convention (and existing files) and the unit is said wherever
+// it is shown.
 type RateDetector struct {
 	Enabled        bool              `yaml:"enabled"`
 	PPS            float64           `yaml:"pps"`
-	BPS            float64           `yaml:"bps"`
+	BPS            float64           `yaml:"bps"` // bits/s
 	SYNPPS         float64           `yaml:"syn_pps"`
 	PerProto       map[uint8]float64 `yaml:"per_proto_pps"`
 	LearnIntervals int               `yaml:"learn_intervals"`
 	Margin         float64           `yaml:"margin"`
-	MinPPS         float64           `yaml:"min_pps"`
+	MinPPS         float64           `yaml:"min_pps"` // floor under the learned threshold (0: 1000)
 	// CeilingPPS caps the learned threshold and flags sources above it
 	// while learning; Quantile is the share of per-source rates learned.
 	CeilingPPS float64 `yaml:"ceiling_pps"`
@@ -110,9 +114,22 @@ type EntropyDetector struct {
 	Enabled bool    `yaml:"enabled"`
 	History int     `yaml:"history"`
 	K       float64 `yaml:"k"`
-	MinPPS  float64 `yaml:"min_pps"`
+	MinPPS  float64 `yaml:"min_pps"` // total pps below which nothing is an attack
 	Prefix4 int     `yaml:"prefix4"`
 	Prefix6 int     `yaml:"prefix6"`
+	// SourceMinPPS: a source is named (banned) only above this rate of its
+	// own (0: detectors.rate.min_pps), so a jump on an idle link does not
+	// ban its small senders.
+	SourceMinPPS float64 `yaml:"source_min_pps"`
+}
+
+// EntropySourceFloor is the rate a source must exceed to be named by the
+// entropy detector.
+func (c *Config) EntropySourceFloor() float64 {
+	if c.Detectors.Entropy.SourceMinPPS > 0 {
+		return c.Detectors.Entropy.SourceMinPPS
+	}
+	return c.Detectors.Rate.MinPPS
 }
 
 // MaxFlowRules is the data plane's flow-rule table (bpf/lib: TW_FRULE_MAX;
@@ -241,7 +258,9 @@ func Default() *Config {
 		Log:       Log{Format: "text", Level: "info"},
 		Hardware:  Hardware{Backend: "none", MaxRate: 5e6, Latency: 2 * time.Millisecond},
 		Detectors: Detectors{
-			Rate:    RateDetector{Enabled: true, LearnIntervals: 30, Margin: 2, MinPPS: 100, CeilingPPS: 1000, Quantile: 0.99},
+			// A learned per-source threshold lives in [1000, 5000] pps: an
+			// idle link must not teach one a single real client crosses.
+			Rate:    RateDetector{Enabled: true, LearnIntervals: 30, Margin: 2, MinPPS: 1000, CeilingPPS: 5000, Quantile: 0.99},
 			Entropy: EntropyDetector{Enabled: true, History: 30, K: 3, MinPPS: 1000, Prefix4: 24, Prefix6: 48},
 			Victim:  VictimDetector{Enabled: true},
 		},
@@ -300,10 +319,13 @@ func (c *Config) Validate() error {
 		return bad("hardware.update_latency", h.Latency, "outside 0..1s")
 	}
 	r := &c.Detectors.Rate
-	for f, v := range map[string]float64{"detectors.rate.pps": r.PPS, "detectors.rate.bps": r.BPS, "detectors.rate.syn_pps": r.SYNPPS, "detectors.rate.min_pps": r.MinPPS, "detectors.rate.ceiling_pps": r.CeilingPPS} {
+	for f, v := range map[string]float64{"detectors.rate.pps": r.PPS, "detectors.rate.syn_pps": r.SYNPPS, "detectors.rate.min_pps": r.MinPPS, "detectors.rate.ceiling_pps": r.CeilingPPS} {
 		if v < 0 {
 			return bad(f, v, "is negative")
 		}
+	}
+	if r.BPS < 0 {
+		return bad("detectors.rate.bps", r.BPS, "is negative (bits per second)")
 	}
 	if r.Margin != 0 && r.Margin < 1 {
 		return bad("detectors.rate.margin", r.Margin, "must be at least 1")
@@ -323,6 +345,9 @@ func (c *Config) Validate() error {
 	e := &c.Detectors.Entropy
 	if e.Enabled && (e.History < 2 || e.K <= 0) {
 		return bad("detectors.entropy", fmt.Sprintf("history=%d k=%v", e.History, e.K), "needs history >= 2 and k > 0")
+	}
+	if e.MinPPS < 0 || e.SourceMinPPS < 0 {
+		return bad("detectors.entropy", fmt.Sprintf("min_pps=%v source_min_pps=%v", e.MinPPS, e.SourceMinPPS), "must not be negative")
 	}
 	if e.Prefix4 < 8 || e.Prefix4 > 32 {
 		return bad("detectors.entropy.prefix4", e.Prefix4, "outside 8..32")

@@ -190,7 +190,7 @@ func (d *Daemon) buildDetectors() {
 	}
 	if c.Entropy.Enabled {
 		d.entropy = &detect.Entropy{History: c.Entropy.History, K: c.Entropy.K, MinPPS: c.Entropy.MinPPS,
-			Prefix4: c.Entropy.Prefix4, Prefix6: c.Entropy.Prefix6}
+			Prefix4: c.Entropy.Prefix4, Prefix6: c.Entropy.Prefix6, SourceMinPPS: d.cfg.EntropySourceFloor()}
 	}
 	if c.Lists.Enabled {
 		d.lists = &detect.List{Paths: c.Lists.Paths}

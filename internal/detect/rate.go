@@ -5,7 +5,8 @@ import (
 	"sort"
 )
 
-// Thresholds are per-source rates; zero fields are off.
+// Thresholds are per-source rates; zero fields are off. BPS is bits per
+// second (IP bytes × 8).
 type Thresholds struct {
 	PPS      float64           `yaml:"pps" json:"pps"`
 	BPS      float64           `yaml:"bps" json:"bps"`
@@ -32,7 +33,7 @@ type Rate struct {
 	LearnIntervals int
 	Margin         float64 // learned threshold = quantile × Margin (≥ 1)
 	// MinPPS is a floor under the learned threshold, so a quiet baseline
-	// does not make every later source an attacker.
+	// does not make every later source an attacker (0: DefaultMinPPS).
 	MinPPS float64
 	// Ceiling caps the learned threshold and is the threshold while
 	// learning (0: DefaultCeiling).
@@ -47,9 +48,13 @@ type Rate struct {
 	learned float64
 }
 
-// Learning defaults.
+// Learning defaults. An idle link teaches a threshold of a few pps; the
+// floor keeps it where one real client (a NAT gateway, a crawler, a backup)
+// does not cross it, and the ceiling, the threshold while learning, flags
+// only sources no client sends at.
 const (
-	DefaultCeiling  = 1000 // pps from one source
+	DefaultMinPPS   = 1000 // pps from one source
+	DefaultCeiling  = 5000 // pps from one source
 	DefaultQuantile = 0.99
 	// maxSamples bounds learning's memory whatever the number of sources:
 	// beyond it samples are kept by reservoir replacement.
@@ -57,6 +62,13 @@ const (
 )
 
 func (r *Rate) Name() string { return "rate" }
+
+func (r *Rate) floor() float64 {
+	if r.MinPPS > 0 {
+		return r.MinPPS
+	}
+	return DefaultMinPPS
+}
 
 func (r *Rate) ceiling() float64 {
 	if r.Ceiling > 0 {
@@ -77,7 +89,7 @@ func (r *Rate) Restore(pps float64) {
 	if r.LearnIntervals <= 0 || pps <= 0 {
 		return
 	}
-	r.learned = min(max(pps, r.MinPPS), r.ceiling())
+	r.learned = min(max(pps, r.floor()), r.ceiling())
 	r.samples = nil
 }
 
@@ -122,7 +134,7 @@ func (r *Rate) learn(t *Traffic) {
 	}
 	sort.Float64s(r.samples)
 	v := r.samples[min(int(q*float64(len(r.samples))), len(r.samples)-1)]
-	r.learned = min(max(v*max(r.Margin, 1), r.MinPPS), ceil)
+	r.learned = min(max(v*max(r.Margin, 1), r.floor()), ceil)
 	r.samples = nil
 }
 
