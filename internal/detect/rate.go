@@ -2,6 +2,7 @@ package detect
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 )
 
@@ -40,6 +41,9 @@ type Rate struct {
 	Ceiling float64
 	// Quantile of the samples that is learned (0: DefaultQuantile).
 	Quantile float64
+	// Groups: a source sending more than its host group's SourcePPS to
+	// one host of the group is named too (nil: no groups).
+	Groups *HostGroups
 
 	seen    int       // clean intervals learned from
 	refused int       // anomalous intervals not learned from
@@ -150,6 +154,7 @@ func (r *Rate) Detect(t *Traffic) []Detection {
 			out = append(out, Detection{Prefix: host(t.SourceAddr(i)), Detector: r.Name(), Reason: why, Rate: pps})
 		}
 	}
+	out = append(out, r.groupSources(t, out)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Rate > out[j].Rate })
 	return out
 }
@@ -176,6 +181,50 @@ func (r *Rate) exceeds(t *Traffic, i int, s *Source, pps float64) string {
 		return fmt.Sprintf("%.0f pps > %.0f (ceiling, while learning)", pps, r.ceiling())
 	}
 	return ""
+}
+
+// groupSources names the sources above their destination's host-group
+// SourcePPS, less those already named. A monitored group names none.
+func (r *Rate) groupSources(t *Traffic, named []Detection) []Detection {
+	if r.Groups == nil || !r.Groups.source {
+		return nil
+	}
+	// One lookup per destination, not per pair.
+	dg := make([]*HostGroup, len(t.Dests))
+	for i := range t.Dests {
+		if g := r.Groups.Lookup(t.DestAddr(i)); g != nil && g.SourcePPS > 0 && g.Action != ActionMonitor {
+			dg[i] = g
+		}
+	}
+	done := make(map[netip.Prefix]bool, len(named))
+	for _, d := range named {
+		done[d.Prefix] = true
+	}
+	// A pair is per protocol class: sum them per (source, destination).
+	sum := map[[2]int32]uint64{}
+	var order [][2]int32
+	for _, p := range t.Pairs {
+		if dg[p.Dst] == nil {
+			continue
+		}
+		k := [2]int32{p.Src, p.Dst}
+		if _, ok := sum[k]; !ok {
+			order = append(order, k)
+		}
+		sum[k] += p.Packets
+	}
+	var out []Detection
+	for _, k := range order {
+		g, pps := dg[k[1]], t.Rate(sum[k])
+		src := host(t.SourceAddr(int(k[0])))
+		if pps <= g.SourcePPS || done[src] {
+			continue
+		}
+		done[src] = true
+		out = append(out, Detection{Prefix: src, Detector: r.Name(), Rate: pps, HostGroup: g.Name,
+			Reason: fmt.Sprintf("%.0f pps toward %s > %.0f (host group %s)", pps, t.DestAddr(int(k[1])), g.SourcePPS, g.Name)})
+	}
+	return out
 }
 
 // splitmix is SplitMix64's finaliser: a cheap, well-mixed hash of a counter.
