@@ -32,11 +32,13 @@ type Config struct {
 	Capacity  Capacity      `yaml:"capacity"`
 	Hardware  Hardware      `yaml:"hardware"`
 	Detectors Detectors     `yaml:"detectors"`
-	Bans      Bans          `yaml:"bans"`
-	Rails     Rails         `yaml:"rails"`
-	API       API           `yaml:"api"`
-	Probe     Probe         `yaml:"probe"`
-	Synproxy  Synproxy      `yaml:"synproxy"`
+	// HostGroups: per-network thresholds and actions (hostgroups.go).
+	HostGroups []HostGroup `yaml:"hostgroups"`
+	Bans       Bans        `yaml:"bans"`
+	Rails      Rails       `yaml:"rails"`
+	API        API         `yaml:"api"`
+	Probe      Probe       `yaml:"probe"`
+	Synproxy   Synproxy    `yaml:"synproxy"`
 }
 
 // Synproxy is what the SYN-cookie stage announces in the protected
@@ -406,6 +408,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.Rails.ProtectedPrefixes, err = prefixes("rails.protected", c.Rails.Protected); err != nil {
+		return err
+	}
+	if err := c.validateHostGroups(); err != nil {
 		return err
 	}
 	if c.Rails.MaxNewPerInterval < 0 || c.Rails.MaxTotal < 0 {

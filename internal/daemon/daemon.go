@@ -40,6 +40,8 @@ type Event struct {
 	Kind   string       `json:"kind"` // detection, ban, refused, unban, restore, adopt, error, reload, breaker
 	Prefix netip.Prefix `json:"prefix,omitzero"`
 	Detail string       `json:"detail"`
+	// HostGroup is the host group holding Prefix (hostgroups.go).
+	HostGroup string `json:"hostgroup,omitempty"`
 }
 
 const maxEvents = 1000
@@ -53,6 +55,8 @@ type Daemon struct {
 	cfg     *config.Config
 	cfgPath string
 	log     *slog.Logger
+
+	hostgroups *detect.HostGroups
 
 	dp    DataPlane
 	hw    tier.Table // owned by off: the daemon only reads its capabilities
@@ -165,6 +169,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	if err := d.openFlowRules(now); err != nil {
 		return nil, err
 	}
+	d.wireHostGroups()
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
 	d.store.RefreshEvery = refreshEvery
 	if err := d.reconcile(now); err != nil {
@@ -233,7 +238,7 @@ func openHardware(cfg *config.Config, log *slog.Logger) (tier.Table, error) {
 func InNetns(name string, f func() error) error { return netnsx.Do(name, -1, f) }
 
 func (d *Daemon) event(now time.Time, kind string, p netip.Prefix, format string, args ...any) {
-	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...)}
+	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...), HostGroup: d.hostgroupOf(p)}
 	d.mu.Lock()
 	d.events = append(d.events, e)
 	if len(d.events) > maxEvents {
@@ -1057,6 +1062,7 @@ func (d *Daemon) reload(now time.Time) {
 		d.buildDetectors()
 		d.restoreBaselines() // a reload never relearns (an attack may be running)
 	}
+	d.wireHostGroups()
 	if d.off != nil {
 		d.off.Params.MaxRate = c.Hardware.MaxRate
 	}
