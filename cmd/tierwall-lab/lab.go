@@ -61,8 +61,8 @@ func newLab() *cobra.Command {
 // labState is `lab status --json`: what a script needs to decide whether
 // to build the lab, and where its hosts are.
 type labState struct {
-	Up         bool     `json:"up"`         // some lab namespace exists
-	Ready      bool     `json:"ready"`      // every link of the lab is up
+	Up         bool     `json:"up"`    // some lab namespace exists
+	Ready      bool     `json:"ready"` // every link of the lab is up
 	Problem    string   `json:"problem,omitempty"`
 	Namespaces []string `json:"namespaces"` // never null
 	Host4      string   `json:"host4"`
