@@ -42,6 +42,8 @@ type Event struct {
 	Kind   string       `json:"kind"`   // one of EventKinds
 	Prefix netip.Prefix `json:"prefix"` // "" when the event names none
 	Detail string       `json:"detail"`
+	// HostGroup is the host group holding Prefix (hostgroups.go).
+	HostGroup string `json:"hostgroup,omitempty"`
 }
 
 const maxEvents = 1000
@@ -55,6 +57,8 @@ type Daemon struct {
 	cfg     *config.Config
 	cfgPath string
 	log     *slog.Logger
+
+	hostgroups *detect.HostGroups
 
 	dp    DataPlane
 	hw    tier.Table // owned by off: the daemon only reads its capabilities
@@ -198,6 +202,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	if err := d.openFlowRules(now); err != nil {
 		return nil, err
 	}
+	d.wireHostGroups()
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
 	d.store.RefreshEvery = refreshEvery
 	d.refreshManagement(now)
@@ -225,7 +230,7 @@ func (d *Daemon) buildDetectors() {
 	}
 	if c.Entropy.Enabled {
 		d.entropy = &detect.Entropy{History: c.Entropy.History, K: c.Entropy.K, MinPPS: c.Entropy.MinPPS,
-			Prefix4: c.Entropy.Prefix4, Prefix6: c.Entropy.Prefix6}
+			Prefix4: c.Entropy.Prefix4, Prefix6: c.Entropy.Prefix6, SourceMinPPS: d.cfg.EntropySourceFloor()}
 	}
 	if c.Lists.Enabled {
 		d.lists = &detect.List{Paths: c.Lists.Paths}
@@ -268,7 +273,7 @@ func openHardware(cfg *config.Config, log *slog.Logger) (tier.Table, error) {
 func InNetns(name string, f func() error) error { return netnsx.Do(name, -1, f) }
 
 func (d *Daemon) event(now time.Time, kind string, p netip.Prefix, format string, args ...any) {
-	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...)}
+	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...), HostGroup: d.hostgroupOf(p)}
 	d.mu.Lock()
 	d.events = append(d.events, e)
 	if len(d.events) > maxEvents {
@@ -1117,6 +1122,7 @@ func (d *Daemon) reload(now time.Time) {
 		d.buildDetectors()
 		d.restoreBaselines() // a reload never relearns (an attack may be running)
 	}
+	d.wireHostGroups()
 	if d.off != nil {
 		d.off.Params.MaxRate = c.Hardware.MaxRate
 	}
