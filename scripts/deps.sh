@@ -3,7 +3,7 @@
 # packages that are missing. Safe to run again; needs root to install.
 set -euo pipefail
 
-pkgs=(clang clang-format llvm libbpf-dev bpftool linux-libc-dev iproute2 iputils-ping ethtool gcc make git nginx-light wget wrk iptables ipset nftables xdp-tools libndpi-dev pkg-config nfdump)
+pkgs=(clang clang-format llvm libbpf-dev bpftool linux-libc-dev iproute2 iputils-ping ethtool gcc make git nginx-light wget wrk iptables ipset nftables xdp-tools libndpi-dev pkg-config nfdump tcpdump)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
