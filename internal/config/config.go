@@ -36,6 +36,7 @@ type Config struct {
 	API       API           `yaml:"api"`
 	Probe     Probe         `yaml:"probe"`
 	Synproxy  Synproxy      `yaml:"synproxy"`
+	Alerts    Alerts        `yaml:"alerts"`
 }
 
 // Synproxy is what the SYN-cookie stage announces in the protected
@@ -221,9 +222,10 @@ func Default() *Config {
 			Entropy: EntropyDetector{Enabled: true, History: 30, K: 3, MinPPS: 1000, Prefix4: 24, Prefix6: 48},
 			Victim:  VictimDetector{Enabled: true},
 		},
-		Bans:  Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
-		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5},
-		API:   API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
+		Bans:   Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
+		Rails:  Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5},
+		API:    API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
+		Alerts: defaultAlerts(),
 	}
 }
 
@@ -368,6 +370,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Rails.MaxEstablishedShare < 0 || c.Rails.MaxEstablishedShare > 1 {
 		return bad("rails.max_established_share", c.Rails.MaxEstablishedShare, "outside 0..1")
+	}
+	if err := c.Alerts.validate(); err != nil {
+		return err
 	}
 	if c.API.MaxBody <= 0 || c.API.MaxBody > 16<<20 {
 		return bad("api.max_body", c.API.MaxBody, "outside 1..16777216")
