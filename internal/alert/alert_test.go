@@ -32,7 +32,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 func TestTrackerLifecycle(t *testing.T) {
 	tr := &Tracker{EndAfter: 2}
 	step := func(i int, mitigated bool, obs ...Observation) []Report {
-		return tr.Observe(t0.Add(time.Duration(i)*time.Second), obs, func(netip.Addr) bool { return mitigated })
+		return tr.Observe(t0.Add(time.Duration(i)*time.Second), obs, func(*Report) bool { return mitigated })
 	}
 	flood := Observation{Victim: victim, Detector: "victim", Rung: "source-bans", Level: 1, PPS: 1000, BPS: 8e6,
 		Sources: []Source{{netip.MustParseAddr("198.51.100.1"), 900}}, Bans: []netip.Prefix{netip.MustParsePrefix("198.51.100.1/32")}}

@@ -70,9 +70,9 @@ func rungLevel(s string) int {
 
 // Observe folds one interval's observations in and returns the reports
 // to send: a start, an escalation or an end per attack, at most one each.
-// mitigated says whether a victim still has mitigations in force; an
-// attack ends only once it has none.
-func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(netip.Addr) bool) []Report {
+// mitigated says whether an attack still has mitigations in force (its
+// bans, its flow rules); it ends only once it has none.
+func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(*Report) bool) []Report {
 	if t.attacks == nil {
 		t.attacks = map[netip.Addr]*tracked{}
 	}
@@ -129,7 +129,7 @@ func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(netip
 			continue
 		}
 		a.quiet++
-		if a.quiet >= max(t.EndAfter, 1) && (mitigated == nil || !mitigated(v)) {
+		if a.quiet >= max(t.EndAfter, 1) && (mitigated == nil || !mitigated(&a.r)) {
 			a.r.Ended, a.r.Event = now, EventEnd
 			out = append(out, a.r)
 			delete(t.attacks, v)

@@ -85,6 +85,7 @@ type Daemon struct {
 	flow         flowState
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
+	alerts       *alerting           // attack tracking, log and notifications (alerts.go)
 
 	Metrics *Metrics
 	reqs    chan func()
@@ -171,6 +172,9 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		return nil, err
 	}
 	d.restoreBaselines()
+	if err := d.openAlerts(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -409,6 +413,7 @@ func (d *Daemon) Step(now time.Time) error {
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)
 	d.mitigate(now)
+	d.alertStep(now, tr, ds)
 	ctrs, err := d.counters()
 	if err != nil {
 		return err
@@ -1082,6 +1087,7 @@ func (d *Daemon) shutdown() error {
 	if err := d.save(now); err != nil {
 		errs = append(errs, err)
 	}
+	d.closeAlerts()
 	d.dp.Close()
 	d.log.Info("tierwall stopped; the XDP filter keeps enforcing the bans", "bans", d.store.Len())
 	return errors.Join(errs...)
