@@ -214,6 +214,7 @@ func (s *Server) Handler() http.Handler {
 		return m
 	}
 	read(m, "GET /v1/status", func(c context.Context) (any, error) { return s.D.Status(c) })
+	s.attackRoutes(m)
 	read(m, "GET /v1/rules", func(c context.Context) (any, error) { return s.D.Rules(c) })
 	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
 		var req RuleRequest
