@@ -29,6 +29,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.socket, "socket", "/run/tierwall/api.sock", "daemon API socket: block/allow go through a running daemon")
 	pf.BoolVar(&g.direct, "direct", false, "change the data plane directly even when a daemon runs")
 	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun(), newFlows(), newFlowRule(), newVictims())
+	root.AddCommand(newAttacks())
 	return root
 }
 
