@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +28,10 @@ type NotifierConfig struct {
 	Exec        []string
 	ExecTimeout time.Duration
 	Queue       int // reports waiting to be sent; beyond it they are dropped
+	// Within, when set, runs f where webhook connections are opened and
+	// the hook is started: Go enters a network namespace per thread, and a
+	// daemon run with -n is in its namespace on one thread only.
+	Within func(f func() error) error
 }
 
 // Notifier sends reports from a queue on its own goroutine: Notify never
@@ -61,8 +66,17 @@ func NewNotifier(cfg NotifierConfig, log *slog.Logger) *Notifier {
 	if cfg.Queue <= 0 {
 		cfg.Queue = 64
 	}
+	if cfg.Within == nil {
+		cfg.Within = func(f func() error) error { return f() }
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	n := &Notifier{cfg: cfg, log: log, client: &http.Client{Timeout: cfg.Timeout}, q: make(chan Report, cfg.Queue),
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	dialer := &net.Dialer{Timeout: cfg.Timeout}
+	tr.DialContext = func(ctx context.Context, network, addr string) (c net.Conn, err error) {
+		err = cfg.Within(func() error { c, err = dialer.DialContext(ctx, network, addr); return err })
+		return c, err
+	}
+	n := &Notifier{cfg: cfg, log: log, client: &http.Client{Timeout: cfg.Timeout, Transport: tr}, q: make(chan Report, cfg.Queue),
 		done: make(chan struct{}), ctx: ctx, stop: stop}
 	go n.run()
 	return n
@@ -177,7 +191,11 @@ func (n *Notifier) exec(body []byte, r Report) error {
 	// A hook that leaves children holding its output must not hold the
 	// sender past its timeout.
 	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
+	err := n.cfg.Within(cmd.Start)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("running %s: timed out after %s", n.cfg.Exec[0], n.cfg.ExecTimeout)
 		}

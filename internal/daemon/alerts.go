@@ -8,10 +8,12 @@ import (
 	"net/netip"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netns"
 
 	"github.com/tierwall/tierwall/internal/alert"
 	"github.com/tierwall/tierwall/internal/config"
@@ -45,6 +47,7 @@ type alerting struct {
 	notify   *alert.Notifier
 	sampler  PacketSampler // nil: no pcaps
 	sampling bool
+	netns    netns.NsHandle // the loop's network namespace
 	pkts     map[string][]alert.Packet // by attack ID, while it runs
 }
 
@@ -57,8 +60,12 @@ func (d *Daemon) openAlerts() error {
 	if err != nil {
 		return err
 	}
-	a := &alerting{cfg: c, log: lg, pkts: map[string][]alert.Packet{},
-		tracker: alert.Tracker{EndAfter: c.EndAfter}, notify: alert.NewNotifier(notifierConfig(c), d.log)}
+	ns, err := netns.Get() // this thread's: the loop runs in the data plane's namespace
+	if err != nil {
+		return fmt.Errorf("finding the daemon's network namespace: %w", err)
+	}
+	a := &alerting{cfg: c, log: lg, pkts: map[string][]alert.Packet{}, netns: ns, tracker: alert.Tracker{EndAfter: c.EndAfter}}
+	a.notify = alert.NewNotifier(a.notifierConfig(), d.log)
 	if rs, err := lg.List(); err == nil {
 		for _, r := range rs {
 			if r.Active() {
@@ -85,9 +92,28 @@ func (d *Daemon) openAlerts() error {
 	return nil
 }
 
-func notifierConfig(c config.Alerts) alert.NotifierConfig {
+func (a *alerting) notifierConfig() alert.NotifierConfig {
+	c := a.cfg
 	return alert.NotifierConfig{Webhooks: c.Webhooks, Timeout: c.WebhookTimeout, Retries: c.Retries, Backoff: c.Backoff,
-		Exec: c.Exec, ExecTimeout: c.ExecTimeout, Queue: c.Queue}
+		Exec: c.Exec, ExecTimeout: c.ExecTimeout, Queue: c.Queue, Within: a.within}
+}
+
+// within runs f on a fresh thread in the daemon's network namespace:
+// with -n only the loop's thread is in it, and the notifier's webhooks
+// and hook must reach what the operator configured from there. The
+// thread stays locked and dies with its goroutine, never to return to
+// Go's pool in another namespace.
+func (a *alerting) within(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(a.netns); err != nil {
+			errc <- fmt.Errorf("entering the daemon's network namespace: %w", err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
 }
 
 // closeAlerts stops sampling and gives queued notifications a moment.
@@ -100,6 +126,7 @@ func (d *Daemon) closeAlerts() {
 		_ = a.sampler.Close() // the program goes with the daemon's handles anyway
 	}
 	a.notify.Close(2 * time.Second)
+	a.netns.Close()
 }
 
 // alertStep is the interval's alerting stage, after mitigate.
@@ -112,7 +139,7 @@ func (d *Daemon) alertStep(now time.Time, tr *detect.Traffic, ds []detect.Detect
 		old := a.notify
 		go old.Close(a.cfg.WebhookTimeout)
 		a.cfg, a.tracker.EndAfter = d.cfg.Alerts, d.cfg.Alerts.EndAfter
-		a.notify = alert.NewNotifier(notifierConfig(a.cfg), d.log)
+		a.notify = alert.NewNotifier(a.notifierConfig(), d.log)
 	}
 	grew := d.takeSamples()
 	reports := a.tracker.Observe(now, d.observations(tr, ds), d.stillMitigated)
