@@ -47,7 +47,7 @@ type alerting struct {
 	notify   *alert.Notifier
 	sampler  PacketSampler // nil: no pcaps
 	sampling bool
-	netns    netns.NsHandle // the loop's network namespace
+	netns    netns.NsHandle            // the loop's network namespace
 	pkts     map[string][]alert.Packet // by attack ID, while it runs
 }
 
