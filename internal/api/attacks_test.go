@@ -67,7 +67,12 @@ func TestAttacksAPI(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, nil) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	}()
 	c, err := Dial(unixServer(t, (&Server{D: d}).Handler()))
 	if err != nil {
 		t.Fatal(err)

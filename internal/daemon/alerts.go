@@ -300,9 +300,7 @@ func (d *Daemon) observations(tr *detect.Traffic, ds []detect.Detection) []alert
 		if m.Rung != detect.RungFlowRule {
 			o.Bans = d.banned(m.Prefixes)
 		}
-		for _, r := range d.flow.rulesOf(m.ID) {
-			o.FlowRules = append(o.FlowRules, r)
-		}
+		o.FlowRules = append(o.FlowRules, d.flow.rulesOf(m.ID)...)
 		obs = append(obs, o)
 	}
 	var srcs []netip.Addr

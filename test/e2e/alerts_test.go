@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -68,7 +69,7 @@ func TestAlertWebhookAndPcap(t *testing.T) {
 		bodies.Store(rep.Event, rep)
 		hooks <- rep
 	})}
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }() // ends with Close
 	t.Cleanup(func() { srv.Close() })
 
 	dir := t.TempDir()
@@ -179,8 +180,12 @@ alerts:
 // runTw runs the binary and returns its output and exit code.
 func runTw(bin string, args ...string) (string, int) {
 	out, err := exec.Command(bin, args...).CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		return err.Error(), -1
 	}
 	return string(out), 0
 }
