@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +174,86 @@ func TestFrameDst(t *testing.T) {
 	}
 	if got := frameDst([]byte{1, 2, 3}); got.IsValid() {
 		t.Errorf("runt: %v", got)
+	}
+}
+
+// TestAlertVictimFlowRule: a spoofed flood the victim detector answers
+// with a flow rule is one attack on that victim, reported at the
+// flow-rule rung with its rule, and it does not end while the rule is in
+// force, however quiet the victim is.
+func TestAlertVictimFlowRule(t *testing.T) {
+	h, fdp := newFlowHarness(t, false)
+	h.d.alerts.tracker.EndAfter = 1
+	victim := netip.MustParseAddr("192.0.2.80")
+	client := netip.MustParseAddr("198.51.100.10")
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 40 {
+		fdp.deliver(client, victim, 17, 20)
+		h.step(t)
+	}
+	for range 6 {
+		fdp.deliver(client, victim, 17, 20)
+		for range 20000 {
+			fdp.deliver(netip.AddrFrom4([4]byte{byte(1 + rng.IntN(223)), byte(rng.IntN(256)), byte(rng.IntN(256)), byte(rng.IntN(256))}), victim, 17, 5)
+		}
+		h.step(t)
+	}
+	if len(fdp.rules) == 0 {
+		t.Fatal("no flow rule")
+	}
+	rs, err := h.d.alerts.log.List()
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("attack log: %+v %v, want one attack", rs, err)
+	}
+	r := rs[0]
+	if r.Victim != victim || r.Rung != "flow-rule" || len(r.FlowRules) == 0 || !r.Active() || !strings.Contains(strings.Join(r.Detectors, ","), "victim") {
+		t.Fatalf("report %+v", r)
+	}
+	for i := 0; i < 20; i++ {
+		fdp.deliver(client, victim, 17, 20)
+		h.step(t)
+		a, _ := h.d.alerts.log.Get(r.ID)
+		if !a.Active() {
+			if len(fdp.rules) > 0 {
+				t.Fatalf("interval %d: the attack ended with its flow rule in force", i)
+			}
+			return
+		}
+	}
+	t.Fatalf("the attack never ended; rules %v", fdp.rules)
+}
+
+// TestAlertRestoredAfterRestart: an attack a previous daemon left open in
+// the log is tracked again and ends with a report, not left active
+// forever.
+func TestAlertRestoredAfterRestart(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Alerts.EndAfter = 2
+	lg, err := alert.OpenLog(filepath.Dir(cfg.StateFile), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := alert.Report{ID: "20261123T115959.000Z", Event: alert.EventStart, Victim: netip.MustParseAddr("192.0.2.1"),
+		Started: t0.Add(-time.Minute), Detectors: []string{"rate"}, Bans: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/32")}}
+	if err := lg.Append(open); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, false)
+	t.Cleanup(h.d.closeAlerts)
+	if n := len(h.d.alerts.tracker.Active()); n != 1 {
+		t.Fatalf("%d attacks tracked after the restart, want 1", n)
+	}
+	for range 3 {
+		h.step(t)
+	}
+	r, err := lg.Get(open.ID)
+	if err != nil || r.Event != alert.EventEnd || r.Ended.IsZero() {
+		t.Fatalf("restored attack %+v %v, want ended", r, err)
+	}
+	// A new attack gets a new ID, after the restored one's.
+	h.dp.send(5000, netip.MustParseAddr("198.51.100.8"))
+	h.step(t)
+	if rs, _ := lg.List(); len(rs) != 2 || rs[1].ID <= open.ID {
+		t.Errorf("attacks %+v", rs)
 	}
 }
