@@ -32,7 +32,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 func TestTrackerLifecycle(t *testing.T) {
 	tr := &Tracker{EndAfter: 2}
 	step := func(i int, mitigated bool, obs ...Observation) []Report {
-		return tr.Observe(t0.Add(time.Duration(i)*time.Second), obs, func(*Report) bool { return mitigated })
+		return tr.Observe(t0.Add(time.Duration(i)*time.Second), obs, func(*Report, map[netip.Prefix]struct{}) bool { return mitigated })
 	}
 	flood := Observation{Victim: victim, Detector: "victim", Rung: "source-bans", Level: 1, PPS: 1000, BPS: 8e6,
 		Sources: []Source{{netip.MustParseAddr("198.51.100.1"), 900}}, Bans: []netip.Prefix{netip.MustParsePrefix("198.51.100.1/32")}}
@@ -251,10 +251,11 @@ func TestLogRotation(t *testing.T) {
 	if p, _ := l.PcapPath("old"); fileExists(p) {
 		t.Error("its pcap was kept")
 	}
-	// The last ~2000-4000 bytes of reports (about 140 bytes each) stay.
+	// The last 2000 to 4000 bytes of reports stay.
+	line, _ := json.Marshal(Report{ID: "newa", Reason: strings.Repeat("x", 50)})
 	rs, err := l.List()
-	if err != nil || len(rs) < 14 || len(rs) > 26 {
-		t.Errorf("List: %d attacks (%v), want 14 to 26", len(rs), err)
+	if lo := 2000 / (len(line) + 1); err != nil || len(rs) < lo || len(rs) > 26 {
+		t.Errorf("List: %d attacks (%v), want %d to 26", len(rs), err, lo)
 	}
 	if _, err := l.Get("new" + string(rune('a'+99%26))); err != nil {
 		t.Errorf("the latest attack: %v", err)
@@ -265,3 +266,30 @@ func TestLogRotation(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// TestTrackerBoundsBans: a botnet's thousands of bans are counted, not
+// all listed, and the end still waits for the last of them.
+func TestTrackerBoundsBans(t *testing.T) {
+	tr := &Tracker{EndAfter: 1}
+	var bans []netip.Prefix
+	for i := range 2500 {
+		bans = append(bans, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)}), 32))
+	}
+	got := tr.Observe(t0, []Observation{{Victim: victim, Detector: "rate", Bans: bans[:2000]}}, nil)
+	got = append(got, tr.Observe(t0.Add(time.Second), []Observation{{Victim: victim, Detector: "rate", Bans: bans[1000:]}}, nil)...)
+	if len(got) != 1 || len(tr.Active()) != 1 {
+		t.Fatalf("reports %d, active %d", len(got), len(tr.Active()))
+	}
+	r := tr.Active()[0]
+	if len(r.Bans) != 100 || r.BanCount != 2500 {
+		t.Errorf("%d bans listed, %d counted; want 100 and 2500", len(r.Bans), r.BanCount)
+	}
+	last := bans[2499]
+	standing := func(_ *Report, all map[netip.Prefix]struct{}) bool { _, ok := all[last]; return ok }
+	if got := tr.Observe(t0.Add(2*time.Second), nil, standing); len(got) != 0 {
+		t.Errorf("ended with its last ban standing: %+v", got)
+	}
+	if got := tr.Observe(t0.Add(3*time.Second), nil, func(*Report, map[netip.Prefix]struct{}) bool { return false }); len(got) != 1 || got[0].Event != EventEnd {
+		t.Errorf("bans lifted: %+v, want the end", got)
+	}
+}

@@ -50,13 +50,16 @@ type Report struct {
 	Detectors []string   `json:"detectors"`
 	// Rung is the highest rung of the mitigation ladder used
 	// (source-bans, prefix, flow-rule), empty when none was.
-	Rung       string         `json:"rung,omitempty"`
-	Reason     string         `json:"reason,omitempty"` // the latest detection's
-	PeakPPS    float64        `json:"peak_pps"`
-	PeakBPS    float64        `json:"peak_bps"`
-	TopSources []Source       `json:"top_sources"`
-	Bans       []netip.Prefix `json:"bans"`
-	FlowRules  []string       `json:"flow_rules"`
+	Rung       string   `json:"rung,omitempty"`
+	Reason     string   `json:"reason,omitempty"` // the latest detection's
+	PeakPPS    float64  `json:"peak_pps"`
+	PeakBPS    float64  `json:"peak_bps"`
+	TopSources []Source `json:"top_sources"`
+	// Bans are the first MaxBans bans of the attack; BanCount counts
+	// them all (a botnet's may be tens of thousands).
+	Bans      []netip.Prefix `json:"bans"`
+	BanCount  int            `json:"ban_count"`
+	FlowRules []string       `json:"flow_rules"`
 	// Packets is how many sampled packets the attack's pcap holds.
 	Packets int `json:"pcap_packets"`
 	// Pcap is the file's path on the daemon's host (empty: no packets).

@@ -29,8 +29,9 @@ type Tracker struct {
 	// EndAfter is how many intervals without a detection end an attack
 	// whose mitigations are withdrawn (at least 1).
 	EndAfter int
-	// MaxSources bounds TopSources.
+	// MaxSources bounds TopSources; MaxBans bounds Report.Bans.
 	MaxSources int
+	MaxBans    int
 
 	attacks map[netip.Addr]*tracked
 	lastID  string
@@ -40,6 +41,7 @@ type tracked struct {
 	r     Report
 	level int
 	quiet int
+	bans  map[netip.Prefix]struct{} // every ban, for the end test
 }
 
 // Active lists the attacks in progress.
@@ -59,7 +61,11 @@ func (t *Tracker) Restore(r Report) {
 		t.attacks = map[netip.Addr]*tracked{}
 	}
 	if _, ok := t.attacks[r.Victim]; !ok {
-		t.attacks[r.Victim] = &tracked{r: r, level: rungLevel(r.Rung)}
+		a := &tracked{r: r, level: rungLevel(r.Rung), bans: map[netip.Prefix]struct{}{}}
+		for _, p := range r.Bans {
+			a.bans[p] = struct{}{}
+		}
+		t.attacks[r.Victim] = a
 	}
 	t.lastID = max(t.lastID, r.ID)
 }
@@ -70,9 +76,10 @@ func rungLevel(s string) int {
 
 // Observe folds one interval's observations in and returns the reports
 // to send: a start, an escalation or an end per attack, at most one each.
-// mitigated says whether an attack still has mitigations in force (its
-// bans, its flow rules); it ends only once it has none.
-func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(*Report) bool) []Report {
+// mitigated says whether an attack still has mitigations in force (bans
+// is every ban it led to; its flow rules are the caller's to know); it
+// ends only once it has none.
+func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(r *Report, bans map[netip.Prefix]struct{}) bool) []Report {
 	if t.attacks == nil {
 		t.attacks = map[netip.Addr]*tracked{}
 	}
@@ -83,7 +90,7 @@ func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(*Repo
 		ev := Event("")
 		if !ok {
 			a = &tracked{r: Report{ID: t.newID(now), Victim: o.Victim, Started: now, Detectors: []string{},
-				TopSources: []Source{}, Bans: []netip.Prefix{}, FlowRules: []string{}}}
+				TopSources: []Source{}, Bans: []netip.Prefix{}, FlowRules: []string{}}, bans: map[netip.Prefix]struct{}{}}
 			t.attacks[o.Victim] = a
 			ev = EventStart
 		}
@@ -99,10 +106,15 @@ func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(*Repo
 		a.r.PeakPPS, a.r.PeakBPS = max(a.r.PeakPPS, o.PPS), max(a.r.PeakBPS, o.BPS)
 		a.r.TopSources = mergeSources(a.r.TopSources, o.Sources, t.maxSources())
 		for _, p := range o.Bans {
-			if !slices.Contains(a.r.Bans, p) {
+			if _, ok := a.bans[p]; ok {
+				continue
+			}
+			a.bans[p] = struct{}{}
+			if len(a.r.Bans) < t.maxBans() {
 				a.r.Bans = append(a.r.Bans, p)
 			}
 		}
+		a.r.BanCount = len(a.bans)
 		for _, s := range o.FlowRules {
 			if !slices.Contains(a.r.FlowRules, s) {
 				a.r.FlowRules = append(a.r.FlowRules, s)
@@ -129,7 +141,7 @@ func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(*Repo
 			continue
 		}
 		a.quiet++
-		if a.quiet >= max(t.EndAfter, 1) && (mitigated == nil || !mitigated(&a.r)) {
+		if a.quiet >= max(t.EndAfter, 1) && (mitigated == nil || !mitigated(&a.r, a.bans)) {
 			a.r.Ended, a.r.Event = now, EventEnd
 			out = append(out, a.r)
 			delete(t.attacks, v)
@@ -153,6 +165,13 @@ func (t *Tracker) maxSources() int {
 		return t.MaxSources
 	}
 	return 10
+}
+
+func (t *Tracker) maxBans() int {
+	if t.MaxBans > 0 {
+		return t.MaxBans
+	}
+	return 100
 }
 
 // newID names an attack by its start, in a form that sorts by time and is

@@ -366,8 +366,8 @@ func (f *flowState) rulesOf(id uint64) []string {
 
 // stillMitigated: an attack is not over while one of its bans stands or
 // the ladder still has a mitigation or a flow rule for its victim.
-func (d *Daemon) stillMitigated(r *alert.Report) bool {
-	for _, p := range r.Bans {
+func (d *Daemon) stillMitigated(r *alert.Report, bans map[netip.Prefix]struct{}) bool {
+	for p := range bans {
 		if _, ok := d.store.Get(p); ok {
 			return true
 		}
