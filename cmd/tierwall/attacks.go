@@ -38,10 +38,10 @@ func newAttacks() *cobra.Command {
 					return printJSON(rs)
 				}
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "ID\tVICTIM\tSTATE\tSTARTED\tDURATION\tDETECTORS\tRUNG\tPEAK PPS\tPACKETS")
+				fmt.Fprintln(w, "ID\tVICTIM\tSTATE\tSTARTED\tDURATION\tDETECTORS\tRUNG\tPEAK PPS\tBANS\tPACKETS")
 				for _, r := range rs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\n", r.ID, victim(r.Victim), state(r),
-						r.Started.Local().Format(time.DateTime), dur(r.Duration), strings.Join(r.Detectors, ","), or(r.Rung, "-"), r.PeakPPS, r.Packets)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t%d\n", r.ID, victim(r.Victim), state(r),
+						r.Started.Local().Format(time.DateTime), dur(r.Duration), strings.Join(r.Detectors, ","), or(r.Rung, "-"), r.PeakPPS, r.BanCount, r.Packets)
 				}
 				return w.Flush()
 			})
@@ -72,6 +72,9 @@ func newAttacks() *cobra.Command {
 				}
 				for i, p := range r.Bans {
 					fmt.Fprintf(w, "%s\t%s\n", first(i, "bans"), p)
+				}
+				if r.BanCount > len(r.Bans) {
+					fmt.Fprintf(w, "\t… %d bans in all\n", r.BanCount)
 				}
 				for i, f := range r.FlowRules {
 					fmt.Fprintf(w, "%s\t%s\n", first(i, "flow rules"), f)
