@@ -367,6 +367,7 @@ func (s *Server) routes() *mux {
 		return m
 	}
 	read(m, "GET /v1/status", func(c context.Context) (any, error) { return s.D.Status(c) })
+	s.attackRoutes(m)
 	list(m, "GET /v1/rules", func(c context.Context, q daemon.ListQuery) (any, error) { return s.D.Rules(c, q) })
 	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
 		var req RuleRequest

@@ -75,7 +75,7 @@ func daemonServer(t *testing.T) (*Client, *ruleDP) {
 }
 
 // post sends body and returns the status and the decoded answer.
-func post(t *testing.T, c *Client, path, body string) (int, map[string]any) {
+func postRule(t *testing.T, c *Client, path, body string) (int, map[string]any) {
 	t.Helper()
 	resp, err := c.hc.Post("http://tierwall"+path, "application/json", strings.NewReader(body))
 	if err != nil {
@@ -92,15 +92,15 @@ func post(t *testing.T, c *Client, path, body string) (int, map[string]any) {
 // replaced by a permanent "operator" ban, with 201); update is explicit.
 func TestPostRuleAddedExistsUpdated(t *testing.T) {
 	c, _ := daemonServer(t)
-	code, b := post(t, c, "/v1/rules", `{"prefix":"198.51.100.50","reason":"abuse","ttl":"10m"}`)
+	code, b := postRule(t, c, "/v1/rules", `{"prefix":"198.51.100.50","reason":"abuse","ttl":"10m"}`)
 	if code != http.StatusCreated || b["result"] != "added" || b["expires"] == nil {
 		t.Fatalf("add: %d %v", code, b)
 	}
-	code, b = post(t, c, "/v1/rules", `{"prefix":"198.51.100.50"}`)
+	code, b = postRule(t, c, "/v1/rules", `{"prefix":"198.51.100.50"}`)
 	if code != http.StatusOK || b["result"] != "exists" || b["reason"] != "abuse" || b["expires"] == nil {
 		t.Fatalf("re-add: %d %v", code, b)
 	}
-	code, b = post(t, c, "/v1/rules", `{"prefix":"198.51.100.50","ttl":"0s","update":true}`)
+	code, b = postRule(t, c, "/v1/rules", `{"prefix":"198.51.100.50","ttl":"0s","update":true}`)
 	if code != http.StatusOK || b["result"] != "updated" || b["reason"] != "abuse" || b["expires"] != nil {
 		t.Fatalf("update: %d %v", code, b)
 	}
@@ -120,23 +120,23 @@ func TestPostRuleRails(t *testing.T) {
 		{"/v1/allowlist", `{"prefix":"::/0"}`, 400},
 		{"/v1/allowlist", `{"prefix":"2001:db8::/32"}`, 201},
 	} {
-		if code, b := post(t, c, tc.path, tc.body); code != tc.want {
+		if code, b := postRule(t, c, tc.path, tc.body); code != tc.want {
 			t.Errorf("%s %s: %d %v, want %d", tc.path, tc.body, code, b, tc.want)
 		}
 	}
 	if dp.blocked[netip.MustParsePrefix("0.0.0.0/0")] || dp.allowed[netip.MustParsePrefix("::/0")] {
 		t.Fatal("a refused rule reached the data plane")
 	}
-	code, b := post(t, c, "/v1/rules/batch", `{"prefixes":["203.0.113.7","0.0.0.0/1","203.0.113.8"]}`)
+	code, b := postRule(t, c, "/v1/rules/batch", `{"prefixes":["203.0.113.7","0.0.0.0/1","203.0.113.8"]}`)
 	refused, _ := b["refused"].([]any)
 	if code != http.StatusCreated || b["new"] != 2.0 || len(refused) != 1 || !strings.Contains(refused[0].(map[string]any)["reason"].(string), "wider") {
 		t.Fatalf("batch: %d %v", code, b)
 	}
-	code, b = post(t, c, "/v1/rules/batch", `{"prefixes":["203.0.113.9","0.0.0.0/1"],"all_or_nothing":true}`)
+	code, b = postRule(t, c, "/v1/rules/batch", `{"prefixes":["203.0.113.9","0.0.0.0/1"],"all_or_nothing":true}`)
 	if code != http.StatusBadRequest || dp.blocked[netip.MustParsePrefix("203.0.113.9/32")] {
 		t.Fatalf("all or nothing: %d %v", code, b)
 	}
-	code, b = post(t, c, "/v1/rules/batch", `{"prefixes":["203.0.113.7","203.0.113.8"]}`)
+	code, b = postRule(t, c, "/v1/rules/batch", `{"prefixes":["203.0.113.7","203.0.113.8"]}`)
 	if code != http.StatusOK || b["exists"] != 2.0 {
 		t.Fatalf("batch re-sent: %d %v", code, b)
 	}

@@ -40,6 +40,7 @@ type Config struct {
 	Metrics    Metrics     `yaml:"metrics"`
 	Probe      Probe       `yaml:"probe"`
 	Synproxy   Synproxy    `yaml:"synproxy"`
+	Alerts     Alerts      `yaml:"alerts"`
 }
 
 // Synproxy is what the SYN-cookie stage announces in the protected
@@ -292,9 +293,10 @@ func Default() *Config {
 			Entropy: EntropyDetector{Enabled: true, History: 30, K: 3, MinPPS: 1000, Prefix4: 24, Prefix6: 48},
 			Victim:  VictimDetector{Enabled: true},
 		},
-		Bans:  Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
-		Rails: Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5, MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32},
-		API:   API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
+		Bans:   Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
+		Rails:  Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5, MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32},
+		API:    API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
+		Alerts: defaultAlerts(),
 	}
 }
 
@@ -464,6 +466,9 @@ func (c *Config) Validate() error {
 		if c.Metrics.Listen == c.API.TCP {
 			return bad("metrics.listen", c.Metrics.Listen, "is api.tcp: the metrics listener is a separate, read-only one")
 		}
+	}
+	if err := c.Alerts.validate(); err != nil {
+		return err
 	}
 	if c.API.MaxBody <= 0 || c.API.MaxBody > 16<<20 {
 		return bad("api.max_body", c.API.MaxBody, "outside 1..16777216")

@@ -96,6 +96,7 @@ type Daemon struct {
 	owner  *Ownership    // the data plane's owner lock, released at shutdown
 	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
 	mgmtAt time.Time
+	alerts       *alerting           // attack tracking, log and notifications (alerts.go)
 
 	Metrics *Metrics
 	reqs    chan func()
@@ -210,6 +211,9 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		return nil, err
 	}
 	d.restoreBaselines()
+	if err := d.openAlerts(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -452,6 +456,7 @@ func (d *Daemon) Step(now time.Time) (err error) {
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)
 	d.mitigate(now)
+	d.alertStep(now, tr, ds)
 	ctrs, err := d.counters()
 	if err != nil {
 		return err
@@ -1148,6 +1153,7 @@ func (d *Daemon) shutdown() error {
 	if err := d.save(now); err != nil {
 		errs = append(errs, err)
 	}
+	d.closeAlerts()
 	d.dp.Close()
 	d.owner.Release()
 	d.log.Info("tierwall stopped; the XDP filter keeps enforcing the bans", "bans", d.store.Len())

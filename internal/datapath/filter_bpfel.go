@@ -229,6 +229,8 @@ const (
 	filterMapTwPfx4      = "tw_pfx4"
 	filterMapTwPfx6      = "tw_pfx6"
 	filterMapTwPfxCtr    = "tw_pfx_ctr"
+	filterMapTwSample    = "tw_sample"
+	filterMapTwSampleRb  = "tw_sample_rb"
 	filterMapTwVerdicts  = "tw_verdicts"
 	filterProgTwFilter   = "tw_filter"
 	filterVarTwAllowCap  = "tw_allow_cap"
@@ -312,6 +314,8 @@ type filterMapSpecs struct {
 	TwPfx4     *ebpf.MapSpec `ebpf:"tw_pfx4"`
 	TwPfx6     *ebpf.MapSpec `ebpf:"tw_pfx6"`
 	TwPfxCtr   *ebpf.MapSpec `ebpf:"tw_pfx_ctr"`
+	TwSample   *ebpf.MapSpec `ebpf:"tw_sample"`
+	TwSampleRb *ebpf.MapSpec `ebpf:"tw_sample_rb"`
 	TwVerdicts *ebpf.MapSpec `ebpf:"tw_verdicts"`
 }
 
@@ -371,6 +375,8 @@ type filterMaps struct {
 	TwPfx4     *ebpf.Map `ebpf:"tw_pfx4"`
 	TwPfx6     *ebpf.Map `ebpf:"tw_pfx6"`
 	TwPfxCtr   *ebpf.Map `ebpf:"tw_pfx_ctr"`
+	TwSample   *ebpf.Map `ebpf:"tw_sample"`
+	TwSampleRb *ebpf.Map `ebpf:"tw_sample_rb"`
 	TwVerdicts *ebpf.Map `ebpf:"tw_verdicts"`
 }
 
@@ -399,6 +405,8 @@ func (m *filterMaps) Close() error {
 		m.TwPfx4,
 		m.TwPfx6,
 		m.TwPfxCtr,
+		m.TwSample,
+		m.TwSampleRb,
 		m.TwVerdicts,
 	)
 }

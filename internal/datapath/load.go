@@ -186,7 +186,7 @@ func (s sizes) apply(spec *ebpf.CollectionSpec) error {
 func pinnedNames(spec *ebpf.CollectionSpec) []string {
 	var names []string
 	for name := range spec.Maps {
-		if !strings.HasPrefix(name, ".") {
+		if !strings.HasPrefix(name, ".") && !unpinned[name] {
 			names = append(names, name)
 		}
 	}
