@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -39,12 +40,14 @@ var palette = []color.Color{
 // Filled shapes for measured series; the paper's get hollow ones.
 var glyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.PyramidGlyph{}, draw.BoxGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}
 
-// styles fixes each known mechanism's look; the order is the legend's.
-var styles = map[string]struct {
+type style struct {
 	order int
 	color color.Color
 	glyph draw.GlyphDrawer
-}{
+}
+
+// styles fixes each known mechanism's look; the order is the legend's.
+var styles = map[string]style{
 	"tierwall-host":                  {0, palette[0], glyphs[0]},
 	"xdp-filter":                     {1, palette[1], glyphs[1]},
 	"nft-netdev":                     {2, palette[2], glyphs[2]},
@@ -104,6 +107,8 @@ type chart struct {
 	// yMax, when set, is the top of a linear y axis at least (100 for
 	// CPU shares, so a busy CPU reads as one).
 	yMax *float64
+	// legendW widens the legend's column (long series names).
+	legendW vg.Length
 }
 
 func zero() *float64 { z := 0.0; return &z }
@@ -148,7 +153,7 @@ func (c chart) save(dir, name string) error {
 	p.Y.Label.Text = c.ylabel
 	if c.logX {
 		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.X.Tick.Marker = countTicks{}
 	}
 	if c.logY {
 		p.Y.Scale = plot.LogScale{}
@@ -205,7 +210,10 @@ func (c chart) save(dir, name string) error {
 	legend.Top, legend.Left = true, true
 	legend.ThumbnailWidth = vg.Points(28)
 	p.Legend = plot.NewLegend()
-	const w, h, lw = 11 * vg.Inch, 5.5 * vg.Inch, 2.9 * vg.Inch
+	w, h, lw := 11*vg.Inch, 5.5*vg.Inch, 2.9*vg.Inch
+	if c.legendW > lw {
+		w, lw = w+c.legendW-lw, c.legendW
+	}
 	for _, ext := range []string{"png", "svg"} {
 		cv, err := draw.NewFormattedCanvas(w, h, ext)
 		if err != nil {
@@ -242,4 +250,26 @@ func writeCanvas(path string, cv vg.CanvasWriterTo) (err error) {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// countTicks labels a log axis of counts as 1, 10, 100, 1K, 10K, 1M
+// rather than 1e+06.
+type countTicks struct{}
+
+func (countTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.LogTicks{Prec: -1}.Ticks(min, max)
+	for i, t := range ts {
+		if t.Label == "" {
+			continue
+		}
+		switch v := t.Value; {
+		case v >= 1e6:
+			ts[i].Label = strconv.FormatFloat(v/1e6, 'f', -1, 64) + "M"
+		case v >= 1e3:
+			ts[i].Label = strconv.FormatFloat(v/1e3, 'f', -1, 64) + "K"
+		default:
+			ts[i].Label = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+	}
+	return ts
 }
