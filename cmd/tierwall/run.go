@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/probed"
+	"github.com/tierwall/tierwall/internal/sdnotify"
 )
 
 func newRun() *cobra.Command {
@@ -56,6 +58,7 @@ BPF, and touches nothing.`,
 				if cfg.API.Socket != "" {
 					defer os.Remove(cfg.API.Socket)
 				}
+				notifyProbe(ctx, log)
 				return p.Run(ctx)
 			}
 			// The loop runs on this goroutine: the one locked to the main
@@ -165,4 +168,32 @@ func newLogger(c config.Log) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(os.Stderr, o))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, o))
+}
+
+// notifyProbe tells systemd (Type=notify) that the probe is ready: New
+// attached its tiers and the API listens. The watchdog is fed from a
+// ticker while the process lives; the probe's engine has no loop of its
+// own that a stall would stop, unlike the daemon's.
+func notifyProbe(ctx context.Context, log *slog.Logger) {
+	if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+		log.Warn("telling systemd the probe is ready", "err", err)
+	}
+	every := sdnotify.WatchdogInterval()
+	go func() {
+		var tick <-chan time.Time
+		if every > 0 {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			tick = t.C
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				_, _ = sdnotify.Notify(sdnotify.Stopping)
+				return
+			case <-tick:
+				_, _ = sdnotify.Notify(sdnotify.Watchdog)
+			}
+		}
+	}()
 }

@@ -96,7 +96,7 @@ type Daemon struct {
 	owner  *Ownership    // the data plane's owner lock, released at shutdown
 	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
 	mgmtAt time.Time
-	alerts       *alerting           // attack tracking, log and notifications (alerts.go)
+	alerts *alerting // attack tracking, log and notifications (alerts.go)
 
 	Metrics *Metrics
 	reqs    chan func()

@@ -592,6 +592,18 @@ func Detach(ifname, pinRoot string) error {
 	if err != nil {
 		return err
 	}
+	if err := detach(ifname, dir); err != nil {
+		return err
+	}
+	// Every detach path (CLI, lab, tests) leaves nothing behind: the lock
+	// file and an emptied namespace directory go too.
+	if err := bpffs.Forget(dir); err != nil {
+		return fmt.Errorf("cleaning up after %s: %w", ifname, err)
+	}
+	return nil
+}
+
+func detach(ifname, dir string) error {
 	lk, err := bpffs.Lock(dir)
 	if err != nil {
 		return err
