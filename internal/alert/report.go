@@ -8,6 +8,7 @@
 package alert
 
 import (
+	"math"
 	"net/netip"
 	"time"
 )
@@ -64,6 +65,22 @@ type Report struct {
 	Packets int `json:"pcap_packets"`
 	// Pcap is the file's path on the daemon's host (empty: no packets).
 	Pcap string `json:"pcap,omitempty"`
+}
+
+// Rounded is r with its rates and duration to one decimal (three for
+// the duration): what the API serves, as every other rate it serves.
+func (r Report) Rounded() Report {
+	one := func(x float64) float64 { return math.Round(x*10) / 10 }
+	r.PeakPPS, r.PeakBPS = one(r.PeakPPS), one(r.PeakBPS)
+	r.Duration = math.Round(r.Duration*1000) / 1000
+	if r.TopSources != nil {
+		top := make([]Source, len(r.TopSources))
+		for i, s := range r.TopSources {
+			top[i] = Source{Addr: s.Addr, PPS: one(s.PPS)}
+		}
+		r.TopSources = top
+	}
+	return r
 }
 
 // Active says whether the attack is still going on.

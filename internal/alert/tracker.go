@@ -134,9 +134,8 @@ func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(r *Re
 		a.r.Duration = now.Sub(a.r.Started).Seconds()
 		if ev, ok := seen[v]; ok {
 			if ev != "" {
-				r := a.r
-				r.Event = ev
-				out = append(out, r)
+				a.r.Event = ev // the live report says the latest
+				out = append(out, a.r)
 			}
 			continue
 		}

@@ -268,7 +268,8 @@ func TestAPIDetections(t *testing.T) {
 	}
 }
 
-// GET and POST of a rule answer one schema, and rates are rounded.
+// GET and POST of a rule answer one schema, and rates are rounded. The
+// POST adds only result: what the request did (added, exists, updated).
 func TestAPIRuleOneSchema(t *testing.T) {
 	_, url, _ := testDaemon(t)
 	posted := post(t, url+"/v1/rules", `{"prefix":"192.0.2.0/24","ttl":"1h"}`)
@@ -278,6 +279,10 @@ func TestAPIRuleOneSchema(t *testing.T) {
 	if json.Unmarshal(posted, &p) != nil || json.Unmarshal(got, &g) != nil || len(g) != 1 {
 		t.Fatalf("POST %s, GET %s", posted, got)
 	}
+	if p["result"] != "added" {
+		t.Errorf("POST result %v, want added", p["result"])
+	}
+	delete(p, "result")
 	if pk, gk := keys(p), keys(g[0]); !slices.Equal(pk, gk) {
 		t.Errorf("POST fields %v, GET fields %v", pk, gk)
 	}

@@ -478,6 +478,9 @@ func (d *Daemon) Attacks(ctx context.Context) ([]alert.Report, error) {
 			rs = append(rs, l)
 		}
 	}
+	for i := range rs {
+		rs[i] = rs[i].Rounded()
+	}
 	return rs, nil
 }
 

@@ -27,6 +27,16 @@ const mgmtEvery = 30 * time.Second
 // this thread is in; tests replace it.
 var hostManagement = ManagementAddrs
 
+// SetManagementSource replaces how daemons made afterwards learn the
+// host's management addresses and returns the previous source. For tests
+// of packages above the daemon (a build host's own addresses, 192.0.2.2
+// on some, would otherwise refuse their fixtures' bans) and for embedders
+// that know the addresses another way.
+func SetManagementSource(f func() ([]ban.Managed, error)) (previous func() ([]ban.Managed, error)) {
+	previous, hostManagement = hostManagement, f
+	return previous
+}
+
 // ManagementAddrs lists this network namespace's addresses (every
 // interface but loopback; link-local ones too: IPv6 neighbour discovery
 // comes from them) and its default gateways, read over netlink.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -22,6 +23,21 @@ import (
 type BanResult struct {
 	RuleView
 	Result ban.Result `json:"result"`
+}
+
+// MarshalJSON is the rule's view with result added: the embedded view's
+// own MarshalJSON would otherwise be promoted and drop it.
+func (r BanResult) MarshalJSON() ([]byte, error) {
+	view, err := r.RuleView.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	res, err := json.Marshal(r.Result)
+	if err != nil {
+		return nil, err
+	}
+	out := append(view[:len(view)-1:len(view)-1], `,"result":`...)
+	return append(append(out, res...), '}'), nil
 }
 
 // BatchResult is what a batch of operator bans did, entry by entry.
