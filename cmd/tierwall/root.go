@@ -40,8 +40,12 @@ func newRoot() *cobra.Command {
 
 func args(n cobra.PositionalArgs) cobra.PositionalArgs { return cli.Args(n) }
 
+// addIfaceFlag is -i/--interface on every command that names one
+// (--iface, the old spelling, still works, hidden).
 func addIfaceFlag(c *cobra.Command) {
-	c.Flags().StringVarP(&g.iface, "iface", "i", "", "interface (default: the only attached one)")
+	c.Flags().StringVarP(&g.iface, "interface", "i", "", "interface (default: the only attached one)")
+	c.Flags().StringVar(&g.iface, "iface", "", "interface")
+	_ = c.Flags().MarkHidden("iface")
 }
 
 func addJSONFlag(c *cobra.Command) {

@@ -195,7 +195,7 @@ func TestOwnerOneDaemonPerDataPlane(t *testing.T) {
 		}
 	}
 	// Detach under the daemon is refused too.
-	if out, code := owCLI(t, "detach", owIfRx); code != 2 {
+	if out, code := owCLI(t, "detach", "-i", owIfRx); code != 2 {
 		t.Errorf("detach under the daemon: %d %s", code, out)
 	}
 
@@ -226,7 +226,7 @@ func TestOwnerOneDaemonPerDataPlane(t *testing.T) {
 
 	// Nothing is left behind once the daemon stopped and the filter is
 	// detached.
-	if out, code := owCLI(t, "detach", owIfRx); code != 0 {
+	if out, code := owCLI(t, "detach", "-i", owIfRx); code != 0 {
 		t.Fatalf("detach: %d %s", code, out)
 	}
 	if l := leftovers(); len(l) != 0 {
