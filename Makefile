@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export GOTOOLCHAIN ?= auto
 
-.PHONY: all deps generate check-generated build test test-ndpi bench demo eval eval-flows eval-spoof lint clean
+.PHONY: all deps generate check-generated build test test-ndpi bench demo eval eval-flows eval-spoof lint clean install uninstall deb
 
 all: build
 
@@ -74,3 +74,68 @@ eval-flows: build
 
 eval-spoof: build
 	$(BIN)/tierwall-lab eval-spoof --out docs/eval
+
+# Installing: the binary, the systemd unit (its ExecStart points at this
+# BINDIR), the man page, completions, the dashboard and example configs
+# under share/tierwall, and /etc/tierwall/tierwall.yaml only if absent.
+# DESTDIR stages the tree (make deb uses it). Needs only Go, not
+# scripts/deps.sh: the binary is built static (CGO_ENABLED=0), so the
+# package depends on no libc.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+MANDIR     ?= $(PREFIX)/share/man
+DATADIR    ?= $(PREFIX)/share/tierwall
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(PREFIX)/share/zsh/site-functions
+SYSCONFDIR ?= /etc
+DIST       := $(BIN)/dist
+
+$(DIST)/tierwall: FORCE
+	@mkdir -p $(DIST)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/tierwall
+
+install: $(DIST)/tierwall
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DATADIR) \
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(SYSCONFDIR)/tierwall
+	install -m 0755 $(DIST)/tierwall $(DESTDIR)$(BINDIR)/tierwall
+	sed 's|@BINDIR@|$(BINDIR)|g' deploy/tierwall.service.in > $(DESTDIR)$(UNITDIR)/tierwall.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/tierwall.service
+	install -m 0644 deploy/tierwall.8 $(DESTDIR)$(MANDIR)/man8/tierwall.8
+	$(DIST)/tierwall completion bash > $(DESTDIR)$(BASHCOMPDIR)/tierwall
+	$(DIST)/tierwall completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_tierwall
+	install -m 0644 deploy/grafana-dashboard.json deploy/tierwall.yaml deploy/probe.yaml $(DESTDIR)$(DATADIR)/
+	@# An operator's configuration is never overwritten.
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/tierwall/tierwall.yaml ]; then \
+		echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/tierwall/tierwall.yaml (the example is $(DATADIR)/tierwall.yaml)"; \
+	else \
+		install -m 0644 deploy/tierwall.yaml $(DESTDIR)$(SYSCONFDIR)/tierwall/tierwall.yaml; \
+	fi
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+# Leaves /etc/tierwall (the operator's) and /var/lib/tierwall (the bans).
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/tierwall $(DESTDIR)$(UNITDIR)/tierwall.service $(DESTDIR)$(MANDIR)/man8/tierwall.8 \
+		$(DESTDIR)$(BASHCOMPDIR)/tierwall $(DESTDIR)$(ZSHCOMPDIR)/_tierwall
+	rm -rf $(DESTDIR)$(DATADIR)
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+# A Debian package from a staged install under /usr: dpkg-deb only (in
+# dpkg, on every Debian), no debhelper. The version is the last commit's
+# date and hash unless given (make deb DEB_VERSION=1.0.0).
+DEB_VERSION ?= 0.0~git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo 0)
+DEB_ARCH    ?= $(shell dpkg --print-architecture)
+DEB_STAGE   := $(BIN)/deb/tierwall
+deb:
+	rm -rf $(DEB_STAGE)
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DEB_STAGE)) PREFIX=/usr \
+		ZSHCOMPDIR=/usr/share/zsh/vendor-completions
+	gzip -9n $(DEB_STAGE)/usr/share/man/man8/tierwall.8
+	install -d $(DEB_STAGE)/DEBIAN
+	sed -e 's|@VERSION@|$(DEB_VERSION)|' -e 's|@ARCH@|$(DEB_ARCH)|' \
+		-e "s|@SIZE@|$$(du -sk --exclude=DEBIAN $(DEB_STAGE) | cut -f1)|" deploy/debian/control.in > $(DEB_STAGE)/DEBIAN/control
+	install -m 0644 deploy/debian/conffiles $(DEB_STAGE)/DEBIAN/
+	install -m 0755 deploy/debian/postinst deploy/debian/prerm deploy/debian/postrm $(DEB_STAGE)/DEBIAN/
+	dpkg-deb --root-owner-group -Zxz --build $(DEB_STAGE) $(BIN)/tierwall_$(DEB_VERSION)_$(DEB_ARCH).deb
+
+FORCE:

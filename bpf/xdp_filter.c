@@ -16,6 +16,7 @@
 #include "lib/stats.h"
 #include "lib/frule.h"
 #include "lib/features.h"
+#include "lib/sample.h"
 #include "lib/heavy.h"
 
 /* The parser as a global function, which the verifier checks once, on its
@@ -45,7 +46,7 @@ int tw_filter(struct xdp_md *ctx)
 
 	int r = tw_filter_parse(ctx, &p);
 	if (r != TW_R_PASS)
-		return tw_verdict(r, len);
+		return tw_exit(ctx, r, len);
 
 	__u32 zero = 0;
 	struct tw_config *cfg = bpf_map_lookup_elem(&tw_cfg, &zero);
@@ -62,13 +63,13 @@ int tw_filter(struct xdp_md *ctx)
 				return tw_verdict(TW_R_ALLOW, len);
 		}
 		if (cfg->exact4_n && tw_exact4_hit(p.src4, cfg->seed, cpu, len))
-			return tw_verdict(TW_R_DROP_EXACT, len);
+			return tw_exit(ctx, TW_R_DROP_EXACT, len);
 		if (cfg->pfx4_n) {
 			struct tw_lpm4_key k = { .prefixlen = 32,
 						 .addr = p.src4 };
 			if (tw_lpm_hit(&tw_pfx4, &k, &tw_pfx_ctr, tw_pfx_cap,
 				       cpu, len))
-				return tw_verdict(TW_R_DROP_PREFIX, len);
+				return tw_exit(ctx, TW_R_DROP_PREFIX, len);
 		}
 		/* A mapped source is still on an IPv6 packet: an IPv6 prefix
 		 * that covers ::ffff:0:0/96 (::/0 to ::/80) blocks it too. The
@@ -78,7 +79,7 @@ int tw_filter(struct xdp_md *ctx)
 			__builtin_memcpy(k.addr, p.src6, 16);
 			if (tw_lpm_hit(&tw_pfx6, &k, &tw_pfx_ctr, tw_pfx_cap,
 				       cpu, len))
-				return tw_verdict(TW_R_DROP_PREFIX, len);
+				return tw_exit(ctx, TW_R_DROP_PREFIX, len);
 		}
 	} else {
 		struct tw_lpm6_key k = { .prefixlen = 128 };
@@ -87,23 +88,23 @@ int tw_filter(struct xdp_md *ctx)
 						tw_allow_cap, cpu, len))
 			return tw_verdict(TW_R_ALLOW, len);
 		if (cfg->exact6_n && tw_exact6_hit(p.src6, cfg->seed, cpu, len))
-			return tw_verdict(TW_R_DROP_EXACT, len);
+			return tw_exit(ctx, TW_R_DROP_EXACT, len);
 		if (cfg->pfx6_n &&
 		    tw_lpm_hit(&tw_pfx6, &k, &tw_pfx_ctr, tw_pfx_cap, cpu, len))
-			return tw_verdict(TW_R_DROP_PREFIX, len);
+			return tw_exit(ctx, TW_R_DROP_PREFIX, len);
 	}
 
 	/* Sources the heavy-hitter detector caught, before the daemon has
 	 * seen them (heavy.h); a monitor-only catch passes on, marked. */
 	int prov = tw_hh_provisional(&p, len);
 	if (prov == TW_R_DROP_PROVISIONAL)
-		return tw_verdict(prov, len);
+		return tw_exit(ctx, prov, len);
 
 	r = TW_R_PASS;
 	if (cfg->frule_n) {
 		r = tw_flow_rules(ctx, &p, len, cpu);
 		if (tw_action(r) == XDP_DROP)
-			return tw_verdict(r, len);
+			return tw_exit(ctx, r, len);
 	}
 	if (r == TW_R_PASS) {
 		if (prov == TW_R_PASS)
@@ -113,7 +114,7 @@ int tw_filter(struct xdp_md *ctx)
 	}
 	if (cfg->features)
 		tw_features(&p, len, cpu, cfg->feat_seed);
-	return tw_verdict(r, len);
+	return tw_exit(ctx, r, len);
 }
 
 char _license[] SEC("license") = "GPL";

@@ -3,7 +3,11 @@
 # packages that are missing. Safe to run again; needs root to install.
 set -euo pipefail
 
-pkgs=(clang clang-format llvm libbpf-dev bpftool linux-libc-dev iproute2 iputils-ping ethtool gcc make git nginx-light wget wrk iptables ipset nftables xdp-tools libndpi-dev pkg-config nfdump)
+pkgs=(clang clang-format llvm libbpf-dev bpftool linux-libc-dev iproute2 iputils-ping ethtool gcc make git nginx-light wget wrk iptables ipset nftables xdp-tools libndpi-dev pkg-config nfdump tcpdump)
+# make install and make deb need only coreutils, sed, gzip and dpkg-deb
+# (in dpkg, essential); test/install also checks the unit with
+# systemd-analyze and renders the man page with man.
+pkgs+=(systemd man-db)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

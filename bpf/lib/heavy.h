@@ -26,6 +26,18 @@
 #include "parse.h"
 #include "table.h"
 
+/* Types user space needs that no map or program signature names (the
+ * event goes through a ring buffer, the enums through bytes): BTF only
+ * describes those, so bpf2go -type would not find these without this
+ * anchor (a constant in .rodata, never read). */
+struct tw_hh_btf {
+	struct tw_hh_event event;
+	enum tw_hh_kind kind;
+	enum tw_prov_flag flag;
+	enum tw_hh_limit limit;
+};
+const struct tw_hh_btf tw_hh_btf_anchor __attribute__((unused));
+
 /* The key of a source: IPv4 in the first word, IPv6 masked to the
  * configured prefix. */
 struct tw_hh_key {
@@ -59,7 +71,7 @@ static __always_inline void tw_hh_key_of(const struct tw_pkt *p,
 static __always_inline struct tw_hh_stats *tw_hh_stats_get(void)
 {
 	__u32 zero = 0;
-	return bpf_map_lookup_elem(&tw_hh_stats, &zero);
+	return bpf_map_lookup_elem(&tw_hh_ctr, &zero);
 }
 
 /* tw_hh_provisional: the provisional check, before the flow rules. Returns
@@ -72,7 +84,7 @@ __noinline int tw_hh_provisional(struct tw_pkt *p, __u32 len)
 	if (!p)
 		return TW_R_PASS;
 	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
-	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_state, &zero);
+	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_shared, &zero);
 	if (!c || !s || !c->window_ns)
 		return TW_R_PASS;
 	/* No entry made for a whole life: none can be live. The coarse
@@ -207,7 +219,7 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 		return;
 	}
 	__u32 zero = 0;
-	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_state, &zero);
+	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_shared, &zero);
 	if (s)
 		s->last_insert_ns = bpf_ktime_get_coarse_ns();
 	if (st)

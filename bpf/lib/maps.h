@@ -250,7 +250,7 @@ struct {
 	__type(key, __u32);
 	__type(value, struct tw_hh_state);
 	__uint(max_entries, 1);
-} tw_hh_state SEC(".maps");
+} tw_hh_shared SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -264,7 +264,7 @@ struct {
 	__type(key, __u32);
 	__type(value, struct tw_hh_stats);
 	__uint(max_entries, 1);
-} tw_hh_stats SEC(".maps");
+} tw_hh_ctr SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,7 @@ import (
 )
 
 func newEval() *cobra.Command {
-	var sizes, dists, only, out string
+	var sizes, dists, only, out, fromCSV string
 	var dur time.Duration
 	var smoke bool
 	var repeat int
@@ -26,6 +27,11 @@ func newEval() *cobra.Command {
 		Short: "Reproduce the paper's evaluation on this machine: CSV, plots and docs/EVALUATION.md",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if fromCSV != "" {
+				// Rewrite the document and figures from a run's saved
+				// rows: a change of text or plots needs no new run.
+				return eval.Rerender(out, filepath.Join(filepath.Dir(out), "EVALUATION.md"), fromCSV)
+			}
 			o := eval.Options{Out: out, Duration: dur, Log: os.Stderr, Smoke: smoke, Repeat: repeat}
 			for _, s := range strings.Split(sizes, ",") {
 				n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -55,6 +61,7 @@ func newEval() *cobra.Command {
 	f.DurationVar(&dur, "duration", 2*time.Second, "length of each measurement")
 	f.StringVar(&out, "out", "docs/eval", "directory for CSV and plots (docs/EVALUATION.md goes next to it)")
 	f.IntVar(&repeat, "repeat", 3, "measurements per drop-rate cell (the median is reported)")
+	f.StringVar(&fromCSV, "from-csv", "", "write EVALUATION.md and the plots again from a run's results.csv (and the run.json beside it); no run")
 	f.BoolVar(&smoke, "smoke", false, "CI smoke run: checks the pipeline, not speeds; writes nothing under docs")
 	return c
 }

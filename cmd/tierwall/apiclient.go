@@ -1,15 +1,103 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"os"
+
 	"github.com/tierwall/tierwall/internal/api"
+	"github.com/tierwall/tierwall/internal/cli"
+	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 )
 
-// dialDaemon returns the typed client of a running daemon, or nil when
-// none answers (or --direct). The CLI goes through it when a daemon
-// answers, so the daemon's bans, state file and hardware tier stay the one
-// truth.
+// The CLI and the daemon must agree: a rule the CLI writes straight into a
+// data plane a daemon owns is one the daemon does not know (its API, its
+// state file and its metrics disagree with the data plane until it
+// restarts), and a snapshot the CLI takes is an interval the daemon's
+// detectors lose. So the CLI finds the daemon that owns the data plane it
+// works on, from the owner record the daemon publishes (see
+// daemon.Own), and goes through that daemon's API, whatever --socket says
+// and whichever namespace either runs in. It changes a data plane a
+// daemon owns directly only with --direct.
+
+// plane is the data plane a command works on, and its owner.
+type plane struct {
+	iface string
+	owner daemon.Owner
+	owned bool
+}
+
+// target resolves the interface (-i, or the only one attached in this
+// network namespace) and the daemon that owns its data plane.
+func target() (plane, error) {
+	iface, err := resolveIface()
+	if err != nil {
+		return plane{}, err
+	}
+	o, ok := daemon.OwnerOf(ownerDir, daemon.OwnerKey(g.pinRoot, iface))
+	return plane{iface: iface, owner: o, owned: ok}, nil
+}
+
+// ownerDir is where daemons publish their owner records.
+const ownerDir = bpffs.RunDir
+
+// errOwned is a data plane a daemon owns that the CLI will not change
+// behind its back: why, and what to do instead.
+func (p plane) errOwned(why, instead string) error {
+	return cli.Usage(fmt.Errorf("the data plane on %s belongs to the tierwall daemon pid %d (config %s): %s; %s, or pass --direct "+
+		"to do it behind the daemon's back", p.iface, p.owner.PID, p.owner.Config, why, instead))
+}
+
+// client is the API of the daemon that owns p, nil when none does. A
+// daemon that owns p but cannot be reached is an error unless --direct.
+func (p plane) client() (*api.Client, error) {
+	if !p.owned || g.direct {
+		return nil, nil
+	}
+	if p.owner.Socket == "" {
+		return nil, p.errOwned("it serves no API socket (api.socket is off)", "enable its API")
+	}
+	c, err := api.Dial(p.owner.Socket)
+	if err != nil {
+		return nil, p.errOwned(fmt.Sprintf("its API socket %s does not answer", p.owner.Socket), "check that it runs")
+	}
+	return c, nil
+}
+
+// warnDirect tells an operator who passed --direct what it does to the
+// daemon that owns p.
+func (p plane) warnDirect() {
+	if p.owned && g.direct {
+		fmt.Fprintf(os.Stderr, "tierwall: warning: --direct: the tierwall daemon pid %d owns the data plane on %s; it will not know of this change until it restarts\n",
+			p.owner.PID, p.iface)
+	}
+}
+
+// dialDaemon returns the typed client of the daemon that owns the data
+// plane this command works on, or nil when none does (or --direct). When
+// no interface is attached in this network namespace, the daemon that
+// answers on --socket (if any) is the one meant. Commands that only a
+// daemon can answer (flow rules, victims) and top (whose snapshots are
+// the daemon's) use it.
 func dialDaemon() *api.Client {
-	if g.direct || g.socket == "" {
+	if g.direct {
+		return nil
+	}
+	p, err := target()
+	if err == nil {
+		if p.owned {
+			c, _ := p.client()
+			return c
+		}
+		if !socketGiven() {
+			return nil
+		}
+	} else if !errors.Is(err, datapath.ErrNotAttached) {
+		return nil
+	}
+	if g.socket == "" {
 		return nil
 	}
 	c, err := api.Dial(g.socket)
@@ -17,4 +105,10 @@ func dialDaemon() *api.Client {
 		return nil
 	}
 	return c
+}
+
+// socketGiven reports whether --socket was given on the command line.
+func socketGiven() bool {
+	f := rootCmd.PersistentFlags().Lookup("socket")
+	return f != nil && f.Changed
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
 
@@ -12,10 +13,15 @@ func newAttach() *cobra.Command {
 	var mode string
 	var o datapath.Options
 	c := &cobra.Command{
-		Use:   "attach IFACE",
+		Use:   "attach -i IFACE",
 		Short: "Attach the filter to IFACE, or re-adopt its pinned rules and counters",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  args(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			iface, _, err := ifaceAnd(cmd, a, 0, 0)
+			if err != nil {
+				return err
+			}
+			a = []string{iface}
 			if cmd.Flags().Changed("mode") {
 				m, err := datapath.ParseMode(mode)
 				if err != nil {
@@ -24,6 +30,11 @@ func newAttach() *cobra.Command {
 				o.Mode = m
 			}
 			o.PinRoot = g.pinRoot
+			// Attaching over a daemon's data plane swaps its program:
+			// that is the daemon's to do.
+			if err := refuseOwned(a[0], "replace its program"); err != nil {
+				return err
+			}
 			d, err := datapath.Attach(a[0], o)
 			if err != nil {
 				return err
@@ -40,6 +51,7 @@ func newAttach() *cobra.Command {
 			return nil
 		},
 	}
+	addInterfaceFlag(c)
 	f := c.Flags()
 	f.StringVar(&mode, "mode", "native", "XDP mode: native or generic (default native, generic as a fallback with a warning), or nic-cpu to run on the emulated NIC of this interface")
 	f.IntVar(&o.ExactCapacity4, "exact4-capacity", 0, fmt.Sprintf("IPv4 /32 rules (default %d)", datapath.DefaultExactCapacity))
@@ -51,16 +63,40 @@ func newAttach() *cobra.Command {
 }
 
 func newDetach() *cobra.Command {
-	return &cobra.Command{
-		Use:   "detach IFACE",
+	c := &cobra.Command{
+		Use:   "detach -i IFACE",
 		Short: "Remove the filter from IFACE and delete its rules and counters",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  args(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			iface, _, err := ifaceAnd(cmd, a, 0, 0)
+			if err != nil {
+				return err
+			}
+			a = []string{iface}
+			if err := refuseOwned(a[0], "detach its filter"); err != nil {
+				return err
+			}
 			if err := datapath.Detach(a[0], g.pinRoot); err != nil {
 				return err
 			}
+			// Detach leaves nothing of the interface behind (its lock file,
+			// a namespace's emptied pin directory: they piled up).
 			fmt.Printf("detached from %s\n", a[0])
 			return nil
 		},
 	}
+	addInterfaceFlag(c)
+	return c
+}
+
+// refuseOwned refuses to act on iface's data plane while a daemon owns it,
+// unless --direct.
+func refuseOwned(iface, what string) error {
+	o, ok := daemon.OwnerOf(ownerDir, daemon.OwnerKey(g.pinRoot, iface))
+	p := plane{iface: iface, owner: o, owned: ok}
+	if ok && !g.direct {
+		return p.errOwned("only it may "+what, "stop it first")
+	}
+	p.warnDirect()
+	return nil
 }

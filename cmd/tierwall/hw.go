@@ -25,10 +25,15 @@ func newHW() *cobra.Command {
 	c := parent("hw", "Inspect the hardware tier of a real NIC (tc flower, ethtool n-tuple)", "probe")
 	var o autodetect.Options
 	p := &cobra.Command{
-		Use:   "probe IFACE",
+		Use:   "probe -i IFACE",
 		Short: "Say which hardware-table backend works on IFACE, or that tierwall runs XDP-only there",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, a []string) error {
+			iface, _, err := ifaceAnd(cmd, a, 0, 0)
+			if err != nil {
+				return err
+			}
+			a = []string{iface}
 			if _, err := net.InterfaceByName(a[0]); err != nil {
 				return fmt.Errorf("%w: %s", datapath.ErrNoInterface, a[0])
 			}
@@ -63,6 +68,7 @@ func newHW() *cobra.Command {
 	p.Flags().IntVar(&o.Capacity, "capacity", 0, "rules the NIC holds (flower cannot report it; default 1024)")
 	p.Flags().BoolVar(&g.json, "json", false, "print JSON")
 	p.Flags().Uint32Var(&o.NtupleBase, "ntuple-base", 0, "first n-tuple rule location tierwall may use")
+	addInterfaceFlag(p)
 	c.AddCommand(p)
 	return c
 }
@@ -74,10 +80,15 @@ func newNIC() *cobra.Command {
 	c := parent("nic", "Drive the emulated SmartNIC stage (a bump-in-the-wire XDP hardware table)", "attach, detach, add, del or list")
 	var o nicstage.Options
 	at := &cobra.Command{
-		Use:   "attach WIRE HOST",
+		Use:   "attach -i WIRE HOST",
 		Short: "Attach the NIC stage to WIRE, forwarding what it does not drop to HOST",
-		Args:  args(cobra.ExactArgs(2)),
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, a []string) error {
+			wire, rest, err := ifaceAnd(cmd, a, 1, 1)
+			if err != nil {
+				return err
+			}
+			a = append([]string{wire}, rest...)
 			o.PinRoot = g.pinRoot
 			t, err := nicstage.AttachTable(a[0], a[1], o)
 			if err != nil {
@@ -101,37 +112,53 @@ func newNIC() *cobra.Command {
 	at.Flags().StringVar((*string)(&o.Mode), "mode", "", "hybrid (table, misses to the host; default), nic-hw (table, misses to the filter on the NIC CPU), nic (all through the NIC CPU), wire (pass everything)")
 	at.Flags().Uint64Var(&o.CPURate, "cpu-rate", 0, "packets/s the NIC CPU can filter (nic, nic-hw); 0: no cap")
 	de := &cobra.Command{
-		Use:   "detach WIRE",
+		Use:   "detach -i WIRE",
 		Short: "Remove the NIC stage and its rules from WIRE",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, a []string) error {
-			return nicstage.Detach(a[0], g.pinRoot)
+			wire, _, err := ifaceAnd(cmd, a, 0, 0)
+			if err != nil {
+				return err
+			}
+			return nicstage.Detach(wire, g.pinRoot)
 		},
 	}
 	var action string
 	add := &cobra.Command{
-		Use:   "add WIRE SOURCE...",
+		Use:   "add -i WIRE SOURCE...",
 		Short: "Install source rules in the NIC table (each waits for the update latency)",
-		Args:  args(cobra.MinimumNArgs(2)),
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, a []string) error {
-			return nicChange(a[0], a[1:], true, action)
+			wire, srcs, err := ifaceAnd(cmd, a, 1, -1)
+			if err != nil {
+				return err
+			}
+			return nicChange(wire, srcs, true, action)
 		},
 	}
 	add.Flags().StringVar(&action, "action", "drop", "drop or forward")
 	del := &cobra.Command{
-		Use:   "del WIRE SOURCE...",
+		Use:   "del -i WIRE SOURCE...",
 		Short: "Remove source rules from the NIC table",
-		Args:  args(cobra.MinimumNArgs(2)),
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, a []string) error {
-			return nicChange(a[0], a[1:], false, "")
+			wire, srcs, err := ifaceAnd(cmd, a, 1, -1)
+			if err != nil {
+				return err
+			}
+			return nicChange(wire, srcs, false, "")
 		},
 	}
 	ls := &cobra.Command{
-		Use:   "list WIRE",
+		Use:   "list -i WIRE",
 		Short: "List the NIC table with hardware counters, and the stage's verdicts",
-		Args:  args(cobra.ExactArgs(1)),
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, a []string) error {
-			n, err := nicstage.Open(a[0], g.pinRoot)
+			wire, _, err := ifaceAnd(cmd, a, 0, 0)
+			if err != nil {
+				return err
+			}
+			n, err := nicstage.Open(wire, g.pinRoot)
 			if err != nil {
 				return err
 			}
@@ -175,8 +202,51 @@ func newNIC() *cobra.Command {
 		},
 	}
 	ls.Flags().BoolVar(&g.json, "json", false, "print JSON")
+	for _, sub := range []*cobra.Command{at, de, add, del, ls} {
+		addInterfaceFlag(sub)
+	}
 	c.AddCommand(at, de, add, del, ls)
 	return c
+}
+
+// addInterfaceFlag gives c -i/--interface (and --iface, the other
+// commands' spelling), the interface every command names the same way.
+func addInterfaceFlag(c *cobra.Command) {
+	c.Flags().StringVarP(&g.iface, "interface", "i", "", "interface")
+	c.Flags().StringVar(&g.iface, "iface", "", "interface")
+	_ = c.Flags().MarkHidden("iface")
+}
+
+// ifaceAnd splits a command's arguments into its interface and the rest,
+// of which it wants min..max (max < 0: no limit). The interface comes
+// from -i; the first positional argument, the old spelling, still works
+// with a warning.
+func ifaceAnd(cmd *cobra.Command, a []string, min, max int) (string, []string, error) {
+	iface := g.iface
+	if !cmd.Flags().Changed("interface") && !cmd.Flags().Changed("iface") {
+		if len(a) == 0 {
+			return "", nil, cli.Usage(fmt.Errorf("no interface: give it with -i IFACE"))
+		}
+		iface, a = a[0], a[1:]
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: the interface as a positional argument is deprecated: use -i %s\n", cmd.CommandPath(), iface)
+	}
+	if iface == "" {
+		return "", nil, cli.Usage(fmt.Errorf("empty interface name"))
+	}
+	if len(a) < min || (max >= 0 && len(a) > max) {
+		return "", nil, cli.Usage(fmt.Errorf("%d arguments besides the interface, want %s", len(a), argRange(min, max)))
+	}
+	return iface, a, nil
+}
+
+func argRange(min, max int) string {
+	switch {
+	case max < 0:
+		return fmt.Sprintf("at least %d", min)
+	case min == max:
+		return fmt.Sprint(min)
+	}
+	return fmt.Sprintf("%d..%d", min, max)
 }
 
 // nicChange validates every source first, so bad input changes nothing.

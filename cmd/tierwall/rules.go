@@ -2,28 +2,41 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/tierwall/tierwall/internal/api"
+	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/cli"
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
+// addOptions are block/allow add's options beyond the prefixes.
+type addOptions struct {
+	ttl    time.Duration
+	reason string
+	update bool
+	force  bool
+	cmd    *cobra.Command
+}
+
+func (o *addOptions) ttlGiven() bool { return o.cmd.Flags().Changed("ttl") }
+
 // ruleCommands builds "block" and "allow": add, del, list.
-func ruleCommands(use, short string, add, del func(*datapath.Datapath, ...netip.Prefix) error,
-	list func(*datapath.Datapath) ([]datapath.Rule, error)) *cobra.Command {
-	c := &cobra.Command{Use: use, Short: short, Args: args(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, a []string) error {
-			return cli.Usage(fmt.Errorf("%s needs a subcommand: add, del or list", use))
-		}}
+func ruleCommands(use, short string) *cobra.Command {
+	c := cli.Parent(use, short, "add, del or list")
 	var file string
-	change := func(verb string, f func(*datapath.Datapath, ...netip.Prefix) error) *cobra.Command {
+	var o addOptions
+	change := func(verb string) *cobra.Command {
 		cmd := &cobra.Command{
 			Use:   verb + " ADDR|PREFIX...",
 			Short: verb + " rules (all or nothing)",
@@ -34,6 +47,7 @@ func ruleCommands(use, short string, add, del func(*datapath.Datapath, ...netip.
 				return nil
 			}),
 			RunE: func(cmd *cobra.Command, a []string) error {
+				o.cmd = cmd
 				ps, err := rule.ParseAll(a)
 				if err != nil {
 					return err
@@ -50,26 +64,32 @@ func ruleCommands(use, short string, add, del func(*datapath.Datapath, ...netip.
 					}
 					ps = append(ps, more...)
 				}
-				if dc := dialDaemon(); dc != nil {
-					if err := dc.Change(context.Background(), use, ps, verb == "add", "tierwall block add"); err != nil {
-						return err
-					}
-					fmt.Printf("%s %s: %d rule(s) through the daemon at %s\n", use, verb, len(ps), g.socket)
-					return nil
+				if o.ttl < 0 {
+					return fmt.Errorf("%w: --ttl %v is negative", rule.ErrInvalid, o.ttl)
 				}
-				d, err := open()
+				dc, p, err := daemonOrDirect()
 				if err != nil {
 					return err
 				}
-				defer d.Close()
-				if err := f(d, ps...); err != nil {
-					return err
+				add := verb == "add"
+				if dc != nil {
+					return changeViaDaemon(dc, use, ps, add, &o)
 				}
-				fmt.Printf("%s %s: %d rule(s) on %s\n", use, verb, len(ps), d.Iface)
-				return nil
+				return changeDirect(p, use, ps, add, &o)
 			},
 		}
-		cmd.Flags().StringVarP(&file, "file", "f", "", "read rules from a file, one per line ('#' comments)")
+		f := cmd.Flags()
+		f.StringVarP(&file, "file", "f", "", "read rules from a file, one per line ('#' comments)")
+		if verb == "add" {
+			if use == "block" {
+				f.DurationVar(&o.ttl, "ttl", 0, "lift the ban after this long (default: never; with --update, 0 makes it permanent); kept by the daemon")
+				f.StringVar(&o.reason, "reason", "", `why (default "operator"); kept by the daemon`)
+				f.BoolVar(&o.update, "update", false, "replace the reason and expiry of a ban that exists (without it, an existing ban is left unchanged)")
+				f.BoolVar(&o.force, "force", false, "accept a prefix wider than the rails' limit (rails.max_ban_prefix_v4/v6); never a ban covering this host's addresses or gateway")
+			} else {
+				f.BoolVar(&o.force, "force", false, "accept a prefix wider than the rails' limit (rails.max_allow_prefix_v4/v6)")
+			}
+		}
 		addIfaceFlag(cmd)
 		return cmd
 	}
@@ -78,69 +98,352 @@ func ruleCommands(use, short string, add, del func(*datapath.Datapath, ...netip.
 		Short: "list rules with their counters",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			if dc := dialDaemon(); dc != nil && use == "block" {
-				return listViaDaemon(dc)
-			}
-			d, err := open()
+			rows, err := listRules(use)
 			if err != nil {
 				return err
 			}
-			defer d.Close()
-			rs, err := list(d)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				if rs == nil {
-					rs = []datapath.Rule{}
-				}
-				return printJSON(rs)
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "PREFIX\tKIND\tPACKETS\tBYTES\tLAST HIT")
-			for _, r := range rs {
-				last := "never"
-				if r.LastHit != nil {
-					last = time.Since(*r.LastHit).Round(time.Second).String() + " ago"
-				}
-				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\n", r.Prefix, r.Kind, r.Packets, r.Bytes, last)
-			}
-			return w.Flush()
+			return printRules(rows)
 		},
 	}
 	addIfaceFlag(ls)
 	addJSONFlag(ls)
-	c.AddCommand(change("add", add), change("del", del), ls)
+	c.AddCommand(change("add"), change("del"), ls)
 	return c
 }
 
 func newBlock() *cobra.Command {
-	return ruleCommands("block", "Block sources: addresses go to the exact tables, prefixes to the LPM tries",
-		(*datapath.Datapath).Block, (*datapath.Datapath).Unblock, (*datapath.Datapath).Blocked)
+	return ruleCommands("block", "Block sources: addresses go to the exact tables, prefixes to the LPM tries")
 }
 
 func newAllow() *cobra.Command {
-	return ruleCommands("allow", "Allowlist source prefixes: they pass whatever the block rules say",
-		(*datapath.Datapath).Allow, (*datapath.Datapath).Disallow, (*datapath.Datapath).Allowed)
+	return ruleCommands("allow", "Allowlist source prefixes: they pass whatever the block rules say")
 }
 
-// listViaDaemon shows the daemon's bans: tier, detector, rate, expiry.
-func listViaDaemon(dc *api.Client) error {
-	rs, err := dc.Rules(context.Background())
+// daemonOrDirect is the daemon to go through (nil: change the data plane
+// directly) and the data plane the command works on. With no interface
+// attached in this network namespace, a daemon answering on --socket (one
+// in another namespace) is the one meant.
+func daemonOrDirect() (*api.Client, plane, error) {
+	p, err := target()
+	if errors.Is(err, datapath.ErrNotAttached) && !g.direct && g.socket != "" {
+		if c, derr := api.Dial(g.socket); derr == nil {
+			return c, p, nil
+		}
+	}
+	if err != nil {
+		return nil, p, err
+	}
+	c, err := p.client()
+	return c, p, err
+}
+
+// changeViaDaemon applies the change through the daemon's API: its bans,
+// its rails, its state file.
+func changeViaDaemon(dc *api.Client, use string, ps []netip.Prefix, add bool, o *addOptions) error {
+	ctx := context.Background()
+	verb := "del"
+	if add {
+		verb = "add"
+	}
+	where := "through the daemon at " + dc.Socket
+	switch {
+	case !add:
+		if err := dc.Change(ctx, use, ps, false, ""); err != nil {
+			return err
+		}
+		fmt.Printf("%s %s: %d rule(s) %s\n", use, verb, len(ps), where)
+		return nil
+	case use == api.Allow:
+		for i, p := range ps {
+			if err := dc.Do(ctx, "POST", "/v1/allowlist", api.AllowRequest{Prefix: p.String(), Force: o.force}, nil); err != nil {
+				for _, q := range ps[:i] {
+					_ = dc.DeleteAllow(ctx, q)
+				}
+				return fmt.Errorf("%s: %w (nothing changed)", p, err)
+			}
+		}
+		fmt.Printf("%s %s: %d rule(s) %s\n", use, verb, len(ps), where)
+		return nil
+	}
+	ttl := ""
+	if o.ttlGiven() {
+		ttl = o.ttl.String()
+	}
+	if len(ps) == 1 {
+		var r daemon.BanResult
+		req := api.RuleRequest{Prefix: ps[0].String(), Reason: o.reason, TTL: ttl, Force: o.force, Update: o.update}
+		if err := dc.Do(ctx, "POST", "/v1/rules", req, &r); err != nil {
+			return err
+		}
+		switch r.Result {
+		case ban.Exists:
+			fmt.Printf("block add: %s is already banned (%s): unchanged, %s; --update replaces its reason or expiry\n", r.Prefix, describe(r.Ban), where)
+		case ban.Updated:
+			fmt.Printf("block add: %s updated (%s) %s\n", r.Prefix, describe(r.Ban), where)
+		default:
+			fmt.Printf("block add: %s added (%s) %s\n", r.Prefix, describe(r.Ban), where)
+		}
+		return nil
+	}
+	var r api.BatchResponse
+	req := api.BatchRequest{Prefixes: make([]string, len(ps)), Reason: o.reason, TTL: ttl, Force: o.force, Update: o.update, AllOrNothing: true}
+	for i, p := range ps {
+		req.Prefixes[i] = p.String()
+	}
+	if err := dc.Do(ctx, "POST", "/v1/rules/batch", req, &r); err != nil {
+		return err
+	}
+	fmt.Printf("block add: %d rule(s) %s: %d added, %d already banned (unchanged), %d updated\n", r.Prefixes, where, r.New, r.Exists, r.Updated)
+	return nil
+}
+
+// describe is a ban's detector, reason and expiry, for a message.
+func describe(b ban.Ban) string {
+	exp := "no expiry"
+	if !b.Expires.IsZero() {
+		exp = "expires in " + time.Until(b.Expires).Round(time.Second).String()
+	}
+	return fmt.Sprintf("%s: %s, %s", b.Detector, b.Reason, exp)
+}
+
+// changeDirect changes the data plane itself: no daemon owns it (or
+// --direct). The rails still apply; what only a daemon keeps (reason,
+// expiry) is refused rather than dropped.
+func changeDirect(p plane, use string, ps []netip.Prefix, add bool, o *addOptions) error {
+	if add && (o.ttlGiven() || o.reason != "" || o.update) {
+		return cli.Usage(fmt.Errorf("--ttl, --reason and --update are kept by the daemon, and no daemon owns the data plane on %s "+
+			"(a rule added directly has no reason and never expires)", p.iface))
+	}
+	if add {
+		if err := checkDirect(use, ps, o.force); err != nil {
+			return err
+		}
+	}
+	d, err := openToChange(p)
 	if err != nil {
 		return err
 	}
+	defer d.Close()
+	if !add {
+		f := d.Unblock
+		if use == api.Allow {
+			f = d.Disallow
+		}
+		if err := f(ps...); err != nil {
+			return err
+		}
+		fmt.Printf("%s del: %d rule(s) on %s\n", use, len(ps), d.Iface)
+		return nil
+	}
+	exists, err := present(d, use, ps)
+	if err != nil {
+		return err
+	}
+	f := d.Block
+	if use == api.Allow {
+		f = d.Allow
+	}
+	if err := f(ps...); err != nil {
+		return err
+	}
+	fmt.Printf("%s add: %d rule(s) on %s: %d added, %d already there (unchanged)\n", use, len(ps), d.Iface, len(ps)-exists, exists)
+	return nil
+}
+
+// checkDirect applies the rails a daemon would: the default width limits
+// (--force past them) and, for bans, never this host's addresses or
+// default gateway.
+func checkDirect(use string, ps []netip.Prefix, force bool) error {
+	def := config.Default().Rails
+	if use == api.Allow {
+		for _, p := range ps {
+			if limit, wide := def.AllowTooWide(p); wide && !force {
+				return fmt.Errorf("%w: allowing %s would let everything from it past every ban: wider than /%d; --force to override (nothing changed)",
+					rule.ErrInvalid, p, limit)
+			}
+		}
+		return nil
+	}
+	ms, err := daemon.ManagementAddrs()
+	if err != nil {
+		return fmt.Errorf("reading this host's addresses for the rails: %w", err)
+	}
+	r := ban.Rails{WidestBan4: def.MaxBanPrefixV4, WidestBan6: def.MaxBanPrefixV6, Management: ms}
+	for _, p := range ps {
+		if why := r.Catastrophic(p, force); why != "" {
+			return fmt.Errorf("%w: refusing to ban %s: it is %s (nothing changed)", rule.ErrInvalid, p, why)
+		}
+	}
+	return nil
+}
+
+// present counts the rules of ps the data plane holds already.
+func present(d *datapath.Datapath, use string, ps []netip.Prefix) (int, error) {
+	n := 0
+	if use == api.Block {
+		rs := make([]datapath.Reading, len(ps))
+		if err := d.RuleCountersInto(ps, rs); err != nil {
+			return 0, err
+		}
+		for _, r := range rs {
+			if r.Found {
+				n++
+			}
+		}
+		return n, nil
+	}
+	rs, err := d.Allowed()
+	if err != nil {
+		return 0, err
+	}
+	have := map[netip.Prefix]bool{}
+	for _, r := range rs {
+		have[r.Prefix] = true
+	}
+	for _, p := range ps {
+		if have[p] {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ruleRow is one rule as block/allow list show it, the same through the
+// daemon and directly: what the data plane alone cannot know (detector,
+// reason, rate, expiry, tier) is empty or null there; what the daemon
+// does not count (bytes, last hit) is read from the data plane when it can
+// be, else null.
+type ruleRow struct {
+	Prefix   netip.Prefix  `json:"prefix"`
+	Kind     datapath.Kind `json:"kind"` // exact, prefix or allow
+	Tier     string        `json:"tier"` // xdp or hw ("" unknown)
+	Detector string        `json:"detector"`
+	Reason   string        `json:"reason"`
+	RatePPS  *float64      `json:"rate_pps"`
+	Packets  uint64        `json:"packets"`
+	Bytes    *uint64       `json:"bytes"`
+	LastHit  *time.Time    `json:"last_hit"`
+	Expires  *time.Time    `json:"expires"` // null: never (or unknown: no daemon)
+}
+
+func kindOf(use string, p netip.Prefix) datapath.Kind {
+	switch {
+	case use == api.Allow:
+		return datapath.KindAllow
+	case p.IsSingleIP():
+		return datapath.KindExact
+	}
+	return datapath.KindPrefix
+}
+
+func rowFromRule(r datapath.Rule) ruleRow {
+	b := r.Bytes
+	return ruleRow{Prefix: r.Prefix, Kind: r.Kind, Tier: "xdp", Packets: r.Packets, Bytes: &b, LastHit: r.LastHit}
+}
+
+// listRules reads the rules of use: through the daemon that owns the data
+// plane when it answers, else from the data plane (reading changes
+// nothing, so no --direct is needed).
+func listRules(use string) ([]ruleRow, error) {
+	rows := []ruleRow{}
+	dc, _, err := daemonOrDirect()
+	if err != nil && !errors.As(err, new(cli.UsageError)) {
+		return nil, err
+	}
+	// The data plane's own view, when this namespace has one: all of it
+	// without a daemon, bytes and last hit with one.
+	var dpRules []datapath.Rule
+	if d, oerr := open(); oerr == nil {
+		if use == api.Block {
+			dpRules, oerr = d.Blocked()
+		} else {
+			dpRules, oerr = d.Allowed()
+		}
+		d.Close()
+		if oerr != nil && dc == nil {
+			return nil, oerr
+		}
+	} else if dc == nil {
+		return nil, oerr
+	}
+	if dc == nil {
+		for _, r := range dpRules {
+			rows = append(rows, rowFromRule(r))
+		}
+		return rows, nil
+	}
+	ctx := context.Background()
+	if use == api.Allow {
+		a, err := dc.Allowlist(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range a.DataPlane {
+			rows = append(rows, rowFromRule(r))
+		}
+		return rows, nil
+	}
+	rs, err := dc.Rules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byPrefix := make(map[netip.Prefix]datapath.Rule, len(dpRules))
+	for _, r := range dpRules {
+		byPrefix[r.Prefix] = r
+	}
+	for _, r := range rs {
+		x, ok := byPrefix[r.Prefix]
+		rows = append(rows, rowFromBan(use, r, x, ok))
+	}
+	return rows, nil
+}
+
+// rowFromBan is a daemon's ban with what the data plane counted of it
+// (inDP: the data plane could be read and holds it).
+func rowFromBan(use string, r daemon.RuleView, x datapath.Rule, inDP bool) ruleRow {
+	row := ruleRow{Prefix: r.Prefix, Kind: kindOf(use, r.Prefix), Tier: r.Tier, Detector: r.Detector, Reason: r.Reason, Packets: r.Packets}
+	rate := r.Rate
+	row.RatePPS = &rate
+	if !r.Expires.IsZero() {
+		e := r.Expires
+		row.Expires = &e
+	}
+	if inDP {
+		b := x.Bytes
+		row.Bytes, row.LastHit = &b, x.LastHit
+	}
+	return row
+}
+
+// printRules is the one printer of block/allow list.
+func printRules(rows []ruleRow) error {
 	if g.json {
-		return printJSON(rs)
+		return printJSON(rows)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "PREFIX\tTIER\tDETECTOR\tRATE PPS\tPACKETS\tEXPIRES\tREASON")
-	for _, r := range rs {
-		exp := "never"
-		if !r.Expires.IsZero() {
-			exp = "in " + time.Until(r.Expires).Round(time.Second).String()
+	fmt.Fprintln(w, "PREFIX\tKIND\tTIER\tDETECTOR\tREASON\tRATE PPS\tPACKETS\tBYTES\tLAST HIT\tEXPIRES")
+	dash := func(s string) string {
+		if s == "" {
+			return "-"
 		}
-		fmt.Fprintf(w, "%v\t%v\t%v\t%.0f\t%v\t%s\t%v\n", r.Prefix, r.Tier, r.Detector, r.Rate, r.Packets, exp, r.Reason)
+		return s
+	}
+	for _, r := range rows {
+		rate, bytes, last, exp := "-", "-", "never", "never"
+		if r.RatePPS != nil {
+			rate = fmt.Sprintf("%.0f", *r.RatePPS)
+		}
+		if r.Bytes != nil {
+			bytes = fmt.Sprint(*r.Bytes)
+		}
+		if r.LastHit != nil {
+			last = time.Since(*r.LastHit).Round(time.Second).String() + " ago"
+		}
+		if r.Expires != nil {
+			exp = "in " + time.Until(*r.Expires).Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Prefix, r.Kind, dash(r.Tier), dash(r.Detector),
+			dash(strings.ReplaceAll(r.Reason, "\t", " ")), rate, r.Packets, bytes, last, exp)
 	}
 	return w.Flush()
 }

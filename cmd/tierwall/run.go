@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,19 +17,28 @@ import (
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/probed"
+	"github.com/tierwall/tierwall/internal/sdnotify"
 )
 
 func newRun() *cobra.Command {
 	var path string
+	var check bool
 	c := &cobra.Command{
-		Use:   "run --config FILE",
+		Use:   "run [--check] --config FILE",
 		Short: "Run the daemon: detection, bans, rate monitor and placement every interval, with the HTTP API",
 		Long: `Runs in the foreground until SIGINT or SIGTERM. SIGHUP reloads the configuration
 (a bad one is refused and the running one kept). Bans live in the pinned data plane:
 they keep being enforced after the daemon exits, and the next start reconciles them
-with the state file.`,
+with the state file.
+
+--check validates the file and exits: 0 when the daemon would accept it, 1 with
+every error (file:line: field: what is wrong) when not. It needs neither root nor
+BPF, and touches nothing.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if check {
+				return checkConfig(cmd, path)
+			}
 			cfg, err := config.Load(path)
 			if err != nil {
 				return err
@@ -47,6 +58,7 @@ with the state file.`,
 				if cfg.API.Socket != "" {
 					defer os.Remove(cfg.API.Socket)
 				}
+				notifyProbe(ctx, log)
 				return p.Run(ctx)
 			}
 			// The loop runs on this goroutine: the one locked to the main
@@ -76,7 +88,34 @@ with the state file.`,
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "/etc/tierwall/tierwall.yaml", "configuration file")
+	c.Flags().BoolVar(&check, "check", false, "validate the configuration offline and exit (0: valid, 1: invalid)")
 	return c
+}
+
+// errCheckFailed is --check's verdict. It wraps nothing on purpose: a
+// refused file exits 1, like nginx -t, not 2 as a usage error would.
+type errCheckFailed struct {
+	path string
+	n    int
+}
+
+func (e errCheckFailed) Error() string {
+	return fmt.Sprintf("%s: refused (%d error(s) above)", e.path, e.n)
+}
+
+// checkConfig loads path as run would, prints every error on stderr one a
+// line, and changes nothing.
+func checkConfig(cmd *cobra.Command, path string) error {
+	cfg, err := config.Load(path)
+	if err != nil {
+		lines := strings.Split(err.Error(), "\n")
+		for _, l := range lines {
+			fmt.Fprintln(cmd.ErrOrStderr(), l)
+		}
+		return errCheckFailed{path: path, n: len(lines)}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (role %s, interface %s)\n", path, cfg.Role, cfg.Interface)
+	return nil
 }
 
 // serveAPI serves srv on the configured unix socket and TCP address until
@@ -106,6 +145,18 @@ func serveAPI(ctx context.Context, log *slog.Logger, cfg *config.Config, srv *ap
 		}()
 		log.Info("api listening", "tcp", cfg.API.TCP)
 	}
+	if cfg.Metrics.Listen != "" {
+		l, err := net.Listen("tcp", cfg.Metrics.Listen)
+		if err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		go func() {
+			if err := api.Serve(ctx, l, srv.MetricsHandler()); err != nil {
+				log.Error("metrics listener stopped", "err", err)
+			}
+		}()
+		log.Info("metrics listening (read-only, no token)", "tcp", cfg.Metrics.Listen)
+	}
 	return nil
 }
 
@@ -117,4 +168,32 @@ func newLogger(c config.Log) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(os.Stderr, o))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, o))
+}
+
+// notifyProbe tells systemd (Type=notify) that the probe is ready: New
+// attached its tiers and the API listens. The watchdog is fed from a
+// ticker while the process lives; the probe's engine has no loop of its
+// own that a stall would stop, unlike the daemon's.
+func notifyProbe(ctx context.Context, log *slog.Logger) {
+	if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+		log.Warn("telling systemd the probe is ready", "err", err)
+	}
+	every := sdnotify.WatchdogInterval()
+	go func() {
+		var tick <-chan time.Time
+		if every > 0 {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			tick = t.C
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				_, _ = sdnotify.Notify(sdnotify.Stopping)
+				return
+			case <-tick:
+				_, _ = sdnotify.Notify(sdnotify.Watchdog)
+			}
+		}
+	}()
 }

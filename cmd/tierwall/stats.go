@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"text/tabwriter"
@@ -42,8 +43,17 @@ func newStats() *cobra.Command {
 			fmt.Println()
 			w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(w, "TABLE\tENTRIES\tCAPACITY\t")
-			for _, t := range []string{"exact4", "exact6", "prefix", "allow"} {
-				fmt.Fprintf(w, "%s\t%d\t%d\t\n", t, s.Tables[t].Entries, s.Tables[t].Capacity)
+			for _, t := range []string{"exact4", "exact6", "prefix", "allow", "flow"} {
+				if o, ok := s.Tables[t]; ok {
+					fmt.Fprintf(w, "%s\t%d\t%d\t\n", t, o.Entries, o.Capacity)
+				}
+			}
+			// The hardware tier is the daemon's (placement owns its table):
+			// shown when one answers, under the name the metrics use.
+			if dc := dialDaemon(); dc != nil {
+				if t, err := dc.Tiers(context.Background()); err == nil && t.Hardware != nil {
+					fmt.Fprintf(w, "nic (%s)\t%d\t%d\t\n", t.Hardware.Backend, t.Hardware.Occupancy, t.Hardware.Capacity)
+				}
 			}
 			w.Flush()
 			fmt.Printf("\nfeature buffer: %d keys per snapshot, %d packets not counted (full)\n", s.Tables["feature"].Capacity, s.FeatureOverflow)

@@ -22,8 +22,11 @@ func newTop() *cobra.Command {
 			"that consistent snapshot. It consumes snapshots: do not run it beside another reader.",
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			if interval <= 0 || n <= 0 {
-				return fmt.Errorf("%w: --interval and -n must be positive", rule.ErrInvalid)
+			if interval <= 0 {
+				return fmt.Errorf("%w: --interval %v must be positive", rule.ErrInvalid, interval)
+			}
+			if n <= 0 {
+				return fmt.Errorf("%w: -c/--count %d must be positive", rule.ErrInvalid, n)
 			}
 			// A running daemon owns the snapshots: taking one here would
 			// steal an interval from its detectors. Ask it instead.
@@ -37,7 +40,11 @@ func newTop() *cobra.Command {
 				}
 				return printTop(top, fmt.Sprintf("the daemon's last interval (from %s)", g.socket))
 			}
-			d, err := open()
+			p, err := target()
+			if err != nil {
+				return err
+			}
+			d, err := openOwned(p, "taking a snapshot steals an interval from its detectors")
 			if err != nil {
 				return err
 			}

@@ -11,18 +11,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/detect"
+	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/probed"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -143,25 +149,57 @@ func prefixParam(r *http.Request) (netip.Prefix, error) {
 }
 
 // BatchRequest is the body of POST /v1/rules/batch: many operator bans,
-// all or nothing.
+// each judged on its own (one refused entry is reported and the others
+// applied) unless AllOrNothing.
 type BatchRequest struct {
-	Prefixes []string `json:"prefixes"`
-	Reason   string   `json:"reason"`
-	TTL      string   `json:"ttl"`
+	Prefixes     []string `json:"prefixes"`
+	Reason       string   `json:"reason"`
+	TTL          string   `json:"ttl"`
+	Force        bool     `json:"force,omitempty"`          // past the rails' width limit
+	Update       bool     `json:"update,omitempty"`         // replace reason and expiry of existing bans
+	AllOrNothing bool     `json:"all_or_nothing,omitempty"` // any refusal changes nothing (400)
 }
 
-// BatchResponse says how many prefixes the batch held and how many were
-// not banned before.
-type BatchResponse struct {
-	Prefixes int `json:"prefixes"`
-	New      int `json:"new"`
-}
+// BatchResponse says how many prefixes the batch held, how many were
+// new, already there (unchanged) or updated, and which were refused and
+// why.
+type BatchResponse = daemon.BatchResult
 
-// RuleRequest is the body of POST /v1/rules.
+// RuleRequest is the body of POST /v1/rules. Re-adding a banned prefix
+// leaves its ban as it is (200, result "exists") unless Update asks to
+// replace its reason and expiry (200, "updated"); a new ban is 201,
+// "added".
 type RuleRequest struct {
 	Prefix string `json:"prefix"`
 	Reason string `json:"reason"`
-	TTL    string `json:"ttl"` // Go duration; empty: no expiry
+	// TTL is a Go duration; empty: no expiry for a new ban, the current
+	// one kept by an update; "0s": no expiry.
+	TTL    string `json:"ttl"`
+	Force  bool   `json:"force,omitempty"`  // past the rails' width limit (never past this host's addresses)
+	Update bool   `json:"update,omitempty"` // replace reason and expiry of an existing ban
+}
+
+// operatorBan reads an operator ban's options: ttl empty is nil (see
+// RuleRequest), reason empty stays empty (the store names a new ban
+// "operator" and an update keeps the old reason).
+func operatorBan(ttl, reason string, force, update bool) (ban.Operator, error) {
+	o := ban.Operator{Reason: reason, Force: force, Update: update}
+	if ttl != "" {
+		d, err := time.ParseDuration(ttl)
+		if err != nil || d < 0 {
+			return o, fmt.Errorf("%w: ttl %q is not a positive duration", daemon.ErrBadRequest, ttl)
+		}
+		o.TTL = &d
+	}
+	return o, nil
+}
+
+// banStatus is 201 for a new ban, 200 for one that was there.
+func banStatus(added bool) int {
+	if added {
+		return http.StatusCreated
+	}
+	return http.StatusOK
 }
 
 // FlowRuleRequest is the body of POST and DELETE /v1/flowrules: the rule
@@ -176,14 +214,129 @@ type FlowRuleRequest struct {
 // AllowRequest is the body of POST /v1/allowlist.
 type AllowRequest struct {
 	Prefix string `json:"prefix"`
+	Force  bool   `json:"force,omitempty"` // past the rails' width limit for the allowlist
 }
 
 func ctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), 10*time.Second)
 }
 
+// mux is the API's ServeMux, keeping the patterns it was given: the test
+// of the OpenAPI document walks them.
+type mux struct {
+	*http.ServeMux
+	patterns []string
+	hint     string // where a caller who missed finds the routes
+}
+
+func newMux() *mux { return &mux{ServeMux: http.NewServeMux(), hint: "see /v1/openapi.json"} }
+
+func (m *mux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.HandleFunc(pattern, f)
+}
+
+func (m *mux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+// ServeHTTP answers what no route takes as JSON errors with the mux's
+// own status: 404 for an unknown path, 405 (with Allow) for a known path
+// and another method. A catch-all "/" route would turn every 405 into a
+// 404, since the mux prefers any route for the method over none.
+func (m *mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := m.ServeMux.Handler(r); pattern == "" {
+		w = &errorWriter{ResponseWriter: w, r: r, hint: m.hint}
+	}
+	m.ServeMux.ServeHTTP(w, r)
+}
+
+// errorWriter replaces the mux's plain-text error with a JSON one.
+type errorWriter struct {
+	http.ResponseWriter
+	r     *http.Request
+	hint  string
+	wrote bool
+}
+
+func (e *errorWriter) WriteHeader(code int) {
+	if e.wrote {
+		return
+	}
+	e.wrote = true
+	if code < 400 {
+		e.ResponseWriter.WriteHeader(code)
+		return
+	}
+	msg := fmt.Sprintf("no endpoint %s %s (%s)", e.r.Method, e.r.URL.Path, e.hint)
+	if code == http.StatusMethodNotAllowed {
+		msg = fmt.Sprintf("%s is not allowed on %s; allowed: %s", e.r.Method, e.r.URL.Path, e.Header().Get("Allow"))
+	}
+	e.Header().Del("X-Content-Type-Options")
+	writeJSON(e.ResponseWriter, code, ErrorBody{msg})
+}
+
+func (e *errorWriter) Write(b []byte) (int, error) {
+	if !e.wrote {
+		e.WriteHeader(http.StatusOK)
+		return e.ResponseWriter.Write(b)
+	}
+	return len(b), nil // the mux's text body: the JSON one is written
+}
+
+// listQuery reads the query of a list endpoint: since (RFC 3339 time, or
+// a duration back from now: "5m") and limit (the newest n). Any other
+// parameter than these and extra is refused: a typo must not read as "no
+// filter".
+func listQuery(r *http.Request, extra ...string) (daemon.ListQuery, error) {
+	var q daemon.ListQuery
+	v := r.URL.Query()
+	for k := range v {
+		if k != "since" && k != "limit" && !slices.Contains(extra, k) {
+			return q, fmt.Errorf("%w: unknown query parameter %q (known: %s)", daemon.ErrBadRequest, k, strings.Join(append([]string{"since", "limit"}, extra...), ", "))
+		}
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return q, fmt.Errorf("%w: limit=%q is not a positive number", daemon.ErrBadRequest, s)
+		}
+		q.Limit = n
+	}
+	if s := v.Get("since"); s != "" {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			q.Since = t
+		} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
+			q.Since = time.Now().Add(-d)
+		} else {
+			return q, fmt.Errorf("%w: since=%q is neither an RFC 3339 time nor a positive duration such as 5m", daemon.ErrBadRequest, s)
+		}
+	}
+	return q, nil
+}
+
+// list registers a GET endpoint of a list narrowed by listQuery.
+func list[T any](m *mux, pattern string, f func(context.Context, daemon.ListQuery) (T, error)) {
+	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		q, err := listQuery(r)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		v, err := f(c, q)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
 // read registers a GET endpoint whose answer is f's value as JSON.
-func read[T any](m *http.ServeMux, pattern string, f func(context.Context) (T, error)) {
+func read[T any](m *mux, pattern string, f func(context.Context) (T, error)) {
 	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c, cancel := ctx(r)
 		defer cancel()
@@ -197,24 +350,25 @@ func read[T any](m *http.ServeMux, pattern string, f func(context.Context) (T, e
 }
 
 // Handler is the API without authentication (unix socket).
-func (s *Server) Handler() http.Handler {
+func (s *Server) Handler() http.Handler { return s.routes() }
+
+// routes builds the API's mux.
+func (s *Server) routes() *mux {
 	if s.MaxBody == 0 {
 		s.MaxBody = 64 << 10
 	}
-	m := http.NewServeMux()
+	m := newMux()
 	m.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(openAPI)
-	})
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, ErrorBody{fmt.Sprintf("no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)})
 	})
 	if s.D == nil {
 		s.probeRoutes(m)
 		return m
 	}
 	read(m, "GET /v1/status", func(c context.Context) (any, error) { return s.D.Status(c) })
-	read(m, "GET /v1/rules", func(c context.Context) (any, error) { return s.D.Rules(c) })
+	s.attackRoutes(m)
+	list(m, "GET /v1/rules", func(c context.Context, q daemon.ListQuery) (any, error) { return s.D.Rules(c, q) })
 	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
 		var req RuleRequest
 		if err := s.decode(w, r, &req); err != nil {
@@ -226,19 +380,19 @@ func (s *Server) Handler() http.Handler {
 			fail(w, fmt.Errorf("%w: prefix: %v", daemon.ErrBadRequest, err))
 			return
 		}
-		ttl, reason, err := banOptions(req.TTL, req.Reason)
+		o, err := operatorBan(req.TTL, req.Reason, req.Force, req.Update)
 		if err != nil {
 			fail(w, err)
 			return
 		}
 		c, cancel := ctx(r)
 		defer cancel()
-		b, err := s.D.AddRule(c, p, reason, ttl)
+		b, err := s.D.OperatorBan(c, p, o)
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, b)
+		writeJSON(w, banStatus(b.Result == ban.Added), b)
 	})
 	m.HandleFunc("POST /v1/rules/batch", func(w http.ResponseWriter, r *http.Request) {
 		var req BatchRequest
@@ -255,20 +409,27 @@ func (s *Server) Handler() http.Handler {
 			}
 			ps = append(ps, p)
 		}
-		ttl, reason, err := banOptions(req.TTL, req.Reason)
+		o, err := operatorBan(req.TTL, req.Reason, req.Force, req.Update)
 		if err != nil {
 			fail(w, err)
 			return
 		}
 		c, cancel := ctx(r)
 		defer cancel()
-		n, err := s.D.AddRules(c, ps, reason, ttl)
+		res, err := s.D.OperatorBans(c, ps, o, req.AllOrNothing)
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, BatchResponse{Prefixes: len(ps), New: n})
+		writeJSON(w, banStatus(res.New > 0), res)
 	})
+	// Without a prefix the mux would redirect to /v1/rules/ (a 3xx with
+	// no body that clients follow as a GET): say what is missing.
+	for _, p := range []string{"DELETE /v1/rules", "DELETE /v1/allowlist"} {
+		m.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			fail(w, fmt.Errorf("%w: name the prefix: DELETE %s/{prefix} (addr or addr_len, e.g. 10.0.0.0_8)", daemon.ErrBadRequest, r.URL.Path))
+		})
+	}
 	m.HandleFunc("DELETE /v1/rules/{prefix...}", func(w http.ResponseWriter, r *http.Request) {
 		p, err := prefixParam(r)
 		if err != nil {
@@ -283,8 +444,35 @@ func (s *Server) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	read(m, "GET /v1/flowrules", func(c context.Context) (any, error) { return s.D.FlowRules(c) })
-	read(m, "GET /v1/victims", func(c context.Context) (any, error) { return s.D.VictimStatus(c) })
+	read(m, "GET /v1/flowrules", func(c context.Context) (any, error) {
+		rs, err := s.D.FlowRules(c)
+		rs = slices.Clone(rs)
+		if rs == nil {
+			rs = []mitigate.Rule{}
+		}
+		for i := range rs {
+			rs[i].MatchedPPS, rs[i].DroppedPPS = roundRate(rs[i].MatchedPPS), roundRate(rs[i].DroppedPPS)
+		}
+		return rs, err
+	})
+	read(m, "GET /v1/victims", func(c context.Context) (any, error) {
+		v, err := s.D.VictimStatus(c)
+		if v.Attacks == nil {
+			v.Attacks = []detect.Judgement{}
+		}
+		if v.Active == nil {
+			v.Active = []detect.Mitigation{}
+		}
+		// Copies: the daemon's own slices are not the API's to change.
+		v.Attacks, v.Active = slices.Clone(v.Attacks), slices.Clone(v.Active)
+		for i := range v.Attacks {
+			roundEvidence(&v.Attacks[i].Evidence)
+		}
+		for i := range v.Active {
+			roundEvidence(&v.Active[i].Evidence)
+		}
+		return v, err
+	})
 	m.HandleFunc("POST /v1/flowrules", func(w http.ResponseWriter, r *http.Request) {
 		fr, req, err := s.flowRule(w, r)
 		if err != nil {
@@ -333,7 +521,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		c, cancel := ctx(r)
 		defer cancel()
-		if err := s.D.SetAllow(c, p, true); err != nil {
+		if err := s.D.AllowRule(c, p, req.Force); err != nil {
 			fail(w, err)
 			return
 		}
@@ -354,15 +542,23 @@ func (s *Server) Handler() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	m.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		q, err := listQuery(r, "kind")
+		if err != nil {
+			fail(w, err)
+			return
+		}
 		var kinds []string
 		if k := r.URL.Query().Get("kind"); k != "" {
 			kinds = strings.Split(k, ",")
 		}
-		writeJSON(w, http.StatusOK, s.D.Events(kinds...))
+		es, err := s.D.Events(kinds, q)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, es)
 	})
-	m.HandleFunc("GET /v1/detections", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, s.D.Events("ban", "refused", "breaker"))
-	})
+	list(m, "GET /v1/detections", func(_ context.Context, q daemon.ListQuery) (any, error) { return s.D.Detections(q), nil })
 	read(m, "GET /v1/top", func(c context.Context) (any, error) { return s.D.Top(c) })
 	read(m, "GET /v1/tiers", func(c context.Context) (any, error) { return s.D.Tiers(c) })
 	m.HandleFunc("GET /v1/config", func(w http.ResponseWriter, r *http.Request) {
@@ -389,6 +585,21 @@ func (s *Server) Handler() http.Handler {
 	})
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.D.Metrics.Registry, promhttp.HandlerOpts{}))
 	return m
+}
+
+// roundRate rounds a rate (per second) to one decimal: the digits past it
+// are noise.
+func roundRate(x float64) float64 { return math.Round(x*10) / 10 }
+
+// roundEvidence rounds a judgement's rates and shares.
+func roundEvidence(e *detect.Evidence) {
+	for _, x := range []*float64{&e.PPS, &e.BPS, &e.SYNPPS, &e.TCPPPS, &e.UDPPPS, &e.BaselinePPS, &e.ThresholdPPS,
+		&e.BaselineSYN, &e.BaselineSrcs, &e.BaselineNew} {
+		*x = roundRate(*x)
+	}
+	for _, x := range []*float64{&e.FewShare, &e.Covered} {
+		*x = math.Round(*x*1000) / 1000
+	}
 }
 
 // Authenticated wraps h with a bearer-token check (for TCP).

@@ -114,6 +114,12 @@ func (c *Client) Status(ctx context.Context) (s daemon.Status, err error) {
 	return s, c.Do(ctx, "GET", "/v1/status", nil, &s)
 }
 
+// Detections returns the recent detections (the heaviest of each
+// interval), oldest first.
+func (c *Client) Detections(ctx context.Context) (ds []daemon.Detection, err error) {
+	return ds, c.Do(ctx, "GET", "/v1/detections", nil, &ds)
+}
+
 func (c *Client) Rules(ctx context.Context) (rs []daemon.RuleView, err error) {
 	return rs, c.Do(ctx, "GET", "/v1/rules", nil, &rs)
 }

@@ -15,11 +15,11 @@ import (
 
 // The probe role's endpoints: the probe's status, its largest flows and
 // its totals per application.
-func (s *Server) probeRoutes(m *http.ServeMux) {
+func (s *Server) probeRoutes(m *mux) {
 	read(m, "GET /v1/flows/status", func(context.Context) (probed.Status, error) { return s.P.Status() })
 	// What every role answers: the harness and operators' checks ask it.
 	read(m, "GET /v1/status", func(context.Context) (probed.Status, error) { return s.P.Status() })
-	read(m, "GET /v1/flows/apps", func(context.Context) ([]flowprobe.AppTotals, error) { return s.P.Engine.Apps(), nil })
+	read(m, "GET /v1/flows/apps", func(context.Context) ([]flowprobe.AppTotals, error) { return orEmpty(s.P.Engine.Apps()), nil })
 	m.HandleFunc("GET /v1/flows/top", func(w http.ResponseWriter, r *http.Request) {
 		n := 20
 		if v := r.URL.Query().Get("n"); v != "" {
@@ -29,7 +29,7 @@ func (s *Server) probeRoutes(m *http.ServeMux) {
 				return
 			}
 		}
-		writeJSON(w, http.StatusOK, s.P.Engine.Top(n))
+		writeJSON(w, http.StatusOK, orEmpty(s.P.Engine.Top(n)))
 	})
 	m.HandleFunc("GET /v1/flows/records", func(w http.ResponseWriter, r *http.Request) {
 		var since uint64
@@ -41,9 +41,17 @@ func (s *Server) probeRoutes(m *http.ServeMux) {
 			}
 		}
 		rs, next := s.P.Engine.Records(since, 10000)
-		writeJSON(w, http.StatusOK, RecordsPage{Records: rs, Next: next})
+		writeJSON(w, http.StatusOK, RecordsPage{Records: orEmpty(rs), Next: next})
 	})
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.P.Metrics, promhttp.HandlerOpts{}))
+}
+
+// orEmpty is s, or an empty list for nil: an empty list is [], not null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // RecordsPage is one answer of GET /v1/flows/records: at most 10000

@@ -34,6 +34,8 @@ type Ban struct {
 	// (zero while above it).
 	QuietSince time.Time `json:"quiet_since,omitzero"`
 	Manual     bool      `json:"manual,omitempty"` // operator ban: the rate monitor leaves it
+	// Forced: the operator banned it past the rails' width limit.
+	Forced bool `json:"forced,omitempty"`
 }
 
 // Rails are the safety limits on new bans.
@@ -51,6 +53,36 @@ type Rails struct {
 	// detector gone wrong must not black-hole the service. Packet share
 	// would not do: in a flood the attack is most of the packets.
 	MaxEstablishedShare float64
+	// WidestBan4 and WidestBan6 are the shortest prefix lengths a ban may
+	// have (0: any): a ban of 0.0.0.0/0 drops all traffic. Only an
+	// operator's forced ban goes past them.
+	WidestBan4, WidestBan6 int
+	// Management are this host's own addresses and default gateways: no
+	// ban may cover one, forced or not.
+	Management []Managed
+}
+
+// Catastrophic says why a ban on p would be a catastrophe ("" when it
+// would not): it covers one of this host's management addresses, or it is
+// wider than the width limit and not forced.
+func (r *Rails) Catastrophic(p netip.Prefix, force bool) string {
+	for _, m := range r.Management {
+		if p.Contains(m.Addr) {
+			return fmt.Sprintf("covering this host's %s %s (never banned, not even by force)", m.What, m.Addr)
+		}
+	}
+	if !force {
+		if limit, wide := TooWide(p, r.WidestBan4, r.WidestBan6); wide {
+			return fmt.Sprintf("wider than /%d, the widest ban the rails allow (force to override)", limit)
+		}
+	}
+	return ""
+}
+
+// Managed is an address the host is managed through.
+type Managed struct {
+	Addr netip.Addr `json:"addr"`
+	What string     `json:"what"` // "address of eth0", "default gateway via eth0"
 }
 
 // Refusal is a detection that did not become a ban.
@@ -136,7 +168,13 @@ func overlaps(a, b netip.Prefix) bool { return a.Overlaps(b) }
 // Exempt names what must pass in the data plane's allowlist first, so
 // spoofing from a /24 that holds one allowed address cannot make the /24
 // unbannable.
-func (s *Store) guarded(p netip.Prefix) string {
+func (s *Store) guarded(p netip.Prefix) string { return s.guard(p, false) }
+
+// guard is guarded, with the width limit lifted by force.
+func (s *Store) guard(p netip.Prefix, force bool) string {
+	if why := s.Rails.Catastrophic(p, force); why != "" {
+		return why
+	}
 	for _, a := range s.Rails.Allow {
 		if within(p, a) {
 			return "allowlisted (" + a.String() + ")"
@@ -150,8 +188,24 @@ func (s *Store) guarded(p netip.Prefix) string {
 	return ""
 }
 
-// Guarded says why the rails refuse a ban on p ("" when they do not).
-func (s *Store) Guarded(p netip.Prefix) string { return s.guarded(p) }
+// Guarded says why the rails refuse a ban on p ("" when they do not). A
+// ban the operator forced past the width limit stays past it.
+func (s *Store) Guarded(p netip.Prefix) string {
+	if b := s.at(p); b != nil && b.Forced {
+		return s.guard(p, true)
+	}
+	return s.guarded(p)
+}
+
+// TooWide reports whether p is shorter than the limit of its family
+// (widest4 for IPv4, widest6 for IPv6; 0: no limit), and that limit.
+func TooWide(p netip.Prefix, widest4, widest6 int) (int, bool) {
+	limit := widest4
+	if p.Addr().Is6() {
+		limit = widest6
+	}
+	return limit, limit > 0 && p.Bits() < limit
+}
 
 // within reports whether p lies entirely inside q.
 func within(p, q netip.Prefix) bool { return q.Bits() <= p.Bits() && q.Contains(p.Addr()) }

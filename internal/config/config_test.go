@@ -48,3 +48,24 @@ func TestErrorsNameFieldAndValue(t *testing.T) {
 		}
 	}
 }
+
+// The shipped defaults suit a real link: a learned per-source threshold
+// never under 1000 pps, entropy bans only above it; and the example file,
+// which says it shows the defaults, shows these.
+func TestDefaultsAreSafeForARealLink(t *testing.T) {
+	d := Default()
+	if r := d.Detectors.Rate; r.MinPPS < 1000 || r.CeilingPPS < r.MinPPS {
+		t.Errorf("rate floor %v ceiling %v", r.MinPPS, r.CeilingPPS)
+	}
+	if f := d.EntropySourceFloor(); f < 1000 {
+		t.Errorf("entropy names sources from %v pps", f)
+	}
+	c, err := Load("../../deploy/tierwall.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Detectors.Rate.MinPPS != d.Detectors.Rate.MinPPS || c.Detectors.Rate.CeilingPPS != d.Detectors.Rate.CeilingPPS ||
+		c.Detectors.Entropy != d.Detectors.Entropy || c.Bans != d.Bans {
+		t.Errorf("deploy/tierwall.yaml does not show the defaults:\n%+v\n%+v", c.Detectors, d.Detectors)
+	}
+}

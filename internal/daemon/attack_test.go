@@ -131,6 +131,7 @@ func TestAttackFromStartAndBaselinePersistence(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Detectors.Rate.PPS = 0 // learned, the default
 	cfg.Detectors.Rate.LearnIntervals = 5
+	cfg.Detectors.Rate.MinPPS, cfg.Detectors.Rate.CeilingPPS = 100, 1000 // the mechanics at a small lab's bounds, not the shipped ones
 	h := newHarness(t, cfg, false)
 	atk, clients := addrs(198, 51, 200), addrs(10, 1, 50)
 	h.dp.sendUnblocked(2000, atk)

@@ -22,12 +22,14 @@ import (
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/detect"
 	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/placement"
 	"github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/sdnotify"
 	"github.com/tierwall/tierwall/internal/tier"
 	"github.com/tierwall/tierwall/internal/tier/autodetect"
 	"github.com/tierwall/tierwall/internal/tier/flower"
@@ -37,9 +39,11 @@ import (
 // Event is one thing the daemon did or decided, for the API and logs.
 type Event struct {
 	Time   time.Time    `json:"time"`
-	Kind   string       `json:"kind"` // detection, ban, refused, unban, restore, adopt, error, reload, breaker
-	Prefix netip.Prefix `json:"prefix,omitzero"`
+	Kind   string       `json:"kind"`   // one of EventKinds
+	Prefix netip.Prefix `json:"prefix"` // "" when the event names none
 	Detail string       `json:"detail"`
+	// HostGroup is the host group holding Prefix (hostgroups.go).
+	HostGroup string `json:"hostgroup,omitempty"`
 }
 
 const maxEvents = 1000
@@ -53,6 +57,8 @@ type Daemon struct {
 	cfg     *config.Config
 	cfgPath string
 	log     *slog.Logger
+
+	hostgroups *detect.HostGroups
 
 	dp    DataPlane
 	hw    tier.Table // owned by off: the daemon only reads its capabilities
@@ -85,6 +91,12 @@ type Daemon struct {
 	flow         flowState
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
+	detections   []Detection         // the last intervals' heaviest detections, for the API (under mu)
+
+	owner  *Ownership    // the data plane's owner lock, released at shutdown
+	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
+	mgmtAt time.Time
+	alerts *alerting // attack tracking, log and notifications (alerts.go)
 
 	Metrics *Metrics
 	reqs    chan func()
@@ -119,14 +131,21 @@ var _ DataPlane = (*datapath.Datapath)(nil)
 // the goroutine that will run Run, locked to its OS thread, in the network
 // namespace of cfg.Interface.
 func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err error) {
-	dp, err := datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
-		PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features,
-		KnownGoodCapacity: cfg.Capacity.KnownGood})
+	// One daemon per data plane: refused here, before the program, the
+	// maps or the state file are touched.
+	own, err := Own(ownerDir, OwnerKey("", cfg.Interface), Owner{Interface: cfg.Interface, Socket: cfg.API.Socket,
+		TCP: cfg.API.TCP, Config: cfgPath, StateFile: cfg.StateFile})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			own.Release()
+		}
+	}()
+	dp, err := attachDataPlane(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
-	}
-	for _, w := range dp.Warnings {
-		log.Warn(w)
 	}
 	hw, err := openHardware(cfg, log)
 	if err != nil {
@@ -141,8 +160,27 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 		dp.Close()
 		return nil, err
 	}
+	d.owner = own
 	return d, nil
 }
+
+// ownerDir and attachDataPlane are the run directory and datapath.Attach;
+// tests start daemons over a fake data plane in a temporary directory.
+var (
+	ownerDir        = bpffs.RunDir
+	attachDataPlane = func(cfg *config.Config, log *slog.Logger) (DataPlane, error) {
+		dp, err := datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
+			PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features,
+			KnownGoodCapacity: cfg.Capacity.KnownGood})
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range dp.Warnings {
+			log.Warn(w)
+		}
+		return dp, nil
+	}
+)
 
 // NewOver builds the loop over a data plane the caller loaded (no
 // hardware tier, no configuration file to reload): for benchmarks that
@@ -158,26 +196,32 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		hist: map[detect.Key]int32{}, histNext: map[detect.Key]int32{}}
 	d.Metrics = newMetrics(d)
 	if hw != nil {
-		d.off = &placement.Offloader{Table: hw, Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
+		d.off = &placement.Offloader{Table: d.Metrics.countHW(hw), Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
 			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
 	}
 	d.buildDetectors()
 	if err := d.openFlowRules(now); err != nil {
 		return nil, err
 	}
+	d.wireHostGroups()
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
 	d.store.RefreshEvery = refreshEvery
+	d.refreshManagement(now)
 	if err := d.reconcile(now); err != nil {
 		return nil, err
 	}
 	d.restoreBaselines()
+	if err := d.openAlerts(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
 func rails(cfg *config.Config) ban.Rails {
 	r := cfg.Rails
 	return ban.Rails{Allow: r.AllowPrefixes, Protected: r.ProtectedPrefixes, MaxNewPerInterval: r.MaxNewPerInterval,
-		MaxTotal: r.MaxTotal, MonitorOnly: r.MonitorOnly, MaxEstablishedShare: r.MaxEstablishedShare}
+		MaxTotal: r.MaxTotal, MonitorOnly: r.MonitorOnly, MaxEstablishedShare: r.MaxEstablishedShare,
+		WidestBan4: r.MaxBanPrefixV4, WidestBan6: r.MaxBanPrefixV6}
 }
 
 func (d *Daemon) buildDetectors() {
@@ -190,7 +234,7 @@ func (d *Daemon) buildDetectors() {
 	}
 	if c.Entropy.Enabled {
 		d.entropy = &detect.Entropy{History: c.Entropy.History, K: c.Entropy.K, MinPPS: c.Entropy.MinPPS,
-			Prefix4: c.Entropy.Prefix4, Prefix6: c.Entropy.Prefix6}
+			Prefix4: c.Entropy.Prefix4, Prefix6: c.Entropy.Prefix6, SourceMinPPS: d.cfg.EntropySourceFloor()}
 	}
 	if c.Lists.Enabled {
 		d.lists = &detect.List{Paths: c.Lists.Paths}
@@ -233,7 +277,7 @@ func openHardware(cfg *config.Config, log *slog.Logger) (tier.Table, error) {
 func InNetns(name string, f func() error) error { return netnsx.Do(name, -1, f) }
 
 func (d *Daemon) event(now time.Time, kind string, p netip.Prefix, format string, args ...any) {
-	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...)}
+	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...), HostGroup: d.hostgroupOf(p)}
 	d.mu.Lock()
 	d.events = append(d.events, e)
 	if len(d.events) > maxEvents {
@@ -395,20 +439,24 @@ func (d *Daemon) unbanThreshold() float64 {
 
 // Step runs one interval of the loop: a list of short stages, each of
 // which reads and writes the daemon's state on this goroutine.
-func (d *Daemon) Step(now time.Time) error {
+func (d *Daemon) Step(now time.Time) (err error) {
+	defer func(began time.Time) { d.stepDone(now, began, err) }(time.Now())
 	d.steps++
 	if err := d.dp.Check(); err != nil {
 		return err
 	}
+	d.keepManagement(now)
 	tr, err := d.observe()
 	if err != nil {
 		return err
 	}
 	ds := d.detect(tr)
+	d.recordDetections(now, ds)
 	d.keepBaselines()
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)
 	d.mitigate(now)
+	d.alertStep(now, tr, ds)
 	ctrs, err := d.counters()
 	if err != nil {
 		return err
@@ -530,7 +578,7 @@ func (d *Daemon) spareKnownGood(ds []detect.Detection) []detect.Detection {
 	}
 	if spared > 0 {
 		d.event(d.lastAt, "refused", netip.Prefix{}, "%d detections spared known-good clients, e.g. %s", spared, example)
-		d.Metrics.refused.Add(float64(spared))
+		d.Metrics.refuse("known_good", spared)
 	}
 	return out
 }
@@ -605,7 +653,7 @@ func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 	for _, b := range added {
 		if err := d.admit(b.Prefix); err != nil {
 			d.store.Remove(b.Prefix)
-			d.Metrics.refused.Inc()
+			d.Metrics.refuse("invalid", 1)
 			d.event(now, "refused", b.Prefix, "%s: %v", b.Detector, err)
 			continue
 		}
@@ -679,7 +727,7 @@ func (d *Daemon) reportRefusals(now time.Time, refused []ban.Refusal) {
 	by := map[string]*group{}
 	var order []string
 	for _, r := range refused {
-		d.Metrics.refused.Inc()
+		d.Metrics.refuse(r.Why, 1)
 		key := r.Detection.Detector + ": " + refusalKind(r.Why)
 		g := by[key]
 		if g == nil {
@@ -1004,10 +1052,23 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 	tick := time.NewTicker(d.cfg.Interval)
 	defer tick.Stop()
 	d.log.Info("tierwall running", "interface", d.cfg.Interface, "interval", d.cfg.Interval, "hardware", d.hwName(), "bans", d.store.Len())
+	// Type=notify: New attached the filter and the API listens (run.go
+	// serves it before Run). The watchdog is fed from this loop, so a
+	// wedged interval or request is what gets the daemon restarted.
+	d.notify(sdnotify.Ready)
+	var watchdog <-chan time.Time
+	if p := sdnotify.WatchdogInterval(); p > 0 {
+		wd := time.NewTicker(p)
+		defer wd.Stop()
+		watchdog = wd.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			d.notify(sdnotify.Stopping)
 			return d.shutdown()
+		case <-watchdog:
+			d.notify(sdnotify.Watchdog)
 		case now := <-tick.C:
 			if err := d.Step(now); err != nil {
 				d.event(now, "error", netip.Prefix{}, "interval: %v", err)
@@ -1026,6 +1087,14 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 				tick.Reset(d.cfg.Interval)
 			}
 		}
+	}
+}
+
+// notify tells systemd state; a failure is logged, never fatal (the
+// watchdog, if on, restarts a daemon that cannot reach it).
+func (d *Daemon) notify(state string) {
+	if _, err := sdnotify.Notify(state); err != nil {
+		d.log.Warn("systemd notification failed", "err", err)
 	}
 }
 
@@ -1053,10 +1122,12 @@ func (d *Daemon) reload(now time.Time) {
 	detChanged := !reflect.DeepEqual(c.Detectors, d.cfg.Detectors)
 	d.cfg = c
 	d.store.Rails, d.store.TTL = rails(c), c.Bans.TTL
+	d.refreshManagement(now)
 	if detChanged {
 		d.buildDetectors()
 		d.restoreBaselines() // a reload never relearns (an attack may be running)
 	}
+	d.wireHostGroups()
 	if d.off != nil {
 		d.off.Params.MaxRate = c.Hardware.MaxRate
 	}
@@ -1082,7 +1153,9 @@ func (d *Daemon) shutdown() error {
 	if err := d.save(now); err != nil {
 		errs = append(errs, err)
 	}
+	d.closeAlerts()
 	d.dp.Close()
+	d.owner.Release()
 	d.log.Info("tierwall stopped; the XDP filter keeps enforcing the bans", "bans", d.store.Len())
 	return errors.Join(errs...)
 }

@@ -19,7 +19,12 @@ type Entropy struct {
 	K       float64 // band width in standard deviations (default 3)
 	MinPPS  float64 // never flag below this total rate
 
-	NameShare     float64 // a source is named above this share of the attack (default 0.01)
+	NameShare float64 // a source is named above this share of the attack (default 0.01)
+	// SourceMinPPS: and only when it sends above this rate itself
+	// (default DefaultMinPPS, the rate detector's floor). A volume jump on
+	// an idle link is real, but twenty sources at 50 pps each are not
+	// what to ban: a share of little is little.
+	SourceMinPPS  float64
 	SpoofFew      uint64  // "few packets" per source (default 2)
 	SpoofFraction float64 // share of attack sources with few packets that means spoofed (default 0.8)
 	SpoofMin      int     // and at least this many sources (default 100)
@@ -45,6 +50,7 @@ func (e *Entropy) defaults() {
 	}
 	def(&e.K, 3)
 	def(&e.NameShare, 0.01)
+	def(&e.SourceMinPPS, DefaultMinPPS)
 	def(&e.SpoofFraction, 0.8)
 	def(&e.PrefixShare, 0.01)
 	if e.SpoofFew == 0 {
@@ -201,7 +207,7 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 		}
 		for j := range n {
 			i, p := at(j)
-			if float64(p) >= e.NameShare*float64(attackPkts) {
+			if float64(p) >= e.NameShare*float64(attackPkts) && t.Rate(p) > e.SourceMinPPS {
 				name(Detection{Prefix: host(t.SourceAddr(int(i))), Detector: e.Name(), Rate: t.Rate(p),
 					Reason: fmt.Sprintf("%.1f%% of the traffic toward %s; %s", 100*float64(p)/float64(attackPkts), target, why)})
 			}

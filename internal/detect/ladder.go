@@ -58,24 +58,41 @@ type Mitigation struct {
 	// not.
 	Reason   string   `json:"reason"`
 	Evidence Evidence `json:"evidence"`
+	// HostGroup is the victim's host group ("" outside any).
+	HostGroup string `json:"hostgroup,omitempty"`
 }
 
 // ladder picks the narrowest rung that matches at least Coverage of the
 // victim's traffic above its baseline without touching its known-good
 // clients. prior are the victim's mitigations already in force (when
-// escalating): the rungs they used are not proposed again.
+// escalating): the rungs they used are not proposed again. A victim in a
+// host group whose action is flowrule starts at the flow-rule rung.
 func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior []Mitigation) Mitigation {
+	g := v.Groups.Lookup(in.Traffic.DestAddr(int(dst)))
+	used := map[Rung]bool{}
+	for _, p := range prior {
+		used[p.Rung] = true
+	}
+	var why []string
+	if g != nil && g.Action == ActionFlowRule {
+		used[RungSourceBans], used[RungPrefix] = true, true
+		why = append(why, fmt.Sprintf("host group %s: action flowrule, no source is banned", g.Name))
+	}
+	m := v.climb(in, dst, s, ev, prior, used, why)
+	if g != nil {
+		m.HostGroup = g.Name
+		m.Reason += "; host group " + g.Name
+	}
+	return m
+}
+
+func (v *Victims) climb(in Input, dst int32, s *victimState, ev Evidence, prior []Mitigation, used map[Rung]bool, why []string) Mitigation {
 	t, c := in.Traffic, &v.Config
 	victim := t.DestAddr(int(dst))
 	secs := t.Interval.Seconds()
 	d := &t.Dests[dst]
 	v.nextID++
 	m := Mitigation{ID: v.nextID, Victim: victim, Evidence: ev}
-	used := map[Rung]bool{}
-	for _, p := range prior {
-		used[p.Rung] = true
-	}
-	var why []string
 	if len(prior) > 0 {
 		why = append(why, fmt.Sprintf("escalated: the %d mitigations in force (last: %s) leave the passed traffic over threshold", len(prior), prior[len(prior)-1].Rung))
 	}
@@ -153,7 +170,7 @@ func (v *Victims) ladder(in Input, dst int32, s *victimState, ev Evidence, prior
 func (m Mitigation) Detections() []Detection {
 	out := make([]Detection, 0, len(m.Prefixes))
 	for _, p := range m.Prefixes {
-		out = append(out, Detection{Prefix: p, Detector: "victim", Reason: m.Reason, Rate: m.Evidence.PPS * m.Evidence.Covered})
+		out = append(out, Detection{Prefix: p, Detector: "victim", Reason: m.Reason, Rate: m.Evidence.PPS * m.Evidence.Covered, HostGroup: m.HostGroup})
 	}
 	return out
 }

@@ -2,10 +2,12 @@ package detect
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 )
 
-// Thresholds are per-source rates; zero fields are off.
+// Thresholds are per-source rates; zero fields are off. BPS is bits per
+// second (IP bytes × 8).
 type Thresholds struct {
 	PPS      float64           `yaml:"pps" json:"pps"`
 	BPS      float64           `yaml:"bps" json:"bps"`
@@ -32,13 +34,16 @@ type Rate struct {
 	LearnIntervals int
 	Margin         float64 // learned threshold = quantile × Margin (≥ 1)
 	// MinPPS is a floor under the learned threshold, so a quiet baseline
-	// does not make every later source an attacker.
+	// does not make every later source an attacker (0: DefaultMinPPS).
 	MinPPS float64
 	// Ceiling caps the learned threshold and is the threshold while
 	// learning (0: DefaultCeiling).
 	Ceiling float64
 	// Quantile of the samples that is learned (0: DefaultQuantile).
 	Quantile float64
+	// Groups: a source sending more than its host group's SourcePPS to
+	// one host of the group is named too (nil: no groups).
+	Groups *HostGroups
 
 	seen    int       // clean intervals learned from
 	refused int       // anomalous intervals not learned from
@@ -47,9 +52,13 @@ type Rate struct {
 	learned float64
 }
 
-// Learning defaults.
+// Learning defaults. An idle link teaches a threshold of a few pps; the
+// floor keeps it where one real client (a NAT gateway, a crawler, a backup)
+// does not cross it, and the ceiling, the threshold while learning, flags
+// only sources no client sends at.
 const (
-	DefaultCeiling  = 1000 // pps from one source
+	DefaultMinPPS   = 1000 // pps from one source
+	DefaultCeiling  = 5000 // pps from one source
 	DefaultQuantile = 0.99
 	// maxSamples bounds learning's memory whatever the number of sources:
 	// beyond it samples are kept by reservoir replacement.
@@ -57,6 +66,13 @@ const (
 )
 
 func (r *Rate) Name() string { return "rate" }
+
+func (r *Rate) floor() float64 {
+	if r.MinPPS > 0 {
+		return r.MinPPS
+	}
+	return DefaultMinPPS
+}
 
 func (r *Rate) ceiling() float64 {
 	if r.Ceiling > 0 {
@@ -77,7 +93,7 @@ func (r *Rate) Restore(pps float64) {
 	if r.LearnIntervals <= 0 || pps <= 0 {
 		return
 	}
-	r.learned = min(max(pps, r.MinPPS), r.ceiling())
+	r.learned = min(max(pps, r.floor()), r.ceiling())
 	r.samples = nil
 }
 
@@ -122,7 +138,7 @@ func (r *Rate) learn(t *Traffic) {
 	}
 	sort.Float64s(r.samples)
 	v := r.samples[min(int(q*float64(len(r.samples))), len(r.samples)-1)]
-	r.learned = min(max(v*max(r.Margin, 1), r.MinPPS), ceil)
+	r.learned = min(max(v*max(r.Margin, 1), r.floor()), ceil)
 	r.samples = nil
 }
 
@@ -138,6 +154,7 @@ func (r *Rate) Detect(t *Traffic) []Detection {
 			out = append(out, Detection{Prefix: host(t.SourceAddr(i)), Detector: r.Name(), Reason: why, Rate: pps})
 		}
 	}
+	out = append(out, r.groupSources(t, out)...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Rate > out[j].Rate })
 	return out
 }
@@ -164,6 +181,50 @@ func (r *Rate) exceeds(t *Traffic, i int, s *Source, pps float64) string {
 		return fmt.Sprintf("%.0f pps > %.0f (ceiling, while learning)", pps, r.ceiling())
 	}
 	return ""
+}
+
+// groupSources names the sources above their destination's host-group
+// SourcePPS, less those already named. A monitored group names none.
+func (r *Rate) groupSources(t *Traffic, named []Detection) []Detection {
+	if r.Groups == nil || !r.Groups.source {
+		return nil
+	}
+	// One lookup per destination, not per pair.
+	dg := make([]*HostGroup, len(t.Dests))
+	for i := range t.Dests {
+		if g := r.Groups.Lookup(t.DestAddr(i)); g != nil && g.SourcePPS > 0 && g.Action != ActionMonitor {
+			dg[i] = g
+		}
+	}
+	done := make(map[netip.Prefix]bool, len(named))
+	for _, d := range named {
+		done[d.Prefix] = true
+	}
+	// A pair is per protocol class: sum them per (source, destination).
+	sum := map[[2]int32]uint64{}
+	var order [][2]int32
+	for _, p := range t.Pairs {
+		if dg[p.Dst] == nil {
+			continue
+		}
+		k := [2]int32{p.Src, p.Dst}
+		if _, ok := sum[k]; !ok {
+			order = append(order, k)
+		}
+		sum[k] += p.Packets
+	}
+	var out []Detection
+	for _, k := range order {
+		g, pps := dg[k[1]], t.Rate(sum[k])
+		src := host(t.SourceAddr(int(k[0])))
+		if pps <= g.SourcePPS || done[src] {
+			continue
+		}
+		done[src] = true
+		out = append(out, Detection{Prefix: src, Detector: r.Name(), Rate: pps, HostGroup: g.Name,
+			Reason: fmt.Sprintf("%.0f pps toward %s > %.0f (host group %s)", pps, t.DestAddr(int(k[1])), g.SourcePPS, g.Name)})
+	}
+	return out
 }
 
 // splitmix is SplitMix64's finaliser: a cheap, well-mixed hash of a counter.

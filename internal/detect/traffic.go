@@ -248,6 +248,8 @@ type Detection struct {
 	Reason   string       `json:"reason"`
 	// Rate is the packets per second that triggered it (0 for lists).
 	Rate float64 `json:"rate_pps"`
+	// HostGroup is the host group whose thresholds decided ("" for none).
+	HostGroup string `json:"hostgroup,omitempty"`
 }
 
 // Detector is one detection method.

@@ -34,6 +34,9 @@ type Victims struct {
 	// Good is the known-good set, learned from clean intervals; the
 	// daemon pushes its members into the data plane.
 	Good KnownGood
+	// Groups give destinations in host groups their own thresholds and
+	// action (nil: none).
+	Groups *HostGroups
 
 	idx     map[Key]int32
 	vs      []victimState
@@ -229,6 +232,19 @@ type Judgement struct {
 	Victim   netip.Addr `json:"victim"`
 	New      bool       `json:"new"` // the attack started this interval
 	Evidence Evidence   `json:"evidence"`
+	// HostGroup is the victim's host group and Action what it leads to
+	// (both empty outside any group).
+	HostGroup string `json:"hostgroup,omitempty"`
+	Action    string `json:"action,omitempty"`
+}
+
+// judgement is one victim's Judgement, with its host group.
+func judgement(victim netip.Addr, isNew bool, ev Evidence, g *HostGroup) Judgement {
+	j := Judgement{Victim: victim, New: isNew, Evidence: ev}
+	if g != nil {
+		j.HostGroup, j.Action = g.Name, g.Action.String()
+	}
+	return j
 }
 
 // Withdrawal ends a mitigation.
@@ -357,7 +373,7 @@ func (v *Victims) Observe(in Input) Decision {
 	for i := range t.Dests {
 		v.dslot[i] = -1
 		vi, tracked := v.idx[t.dsts.keys[i]]
-		if !tracked && float64(t.Dests[i].Packets) < minPkts {
+		if !tracked && float64(t.Dests[i].Packets) < minPkts && !v.Groups.Lookup(t.DestAddr(i)).judged(t.Rate(t.Dests[i].Packets)) {
 			// Too quiet to be attacked or worth a baseline, but its
 			// clients are clients: learned from like a clean victim's.
 			v.dslot[i] = quietDest
@@ -493,14 +509,17 @@ func (v *Victims) judge(in Input, a *destAcc, dec *Decision) {
 	} else {
 		s = &victimState{key: t.dsts.keys[a.dst]} // untracked: judged cold, forgotten
 	}
+	victim := t.DestAddr(int(a.dst))
+	g := v.Groups.Lookup(victim)
 	ev := v.measure(t, d, a, s)
+	g.apply(&ev)
 	anomalous := ev.Signals&(sigVolume|sigPop) != 0
 	// An attack is a volume anomaly, or new sources surging while the
 	// rate is up at all: the source-population test is not
 	// scale-invariant, so a spoofed flood too small to move the rate
 	// past its threshold is still caught once it lifts it past one band.
 	attack := ev.Signals&sigVolume != 0 ||
-		(ev.Signals&SigNew != 0 && ev.PPS > s.pps.threshold(1, c.RelFloor, 0) && ev.PPS >= c.MinPPS)
+		(ev.Signals&SigNew != 0 && ev.PPS > s.pps.threshold(1, c.RelFloor, 0) && ev.PPS >= c.MinPPS && (g == nil || g.PPS == 0))
 	if attack && a.vi < 0 {
 		// An attacked destination deserves state (for its withdrawal)
 		// more than any quiet one: make room if a sample allows.
@@ -513,7 +532,10 @@ func (v *Victims) judge(in Input, a *destAcc, dec *Decision) {
 		// an untracked one is still reported.
 		s.attack = &attackState{since: v.epoch}
 		v.attacks++
-		dec.Attacks = append(dec.Attacks, Judgement{Victim: t.DestAddr(int(a.dst)), New: true, Evidence: ev})
+		dec.Attacks = append(dec.Attacks, judgement(victim, true, ev, g))
+		if g != nil && g.Action == ActionMonitor {
+			return // reported, tracked for its end, never mitigated
+		}
 		m := v.ladder(in, a.dst, s, ev, nil)
 		s.attack.active = append(s.attack.active, m)
 		dec.Apply = append(dec.Apply, m)
@@ -521,8 +543,10 @@ func (v *Victims) judge(in Input, a *destAcc, dec *Decision) {
 	}
 	if s.attack == nil {
 		if attack { // untracked
-			dec.Attacks = append(dec.Attacks, Judgement{Victim: t.DestAddr(int(a.dst)), New: true, Evidence: ev})
-			dec.Apply = append(dec.Apply, v.ladder(in, a.dst, s, ev, nil))
+			dec.Attacks = append(dec.Attacks, judgement(victim, true, ev, g))
+			if g == nil || g.Action != ActionMonitor {
+				dec.Apply = append(dec.Apply, v.ladder(in, a.dst, s, ev, nil))
+			}
 			return
 		}
 		if !anomalous {
@@ -534,7 +558,7 @@ func (v *Victims) judge(in Input, a *destAcc, dec *Decision) {
 		return
 	}
 	if attack {
-		dec.Attacks = append(dec.Attacks, Judgement{Victim: t.DestAddr(int(a.dst)), Evidence: ev})
+		dec.Attacks = append(dec.Attacks, judgement(victim, false, ev, g))
 	}
 	v.settle(in, s, a.dst, attack, dec)
 }
@@ -555,6 +579,9 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 	limit := max(s.pps.threshold(c.WithdrawK, c.RelFloor, 0), c.MinPPS)
 	if !s.learned(c.LearnIntervals) {
 		limit = c.MinPPS
+	}
+	if g := v.Groups.Lookup(victim); g != nil && g.PPS > 0 {
+		limit = g.PPS // the group's threshold, learned baseline or not
 	}
 	if offered < limit {
 		at.quiet++
@@ -577,12 +604,14 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 	at.hot++
 	// Flow rules are the last rung: a rate-limit passes up to its rate
 	// by design, so what passes may well stay over the threshold.
-	if at.hot < c.EscalateAfter || len(at.active) >= c.MaxMitigations || at.active[len(at.active)-1].Rung == RungFlowRule {
+	// A monitored group's attack has no mitigation to escalate from.
+	if at.hot < c.EscalateAfter || len(at.active) == 0 || len(at.active) >= c.MaxMitigations || at.active[len(at.active)-1].Rung == RungFlowRule {
 		return
 	}
 	at.hot = 0
 	a := v.acc[v.dslot[dst]]
 	ev := v.measure(t, &t.Dests[dst], &a, s)
+	v.Groups.Lookup(victim).apply(&ev)
 	m := v.ladder(in, dst, s, ev, at.active)
 	at.active = append(at.active, m)
 	dec.Apply = append(dec.Apply, m)

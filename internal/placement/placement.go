@@ -43,9 +43,12 @@ type Params struct {
 	BudgetShare             float64
 }
 
+// DefaultMinThreshold is Params.MinThreshold's zero value.
+const DefaultMinThreshold = 2.5
+
 func (p Params) withDefaults() Params {
 	if p.MinThreshold == 0 {
-		p.MinThreshold = 2.5
+		p.MinThreshold = DefaultMinThreshold
 	}
 	if p.MaxThreshold == 0 {
 		p.MaxThreshold = 1000

@@ -265,7 +265,7 @@ api:
 	if code, _ := call(t, tcpC, "GET", "/v1/status", "", "Authorization", "Bearer 0123456789abcdef-secret"); code != 200 {
 		t.Errorf("right token: %d, want 200", code)
 	}
-	if code, body := call(t, c, "GET", "/metrics", ""); code != 200 || !bytes.Contains(body, []byte(`tierwall_active_bans{tier="hw"} 8`)) ||
+	if code, body := call(t, c, "GET", "/metrics", ""); code != 200 || !bytes.Contains(body, []byte(`tierwall_active_bans{tier="nic"} 8`)) ||
 		!bytes.Contains(body, []byte(`tierwall_packets_total{tier="nic",verdict="hit_drop"}`)) {
 		var lines []string
 		for _, l := range strings.Split(string(body), "\n") {

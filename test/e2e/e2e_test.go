@@ -257,7 +257,7 @@ func verdicts(t *testing.T) map[string]uint64 {
 func TestBlockOverVeth(t *testing.T) {
 	setup(t)
 	r := listen(t)
-	mustTw(t, "attach", ifRx)
+	mustTw(t, "attach", "-i", ifRx)
 	mustTw(t, "block", "add", "192.0.2.1", "198.51.100.0/24", "2001:db8::1", "2001:db8:bad::/48")
 	mustTw(t, "allow", "add", "198.51.100.64/26")
 
@@ -291,7 +291,7 @@ func TestBlockOverVeth(t *testing.T) {
 	}
 
 	// Attach again: same rules, same counters, still dropping.
-	mustTw(t, "attach", ifRx)
+	mustTw(t, "attach", "-i", ifRx)
 	if after := rules(t); fmt.Sprint(after) != fmt.Sprint(rs) {
 		t.Fatalf("rules changed across re-attach:\n%v\n%v", rs, after)
 	}
@@ -311,7 +311,7 @@ func TestBlockOverVeth(t *testing.T) {
 	}
 
 	// Detach: everything passes and the pinned state is gone.
-	mustTw(t, "detach", ifRx)
+	mustTw(t, "detach", "-i", ifRx)
 	send(t, blocked[1:2], perSrc)
 	if got := r.drain(t); got[blocked[1]] != perSrc {
 		t.Errorf("%d of %d packets arrived after detach", got[blocked[1]], perSrc)
@@ -323,7 +323,7 @@ func TestBlockOverVeth(t *testing.T) {
 
 func TestBadInputChangesNothing(t *testing.T) {
 	setup(t)
-	mustTw(t, "attach", ifRx, "--exact4-capacity", "2")
+	mustTw(t, "attach", "-i", ifRx, "--exact4-capacity", "2")
 	mustTw(t, "block", "add", "192.0.2.1")
 	before := mustTw(t, "block", "list", "--json")
 	for _, c := range [][]string{
@@ -333,9 +333,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"block", "add", "192.0.2.7", "192.0.2.8"}, // one over capacity
 		{"block", "del", "192.0.2.77"},
 		{"block", "add", "-i", "nosuch0", "192.0.2.9"},
-		{"attach", "nosuch0"},
-		{"attach", ifRx, "--mode", "turbo"},
-		{"attach", ifRx, "--exact4-capacity", "9"},
+		{"attach", "-i", "nosuch0"},
+		{"attach", "-i", ifRx, "--mode", "turbo"},
+		{"attach", "-i", ifRx, "--exact4-capacity", "9"},
 		{"block"},
 		{"block", "add"},
 		{"stats", "--bogus"},
@@ -351,5 +351,5 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if after := mustTw(t, "block", "list", "--json"); after != before {
 		t.Fatalf("rules changed by failed commands:\n%s\n%s", before, after)
 	}
-	mustTw(t, "detach", ifRx)
+	mustTw(t, "detach", "-i", ifRx)
 }

@@ -117,21 +117,53 @@ func IfaceFromPin(s string) string { return strings.ReplaceAll(s, ":", ".") }
 // FileLock is an exclusive flock held while state is changed.
 type FileLock struct{ f *os.File }
 
+// ErrBusy is a lock another process holds (TryLockFile only).
+var ErrBusy = errors.New("lock held by another process")
+
+// RunDir holds the lock files and the records kept next to them.
+const RunDir = lockDir
+
 // Lock takes the exclusive lock of a pinned directory; Unlock releases it.
 func Lock(dir string) (*FileLock, error) {
 	if err := os.MkdirAll(lockDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", lockDir, err)
 	}
-	name := lockName(dir)
-	f, err := os.OpenFile(filepath.Join(lockDir, name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("opening lock: %w", err)
+	return lockFile(filepath.Join(lockDir, lockName(dir)+".lock"), unix.LOCK_EX)
+}
+
+// TryLockFile takes the exclusive lock on path without waiting: ErrBusy
+// when another process holds it.
+func TryLockFile(path string) (*FileLock, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+	return lockFile(path, unix.LOCK_EX|unix.LOCK_NB)
+}
+
+// lockFile flocks path, created if missing. A lock file may be removed
+// (Remove) by its holder: whoever opened it before that and locks it after
+// holds a lock on a file nobody else can reach, so the lock is taken again
+// on the file the path names now.
+func lockFile(path string, how int) (*FileLock, error) {
+	for {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("opening lock: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), how); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("locking %s: %w", path, ErrBusy)
+			}
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		held, err1 := f.Stat()
+		named, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, named) {
+			return &FileLock{f}, nil
+		}
 		f.Close()
-		return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
 	}
-	return &FileLock{f}, nil
 }
 
 func (l *FileLock) Unlock() {
@@ -140,6 +172,45 @@ func (l *FileLock) Unlock() {
 		l.f.Close()
 		l.f = nil
 	}
+}
+
+// Remove deletes the lock file and releases the lock: for state that is
+// gone for good (a detached interface, a daemon that exited), so lock
+// files do not pile up under /run. Safe against a process waiting on it:
+// see lockFile.
+func (l *FileLock) Remove() {
+	if l != nil && l.f != nil {
+		_ = os.Remove(l.f.Name())
+		l.Unlock()
+	}
+}
+
+// Key names the pinned directory dir in the run directory, as its lock
+// does: the same whichever mount of the pin tree dir was reached through.
+func Key(dir string) string { return lockName(dir) }
+
+// Forget removes what a detached filter leaves behind: the lock file of
+// its directory and the namespace's directory in the pin tree once empty.
+// It does nothing while dir exists (attached again meanwhile).
+func Forget(dir string) error {
+	lk, err := Lock(dir)
+	if err != nil {
+		return err
+	}
+	if Exists(dir) {
+		lk.Unlock()
+		return nil
+	}
+	// Only a namespace's directory ("ns:NAME"): the tree's own directory
+	// is where every attach starts from.
+	if parent := filepath.Dir(dir); strings.HasPrefix(filepath.Base(parent), "ns:") {
+		if err := os.Remove(parent); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+			lk.Unlock()
+			return fmt.Errorf("removing %s: %w", parent, err)
+		}
+	}
+	lk.Remove()
+	return nil
 }
 
 // Exists reports whether path exists (an unreadable path counts as existing).

@@ -1,6 +1,14 @@
 package bpffs
 
-import "testing"
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
 
 // The same pinned directory reached through /sys/fs/bpf (the daemon) and
 // through /run/tierwall/bpffs (a CLI under `ip netns exec`) takes one lock;
@@ -16,5 +24,37 @@ func TestLockNameIgnoresTheMount(t *testing.T) {
 	}
 	if c := lockName(DefaultBPFFS + "/tierwall-nic/ns:lab/eth0"); c == a {
 		t.Fatalf("the NIC stage and the filter share lock %q", c)
+	}
+}
+
+// A lock file removed by its holder (detach, a daemon's clean exit) while
+// another process waits on it: the waiter must end up holding the file the
+// path names, not the unlinked one, or two processes would both "hold" the
+// lock.
+func TestRemovedLockIsTakenAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	a, err := lockFile(path, unix.LOCK_EX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *FileLock)
+	go func() {
+		b, err := lockFile(path, unix.LOCK_EX)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	time.Sleep(50 * time.Millisecond) // b opened the file and waits on it
+	a.Remove()
+	b := <-got
+	defer b.Unlock()
+	held, _ := b.f.Stat()
+	named, err := os.Stat(path)
+	if err != nil || !os.SameFile(held, named) {
+		t.Fatalf("the waiter holds an unlinked file (%v)", err)
+	}
+	if _, err := TryLockFile(path); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a third process took the lock the waiter holds: %v", err)
 	}
 }

@@ -6,12 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // The authors' published values (../shared/papers/deri2024-artefact-results.md),
@@ -31,6 +34,59 @@ var deriValues = []deriRow{
 	{"passive, 89 Mpps, without nDPI, CPU load", [4]string{"33", "31", "36", "87"}, [4]string{"<1", "<1", "23", "46"}},
 	{"inline, 10 Mpps, CPU load (start → steady)", [4]string{"16→11", "20→15", "27→24", "42→32"}, [4]string{"<1", "<1", "<1", "13→6"}},
 	{"inline, 89 Mpps, packet loss", [4]string{"0", "0", "<1", "32"}, [4]string{"0", "0", "0", "0"}},
+}
+
+// cell is the measured cell an authors' row compares with: mode, frame
+// size (970 for their 10 Mpps runs, 64 for 89 Mpps), DPI, and whether it
+// is a loss row (else CPU).
+func (d deriRow) cell() (mode string, size int, dpi, isLoss bool) {
+	mode, size, dpi, isLoss = "passive", 64, true, strings.Contains(d.what, "loss")
+	if strings.HasPrefix(d.what, "inline") {
+		mode = "inline"
+	}
+	if strings.Contains(d.what, "970") || strings.Contains(d.what, "10 Mpps") {
+		size = 970
+	}
+	if strings.Contains(d.what, "without nDPI") {
+		dpi = false
+	}
+	return mode, size, dpi, isLoss
+}
+
+// deriLines are the authors' values as chart series beside the cells of
+// ours they compare with; values given as "<1" are not drawn, and an
+// inline "start→steady" pair is drawn at steady (our figure's phase).
+func deriLines(loss bool) []line {
+	var out []line
+	for _, d := range deriValues {
+		mode, size, dpi, isLoss := d.cell()
+		if isLoss != loss {
+			continue
+		}
+		for _, offload := range []bool{false, true} {
+			vals := d.none
+			if offload {
+				vals = d.offload
+			}
+			like := label(FlowRow{FlowCell: FlowCell{Mode: mode, Size: size, Offload: offload, DPI: dpi}})
+			l := line{like: like, paper: true}
+			rate := strings.TrimSpace(strings.SplitN(d.what, ",", 3)[1])
+			rate, _, _ = strings.Cut(rate, " ×")
+			l.name = fmt.Sprintf("paper %s: %s", rate, like)
+			for i, v := range vals {
+				if k := strings.LastIndex(v, "→"); k >= 0 {
+					v = v[k+len("→"):]
+				}
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					l.xys = append(l.xys, plotter.XY{X: float64(deriActives[i]), Y: f})
+				}
+			}
+			if len(l.xys) > 0 {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
 }
 
 // ours is the measured row matching one of the authors' rows: mode, size
@@ -102,6 +158,21 @@ func label(r FlowRow) string {
 	return s
 }
 
+// The flows figures' looks: colour by mode and frame, marker by offload and
+// DPI, so that "filled circle" reads as "offload, DPI" in every line.
+func init() {
+	n := len(styles)
+	for i, mode := range []string{"passive", "inline"} {
+		for j, size := range []int{64, 970} {
+			for k, cell := range []struct{ offload, dpi bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
+				name := label(FlowRow{FlowCell: FlowCell{Mode: mode, Size: size, Offload: cell.offload, DPI: cell.dpi}})
+				styles[name] = style{order: n, color: palette[2*i+j], glyph: []draw.GlyphDrawer{draw.CircleGlyph{}, draw.BoxGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}[k]}
+				n++
+			}
+		}
+	}
+}
+
 // FlowsReport writes flows.csv, the plots and the evaluation document.
 func FlowsReport(dir, mdPath string, rows []FlowRow, p FlowsParams, started time.Time) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -120,11 +191,15 @@ func FlowsReport(dir, mdPath string, rows []FlowRow, p FlowsParams, started time
 			sort.Slice(m[k], func(i, j int) bool { return m[k][i].X < m[k][j].X })
 		}
 	}
-	if err := lineChartX(dir, "flows-cpu", "Host CPU (steady state) vs active flows — measured, 2 vCPUs", "active flows", "host CPU (% of one CPU)", cpu); err != nil {
-		return err
+	c := chart{title: "Host CPU (steady state) vs active flows — measured, 2 vCPUs", xlabel: "active flows (log scale)",
+		ylabel: "host CPU (% of one CPU; authors: % per core)", logX: true, yMin: zero(), lines: append(lines(cpu), deriLines(false)...), legendW: 3.9 * vg.Inch}
+	if err := c.save(dir, "flows-cpu"); err != nil {
+		return fmt.Errorf("flows-cpu: %w", err)
 	}
-	if err := lineChartX(dir, "flows-loss", "Packet loss vs active flows — measured, 2 vCPUs", "active flows", "packets lost (%)", loss); err != nil {
-		return err
+	c = chart{title: "Packet loss vs active flows — measured, 2 vCPUs", xlabel: "active flows (log scale)",
+		ylabel: "packets lost (% of packets sent)", logX: true, yMin: zero(), lines: append(lines(loss), deriLines(true)...), legendW: 3.9 * vg.Inch}
+	if err := c.save(dir, "flows-loss"); err != nil {
+		return fmt.Errorf("flows-loss: %w", err)
 	}
 	return os.WriteFile(mdPath, []byte(flowsMarkdown(rows, p, dir, started)), 0o644)
 }
@@ -163,7 +238,7 @@ func flowsMarkdown(rows []FlowRow, p FlowsParams, dir string, started time.Time)
 		"the emulated NIC's firmware thread (`tw-nic-firmware`) is pinned there too. The probe process is confined to CPU 1 (`taskset`). " +
 		"The probe's XDP program runs where the NIC stage's redirect wakes the host veth, which is CPU 0: the issue asked for the host on CPU 1, " +
 		"but threaded NAPI pinned to CPU 1 on the host veth (a veth receiving redirected frames) lost packets on this kernel even at a paced " +
-		"50 Kpps (2,544 of 200,000 passive, 52% inline; none without it, same run), so the lab does not use it, and the host's XDP time is " +
+		"50 Kpps when the lab was built (a check outside these runs, not repeated here), so the lab does not use it, and the host's XDP time is " +
 		"measured by BPF run-time statistics wherever it runs. What this changes: a busy host slows the generator (same CPU) instead of " +
 		"dropping at its ring, so compare the *sent Mpps* column too.\n")
 	fmt.Fprintf(&b, "- **Traffic.** TCP flows with handshakes and FINs, HTTP and TLS alternating (so DPI has something to identify), "+
@@ -229,16 +304,7 @@ func flowsMarkdown(rows []FlowRow, p FlowsParams, dir string, started time.Time)
 		"number of flows, and what offload changes. Ours: 970-byte frames for their 10 Mpps rows, 64-byte frames for their 89 Mpps rows; *steady* CPU.\n\n")
 	b.WriteString("| case | active flows | authors: no offload | ours: no offload | authors: offload | ours: offload |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, d := range deriValues {
-		mode, size, dpi, isLoss := "passive", 64, true, strings.Contains(d.what, "loss")
-		if strings.HasPrefix(d.what, "inline") {
-			mode = "inline"
-		}
-		if strings.Contains(d.what, "970") || strings.Contains(d.what, "10 Mpps") {
-			size = 970
-		}
-		if strings.Contains(d.what, "without nDPI") {
-			dpi = false
-		}
+		mode, size, dpi, isLoss := d.cell()
 		f := func(r FlowRow) string {
 			if isLoss {
 				return pct(r.LossPct())
@@ -255,7 +321,7 @@ func flowsMarkdown(rows []FlowRow, p FlowsParams, dir string, started time.Time)
 	b.WriteString("\n## Memory of the probe per flow\n\n")
 	b.WriteString("The probe's peak RSS less its RSS before traffic, over the most flows its sweep saw at once (software flows, offloaded ones included). " +
 		"The XDP flow table and the NIC's table are BPF maps sized by configuration (capacity, preallocated for the software tier), outside RSS. " +
-		"Below 100K flows fixed allocations dominate (the 16 MB sample ring, the export queue, indexes sized by capacity), so only the " +
+		"With few flows fixed allocations dominate (the 16 MB sample ring, the export queue, indexes sized by capacity), so only the " +
 		"largest rows say what a flow costs; the authors' probe grew from 0.5 GB at 1K flows to 17.1 GB at 10M, about 1.7 KB per flow.\n\n")
 	b.WriteString("| cell | peak software flows | RSS before MB | peak RSS MB | bytes per flow |\n|---|---:|---:|---:|---:|\n")
 	for _, r := range rows {
@@ -265,26 +331,106 @@ func flowsMarkdown(rows []FlowRow, p FlowsParams, dir string, started time.Time)
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d |\n", r.FlowCell, r.PeakFlows, r.IdleRSS>>20, r.MaxRSS>>20, sub(r.MaxRSS, r.IdleRSS)/uint64(r.PeakFlows))
 	}
 	b.WriteString("\n## What two vCPUs can and cannot show\n\n")
-	b.WriteString("- **Rates.** One CPU generates and runs the NIC stage, so the offered load is about one million packets per second, " +
-		"not 89 Mpps: the host is loaded by the number of packets it must see, and with offload it sees only each flow's first packets. " +
-		"The shape of the authors' result (offload takes the host's per-packet cost away; it cannot take away the per-flow cost) " +
-		"is what this machine can show, not their absolute numbers.\n")
+	b.WriteString(flowsFindings(rows))
+	return b.String()
+}
+
+// flowsFindings is the discussion: every number and verdict in it comes
+// from the rows; a point whose rows are missing is left out.
+func flowsFindings(rows []FlowRow) string {
+	var b strings.Builder
+	if len(rows) == 0 {
+		return "Not measured in this run: no cells.\n"
+	}
+	var sent []float64
+	for _, r := range rows {
+		sent = append(sent, r.Steady.Mpps)
+	}
+	lo, hi := slices.Min(sent), slices.Max(sent)
+	fmt.Fprintf(&b, "- **Rates.** One CPU generates and runs the NIC stage, so the offered load was %.2f–%.2f Mpps (steady half, per cell), "+
+		"not the authors' 89 Mpps: the host is loaded by the number of packets it must see, and with offload it sees only each flow's first packets. "+
+		"The shape of the authors' result (offload takes the host's per-packet cost away; it cannot take away the per-flow cost) "+
+		"is what this machine can show, not their absolute numbers.\n", lo, hi)
 	b.WriteString("- **The emulated NIC is software.** Its work (the flow stage's XDP and the firmware thread) runs on CPU 0 and is reported apart (NIC fw, " +
 		"and the NIC XDP share in the CSV). A real NIC does it in hardware, where it costs the host nothing; here it competes with the generator, " +
 		"so the offered rate differs between cells (the *sent Mpps* column); CPU shares are per run, loss is per packet sent.\n")
-	b.WriteString("- **Flow churn.** With 1M active flows each flow gets about one packet per second for ten seconds, so DPI (10 packets) " +
-		"often outlives the flow and few packets remain to offload: the probe's cost is per flow (a table entry, a sweep visit, a record), " +
-		"which offload cannot remove. The authors name the host's flow table as the bottleneck at 10M flows for the same reason.\n")
-	b.WriteString("- **The long-flow target.** Offload removes the host's per-packet work (the XDP column in the targets: about 0.05× of " +
-		"no offload at 10K flows), but the probe process does not shrink with it: its costs are per flow (DPI samples, state changes, " +
-		"the NIC's events, records and export) and per table (the sweep reads every flow each pass, the Go runtime's wake-ups), and " +
-		"the NIC's firmware events add to them. At about one million packets per second the per-packet part is two thirds of the host's " +
-		"load without offload and the probe's third stays; at the talk's 89 Mpps the per-packet part is nearly all of it, which is why " +
-		"their ratio is far below ours.\n")
-	b.WriteString("- **Host CPU above 100%.** The host column adds the probe's XDP (run on CPU 0, see above) and the probe process (CPU 1): " +
-		"at 1M flows both are busy. **No loss anywhere** follows from the same placement: a host that cannot keep up slows the generator " +
-		"that shares its CPU (the *sent Mpps* column falls from about 1 to 0.3–0.6) instead of dropping at a ring.\n")
-	b.WriteString("- **Noise.** Two vCPUs shared with nothing else during the run, but a VM: one run per cell; the CSV keeps every counter for a re-check.\n")
+
+	// Flow churn at the largest window: packets per flow against DPI's 10.
+	most := 0
+	for _, r := range rows {
+		most = max(most, r.Active)
+	}
+	var ppf []float64
+	for _, r := range rows {
+		if r.Active == most && r.Born > 0 {
+			ppf = append(ppf, float64(r.Sent)/float64(r.Born))
+		}
+	}
+	if len(ppf) > 0 {
+		fmt.Fprintf(&b, "- **Flow churn.** With %d active flows each flow got %.1f–%.1f packets (sent ÷ flows born, per cell)", most, slices.Min(ppf), slices.Max(ppf))
+		if slices.Max(ppf) < 10 {
+			b.WriteString(", fewer than DPI's 10, so DPI outlives most flows and few packets remain to offload: the probe's cost is per flow " +
+				"(a table entry, a sweep visit, a record), which offload cannot remove")
+		}
+		b.WriteString(".\n")
+	}
+
+	// The long-flow target: what offload removed at 10K flows.
+	var xdpRatio, perPacket []float64
+	for _, r := range rows {
+		if r.Active != 10000 || !r.Offload {
+			continue
+		}
+		base, ok := find(rows, FlowCell{Mode: r.Mode, Size: r.Size, Active: r.Active, Offload: false, DPI: r.DPI})
+		if !ok || base.Steady.XDP <= 0 || base.Steady.Host <= 0 {
+			continue
+		}
+		xdpRatio = append(xdpRatio, r.Steady.XDP/base.Steady.XDP)
+		perPacket = append(perPacket, base.Steady.XDP/base.Steady.Host)
+	}
+	if len(xdpRatio) > 0 {
+		fmt.Fprintf(&b, "- **The long-flow target.** At 10K flows offload cut the host's per-packet work (XDP with offload ÷ without: %.2f×–%.2f×), "+
+			"but the probe process does not shrink with it: its costs are per flow (DPI samples, state changes, the NIC's events, records and export) "+
+			"and per table (the sweep reads every flow each pass, the Go runtime's wake-ups). Without offload the per-packet part (XDP) was "+
+			"%.0f%%–%.0f%% of the host's load in these cells; the larger that part, the more offload can take away, and at the authors' rates "+
+			"it is the larger part (their 89 Mpps row at 10K flows: %s%% CPU per core with offload against %s%% without).\n",
+			slices.Min(xdpRatio), slices.Max(xdpRatio), 100*slices.Min(perPacket), 100*slices.Max(perPacket), deriValues[2].offload[1], deriValues[2].none[1])
+	}
+
+	// Host CPU above one CPU, and where loss went.
+	over, cells := map[int]int{}, map[int]int{}
+	var actives []int
+	nover, lossy := 0, 0
+	for _, r := range rows {
+		if cells[r.Active] == 0 {
+			actives = append(actives, r.Active)
+		}
+		cells[r.Active]++
+		if r.Steady.Host > 1 {
+			over[r.Active]++
+			nover++
+		}
+		if r.LossPct() > 0 {
+			lossy++
+		}
+	}
+	if nover > 0 {
+		sort.Ints(actives)
+		var where []string
+		for _, a := range actives {
+			if over[a] > 0 {
+				where = append(where, fmt.Sprintf("%d of %d at %d flows", over[a], cells[a], a))
+			}
+		}
+		fmt.Fprintf(&b, "- **Host CPU above 100%%** in %d of %d cells (%s): the host column adds the probe's XDP (run on CPU 0, see above) and the probe process (CPU 1).\n",
+			nover, len(rows), strings.Join(where, ", "))
+	}
+	if lossy == 0 {
+		fmt.Fprintf(&b, "- **No loss in any of the %d cells.** A host that cannot keep up slows the generator that shares its CPU (the *sent Mpps* column ranges from %.2f to %.2f) instead of dropping at a ring.\n", len(rows), lo, hi)
+	} else {
+		fmt.Fprintf(&b, "- **Loss in %d of %d cells**: where each was lost is in the table above.\n", lossy, len(rows))
+	}
+	b.WriteString("- **Noise.** A VM, one run per cell; the CSV keeps every counter for a re-check.\n")
 	return b.String()
 }
 

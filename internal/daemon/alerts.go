@@ -1,0 +1,515 @@
+package daemon
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netns"
+
+	"github.com/tierwall/tierwall/internal/alert"
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/detect"
+	"github.com/tierwall/tierwall/internal/mitigate"
+)
+
+// Alerting: each interval, the detections and the victim detector's
+// decision become observations for the attack tracker; its starts,
+// escalations and ends go to the attack log and the notifier. While an
+// attack runs the data plane samples the packets it drops, and each
+// attack's share of them is its pcap.
+
+// PacketSampler is the data plane's drop sampler (*datapath.Sampler).
+type PacketSampler interface {
+	SetEvery(every uint32) error
+	Drain(max int) ([]datapath.Sample, error)
+	Close() error
+}
+
+// samplerSource is a data plane that can sample its drops.
+type samplerSource interface {
+	Sampler() (*datapath.Sampler, error)
+}
+
+type alerting struct {
+	cfg      config.Alerts
+	tracker  alert.Tracker
+	log      *alert.Log
+	notify   *alert.Notifier
+	sampler  PacketSampler // nil: no pcaps
+	sampling bool
+	netns    netns.NsHandle            // the loop's network namespace
+	pkts     map[string][]alert.Packet // by attack ID, while it runs
+}
+
+// openAlerts opens the attack log in the state file's directory, takes
+// back attacks a previous run left open, starts the notifier and, when
+// the data plane has one, the sampler (left off until an attack).
+func (d *Daemon) openAlerts() error {
+	c := d.cfg.Alerts
+	lg, err := alert.OpenLog(filepath.Dir(d.cfg.StateFile), c.LogMaxBytes)
+	if err != nil {
+		return err
+	}
+	ns, err := netns.Get() // this thread's: the loop runs in the data plane's namespace
+	if err != nil {
+		return fmt.Errorf("finding the daemon's network namespace: %w", err)
+	}
+	a := &alerting{cfg: c, log: lg, pkts: map[string][]alert.Packet{}, netns: ns, tracker: alert.Tracker{EndAfter: c.EndAfter}}
+	a.notify = alert.NewNotifier(a.notifierConfig(), d.log)
+	if rs, err := lg.List(); err == nil {
+		for _, r := range rs {
+			if r.Active() {
+				a.tracker.Restore(r)
+			}
+		}
+	}
+	if src, ok := d.dp.(samplerSource); ok {
+		s, err := src.Sampler()
+		if err != nil {
+			d.log.Warn("attack reports will have no pcap", "error", err)
+		} else {
+			a.sampler = s
+		}
+	}
+	d.alerts = a
+	d.Metrics.Registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierwall_alerts_dropped_total",
+			Help: "Attack notifications dropped because the alert queue was full."}, func() float64 { return float64(d.alerts.notify.Dropped.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierwall_alerts_failed_total",
+			Help: "Attack notifications a webhook or the exec hook did not take after every retry."}, func() float64 { return float64(d.alerts.notify.Failed.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tierwall_alerts_sent_total",
+			Help: "Attack notifications delivered (per webhook and hook)."}, func() float64 { return float64(d.alerts.notify.Sent.Load()) }))
+	return nil
+}
+
+func (a *alerting) notifierConfig() alert.NotifierConfig {
+	c := a.cfg
+	return alert.NotifierConfig{Webhooks: c.Webhooks, Timeout: c.WebhookTimeout, Retries: c.Retries, Backoff: c.Backoff,
+		Exec: c.Exec, ExecTimeout: c.ExecTimeout, Queue: c.Queue, Within: a.within}
+}
+
+// within runs f on a fresh thread in the daemon's network namespace:
+// with -n only the loop's thread is in it, and the notifier's webhooks
+// and hook must reach what the operator configured from there. The
+// thread stays locked and dies with its goroutine, never to return to
+// Go's pool in another namespace.
+func (a *alerting) within(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(a.netns); err != nil {
+			errc <- fmt.Errorf("entering the daemon's network namespace: %w", err)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
+}
+
+// closeAlerts stops sampling and gives queued notifications a moment.
+func (d *Daemon) closeAlerts() {
+	a := d.alerts
+	if a == nil {
+		return
+	}
+	if a.sampler != nil {
+		_ = a.sampler.Close() // the program goes with the daemon's handles anyway
+	}
+	a.notify.Close(2 * time.Second)
+	a.netns.Close()
+}
+
+// alertStep is the interval's alerting stage, after mitigate.
+func (d *Daemon) alertStep(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
+	a := d.alerts
+	if a == nil {
+		return
+	}
+	if !reflect.DeepEqual(a.cfg, d.cfg.Alerts) { // a reload changed them
+		old := a.notify
+		go old.Close(a.cfg.WebhookTimeout)
+		a.cfg, a.tracker.EndAfter = d.cfg.Alerts, d.cfg.Alerts.EndAfter
+		a.notify = alert.NewNotifier(a.notifierConfig(), d.log)
+	}
+	grew := d.takeSamples()
+	reports := a.tracker.Observe(now, d.observations(tr, ds), d.stillMitigated)
+	sent := map[string]bool{}
+	for _, r := range reports {
+		d.attachPcap(&r)
+		sent[r.ID] = true
+		if err := a.log.Append(r); err != nil {
+			d.event(now, "error", netip.Prefix{}, "attack log: %v", err)
+		}
+		a.notify.Notify(r)
+		d.event(now, "attack", victimPrefix(r.Victim), "%s %s: %v, rung %q, peak %.0f pps", r.ID, r.Event, r.Detectors, r.Rung, r.PeakPPS)
+		if r.Event == alert.EventEnd {
+			delete(a.pkts, r.ID)
+		}
+	}
+	// An attack whose pcap grew is logged again, so the log and the API
+	// count its packets before the next notification.
+	for _, r := range a.tracker.Active() {
+		if grew[r.ID] && !sent[r.ID] {
+			d.attachPcap(r)
+			if err := a.log.Append(*r); err != nil {
+				d.event(now, "error", netip.Prefix{}, "attack log: %v", err)
+			}
+		}
+	}
+	d.setSampling(now)
+}
+
+func victimPrefix(a netip.Addr) netip.Prefix {
+	if !a.IsValid() {
+		return netip.Prefix{}
+	}
+	return netip.PrefixFrom(a, a.BitLen())
+}
+
+// setSampling turns the sampler on while an attack still wants packets
+// and off otherwise: a filter under no attack pays nothing for it.
+func (d *Daemon) setSampling(now time.Time) {
+	a := d.alerts
+	if a.sampler == nil {
+		return
+	}
+	want := false
+	if a.cfg.SampleEvery > 0 && a.cfg.SamplePackets > 0 {
+		for _, r := range a.tracker.Active() {
+			if len(a.pkts[r.ID]) < a.cfg.SamplePackets {
+				want = true
+			}
+		}
+	}
+	if want == a.sampling {
+		return
+	}
+	every := uint32(0)
+	if want {
+		every = uint32(a.cfg.SampleEvery)
+	}
+	if err := a.sampler.SetEvery(every); err != nil {
+		d.event(now, "error", netip.Prefix{}, "packet sampler: %v", err)
+		return
+	}
+	a.sampling = want
+}
+
+// takeSamples drains the sampler and hands each packet to the attack on
+// its destination (or to a victimless one); it returns the attacks whose
+// pcap grew.
+func (d *Daemon) takeSamples() map[string]bool {
+	a := d.alerts
+	grew := map[string]bool{}
+	if a.sampler == nil || !a.sampling {
+		return grew
+	}
+	// Twice the pcap's size at most: the ring holds what the last interval
+	// dropped, and what is not read is overwritten by the next.
+	ss, err := a.sampler.Drain(2 * a.cfg.SamplePackets)
+	if err != nil {
+		d.event(time.Now(), "error", netip.Prefix{}, "packet sampler: %v", err)
+	}
+	active := a.tracker.Active()
+	byVictim := map[netip.Addr]*alert.Report{}
+	for _, r := range active {
+		byVictim[r.Victim] = r
+	}
+	for _, s := range ss {
+		r := byVictim[frameDst(s.Data)]
+		if r == nil {
+			r = byVictim[netip.Addr{}]
+		}
+		if r == nil && len(active) == 1 {
+			r = active[0]
+		}
+		if r == nil || len(a.pkts[r.ID]) >= a.cfg.SamplePackets {
+			continue
+		}
+		a.pkts[r.ID] = append(a.pkts[r.ID], alert.Packet{Time: s.Time, Len: s.Len, Data: s.Data})
+		grew[r.ID] = true
+	}
+	for id := range grew {
+		if _, err := a.log.WritePackets(id, a.pkts[id]); err != nil {
+			d.event(time.Now(), "error", netip.Prefix{}, "attack pcap: %v", err)
+			delete(grew, id)
+		}
+	}
+	return grew
+}
+
+// attachPcap names r's pcap in its report when it has packets.
+func (d *Daemon) attachPcap(r *alert.Report) {
+	n := len(d.alerts.pkts[r.ID])
+	if n == 0 {
+		return
+	}
+	r.Packets = n
+	r.Pcap, _ = d.alerts.log.PcapPath(r.ID) // the tracker's IDs are valid
+}
+
+// frameDst is the destination address of an Ethernet frame (through
+// VLAN tags), or the zero address.
+func frameDst(b []byte) netip.Addr {
+	off := 12
+	for range 3 {
+		if len(b) < off+2 {
+			return netip.Addr{}
+		}
+		switch binary.BigEndian.Uint16(b[off:]) {
+		case 0x8100, 0x88a8:
+			off += 4
+			continue
+		case 0x0800:
+			if ip := b[off+2:]; len(ip) >= 20 {
+				return netip.AddrFrom4([4]byte(ip[16:20]))
+			}
+		case 0x86dd:
+			if ip := b[off+2:]; len(ip) >= 40 {
+				return netip.AddrFrom16([16]byte(ip[24:40])).Unmap()
+			}
+		}
+		return netip.Addr{}
+	}
+	return netip.Addr{}
+}
+
+// observations turns the interval's detections into the tracker's terms.
+// The victim detector's judgements and mitigations name their victim;
+// a per-source detection (rate, entropy, lists) is tied to the
+// destination that source sent most to, when it is one address.
+func (d *Daemon) observations(tr *detect.Traffic, ds []detect.Detection) []alert.Observation {
+	var obs []alert.Observation
+	dec := &d.flow.dec
+	for _, j := range dec.Attacks {
+		obs = append(obs, alert.Observation{Victim: j.Victim, Detector: "victim", PPS: j.Evidence.PPS, BPS: j.Evidence.BPS})
+	}
+	for _, m := range dec.Apply {
+		o := alert.Observation{Victim: m.Victim, Detector: "victim", Rung: m.Rung.String(), Level: int(m.Rung),
+			PPS: m.Evidence.PPS, BPS: m.Evidence.BPS, Reason: m.Reason}
+		if m.Rung != detect.RungFlowRule {
+			o.Bans = d.banned(m.Prefixes)
+		}
+		o.FlowRules = append(o.FlowRules, d.flow.rulesOf(m.ID)...)
+		obs = append(obs, o)
+	}
+	var srcs []netip.Addr
+	for _, det := range ds {
+		if det.Detector != "victim" && det.Prefix.IsSingleIP() {
+			srcs = append(srcs, det.Prefix.Addr())
+		}
+	}
+	dst := topDest(tr, srcs)
+	for _, det := range ds {
+		if det.Detector == "victim" {
+			continue
+		}
+		o := alert.Observation{Victim: dst[det.Prefix.Addr()], Detector: det.Detector, Rung: detect.RungSourceBans.String(),
+			Level: int(detect.RungSourceBans), PPS: det.Rate, Reason: det.Reason, Bans: d.banned([]netip.Prefix{det.Prefix})}
+		if s := tr.Source(det.Prefix.Addr()); s != nil && det.Prefix.IsSingleIP() {
+			o.BPS = 8 * tr.Rate(s.Bytes)
+			o.Sources = []alert.Source{{Addr: det.Prefix.Addr(), PPS: tr.Rate(s.Packets)}}
+		}
+		if len(o.Bans) == 0 {
+			o.Rung, o.Level = "", 0 // detected, not acted on (rails, monitor-only)
+		}
+		obs = append(obs, o)
+	}
+	victims := map[netip.Addr]bool{}
+	for _, o := range obs {
+		if o.Victim.IsValid() {
+			victims[o.Victim] = true
+		}
+	}
+	top := topSources(tr, victims, 10)
+	for i := range obs {
+		obs[i].Sources = append(obs[i].Sources, top[obs[i].Victim]...)
+	}
+	return obs
+}
+
+// banned keeps the prefixes the ban store holds (the rails may have
+// refused some).
+func (d *Daemon) banned(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if _, ok := d.store.Get(p); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// rulesOf lists the flow rules the ladder put in for mitigation id.
+func (f *flowState) rulesOf(id uint64) []string {
+	if f.set == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range f.set.Rules() {
+		if r.Origin == mitigate.Ladder && r.Mitigation == id {
+			out = append(out, r.FlowRule.String())
+		}
+	}
+	return out
+}
+
+// stillMitigated: an attack is not over while one of its bans stands or
+// the ladder still has a mitigation or a flow rule for its victim.
+func (d *Daemon) stillMitigated(r *alert.Report, bans map[netip.Prefix]struct{}) bool {
+	for p := range bans {
+		if _, ok := d.store.Get(p); ok {
+			return true
+		}
+	}
+	if !r.Victim.IsValid() {
+		return false
+	}
+	if v := d.flow.victims; v != nil && slices.ContainsFunc(v.Active(), func(m detect.Mitigation) bool { return m.Victim == r.Victim }) {
+		return true
+	}
+	if d.flow.set != nil && slices.ContainsFunc(d.flow.set.Rules(), func(m mitigate.Rule) bool {
+		return m.Origin == mitigate.Ladder && m.Victim == r.Victim
+	}) {
+		return true
+	}
+	return false
+}
+
+// topDest maps each source to the destination it sent most packets to.
+func topDest(tr *detect.Traffic, srcs []netip.Addr) map[netip.Addr]netip.Addr {
+	out := map[netip.Addr]netip.Addr{}
+	if len(srcs) == 0 {
+		return out
+	}
+	want := map[int32]netip.Addr{}
+	for _, a := range srcs {
+		if i := tr.SourceIndex(detect.KeyOf(a.Unmap())); i >= 0 {
+			want[int32(i)] = a
+		}
+	}
+	best := map[int32]uint64{}
+	for _, p := range tr.Pairs {
+		a, ok := want[p.Src]
+		if !ok || p.Packets <= best[p.Src] {
+			continue
+		}
+		best[p.Src] = p.Packets
+		out[a] = tr.DestAddr(int(p.Dst))
+	}
+	return out
+}
+
+// topSources ranks, per victim, the n sources that sent it most packets
+// this interval: one pass over the pairs, only when there are victims.
+func topSources(tr *detect.Traffic, victims map[netip.Addr]bool, n int) map[netip.Addr][]alert.Source {
+	out := map[netip.Addr][]alert.Source{}
+	if len(victims) == 0 {
+		return out
+	}
+	idx := map[int32]netip.Addr{}
+	for i := range tr.Dests {
+		if a := tr.DestAddr(i); victims[a] {
+			idx[int32(i)] = a
+		}
+	}
+	pkts := map[netip.Addr]map[int32]uint64{}
+	for _, p := range tr.Pairs {
+		v, ok := idx[p.Dst]
+		if !ok {
+			continue
+		}
+		if pkts[v] == nil {
+			pkts[v] = map[int32]uint64{}
+		}
+		pkts[v][p.Src] += p.Packets // a pair may appear once per protocol
+	}
+	for v, m := range pkts {
+		ss := make([]alert.Source, 0, len(m))
+		for s, c := range m {
+			ss = append(ss, alert.Source{Addr: tr.SourceAddr(int(s)), PPS: tr.Rate(c)})
+		}
+		slices.SortFunc(ss, func(a, b alert.Source) int {
+			if a.PPS != b.PPS {
+				if a.PPS > b.PPS {
+					return -1
+				}
+				return 1
+			}
+			return a.Addr.Compare(b.Addr)
+		})
+		out[v] = ss[:min(n, len(ss))]
+	}
+	return out
+}
+
+// Attacks lists the attack log, with the running attacks as they stand.
+func (d *Daemon) Attacks(ctx context.Context) ([]alert.Report, error) {
+	a := d.alerts
+	if a == nil {
+		return []alert.Report{}, nil
+	}
+	rs, err := a.log.List()
+	if err != nil {
+		return nil, err
+	}
+	var live []alert.Report
+	if err := d.Do(ctx, func() {
+		for _, r := range a.tracker.Active() {
+			live = append(live, *r)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	for _, l := range live {
+		if i := slices.IndexFunc(rs, func(r alert.Report) bool { return r.ID == l.ID }); i >= 0 {
+			rs[i] = l
+		} else {
+			rs = append(rs, l)
+		}
+	}
+	for i := range rs {
+		rs[i] = rs[i].Rounded()
+	}
+	return rs, nil
+}
+
+// Attack is one attack's latest report.
+func (d *Daemon) Attack(ctx context.Context, id string) (alert.Report, error) {
+	rs, err := d.Attacks(ctx)
+	if err != nil {
+		return alert.Report{}, err
+	}
+	for _, r := range rs {
+		if r.ID == id {
+			return r, nil
+		}
+	}
+	return alert.Report{}, fmt.Errorf("%w: no attack %q", ErrNotFound, id)
+}
+
+// AttackPcap is the path of an attack's pcap.
+func (d *Daemon) AttackPcap(ctx context.Context, id string) (string, error) {
+	r, err := d.Attack(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if r.Pcap == "" {
+		return "", fmt.Errorf("%w: attack %s has no sampled packets", ErrNotFound, id)
+	}
+	p, err := d.alerts.log.PcapPath(id)
+	if errors.Is(err, alert.ErrNoAttack) {
+		return "", fmt.Errorf("%w: %v", ErrNotFound, err)
+	}
+	return p, err
+}

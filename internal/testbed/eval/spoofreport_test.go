@@ -1,0 +1,43 @@
+package eval
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func spoofDoc(t *testing.T, rows []SpoofRow) string {
+	t.Helper()
+	dir := t.TempDir()
+	md := filepath.Join(dir, "EVALUATION-SPOOF.md")
+	if err := SpoofReport(filepath.Join(dir, "eval"), md, rows, SpoofParams{Interval: time.Second, Clients: 4}, time.Minute, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+// Each verdict follows its row, and without rows none is given.
+func TestSpoofTargetsFollowRows(t *testing.T) {
+	r := SpoofRow{Scenario: SpoofScenario{Name: "udp-spoof-16", Spoof: netip.MustParsePrefix("10.200.0.0/16")},
+		DetectIntervals: 1, DroppedFrom3: 0.99, BaselineRPS: 1000, AttackRPS: 950, DaemonMaxRSSMB: 80}
+	got := spoofDoc(t, []SpoofRow{r})
+	if !strings.Contains(got, "| 1.0 intervals, 99.0%, 95%, 0 | yes |") || !strings.Contains(got, "peak RSS 80 MB over all scenarios | yes |") {
+		t.Errorf("all targets met, yet:\n%s", got)
+	}
+	r.DetectIntervals, r.DaemonMaxRSSMB = -1, 300
+	got = spoofDoc(t, []SpoofRow{r})
+	if !strings.Contains(got, "| never detected, 99.0%, 95%, 0 | **no** |") || !strings.Contains(got, "peak RSS 300 MB over all scenarios | **no** |") {
+		t.Errorf("never detected and 300 MB, yet:\n%s", got)
+	}
+	got = spoofDoc(t, nil)
+	if strings.Contains(got, "| yes |") || !strings.Contains(got, "not measured in this run") {
+		t.Errorf("no rows, yet a verdict:\n%s", got)
+	}
+}
