@@ -402,3 +402,17 @@ func (e *HeavyEvents) Read(deadline time.Time, max int) ([]HeavyEvent, error) {
 
 // Close releases the reader.
 func (e *HeavyEvents) Close() error { return e.r.Close() }
+
+// HeavyHitterReports returns the reports waiting (at most max), without
+// waiting, through a reader this Datapath opens on first use and closes
+// with itself.
+func (d *Datapath) HeavyHitterReports(max int) ([]HeavyEvent, error) {
+	if d.heavyEvents == nil {
+		ev, err := d.HeavyHitterEvents()
+		if err != nil {
+			return nil, err
+		}
+		d.heavyEvents = ev
+	}
+	return d.heavyEvents.Read(time.Now(), max)
+}

@@ -228,11 +228,16 @@ type Datapath struct {
 	// feature buffers mapped into this process, by map, kept across
 	// snapshots so their pages are faulted in once
 	featMem map[*ebpf.Map][]filterTwFeatSlot
+	// the heavy-hitter report reader, opened on first use (heavy.go)
+	heavyEvents *HeavyEvents
 }
 
 // Close releases this process's handles. Pinned state, and so the filter,
 // stays in place.
 func (d *Datapath) Close() error {
+	if d.heavyEvents != nil {
+		d.heavyEvents.Close()
+	}
 	if d.prog != nil {
 		d.prog.Close()
 	}
