@@ -17,6 +17,7 @@
 #include "lib/frule.h"
 #include "lib/features.h"
 #include "lib/sample.h"
+#include "lib/heavy.h"
 
 /* The parser as a global function, which the verifier checks once, on its
  * own; the filter then continues from one state whatever the path through
@@ -93,11 +94,23 @@ int tw_filter(struct xdp_md *ctx)
 			return tw_exit(ctx, TW_R_DROP_PREFIX, len);
 	}
 
+	/* Sources the heavy-hitter detector caught, before the daemon has
+	 * seen them (heavy.h); a monitor-only catch passes on, marked. */
+	int prov = tw_hh_provisional(&p, len);
+	if (prov == TW_R_DROP_PROVISIONAL)
+		return tw_exit(ctx, prov, len);
+
 	r = TW_R_PASS;
 	if (cfg->frule_n) {
 		r = tw_flow_rules(ctx, &p, len, cpu);
 		if (tw_action(r) == XDP_DROP)
 			return tw_exit(ctx, r, len);
+	}
+	if (r == TW_R_PASS) {
+		if (prov == TW_R_PASS)
+			tw_hh_observe(&p);
+		else if (prov == TW_R_PASS_PROVISIONAL)
+			r = prov;
 	}
 	if (cfg->features)
 		tw_features(&p, len, cpu, cfg->feat_seed);

@@ -11,8 +11,8 @@
 enum tw_layout {
 	/* 4: exact tables and counters mmapable; 5: flow rules, the
 	 * known-good lists, tw_jmp and the port profile in the feature
-	 * buffers */
-	TW_LAYOUT_VERSION = 5,
+	 * buffers; 6: the heavy-hitter detector and provisional drops */
+	TW_LAYOUT_VERSION = 6,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy
@@ -97,6 +97,34 @@ enum tw_port_profile {
 	TW_PORT_SLOTS = TW_PORT_ROWS * 65536 / 8, /* per CPU */
 };
 
+/* The heavy-hitter detector (heavy.h): a count-min sketch of two rows,
+ * per CPU, over windows of tw_hh_config.window_ns. TW_HH_WIDTH counters a
+ * row keep the chance that an innocent source shares both of its counters
+ * with heavy ones small while a few hundred sources are heavy at once;
+ * the detector's cost and memory are fixed whatever the number of
+ * sources. TW_HH_MAX_CPUS bounds the cross-CPU sum. */
+enum tw_hh_limit {
+	TW_HH_WIDTH = 4096,
+	TW_HH_ROWS = 2,
+	TW_HH_MAX_CPUS = 64,
+};
+
+/* The provisional check's gate reads the coarse clock (a tick of a few
+ * milliseconds); this much slack keeps it from closing early. */
+#define TW_HH_COARSE_SLACK_NS 20000000ULL
+
+/* What put a source in the provisional table. */
+enum tw_hh_kind {
+	TW_HH_PACKETS = 1,
+	TW_HH_SYNS = 2,
+};
+
+enum tw_prov_flag {
+	TW_PROV_MONITOR = 1 << 0, /* monitor-only: counted, never dropped */
+	TW_PROV_REVOKED = 1
+			  << 1, /* the daemon refused it: passes until expiry */
+};
+
 enum tw_slot_state {
 	TW_SLOT_EMPTY = 0, /* never used: ends a probe run */
 	TW_SLOT_USED = 1,  /* holds a rule */
@@ -131,6 +159,8 @@ enum tw_reason {
 	TW_R_DROP_FLOW_RATE,  /* flow rule, rate-limit, over the rate */
 	TW_R_PASS_KNOWN_GOOD, /* flow rule with bypass, source known good */
 	TW_R_SYNPROXY_MISSING, /* syn-cookie rule, no SYN proxy: passed */
+	TW_R_DROP_PROVISIONAL, /* heavy hitter, dropped before the daemon saw it */
+	TW_R_PASS_PROVISIONAL, /* heavy hitter in monitor-only mode: passed */
 	TW_R_MAX,
 };
 

@@ -233,4 +233,72 @@ struct {
 	__uint(max_entries, 1);
 } tw_jmp SEC(".maps");
 
+/* The heavy-hitter detector (heavy.h). The sketch is per CPU, TW_HH_ROWS
+ * rows of TW_HH_WIDTH counters; the provisional tables are sized at load
+ * (their capacity bounds what an attacker with countless sources can
+ * make the data plane hold); the protected lists mirror the daemon's
+ * protected rail, consulted only before a source is caught. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_hh_config);
+	__uint(max_entries, 1);
+} tw_hh_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_hh_state);
+	__uint(max_entries, 1);
+} tw_hh_shared SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_hh_bucket);
+	__uint(max_entries, TW_HH_ROWS *TW_HH_WIDTH);
+} tw_hh_sketch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_hh_stats);
+	__uint(max_entries, 1);
+} tw_hh_ctr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct tw_prov);
+	__uint(max_entries, 1);
+} tw_prov4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u8[16]);
+	__type(value, struct tw_prov);
+	__uint(max_entries, 1);
+} tw_prov6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct tw_lpm4_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+} tw_protect4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct tw_lpm6_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+} tw_protect6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 10);
+} tw_hh_events SEC(".maps");
+
 #endif

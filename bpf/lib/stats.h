@@ -15,7 +15,7 @@
 	(1U << TW_R_PASS | 1U << TW_R_ALLOW | 1U << TW_R_NON_IP | \
 	 1U << TW_R_NON_IP_ARP | 1U << TW_R_NON_IP_MPLS |         \
 	 1U << TW_R_NON_IP_PPPOE | 1U << TW_R_PASS_KNOWN_GOOD |   \
-	 1U << TW_R_SYNPROXY_MISSING)
+	 1U << TW_R_SYNPROXY_MISSING | 1U << TW_R_PASS_PROVISIONAL)
 
 /* The XDP action of a reason, as a bit test rather than a switch: when
  * the reason is not a constant (the flow rules' verdict) a switch would

@@ -154,6 +154,75 @@ struct tw_good {
 	__u64 added_ns; /* CLOCK_MONOTONIC when user space added it */
 };
 
+/* The heavy-hitter detector's settings (tw_hh_cfg), written by user space.
+ * Thresholds are per window and for all CPUs together; the local ones are
+ * the same divided by the CPU count, rounded down: a source over the
+ * threshold in all is over the local one on at least one CPU, so only
+ * then are the other CPUs' counters read. */
+struct tw_hh_config {
+	__u64 window_ns; /* 0: detector off */
+	__u64 ttl_ns;    /* a provisional entry's life unless confirmed */
+	__u32 pkt_thresh;
+	__u32 syn_thresh;
+	__u32 pkt_local;
+	__u32 syn_local;
+	__u32 seed;    /* sketch hash seed, random per created state */
+	__u32 monitor; /* 1: provisional entries count but never drop */
+	__u32 prefix6; /* IPv6 sources are counted per prefix of this length */
+	__u32 _pad;
+};
+
+/* Shared by all CPUs, written only when a provisional entry is made: the
+ * packet path looks the table up only while one may be live. */
+struct tw_hh_state {
+	__u64 last_insert_ns;
+};
+
+/* One sketch counter, per CPU; win is the window it counts (now /
+ * window_ns), so a stale counter is reset by the first packet of a new
+ * window instead of by a sweep. */
+struct tw_hh_bucket {
+	__u64 win;
+	__u32 pkts;
+	__u32 syns;
+};
+
+/* A provisional drop (tw_prov4, tw_prov6). Counters are shared by the CPUs
+ * (atomic adds): only a source already caught pays for them. */
+struct tw_prov {
+	__u64 added_ns;   /* CLOCK_MONOTONIC */
+	__u64 expires_ns; /* passes (and is removed) from then on */
+	__u64 packets;
+	__u64 bytes;
+	__u32 count; /* the window's estimate that caught it */
+	__u8 kind;   /* enum tw_hh_kind */
+	__u8 flags;  /* enum tw_prov_flag */
+	__u16 _pad;
+};
+
+/* Reported through tw_hh_events when a provisional entry is made. */
+struct tw_hh_event {
+	__u8 addr[16]; /* IPv4 in the first four bytes; IPv6 masked */
+	__u8 family;
+	__u8 kind;
+	__u8 prefix; /* 32, or tw_hh_config.prefix6 */
+	__u8 flags;
+	__u32 count;
+	__u64 at_ns;
+};
+
+/* Per CPU: what the detector did, for saturation and exemptions. */
+struct tw_hh_stats {
+	__u64 caught;         /* provisional entries made */
+	__u64 table_full;     /* over threshold, no room in the table */
+	__u64 ring_full;      /* entry made, its event lost */
+	__u64 exempt_good;    /* over threshold, known good: not caught */
+	__u64 exempt_protect; /* over threshold, protected: not caught */
+	__u64 expired;        /* entries the data plane found expired */
+	__u64 checks;         /* cross-CPU sums */
+	__u64 _pad;
+};
+
 _Static_assert(sizeof(struct tw_exact4) == 16, "exact4 slot size");
 _Static_assert(sizeof(struct tw_exact6) == 32, "exact6 slot size");
 _Static_assert(sizeof(struct tw_ctr) == 16, "counter size");
@@ -166,6 +235,10 @@ _Static_assert(sizeof(struct tw_frule_set) == 64 * TW_FRULE_MAX,
 _Static_assert(sizeof(struct tw_fctr) == 32, "flow rule counter size");
 _Static_assert(sizeof(struct tw_fbucket) == 16, "token bucket size");
 _Static_assert(sizeof(struct tw_good) == 8, "known-good value size");
+_Static_assert(sizeof(struct tw_hh_config) == 48, "heavy-hitter config size");
+_Static_assert(sizeof(struct tw_hh_bucket) == 16, "sketch counter size");
+_Static_assert(sizeof(struct tw_prov) == 40, "provisional entry size");
+_Static_assert(sizeof(struct tw_hh_event) == 32, "heavy-hitter event size");
 _Static_assert(sizeof(struct tw_feat_slot) == 8 * sizeof(__u64),
 	       "a feature slot holds eight port-profile counters");
 

@@ -93,6 +93,7 @@ type Detectors struct {
 	Entropy EntropyDetector `yaml:"entropy"`
 	Lists   ListDetector    `yaml:"lists"`
 	Victim  VictimDetector  `yaml:"victim"`
+	Heavy   HeavyDetector   `yaml:"heavy"` // heavy.go
 }
 
 // RateDetector is the per-source rate detector. Every rate is per source;
@@ -292,6 +293,7 @@ func Default() *Config {
 			Rate:    RateDetector{Enabled: true, LearnIntervals: 30, Margin: 2, MinPPS: 1000, CeilingPPS: 5000, Quantile: 0.99},
 			Entropy: EntropyDetector{Enabled: true, History: 30, K: 3, MinPPS: 1000, Prefix4: 24, Prefix6: 48},
 			Victim:  VictimDetector{Enabled: true},
+			Heavy:   defaultHeavy(),
 		},
 		Bans:   Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
 		Rails:  Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5, MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32},
@@ -466,6 +468,9 @@ func (c *Config) Validate() error {
 		if c.Metrics.Listen == c.API.TCP {
 			return bad("metrics.listen", c.Metrics.Listen, "is api.tcp: the metrics listener is a separate, read-only one")
 		}
+	}
+	if err := c.Detectors.Heavy.validate(); err != nil {
+		return err
 	}
 	if err := c.Alerts.validate(); err != nil {
 		return err

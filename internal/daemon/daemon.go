@@ -89,6 +89,7 @@ type Daemon struct {
 	steps        uint64
 	dirty        bool
 	flow         flowState
+	heavy        heavyState          // the XDP heavy-hitter detector (heavy.go)
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
 	detections   []Detection         // the last intervals' heaviest detections, for the API (under mu)
@@ -207,6 +208,9 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
 	d.store.RefreshEvery = refreshEvery
 	d.refreshManagement(now)
+	if err := d.openHeavy(now); err != nil {
+		return nil, err
+	}
 	if err := d.reconcile(now); err != nil {
 		return nil, err
 	}
@@ -450,11 +454,12 @@ func (d *Daemon) Step(now time.Time) (err error) {
 	if err != nil {
 		return err
 	}
-	ds := d.detect(tr)
+	ds := d.detect(tr, d.heavyDetections(now))
 	d.recordDetections(now, ds)
 	d.keepBaselines()
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)
+	d.settleHeavy(now)
 	d.mitigate(now)
 	d.alertStep(now, tr, ds)
 	ctrs, err := d.counters()
@@ -522,8 +527,9 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	return tr, nil
 }
 
-// detect runs every enabled detector over the interval.
-func (d *Daemon) detect(tr *detect.Traffic) []detect.Detection {
+// detect runs every enabled detector over the interval; heavy are the
+// data plane's catches since the last one, judged with the rest.
+func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.Detection {
 	var ds []detect.Detection
 	for _, det := range d.detectors() {
 		out := det.Detect(tr)
@@ -531,6 +537,8 @@ func (d *Daemon) detect(tr *detect.Traffic) []detect.Detection {
 		ds = append(ds, out...)
 	}
 	ds = detect.AggregateIPv6(ds, d.cfg.Bans.AggregateIPv6, d.cfg.Bans.AggregateMin)
+	// Already per source or per IPv6 prefix, as the data plane counted.
+	ds = append(ds, heavy...)
 	ds = d.spareKnownGood(ds)
 	// The victim detector's source rungs are already aggregated as it
 	// chose them: a prefix free of known-good clients.
@@ -558,7 +566,7 @@ func (d *Daemon) spareKnownGood(ds []detect.Detection) []detect.Detection {
 	var example string
 	out := ds[:0]
 	for _, x := range ds {
-		if x.Detector == "rate" || x.Detector == "entropy" {
+		if x.Detector == "rate" || x.Detector == "entropy" || x.Detector == "heavy" {
 			hit := false
 			if x.Prefix.IsSingleIP() {
 				hit = v.Good.Contains(x.Prefix.Addr())
@@ -1128,6 +1136,9 @@ func (d *Daemon) reload(now time.Time) {
 		d.restoreBaselines() // a reload never relearns (an attack may be running)
 	}
 	d.wireHostGroups()
+	if err := d.openHeavy(now); err != nil {
+		d.event(now, "error", netip.Prefix{}, "reload: %v", err)
+	}
 	if d.off != nil {
 		d.off.Params.MaxRate = c.Hardware.MaxRate
 	}

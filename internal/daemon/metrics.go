@@ -34,6 +34,7 @@ type Metrics struct {
 	knownGood        prometheus.Gauge
 	loopDuration     prometheus.Histogram
 	lastInterval     prometheus.Gauge
+	heavy            heavyMetrics
 
 	// What the collector reads of the loop's state, published by the loop
 	// at the end of each interval (the collector runs on the scraper's
@@ -78,6 +79,7 @@ func newMetrics(d *Daemon) *Metrics {
 	m.Registry.MustRegister(m.detections, m.bans, m.unbans, m.refused, m.mergeFallback, m.placementUpdates, m.detectToDrop, m.hwLatency,
 		m.victimsAttacked, m.mitigations, m.flowRules, m.knownGood, m.loopDuration, m.lastInterval, build,
 		&bpfCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.heavy = newHeavyMetrics(m.Registry)
 	return m
 }
 

@@ -132,6 +132,88 @@ type filterTwGood struct {
 	AddedNs uint64
 }
 
+type filterTwHhBtf struct {
+	_     structs.HostLayout
+	Event struct {
+		_      structs.HostLayout
+		Addr   [16]uint8
+		Family uint8
+		Kind   uint8
+		Prefix uint8
+		Flags  uint8
+		Count  uint32
+		AtNs   uint64
+	}
+	Kind  uint32
+	Flag  uint32
+	Limit uint32
+	_     [4]byte
+}
+
+type filterTwHhBucket struct {
+	_    structs.HostLayout
+	Win  uint64
+	Pkts uint32
+	Syns uint32
+}
+
+type filterTwHhConfig struct {
+	_         structs.HostLayout
+	WindowNs  uint64
+	TtlNs     uint64
+	PktThresh uint32
+	SynThresh uint32
+	PktLocal  uint32
+	SynLocal  uint32
+	Seed      uint32
+	Monitor   uint32
+	Prefix6   uint32
+	Pad       uint32
+}
+
+type filterTwHhEvent struct {
+	_      structs.HostLayout
+	Addr   [16]uint8
+	Family uint8
+	Kind   uint8
+	Prefix uint8
+	Flags  uint8
+	Count  uint32
+	AtNs   uint64
+}
+
+type filterTwHhKind uint32
+
+const (
+	filterTwHhKindTW_HH_PACKETS filterTwHhKind = 1
+	filterTwHhKindTW_HH_SYNS    filterTwHhKind = 2
+)
+
+type filterTwHhLimit uint32
+
+const (
+	filterTwHhLimitTW_HH_WIDTH    filterTwHhLimit = 4096
+	filterTwHhLimitTW_HH_ROWS     filterTwHhLimit = 2
+	filterTwHhLimitTW_HH_MAX_CPUS filterTwHhLimit = 64
+)
+
+type filterTwHhState struct {
+	_            structs.HostLayout
+	LastInsertNs uint64
+}
+
+type filterTwHhStats struct {
+	_             structs.HostLayout
+	Caught        uint64
+	TableFull     uint64
+	RingFull      uint64
+	ExemptGood    uint64
+	ExemptProtect uint64
+	Expired       uint64
+	Checks        uint64
+	Pad           uint64
+}
+
 type filterTwJmpSlot uint32
 
 const (
@@ -141,7 +223,7 @@ const (
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 5
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 6
 )
 
 type filterTwLpm4Key struct {
@@ -162,6 +244,25 @@ type filterTwLpmVal struct {
 	Pad     uint32
 	LastHit uint64
 }
+
+type filterTwProv struct {
+	_         structs.HostLayout
+	AddedNs   uint64
+	ExpiresNs uint64
+	Packets   uint64
+	Bytes     uint64
+	Count     uint32
+	Kind      uint8
+	Flags     uint8
+	Pad       uint16
+}
+
+type filterTwProvFlag uint32
+
+const (
+	filterTwProvFlagTW_PROV_MONITOR filterTwProvFlag = 1
+	filterTwProvFlagTW_PROV_REVOKED filterTwProvFlag = 2
+)
 
 type filterTwReason uint32
 
@@ -191,7 +292,9 @@ const (
 	filterTwReasonTW_R_DROP_FLOW_RATE   filterTwReason = 22
 	filterTwReasonTW_R_PASS_KNOWN_GOOD  filterTwReason = 23
 	filterTwReasonTW_R_SYNPROXY_MISSING filterTwReason = 24
-	filterTwReasonTW_R_MAX              filterTwReason = 25
+	filterTwReasonTW_R_DROP_PROVISIONAL filterTwReason = 25
+	filterTwReasonTW_R_PASS_PROVISIONAL filterTwReason = 26
+	filterTwReasonTW_R_MAX              filterTwReason = 27
 )
 
 type filterTwSlotState uint32
@@ -206,40 +309,50 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	filterMapTwAllow4    = "tw_allow4"
-	filterMapTwAllow6    = "tw_allow6"
-	filterMapTwAllowCtr  = "tw_allow_ctr"
-	filterMapTwCfg       = "tw_cfg"
-	filterMapTwEx4       = "tw_ex4"
-	filterMapTwEx4Ctr    = "tw_ex4_ctr"
-	filterMapTwEx6       = "tw_ex6"
-	filterMapTwEx6Ctr    = "tw_ex6_ctr"
-	filterMapTwFeat      = "tw_feat"
-	filterMapTwFeatA     = "tw_feat_a"
-	filterMapTwFeatB     = "tw_feat_b"
-	filterMapTwFruleCtr  = "tw_frule_ctr"
-	filterMapTwFruleTb   = "tw_frule_tb"
-	filterMapTwFrules    = "tw_frules"
-	filterMapTwFrulesA   = "tw_frules_a"
-	filterMapTwFrulesB   = "tw_frules_b"
-	filterMapTwFstats    = "tw_fstats"
-	filterMapTwGood4     = "tw_good4"
-	filterMapTwGood6     = "tw_good6"
-	filterMapTwJmp       = "tw_jmp"
-	filterMapTwPfx4      = "tw_pfx4"
-	filterMapTwPfx6      = "tw_pfx6"
-	filterMapTwPfxCtr    = "tw_pfx_ctr"
-	filterMapTwSample    = "tw_sample"
-	filterMapTwSampleRb  = "tw_sample_rb"
-	filterMapTwVerdicts  = "tw_verdicts"
-	filterProgTwFilter   = "tw_filter"
-	filterVarTwAllowCap  = "tw_allow_cap"
-	filterVarTwEx4Slots  = "tw_ex4_slots"
-	filterVarTwEx6Slots  = "tw_ex6_slots"
-	filterVarTwFeatCap   = "tw_feat_cap"
-	filterVarTwFeatSlots = "tw_feat_slots"
-	filterVarTwNrCpus    = "tw_nr_cpus"
-	filterVarTwPfxCap    = "tw_pfx_cap"
+	filterMapTwAllow4      = "tw_allow4"
+	filterMapTwAllow6      = "tw_allow6"
+	filterMapTwAllowCtr    = "tw_allow_ctr"
+	filterMapTwCfg         = "tw_cfg"
+	filterMapTwEx4         = "tw_ex4"
+	filterMapTwEx4Ctr      = "tw_ex4_ctr"
+	filterMapTwEx6         = "tw_ex6"
+	filterMapTwEx6Ctr      = "tw_ex6_ctr"
+	filterMapTwFeat        = "tw_feat"
+	filterMapTwFeatA       = "tw_feat_a"
+	filterMapTwFeatB       = "tw_feat_b"
+	filterMapTwFruleCtr    = "tw_frule_ctr"
+	filterMapTwFruleTb     = "tw_frule_tb"
+	filterMapTwFrules      = "tw_frules"
+	filterMapTwFrulesA     = "tw_frules_a"
+	filterMapTwFrulesB     = "tw_frules_b"
+	filterMapTwFstats      = "tw_fstats"
+	filterMapTwGood4       = "tw_good4"
+	filterMapTwGood6       = "tw_good6"
+	filterMapTwHhCfg       = "tw_hh_cfg"
+	filterMapTwHhCtr       = "tw_hh_ctr"
+	filterMapTwHhEvents    = "tw_hh_events"
+	filterMapTwHhShared    = "tw_hh_shared"
+	filterMapTwHhSketch    = "tw_hh_sketch"
+	filterMapTwJmp         = "tw_jmp"
+	filterMapTwPfx4        = "tw_pfx4"
+	filterMapTwPfx6        = "tw_pfx6"
+	filterMapTwPfxCtr      = "tw_pfx_ctr"
+	filterMapTwProtect4    = "tw_protect4"
+	filterMapTwProtect6    = "tw_protect6"
+	filterMapTwProv4       = "tw_prov4"
+	filterMapTwProv6       = "tw_prov6"
+	filterMapTwSample      = "tw_sample"
+	filterMapTwSampleRb    = "tw_sample_rb"
+	filterMapTwVerdicts    = "tw_verdicts"
+	filterProgTwFilter     = "tw_filter"
+	filterVarTwAllowCap    = "tw_allow_cap"
+	filterVarTwEx4Slots    = "tw_ex4_slots"
+	filterVarTwEx6Slots    = "tw_ex6_slots"
+	filterVarTwFeatCap     = "tw_feat_cap"
+	filterVarTwFeatSlots   = "tw_feat_slots"
+	filterVarTwHhBtfAnchor = "tw_hh_btf_anchor"
+	filterVarTwNrCpus      = "tw_nr_cpus"
+	filterVarTwPfxCap      = "tw_pfx_cap"
 )
 
 // loadFilter returns the embedded CollectionSpec for filter.
@@ -310,10 +423,19 @@ type filterMapSpecs struct {
 	TwFstats   *ebpf.MapSpec `ebpf:"tw_fstats"`
 	TwGood4    *ebpf.MapSpec `ebpf:"tw_good4"`
 	TwGood6    *ebpf.MapSpec `ebpf:"tw_good6"`
+	TwHhCfg    *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
+	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
+	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
+	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
+	TwHhSketch *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
 	TwPfx4     *ebpf.MapSpec `ebpf:"tw_pfx4"`
 	TwPfx6     *ebpf.MapSpec `ebpf:"tw_pfx6"`
 	TwPfxCtr   *ebpf.MapSpec `ebpf:"tw_pfx_ctr"`
+	TwProtect4 *ebpf.MapSpec `ebpf:"tw_protect4"`
+	TwProtect6 *ebpf.MapSpec `ebpf:"tw_protect6"`
+	TwProv4    *ebpf.MapSpec `ebpf:"tw_prov4"`
+	TwProv6    *ebpf.MapSpec `ebpf:"tw_prov6"`
 	TwSample   *ebpf.MapSpec `ebpf:"tw_sample"`
 	TwSampleRb *ebpf.MapSpec `ebpf:"tw_sample_rb"`
 	TwVerdicts *ebpf.MapSpec `ebpf:"tw_verdicts"`
@@ -323,13 +445,14 @@ type filterMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type filterVariableSpecs struct {
-	TwAllowCap  *ebpf.VariableSpec `ebpf:"tw_allow_cap"`
-	TwEx4Slots  *ebpf.VariableSpec `ebpf:"tw_ex4_slots"`
-	TwEx6Slots  *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
-	TwFeatCap   *ebpf.VariableSpec `ebpf:"tw_feat_cap"`
-	TwFeatSlots *ebpf.VariableSpec `ebpf:"tw_feat_slots"`
-	TwNrCpus    *ebpf.VariableSpec `ebpf:"tw_nr_cpus"`
-	TwPfxCap    *ebpf.VariableSpec `ebpf:"tw_pfx_cap"`
+	TwAllowCap    *ebpf.VariableSpec `ebpf:"tw_allow_cap"`
+	TwEx4Slots    *ebpf.VariableSpec `ebpf:"tw_ex4_slots"`
+	TwEx6Slots    *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
+	TwFeatCap     *ebpf.VariableSpec `ebpf:"tw_feat_cap"`
+	TwFeatSlots   *ebpf.VariableSpec `ebpf:"tw_feat_slots"`
+	TwHhBtfAnchor *ebpf.VariableSpec `ebpf:"tw_hh_btf_anchor"`
+	TwNrCpus      *ebpf.VariableSpec `ebpf:"tw_nr_cpus"`
+	TwPfxCap      *ebpf.VariableSpec `ebpf:"tw_pfx_cap"`
 }
 
 // filterObjects contains all objects after they have been loaded into the kernel.
@@ -371,10 +494,19 @@ type filterMaps struct {
 	TwFstats   *ebpf.Map `ebpf:"tw_fstats"`
 	TwGood4    *ebpf.Map `ebpf:"tw_good4"`
 	TwGood6    *ebpf.Map `ebpf:"tw_good6"`
+	TwHhCfg    *ebpf.Map `ebpf:"tw_hh_cfg"`
+	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
+	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
+	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
+	TwHhSketch *ebpf.Map `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
 	TwPfx4     *ebpf.Map `ebpf:"tw_pfx4"`
 	TwPfx6     *ebpf.Map `ebpf:"tw_pfx6"`
 	TwPfxCtr   *ebpf.Map `ebpf:"tw_pfx_ctr"`
+	TwProtect4 *ebpf.Map `ebpf:"tw_protect4"`
+	TwProtect6 *ebpf.Map `ebpf:"tw_protect6"`
+	TwProv4    *ebpf.Map `ebpf:"tw_prov4"`
+	TwProv6    *ebpf.Map `ebpf:"tw_prov6"`
 	TwSample   *ebpf.Map `ebpf:"tw_sample"`
 	TwSampleRb *ebpf.Map `ebpf:"tw_sample_rb"`
 	TwVerdicts *ebpf.Map `ebpf:"tw_verdicts"`
@@ -401,10 +533,19 @@ func (m *filterMaps) Close() error {
 		m.TwFstats,
 		m.TwGood4,
 		m.TwGood6,
+		m.TwHhCfg,
+		m.TwHhCtr,
+		m.TwHhEvents,
+		m.TwHhShared,
+		m.TwHhSketch,
 		m.TwJmp,
 		m.TwPfx4,
 		m.TwPfx6,
 		m.TwPfxCtr,
+		m.TwProtect4,
+		m.TwProtect6,
+		m.TwProv4,
+		m.TwProv6,
 		m.TwSample,
 		m.TwSampleRb,
 		m.TwVerdicts,
@@ -415,13 +556,14 @@ func (m *filterMaps) Close() error {
 //
 // It can be passed to loadFilterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type filterVariables struct {
-	TwAllowCap  *ebpf.Variable `ebpf:"tw_allow_cap"`
-	TwEx4Slots  *ebpf.Variable `ebpf:"tw_ex4_slots"`
-	TwEx6Slots  *ebpf.Variable `ebpf:"tw_ex6_slots"`
-	TwFeatCap   *ebpf.Variable `ebpf:"tw_feat_cap"`
-	TwFeatSlots *ebpf.Variable `ebpf:"tw_feat_slots"`
-	TwNrCpus    *ebpf.Variable `ebpf:"tw_nr_cpus"`
-	TwPfxCap    *ebpf.Variable `ebpf:"tw_pfx_cap"`
+	TwAllowCap    *ebpf.Variable `ebpf:"tw_allow_cap"`
+	TwEx4Slots    *ebpf.Variable `ebpf:"tw_ex4_slots"`
+	TwEx6Slots    *ebpf.Variable `ebpf:"tw_ex6_slots"`
+	TwFeatCap     *ebpf.Variable `ebpf:"tw_feat_cap"`
+	TwFeatSlots   *ebpf.Variable `ebpf:"tw_feat_slots"`
+	TwHhBtfAnchor *ebpf.Variable `ebpf:"tw_hh_btf_anchor"`
+	TwNrCpus      *ebpf.Variable `ebpf:"tw_nr_cpus"`
+	TwPfxCap      *ebpf.Variable `ebpf:"tw_pfx_cap"`
 }
 
 // filterPrograms contains all programs after they have been loaded into the kernel.

@@ -63,6 +63,14 @@ const (
 	DefaultFeatureCapacity = 1 << 18
 	// DefaultKnownGoodCapacity is per family (tw_good4, tw_good6).
 	DefaultKnownGoodCapacity = 1 << 16
+	// DefaultProvisionalCapacity is per family (tw_prov4, tw_prov6): the
+	// sources the heavy-hitter detector may hold before the daemon
+	// confirms or revokes them (within one interval).
+	DefaultProvisionalCapacity = 1 << 14
+	// protectCapacity bounds the protected lists the detector consults
+	// (tw_protect4, tw_protect6): the daemon's protected and allowlisted
+	// prefixes, and for IPv6 their covering detector prefixes.
+	protectCapacity = 1 << 14
 )
 
 // Options size the maps when state is created. When pinned state is
@@ -78,6 +86,10 @@ type Options struct {
 	// KnownGoodCapacity bounds each known-good list (IPv4 and IPv6 apart);
 	// beyond it the least recently seen entries are evicted.
 	KnownGoodCapacity int
+	// ProvisionalCapacity bounds each provisional table (IPv4 and IPv6
+	// apart); a heavy hitter caught with the table full is counted, not
+	// held.
+	ProvisionalCapacity int
 	// PinRoot overrides the bpffs mount (tests); empty means /sys/fs/bpf.
 	PinRoot string
 }
@@ -90,6 +102,7 @@ type sizes struct {
 	feat           uint32 // feature keys per CPU region
 	featSlots      uint32 // slots per CPU region: a power of two >= 2x feat
 	good           uint32 // known-good entries per family
+	prov           uint32 // provisional entries per family
 	ncpu           uint32
 }
 
@@ -134,11 +147,12 @@ func (o Options) sizes(ncpu int) (sizes, error) {
 		allow:  uint32(def(o.AllowCapacity, DefaultAllowCapacity)),
 		feat:   uint32(def(o.FeatureCapacity, DefaultFeatureCapacity)),
 		good:   uint32(def(o.KnownGoodCapacity, DefaultKnownGoodCapacity)),
+		prov:   uint32(def(o.ProvisionalCapacity, DefaultProvisionalCapacity)),
 		ncpu:   uint32(ncpu),
 	}
 	for name, v := range map[string]int{"exact IPv4 capacity": o.ExactCapacity4, "exact IPv6 capacity": o.ExactCapacity6,
 		"prefix capacity": o.PrefixCapacity, "allow capacity": o.AllowCapacity, "feature capacity": o.FeatureCapacity,
-		"known-good capacity": o.KnownGoodCapacity} {
+		"known-good capacity": o.KnownGoodCapacity, "provisional capacity": o.ProvisionalCapacity} {
 		if v < 0 || v > 1<<26 {
 			return s, fmt.Errorf("%w: %s %d out of range 1..%d", ErrInvalid, name, v, 1<<26)
 		}
@@ -171,6 +185,10 @@ func (s sizes) apply(spec *ebpf.CollectionSpec) error {
 	m["tw_frule_tb"].MaxEntries = uint32(frulesIDs) * s.ncpu
 	m["tw_good4"].MaxEntries = s.good
 	m["tw_good6"].MaxEntries = s.good
+	m["tw_prov4"].MaxEntries = s.prov
+	m["tw_prov6"].MaxEntries = s.prov
+	m["tw_protect4"].MaxEntries = protectCapacity
+	m["tw_protect6"].MaxEntries = protectCapacity
 	for name, v := range map[string]uint32{"tw_ex4_slots": s.slots4, "tw_ex6_slots": s.slots6,
 		"tw_pfx_cap": s.pfx, "tw_allow_cap": s.allow, "tw_nr_cpus": s.ncpu,
 		"tw_feat_slots": s.featSlots, "tw_feat_cap": s.feat} {
@@ -210,11 +228,16 @@ type Datapath struct {
 	// feature buffers mapped into this process, by map, kept across
 	// snapshots so their pages are faulted in once
 	featMem map[*ebpf.Map][]filterTwFeatSlot
+	// the heavy-hitter report reader, opened on first use (heavy.go)
+	heavyEvents *HeavyEvents
 }
 
 // Close releases this process's handles. Pinned state, and so the filter,
 // stays in place.
 func (d *Datapath) Close() error {
+	if d.heavyEvents != nil {
+		d.heavyEvents.Close()
+	}
 	if d.prog != nil {
 		d.prog.Close()
 	}
@@ -454,6 +477,7 @@ func pinnedSizes(pinned map[string]*ebpf.Map, cfg filterTwConfig) sizes {
 		pfx: pinned["tw_pfx4"].MaxEntries(), allow: pinned["tw_allow4"].MaxEntries(),
 		feat: cfg.FeatCap,
 		good: pinned["tw_good4"].MaxEntries(),
+		prov: pinned["tw_prov4"].MaxEntries(),
 		ncpu: ncpu,
 		// featEntries = ncpu * (featSlots + 1 + portSlots)
 		featSlots: pinned["tw_feat_a"].MaxEntries()/ncpu - 1 - portSlots,
@@ -473,6 +497,7 @@ func (o Options) matches(s sizes) error {
 	check("allow capacity", o.AllowCapacity, s.allow)
 	check("feature capacity", o.FeatureCapacity, s.feat)
 	check("known-good capacity", o.KnownGoodCapacity, s.good)
+	check("provisional capacity", o.ProvisionalCapacity, s.prov)
 	if len(diffs) > 0 {
 		return fmt.Errorf("%w: asked for %s; detach first to resize", ErrIncompatible, strings.Join(diffs, ", "))
 	}

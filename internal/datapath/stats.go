@@ -39,6 +39,9 @@ var reasonNames = map[filterTwReason]string{
 	filterTwReasonTW_R_DROP_FLOW_RATE:   "drop_flow_rate",
 	filterTwReasonTW_R_PASS_KNOWN_GOOD:  "pass_known_good",
 	filterTwReasonTW_R_SYNPROXY_MISSING: "synproxy_missing",
+
+	filterTwReasonTW_R_DROP_PROVISIONAL: "drop_provisional",
+	filterTwReasonTW_R_PASS_PROVISIONAL: "pass_provisional",
 }
 
 // passing are the reasons whose packets tw_verdict passes (tw_action in
@@ -46,11 +49,12 @@ var reasonNames = map[filterTwReason]string{
 // traffic outside the ARP, MPLS and PPPoE classes. pass includes what a
 // rate-limit flow rule admitted; synproxy_missing is SYN-cookie traffic
 // passed to the kernel because no SYN proxy is loaded (what the proxy
-// handles is counted by the proxy and by the rule's counters).
+// handles is counted by the proxy and by the rule's counters);
+// pass_provisional is a heavy hitter's packet in monitor-only mode.
 var passing = map[string]bool{
 	"pass": true, "allowlisted": true,
 	"non_ip": true, "non_ip_arp": true, "non_ip_mpls": true, "non_ip_pppoe": true,
-	"pass_known_good": true, "synproxy_missing": true,
+	"pass_known_good": true, "synproxy_missing": true, "pass_provisional": true,
 }
 
 // Reasons lists every verdict reason name in data-plane order.

@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* heavy.h - the heavy-hitter detector: a source that matched no rule and
+ * sends more than a threshold of packets (or SYNs) in a window of a few
+ * milliseconds is dropped from its next packet, through a provisional
+ * entry that expires by itself, and reported to the daemon, which
+ * confirms it as a ban or revokes it. The daemon's rails stay in charge:
+ * allowlisted sources never get here, protected and known-good ones are
+ * never caught.
+ *
+ * Why a per-CPU count-min sketch: its memory and per-packet cost are
+ * fixed whatever the number of sources (millions of spoofed ones cannot
+ * grow it), and per CPU it needs no atomics. A source spread by RSS over
+ * every CPU is still seen at its full rate: when one CPU's estimate
+ * reaches the threshold divided by the CPU count, which some CPU's must
+ * when the sum reaches the threshold, the other CPUs' counters are read
+ * (bpf_map_lookup_percpu_elem) and summed. Counts only overestimate, so a
+ * heavy source is never missed; an innocent one sharing both counters
+ * with heavy ones is caught only until the daemon revokes it. */
+#ifndef TW_HEAVY_H
+#define TW_HEAVY_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "maps.h"
+#include "parse.h"
+#include "table.h"
+
+/* Types user space needs that no map or program signature names (the
+ * event goes through a ring buffer, the enums through bytes): BTF only
+ * describes those, so bpf2go -type would not find these without this
+ * anchor (a constant in .rodata, never read). */
+struct tw_hh_btf {
+	struct tw_hh_event event;
+	enum tw_hh_kind kind;
+	enum tw_prov_flag flag;
+	enum tw_hh_limit limit;
+};
+const struct tw_hh_btf tw_hh_btf_anchor __attribute__((unused));
+
+/* The key of a source: IPv4 in the first word, IPv6 masked to the
+ * configured prefix. */
+struct tw_hh_key {
+	__u32 w[4];
+};
+
+static __always_inline __u32 tw_hh_mask(__u32 bits, __u32 word)
+{
+	__u32 lo = word * 32;
+	if (bits <= lo)
+		return 0;
+	if (bits >= lo + 32)
+		return 0xffffffff;
+	return bpf_htonl(0xffffffff << (32 - (bits - lo)));
+}
+
+static __always_inline void tw_hh_key_of(const struct tw_pkt *p,
+					 const struct tw_hh_config *c,
+					 struct tw_hh_key *k)
+{
+	if (p->family == 4) {
+		k->w[0] = p->src4;
+		return;
+	}
+	k->w[0] = p->src6[0] & tw_hh_mask(c->prefix6, 0);
+	k->w[1] = p->src6[1] & tw_hh_mask(c->prefix6, 1);
+	k->w[2] = p->src6[2] & tw_hh_mask(c->prefix6, 2);
+	k->w[3] = p->src6[3] & tw_hh_mask(c->prefix6, 3);
+}
+
+static __always_inline struct tw_hh_stats *tw_hh_stats_get(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&tw_hh_ctr, &zero);
+}
+
+/* tw_hh_provisional: the provisional check, before the flow rules. Returns
+ * TW_R_DROP_PROVISIONAL or TW_R_PASS_PROVISIONAL for a caught source,
+ * TW_R_MAX for one the daemon revoked (passes, and is not counted again),
+ * else TW_R_PASS. A global function: verified once, on its own. */
+__noinline int tw_hh_provisional(struct tw_pkt *p, __u32 len)
+{
+	__u32 zero = 0;
+	if (!p)
+		return TW_R_PASS;
+	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
+	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_shared, &zero);
+	if (!c || !s || !c->window_ns)
+		return TW_R_PASS;
+	/* No entry made for a whole life: none can be live. The coarse
+	 * clock is enough for that, and costs a fraction of the precise. */
+	__u64 now = bpf_ktime_get_coarse_ns();
+	if (now - s->last_insert_ns > c->ttl_ns + TW_HH_COARSE_SLACK_NS)
+		return TW_R_PASS;
+
+	struct tw_hh_key k = {};
+	tw_hh_key_of(p, c, &k);
+	void *map = p->family == 4 ? (void *)&tw_prov4 : (void *)&tw_prov6;
+	struct tw_prov *v = bpf_map_lookup_elem(map, &k);
+	if (!v)
+		return TW_R_PASS;
+	now = bpf_ktime_get_ns();
+	if (now >= v->expires_ns) {
+		struct tw_hh_stats *st = tw_hh_stats_get();
+		if (bpf_map_delete_elem(map, &k) == 0 && st)
+			st->expired++;
+		return TW_R_PASS;
+	}
+	if (v->flags & TW_PROV_REVOKED)
+		return TW_R_MAX;
+	/* An IPv6 entry holds a whole prefix: a known-good client inside
+	 * it keeps passing while its neighbours flood. */
+	if (p->family == 6 && bpf_map_lookup_elem(&tw_good6, p->src6))
+		return TW_R_MAX;
+	__sync_fetch_and_add(&v->packets, 1);
+	__sync_fetch_and_add(&v->bytes, len);
+	if (v->flags & TW_PROV_MONITOR)
+		return TW_R_PASS_PROVISIONAL;
+	return TW_R_DROP_PROVISIONAL;
+}
+
+static __always_inline struct tw_hh_bucket *tw_hh_bump(__u32 idx, __u64 win,
+						       __u8 syn)
+{
+	struct tw_hh_bucket *b = bpf_map_lookup_elem(&tw_hh_sketch, &idx);
+	if (!b)
+		return 0;
+	if (b->win != win) {
+		b->win = win;
+		b->pkts = 0;
+		b->syns = 0;
+	}
+	b->pkts++;
+	b->syns += syn;
+	return b;
+}
+
+/* The other CPUs' counts of the same two counters, this window. */
+static __always_inline void tw_hh_sum(__u32 i0, __u32 i1, __u64 win,
+				      __u32 *pkts, __u32 *syns)
+{
+	__u64 p0 = 0, p1 = 0, s0 = 0, s1 = 0;
+	for (__u32 cpu = 0; cpu < TW_HH_MAX_CPUS; cpu++) {
+		if (cpu >= tw_nr_cpus)
+			break;
+		struct tw_hh_bucket *b =
+			bpf_map_lookup_percpu_elem(&tw_hh_sketch, &i0, cpu);
+		if (b && b->win == win) {
+			p0 += b->pkts;
+			s0 += b->syns;
+		}
+		b = bpf_map_lookup_percpu_elem(&tw_hh_sketch, &i1, cpu);
+		if (b && b->win == win) {
+			p1 += b->pkts;
+			s1 += b->syns;
+		}
+	}
+	__u64 pm = p0 < p1 ? p0 : p1, sm = s0 < s1 ? s0 : s1;
+	*pkts = pm > 0xffffffff ? 0xffffffff : pm;
+	*syns = sm > 0xffffffff ? 0xffffffff : sm;
+}
+
+static __always_inline int tw_hh_exempt(const struct tw_pkt *p,
+					struct tw_hh_stats *st)
+{
+	if (p->family == 4) {
+		struct tw_lpm4_key pk = { .prefixlen = 32, .addr = p->src4 };
+		if (bpf_map_lookup_elem(&tw_protect4, &pk)) {
+			if (st)
+				st->exempt_protect++;
+			return 1;
+		}
+		if (bpf_map_lookup_elem(&tw_good4, &p->src4)) {
+			if (st)
+				st->exempt_good++;
+			return 1;
+		}
+		return 0;
+	}
+	struct tw_lpm6_key pk = { .prefixlen = 128 };
+	__builtin_memcpy(pk.addr, p->src6, 16);
+	if (bpf_map_lookup_elem(&tw_protect6, &pk)) {
+		if (st)
+			st->exempt_protect++;
+		return 1;
+	}
+	if (bpf_map_lookup_elem(&tw_good6, p->src6)) {
+		if (st)
+			st->exempt_good++;
+		return 1;
+	}
+	return 0;
+}
+
+/* Makes the provisional entry and reports it; an entry already there
+ * (caught on another CPU meanwhile, or revoked by the daemon) stays. */
+static __always_inline void tw_hh_catch(const struct tw_pkt *p,
+					const struct tw_hh_config *c,
+					const struct tw_hh_key *k, __u8 kind,
+					__u32 count, __u64 now)
+{
+	struct tw_hh_stats *st = tw_hh_stats_get();
+	if (tw_hh_exempt(p, st))
+		return;
+	struct tw_prov v = {
+		.added_ns = now,
+		.expires_ns = now + c->ttl_ns,
+		.count = count,
+		.kind = kind,
+		.flags = c->monitor ? TW_PROV_MONITOR : 0,
+	};
+	void *map = p->family == 4 ? (void *)&tw_prov4 : (void *)&tw_prov6;
+	long err = bpf_map_update_elem(map, k, &v, BPF_NOEXIST);
+	if (err == -17 /* EEXIST */)
+		return;
+	if (err) {
+		if (st)
+			st->table_full++;
+		return;
+	}
+	__u32 zero = 0;
+	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_shared, &zero);
+	if (s)
+		s->last_insert_ns = bpf_ktime_get_coarse_ns();
+	if (st)
+		st->caught++;
+	struct tw_hh_event *e =
+		bpf_ringbuf_reserve(&tw_hh_events, sizeof(*e), 0);
+	if (!e) {
+		if (st)
+			st->ring_full++;
+		return;
+	}
+	__builtin_memcpy(e->addr, k->w, 16);
+	e->family = p->family;
+	e->kind = kind;
+	e->prefix = p->family == 4 ? 32 : c->prefix6;
+	e->flags = v.flags;
+	e->count = count;
+	e->at_ns = now;
+	bpf_ringbuf_submit(e, 0);
+}
+
+/* tw_hh_observe counts a packet that no rule decided and catches its
+ * source when it is over a threshold. A global function, as
+ * tw_hh_provisional. */
+__noinline int tw_hh_observe(struct tw_pkt *p)
+{
+	__u32 zero = 0;
+	if (!p)
+		return 0;
+	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
+	if (!c || !c->window_ns)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 win = now / c->window_ns;
+	struct tw_hh_key k = {};
+	tw_hh_key_of(p, c, &k);
+	__u32 h = p->family == 4 ? tw_hash4(k.w[0], c->seed) :
+				   tw_hash6(k.w, c->seed);
+	__u32 i0 = h & (TW_HH_WIDTH - 1);
+	__u32 i1 = TW_HH_WIDTH + (tw_mix32(h ^ 0x9e3779b9) & (TW_HH_WIDTH - 1));
+	struct tw_hh_bucket *b0 = tw_hh_bump(i0, win, p->syn);
+	struct tw_hh_bucket *b1 = tw_hh_bump(i1, win, p->syn);
+	if (!b0 || !b1)
+		return 0;
+	__u32 pe = b0->pkts < b1->pkts ? b0->pkts : b1->pkts;
+	__u32 se = b0->syns < b1->syns ? b0->syns : b1->syns;
+	/* Over the local threshold: sum the CPUs, at its crossing and then
+	 * every eighth packet, so a source that stays between the local
+	 * and the global threshold costs little more than the others. */
+	int due = (pe >= c->pkt_local && !((pe - c->pkt_local) & 7)) ||
+		  (p->syn && se >= c->syn_local && !((se - c->syn_local) & 7));
+	if (!due)
+		return 0;
+	struct tw_hh_stats *st = tw_hh_stats_get();
+	if (st)
+		st->checks++;
+	tw_hh_sum(i0, i1, win, &pe, &se);
+	if (pe >= c->pkt_thresh)
+		tw_hh_catch(p, c, &k, TW_HH_PACKETS, pe, now);
+	else if (se >= c->syn_thresh)
+		tw_hh_catch(p, c, &k, TW_HH_SYNS, se, now);
+	return 0;
+}
+
+#endif

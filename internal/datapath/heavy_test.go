@@ -1,0 +1,323 @@
+package datapath
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/testutil"
+)
+
+// The heavy-hitter detector through BPF_PROG_TEST_RUN: a window long
+// enough that a test run's packets fall in one or two of them.
+var testHeavy = HeavyHitter{Window: 200 * time.Millisecond, TTL: time.Minute, PacketsPerSec: 500, SYNsPerSec: 250, Prefix6: 64}
+
+// 100 packets or 50 SYNs per window.
+const testPktThresh, testSynThresh = 100, 50
+
+func heavyDatapath(t *testing.T, h HeavyHitter, o Options) *Datapath {
+	t.Helper()
+	testutil.RequireRoot(t)
+	if o.ExactCapacity4 == 0 {
+		o = Options{ExactCapacity4: 1024, ExactCapacity6: 1024, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 4096, ProvisionalCapacity: o.ProvisionalCapacity}
+	}
+	d, err := LoadDetached(o)
+	if err != nil {
+		t.Fatalf("loading filter: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.SetHeavyHitter(h); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func udpFrom(src string) []byte {
+	return flowPkt{src: src, dst: "198.18.0.1", proto: pkt.ProtoUDP, sport: 1000, dport: 53}.build()
+}
+
+func verdictDelta(t *testing.T, d *Datapath, f func()) map[string]uint64 {
+	t.Helper()
+	before := observe(t, d).verdicts
+	f()
+	after := observe(t, d).verdicts
+	out := map[string]uint64{}
+	for k, v := range after {
+		if n := v.Packets - before[k].Packets; n > 0 {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+func provisionals(t *testing.T, d *Datapath) map[string]Provisional {
+	t.Helper()
+	ps, err := d.Provisionals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]Provisional{}
+	for _, p := range ps {
+		out[p.Prefix.String()] = p
+	}
+	return out
+}
+
+// A source over the threshold is dropped from soon after its crossing,
+// counted on its entry, and reported; one under it never is.
+func TestHeavyHitterCatchesAndReports(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	ev, err := d.HeavyHitterEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+
+	const n = 1000
+	got := verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.1.1.1"), n) })
+	// Caught at the first cross-CPU sum at or over the threshold (every
+	// eighth packet past the per-CPU share); a window boundary inside
+	// the run restarts the count once at most.
+	if got["drop_provisional"] < n-3*testPktThresh || got["drop_provisional"]+got["pass"] != n {
+		t.Fatalf("10.1.1.1 at %d packets: verdicts %v", n, got)
+	}
+	p, ok := provisionals(t, d)["10.1.1.1/32"]
+	if !ok || p.Kind != "packets" || p.Packets != got["drop_provisional"] || p.Count < testPktThresh || p.Monitor || p.Revoked {
+		t.Fatalf("entry %+v (present %v), dropped %d", p, ok, got["drop_provisional"])
+	}
+	if !p.Expires.After(time.Now().Add(50*time.Second)) || p.Expires.After(time.Now().Add(time.Minute)) {
+		t.Errorf("entry expires %v, want in a minute", p.Expires)
+	}
+	es, err := ev.Read(time.Now().Add(time.Second), 16)
+	if err != nil || len(es) != 1 || es[0].Prefix != netip.MustParsePrefix("10.1.1.1/32") || es[0].Kind != "packets" {
+		t.Fatalf("events %+v, %v", es, err)
+	}
+
+	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.2.2.2"), testPktThresh/2) })
+	if got["pass"] != testPktThresh/2 || len(provisionals(t, d)) != 1 {
+		t.Errorf("10.2.2.2 under the threshold: verdicts %v, entries %v", got, provisionals(t, d))
+	}
+	st, err := d.HeavyHitterStats()
+	if err != nil || st.Caught != 1 || st.TableFull != 0 {
+		t.Errorf("stats %+v, %v", st, err)
+	}
+}
+
+// SYNs have their own threshold.
+func TestHeavyHitterSYNs(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	syn := flowPkt{src: "10.9.9.9", dst: "198.18.0.1", proto: pkt.ProtoTCP, sport: 1000, dport: 80, flags: 0x02}.build()
+	got := verdictDelta(t, d, func() { sendN(t, d, syn, 3*testSynThresh) })
+	if got["drop_provisional"] == 0 {
+		t.Fatalf("%d SYNs: verdicts %v", 3*testSynThresh, got)
+	}
+	if p := provisionals(t, d)["10.9.9.9/32"]; p.Kind != "syns" {
+		t.Errorf("entry %+v, want caught for SYNs", p)
+	}
+}
+
+// sendOnCPU runs n packets on one CPU: what RSS does with one source's
+// packets when it spreads them.
+func sendOnCPU(t *testing.T, d *Datapath, frame []byte, n, cpu int) {
+	t.Helper()
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var set unix.CPUSet
+		set.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			done <- err
+			return
+		}
+		for i := 0; i < n; i++ {
+			if _, err := d.Program().Run(&ebpf.RunOptions{Data: frame}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One source spread over every CPU, under the threshold on each, over it
+// in all, is caught: the CPUs' counts are summed.
+func TestHeavyHitterSumsCPUs(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two CPUs")
+	}
+	d := heavyDatapath(t, testHeavy, Options{})
+	frame := udpFrom("10.3.3.3")
+	// 70 packets on each CPU, under the threshold of 100 on either, 140
+	// in all, inside one window: start just after a window begins.
+	w := uint64(testHeavy.Window)
+	time.Sleep(time.Duration(w - monoNow()%w))
+	got := verdictDelta(t, d, func() {
+		for i := 0; i < 2; i++ {
+			sendOnCPU(t, d, frame, 35, 0)
+			sendOnCPU(t, d, frame, 35, 1)
+		}
+	})
+	if got["drop_provisional"] == 0 {
+		t.Fatalf("spread over two CPUs: verdicts %v", got)
+	}
+}
+
+// The rails in the data plane: protected and known-good sources are never
+// caught, allowlisted ones never reach the detector; an IPv6 prefix is
+// not caught over a protected host inside it, and a known-good client
+// inside a caught prefix still passes.
+func TestHeavyHitterExemptions(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	if err := d.SetProtected(mustPrefixes(t, []string{"10.4.0.0/16", "2001:db8:2::5/128"}), testHeavy.Prefix6); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AddKnownGood(mustAddrs(t, []string{"10.5.5.5", "2001:db8:1::99"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Allow(mustPrefixes(t, []string{"10.6.0.0/16"})...); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{"10.4.4.4", "10.5.5.5", "10.6.6.6", "::ffff:10.4.4.4", "2001:db8:2::7"} {
+		got := verdictDelta(t, d, func() { sendN(t, d, udpFrom(src), 5*testPktThresh) })
+		if got["drop_provisional"] != 0 {
+			t.Errorf("%s: verdicts %v", src, got)
+		}
+	}
+	if ps := provisionals(t, d); len(ps) != 0 {
+		t.Errorf("entries for exempt sources: %v", ps)
+	}
+	st, _ := d.HeavyHitterStats()
+	if st.ExemptProtect == 0 || st.ExemptGood == 0 {
+		t.Errorf("stats %+v: want protected and known-good exemptions counted", st)
+	}
+
+	// Neighbours flood: their /64 is caught, the known-good client in it passes.
+	got := verdictDelta(t, d, func() {
+		sendN(t, d, udpFrom("2001:db8:1::1"), 3*testPktThresh)
+		sendN(t, d, udpFrom("2001:db8:1::2"), 100)
+	})
+	if got["drop_provisional"] == 0 {
+		t.Fatalf("2001:db8:1::/64 flood: %v", got)
+	}
+	if _, ok := provisionals(t, d)["2001:db8:1::/64"]; !ok {
+		t.Fatalf("entries %v, want 2001:db8:1::/64", provisionals(t, d))
+	}
+	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("2001:db8:1::99"), 100) })
+	if got["pass"] != 100 {
+		t.Errorf("known-good client inside a caught prefix: %v", got)
+	}
+}
+
+// Revoked: the source passes and is not caught again; monitor-only:
+// counted, never dropped.
+func TestHeavyHitterRevokeAndMonitor(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	src := udpFrom("10.7.7.7")
+	sendN(t, d, src, 3*testPktThresh)
+	p := netip.MustParsePrefix("10.7.7.7/32")
+	if err := d.RevokeProvisional(p, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	got := verdictDelta(t, d, func() { sendN(t, d, src, 5*testPktThresh) })
+	if got["pass"] != 5*testPktThresh {
+		t.Errorf("revoked: %v", got)
+	}
+	if e := provisionals(t, d)[p.String()]; !e.Revoked {
+		t.Errorf("entry %+v, want revoked", e)
+	}
+	if err := d.RemoveProvisional(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RemoveProvisional(p); err != nil {
+		t.Errorf("removing again: %v", err)
+	}
+
+	m := testHeavy
+	m.Monitor = true
+	if err := d.SetHeavyHitter(m); err != nil {
+		t.Fatal(err)
+	}
+	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.8.8.8"), 5*testPktThresh) })
+	if got["drop_provisional"] != 0 || got["pass_provisional"] == 0 || got["pass"]+got["pass_provisional"] != 5*testPktThresh {
+		t.Errorf("monitor-only: %v", got)
+	}
+	if e := provisionals(t, d)["10.8.8.8/32"]; !e.Monitor || e.Packets != got["pass_provisional"] {
+		t.Errorf("monitor-only entry %+v", e)
+	}
+}
+
+// An entry expires by itself; the detector off catches nothing.
+func TestHeavyHitterExpiresAndOff(t *testing.T) {
+	h := testHeavy
+	h.Window, h.TTL = 200*time.Millisecond, 300*time.Millisecond
+	d := heavyDatapath(t, h, Options{})
+	src := udpFrom("10.10.10.10")
+	sendN(t, d, src, 3*testPktThresh)
+	if len(provisionals(t, d)) != 1 {
+		t.Fatal("not caught")
+	}
+	time.Sleep(700 * time.Millisecond)
+	got := verdictDelta(t, d, func() { sendN(t, d, src, 10) })
+	if got["pass"] != 10 {
+		t.Errorf("after expiry: %v", got)
+	}
+	if n, err := d.ExpireProvisionals(); err != nil || len(provisionals(t, d)) != 0 {
+		t.Errorf("expired %d, %v; left %v", n, err, provisionals(t, d))
+	}
+	if err := d.SetHeavyHitter(HeavyHitter{}); err != nil {
+		t.Fatal(err)
+	}
+	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.11.11.11"), 5*testPktThresh) })
+	if got["pass"] != 5*testPktThresh {
+		t.Errorf("detector off: %v", got)
+	}
+}
+
+// Countless distinct sources grow nothing and catch no one; heavy ones
+// beyond the table's capacity are counted, not held.
+func TestHeavyHitterBounded(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{ProvisionalCapacity: 4})
+	for i := 0; i < 50000; i++ {
+		sendN(t, d, udpFrom(fmt.Sprintf("10.%d.%d.%d", 20+i>>16, i>>8&255, i&255)), 1)
+	}
+	if ps := provisionals(t, d); len(ps) != 0 {
+		t.Fatalf("50K one-packet sources caught %d: %v", len(ps), ps)
+	}
+	for i := 0; i < 8; i++ {
+		sendN(t, d, udpFrom(fmt.Sprintf("10.99.0.%d", i)), 3*testPktThresh)
+	}
+	st, err := d.HeavyHitterStats()
+	if err != nil || st.Caught != 4 || st.TableFull == 0 || len(provisionals(t, d)) != 4 {
+		t.Errorf("8 heavy sources, room for 4: stats %+v %v, entries %d", st, err, len(provisionals(t, d)))
+	}
+}
+
+// Settings the data plane cannot honour are refused and change nothing.
+func TestHeavyHitterRefusesBadSettings(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	for _, h := range []HeavyHitter{
+		{Window: time.Microsecond, TTL: time.Second, PacketsPerSec: 1000, Prefix6: 64},
+		{Window: 10 * time.Millisecond, TTL: time.Millisecond, PacketsPerSec: 1000, Prefix6: 64},
+		{Window: 10 * time.Millisecond, TTL: time.Second, PacketsPerSec: 1000, Prefix6: 16},
+		{Window: 10 * time.Millisecond, TTL: time.Second, Prefix6: 64},
+		{Window: 10 * time.Millisecond, TTL: time.Second, PacketsPerSec: 100, Prefix6: 64}, // one packet per window
+	} {
+		if err := d.SetHeavyHitter(h); err == nil {
+			t.Errorf("%+v accepted", h)
+		}
+	}
+	got := verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.12.12.12"), 3*testPktThresh) })
+	if got["drop_provisional"] == 0 {
+		t.Errorf("the settings before the refusals were lost: %v", got)
+	}
+}
