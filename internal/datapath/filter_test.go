@@ -501,7 +501,7 @@ func TestFixtures(t *testing.T) {
 	if err := d.AddKnownGood(mustAddrs(t, knownGood)); err != nil {
 		t.Fatal(err)
 	}
-	fixtures := append(append(append(wellFormed(), malformed()...), tagged()...), flowFixtures()...)
+	fixtures := append(append(append(append(wellFormed(), malformed()...), tagged()...), flowFixtures()...), heavyFixtures()...)
 	if len(fixtures) < 200 {
 		t.Fatalf("only %d fixtures", len(fixtures))
 	}
@@ -558,5 +558,34 @@ func TestFixtures(t *testing.T) {
 		if !seen[r] {
 			t.Errorf("no fixture for verdict reason %s", r)
 		}
+	}
+}
+
+// heavyFixtures are last: their set-up turns the heavy-hitter detector on
+// and has it catch a source, dropping (or, monitor-only, counting) from
+// the next packet. The frames sent to get caught are outside the counted
+// run.
+func heavyFixtures() []fixture {
+	// To a destination no flow rule covers: a monitor-only catch passes
+	// on to the flow rules, and those are other fixtures' business.
+	udp := func(src string) []byte {
+		return flowPkt{src: src, dst: "192.168.77.1", proto: pkt.ProtoUDP, sport: 1000, dport: 53}.build()
+	}
+	catch := func(src string, monitor bool) func(t *testing.T, d *Datapath) {
+		return func(t *testing.T, d *Datapath) {
+			h := testHeavy
+			h.Monitor = monitor
+			if err := d.SetHeavyHitter(h); err != nil {
+				t.Fatal(err)
+			}
+			sendN(t, d, udp(src), 3*testPktThresh)
+			if _, ok := provisionals(t, d)[src+"/32"]; !ok {
+				t.Fatalf("%s not caught", src)
+			}
+		}
+	}
+	return []fixture{
+		{name: "heavy-hitter/caught", frame: udp("10.66.0.1"), reason: "drop_provisional", before: catch("10.66.0.1", false)},
+		{name: "heavy-hitter/monitor-only", frame: udp("10.66.0.2"), reason: "pass_provisional", before: catch("10.66.0.2", true)},
 	}
 }
