@@ -36,8 +36,12 @@ func (r BanResult) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := append(view[:len(view)-1:len(view)-1], `,"result":`...)
-	return append(append(out, res...), '}'), nil
+	// The view is one JSON object: drop its closing brace, add the field.
+	out := make([]byte, 0, len(view)+len(res)+16)
+	out = append(out, view[:len(view)-1]...)
+	out = append(out, `,"result":`...)
+	out = append(out, res...)
+	return append(out, '}'), nil
 }
 
 // BatchResult is what a batch of operator bans did, entry by entry.
