@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -375,6 +376,9 @@ func create(ifc *net.Interface, dir string, o Options) (_ *Datapath, err error) 
 	defer os.RemoveAll(tmp)
 	all := d.mapsByName()
 	for _, name := range pinnedNames(spec) {
+		if all[name] == nil {
+			return nil, fmt.Errorf("pinning %s: the generated bindings lack it (run go generate)", name)
+		}
 		if err := all[name].Pin(filepath.Join(tmp, name)); err != nil {
 			return nil, fmt.Errorf("pinning %s: %w", name, err)
 		}
@@ -683,18 +687,20 @@ func Attached(pinRoot string) ([]string, error) {
 	return out, nil
 }
 
+// mapsByName lists the filter's maps by their C names, read from the
+// generated struct's ebpf tags: a map added to the C side is pinned (and
+// re-adopted) without anyone remembering to list it here — the heavy
+// hitter's maps were once forgotten in a hand-written list, and create
+// pinned a nil map.
 func (d *Datapath) mapsByName() map[string]*ebpf.Map {
-	m := d.maps
-	return map[string]*ebpf.Map{
-		"tw_ex4": m.TwEx4, "tw_ex6": m.TwEx6, "tw_ex4_ctr": m.TwEx4Ctr, "tw_ex6_ctr": m.TwEx6Ctr,
-		"tw_pfx4": m.TwPfx4, "tw_pfx6": m.TwPfx6, "tw_pfx_ctr": m.TwPfxCtr,
-		"tw_allow4": m.TwAllow4, "tw_allow6": m.TwAllow6, "tw_allow_ctr": m.TwAllowCtr,
-		"tw_verdicts": m.TwVerdicts, "tw_cfg": m.TwCfg, "tw_feat": m.TwFeat,
-		"tw_feat_a": m.TwFeatA, "tw_feat_b": m.TwFeatB, "tw_fstats": m.TwFstats,
-		"tw_frules": m.TwFrules, "tw_frules_a": m.TwFrulesA, "tw_frules_b": m.TwFrulesB,
-		"tw_frule_ctr": m.TwFruleCtr, "tw_frule_tb": m.TwFruleTb,
-		"tw_good4": m.TwGood4, "tw_good6": m.TwGood6, "tw_jmp": m.TwJmp,
+	out := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(&d.maps).Elem()
+	for i := range v.NumField() {
+		if name := v.Type().Field(i).Tag.Get("ebpf"); name != "" {
+			out[name], _ = v.Field(i).Interface().(*ebpf.Map)
+		}
 	}
+	return out
 }
 
 func (d *Datapath) config() (filterTwConfig, error) {
