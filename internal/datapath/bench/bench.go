@@ -99,45 +99,102 @@ func randomAddrs4(n int, rng *rand.Rand) []netip.Addr {
 
 // BenchFilter measures one cell: rules exact IPv4 rules, sources drawn
 // with dist, rounds interleaved rounds of repeat packets per program.
-func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*FilterBenchResult, error) {
+// heavy, if not nil, turns the heavy-hitter detector on with it (the drop
+// path never reaches it: a banned source is dropped before).
+func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64, heavy *datapath.HeavyHitter) (*FilterBenchResult, error) {
 	rng := rand.New(rand.NewPCG(seed, uint64(rules)))
 	addrs := randomAddrs4(rules, rng)
 	samples := sampleAddrs(addrs, dist, rng)
 
-	d, err := datapath.LoadDetached(datapath.Options{ExactCapacity4: max(rules, 64), ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 1024})
+	g, err := newRig(addrs, samples, repeat)
 	if err != nil {
 		return nil, err
 	}
-	defer d.Close()
-	if err := d.BlockBulk(addrs); err != nil {
+	defer g.Close()
+	if heavy != nil {
+		if err := g.d.SetHeavyHitter(*heavy); err != nil {
+			return nil, err
+		}
+	}
+	r := &FilterBenchResult{Rules: rules, Dist: dist}
+	for i := 0; i < rounds; i++ {
+		for _, step := range []struct {
+			p   *ebpf.Program
+			out *[]float64
+		}{{g.d.Program(), &r.Filter}, {g.base.BlHashLookup, &r.Baseline}, {g.base.BlEmpty, &r.Empty}, {g.base.BlOneLine, &r.Floor}} {
+			ns, err := g.measure(step.p, xdpDrop)
+			if err != nil {
+				return nil, err
+			}
+			*step.out = append(*step.out, ns)
+		}
+	}
+	// Sanity: every sampled source was a hit (one drop per packet).
+	s, err := g.d.Stats()
+	if err != nil {
+		return nil, err
+	}
+	if got, want := s.Verdicts["drop_exact"].Packets, uint64(rounds*repeat); got != want {
+		return nil, fmt.Errorf("filter dropped %d of %d packets as exact hits", got, want)
+	}
+	return r, nil
+}
+
+const (
+	xdpDrop = 1
+	xdpPass = 2
+)
+
+// rig is the benchmark's set-up: the filter holding the rules, the
+// baseline programs over the same addresses, and the wrapper that writes
+// the next sampled source into the packet and tail-calls the program
+// under test.
+type rig struct {
+	d      *datapath.Datapath
+	base   benchbaseObjects
+	wrap   benchwrapObjects
+	frame  []byte
+	repeat int
+}
+
+func newRig(addrs, samples []netip.Addr, repeat int) (_ *rig, err error) {
+	rules := len(addrs)
+	g := &rig{repeat: repeat}
+	g.d, err = datapath.LoadDetached(datapath.Options{ExactCapacity4: max(rules, 64), ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 1024})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	if err := g.d.BlockBulk(addrs); err != nil {
 		return nil, fmt.Errorf("filling exact table: %w", err)
 	}
 
-	var base benchbaseObjects
 	bspec, err := loadBenchbase()
 	if err != nil {
 		return nil, err
 	}
 	bspec.Maps["bl_hash"].MaxEntries = uint32(max(rules, 1))
-	lines := uint32(d.ExactFootprint4() / 64) // the exact table's footprint in cache lines
+	lines := uint32(g.d.ExactFootprint4() / 64) // the exact table's footprint in cache lines
 	bspec.Maps["bl_lines"].MaxEntries = lines
 	if err := bspec.Variables["bl_lines_mask"].Set(lines - 1); err != nil {
 		return nil, err
 	}
-	if err := bspec.LoadAndAssign(&base, nil); err != nil {
+	if err := bspec.LoadAndAssign(&g.base, nil); err != nil {
 		return nil, fmt.Errorf("loading baseline: %w", err)
 	}
-	defer base.Close()
 	keys := make([]uint32, len(addrs))
 	vals := make([]uint64, len(addrs))
 	for i, a := range addrs {
 		keys[i] = binary.LittleEndian.Uint32(a.AsSlice())
 	}
-	if _, err := base.BlHash.BatchUpdate(keys, vals, nil); err != nil {
+	if _, err := g.base.BlHash.BatchUpdate(keys, vals, nil); err != nil {
 		return nil, fmt.Errorf("filling baseline hash: %w", err)
 	}
 
-	var wrap benchwrapObjects
 	wspec, err := loadBenchwrap()
 	if err != nil {
 		return nil, err
@@ -146,58 +203,46 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64) (*Filter
 	if err := wspec.Variables["bw_mask"].Set(uint32(benchSamples - 1)); err != nil {
 		return nil, err
 	}
-	if err := wspec.LoadAndAssign(&wrap, nil); err != nil {
+	if err := wspec.LoadAndAssign(&g.wrap, nil); err != nil {
 		return nil, fmt.Errorf("loading wrapper: %w", err)
 	}
-	defer wrap.Close()
 	sk := make([]uint32, benchSamples)
 	sv := make([]uint32, benchSamples)
 	for i, a := range samples {
 		sk[i], sv[i] = uint32(i), binary.LittleEndian.Uint32(a.AsSlice())
 	}
-	if _, err := wrap.BwSamples4.BatchUpdate(sk, sv, nil); err != nil {
+	if _, err := g.wrap.BwSamples4.BatchUpdate(sk, sv, nil); err != nil {
 		return nil, fmt.Errorf("filling samples: %w", err)
 	}
-
-	frame := pkt.Frame{DstMAC: [6]byte{2, 0, 0, 0, 0, 1}, SrcMAC: [6]byte{2, 0, 0, 0, 0, 2},
+	g.frame = pkt.Frame{DstMAC: [6]byte{2, 0, 0, 0, 0, 1}, SrcMAC: [6]byte{2, 0, 0, 0, 0, 2},
 		Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"),
 		Proto: pkt.ProtoUDP, SrcPort: 1, DstPort: 2, Payload: make([]byte, 18)}.Build() // 64 bytes
+	return g, nil
+}
 
-	measure := func(p *ebpf.Program, want uint32) (float64, error) {
-		if err := wrap.BwNext.Put(uint32(0), p); err != nil {
-			return 0, fmt.Errorf("installing program: %w", err)
-		}
-		ret, dur, err := wrap.BwWrap4.Benchmark(frame, repeat, nil)
-		if err != nil {
-			return 0, err
-		}
-		if ret != want {
-			return 0, fmt.Errorf("program returned %d, want %d: the benchmark is not measuring drops", ret, want)
-		}
-		return float64(dur.Nanoseconds()), nil
+// Close releases everything the rig loaded (safe on a half-built one).
+func (g *rig) Close() {
+	if g.d != nil {
+		g.d.Close()
 	}
-	r := &FilterBenchResult{Rules: rules, Dist: dist}
-	for i := 0; i < rounds; i++ {
-		for _, step := range []struct {
-			p   *ebpf.Program
-			out *[]float64
-		}{{d.Program(), &r.Filter}, {base.BlHashLookup, &r.Baseline}, {base.BlEmpty, &r.Empty}, {base.BlOneLine, &r.Floor}} {
-			ns, err := measure(step.p, 1 /* XDP_DROP */)
-			if err != nil {
-				return nil, err
-			}
-			*step.out = append(*step.out, ns)
-		}
+	g.base.Close()
+	g.wrap.Close()
+}
+
+// measure runs the wrapper, tail-calling p, and returns ns per packet; p
+// must have returned want.
+func (g *rig) measure(p *ebpf.Program, want uint32) (float64, error) {
+	if err := g.wrap.BwNext.Put(uint32(0), p); err != nil {
+		return 0, fmt.Errorf("installing program: %w", err)
 	}
-	// Sanity: every sampled source was a hit (one drop per packet).
-	s, err := d.Stats()
+	ret, dur, err := g.wrap.BwWrap4.Benchmark(g.frame, g.repeat, nil)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	if got, want := s.Verdicts["drop_exact"].Packets, uint64(rounds*repeat); got != want {
-		return nil, fmt.Errorf("filter dropped %d of %d packets as exact hits", got, want)
+	if ret != want {
+		return 0, fmt.Errorf("program returned %d, want %d: the benchmark is not measuring what it says", ret, want)
 	}
-	return r, nil
+	return float64(dur.Nanoseconds()), nil
 }
 
 // BenchSnapshot fills the active feature buffer with entries keys in every

@@ -1,0 +1,28 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/tierwall/tierwall/internal/testutil"
+)
+
+// The benchmark's own checks run: clean traffic passes, the plain filter
+// catches nothing at the default threshold and the live one holds its
+// planted catch (BenchHeavy fails otherwise).
+func TestBenchHeavyRuns(t *testing.T) {
+	testutil.RequireRoot(t)
+	r, err := BenchHeavy(1024, 2, 20000, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Off) != 2 || len(r.On) != 2 || len(r.Live) != 2 {
+		t.Fatalf("rounds %d %d %d, want 2 each", len(r.Off), len(r.On), len(r.Live))
+	}
+	for _, x := range [][]float64{r.Off, r.On, r.Live} {
+		for _, ns := range x {
+			if ns <= 0 {
+				t.Fatalf("a round measured %v ns", ns)
+			}
+		}
+	}
+}
