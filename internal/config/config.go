@@ -472,6 +472,11 @@ func (c *Config) Validate() error {
 	if err := c.Detectors.Heavy.validate(); err != nil {
 		return err
 	}
+	if h := c.Detectors.Heavy; h.Enabled && h.TTL < 2*c.Interval {
+		// A catch is judged one or two intervals after it is made; an
+		// entry that expired first would let the flood through meanwhile.
+		return bad("detectors.heavy.ttl", h.TTL, fmt.Sprintf("is under two intervals (%v): the daemon judges a catch within two", 2*c.Interval))
+	}
 	if err := c.Alerts.validate(); err != nil {
 		return err
 	}

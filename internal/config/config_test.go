@@ -41,6 +41,11 @@ func TestErrorsNameFieldAndValue(t *testing.T) {
 		{"interface: eth0\ndetectors:\n  rate: {enabled: false}\n  entropy: {enabled: false}\n  victim: {enabled: false}\n", "all are disabled"},
 		{"interface: eth0\ndetectors:\n  lists: {enabled: true, paths: [/nonexistent/feed]}\n", "detectors.lists.paths[0]: /nonexistent/feed"},
 		{"interface: eth0\nrails:\n  max_established_share: 2\n", "rails.max_established_share: 2"},
+		{"interface: eth0\ndetectors:\n  heavy: {window: 0s}\n", "detectors.heavy.window: 0s"},
+		{"interface: eth0\ndetectors:\n  heavy: {window: 10ms, pps: 100}\n", "under two packets per 10ms window"},
+		{"interface: eth0\ndetectors:\n  heavy: {pps: 0, syn_pps: 0}\n", "set a threshold or disable"},
+		{"interface: eth0\ndetectors:\n  heavy: {prefix6: 16}\n", "detectors.heavy.prefix6: 16"},
+		{"interface: eth0\ninterval: 10s\ndetectors:\n  heavy: {ttl: 15s}\n", "detectors.heavy.ttl: 15s is under two intervals"},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

@@ -32,6 +32,7 @@ type HeavyPlane interface {
 	RevokeProvisional(p netip.Prefix, exempt time.Duration) error
 	ExpireProvisionals() (int, error)
 	HeavyHitterStats() (datapath.HeavyStats, error)
+	Provisionals() ([]datapath.Provisional, error)
 }
 
 var _ HeavyPlane = (*datapath.Datapath)(nil)
@@ -41,8 +42,9 @@ var _ HeavyPlane = (*datapath.Datapath)(nil)
 const heavyEventsPerInterval = 4096
 
 type heavyState struct {
-	hp      HeavyPlane            // nil: the data plane has no detector
-	pending []datapath.HeavyEvent // taken this interval, to confirm or revoke
+	hp       HeavyPlane            // nil: the data plane has no detector
+	pending  []datapath.HeavyEvent // taken this interval, to confirm or revoke
+	deferred []datapath.HeavyEvent // caught too recently to judge: the next interval's
 }
 
 type heavyMetrics struct {
@@ -98,6 +100,14 @@ func (d *Daemon) openHeavy(now time.Time) error {
 }
 
 // heavyDetections takes the reports since the last interval as detections.
+// A catch is judged on what the source did after it, not on the window
+// that caught it: a client's burst of a few milliseconds (a download's
+// ACKs, a retry storm) crosses a short window's threshold and then stops,
+// and banning it for bans.ttl would be the detector's false positive. So a
+// catch becomes a detection only while its entry has gone on counting at
+// the threshold's rate since the catch (dropped, or passed in monitor-only
+// mode); otherwise it is revoked at once, with the exemption, and the
+// interval's own detectors still judge the source on its full rate.
 func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
 	h := &d.heavy
 	h.pending = h.pending[:0]
@@ -108,23 +118,67 @@ func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
 	if err != nil {
 		d.event(now, "error", netip.Prefix{}, "heavy-hitter reports: %v", err)
 	}
+	// Those deferred last interval first (they were reported then).
+	evs = append(h.deferred, evs...)
+	h.deferred = nil
+	if len(evs) == 0 {
+		return nil
+	}
+	entries := map[netip.Prefix]datapath.Provisional{}
+	if ps, err := h.hp.Provisionals(); err != nil {
+		d.event(now, "error", netip.Prefix{}, "reading provisional drops: %v", err)
+	} else {
+		for _, p := range ps {
+			entries[p.Prefix] = p
+		}
+	}
 	c := d.cfg.Detectors.Heavy
+	// A catch younger than half an interval has not shown yet whether it
+	// goes on; it keeps dropping while it waits for the next interval
+	// (its TTL is at least two intervals).
+	judgeAfter := d.cfg.Interval / 2
 	var ds []detect.Detection
 	for _, e := range evs {
-		h.pending = append(h.pending, e)
-		d.Metrics.heavy.outcomes.WithLabelValues("caught").Inc()
-		d.Metrics.detections.WithLabelValues("heavy").Inc()
 		thr := c.PPS
 		if e.Kind == "syns" {
 			thr = c.SYNPPS
 		}
-		rate := float64(e.Count) / c.Window.Seconds()
+		x, ok := entries[e.Prefix]
+		if ok && now.Sub(x.Added) < judgeAfter && len(h.deferred) < heavyEventsPerInterval {
+			h.deferred = append(h.deferred, e)
+			continue
+		}
+		d.Metrics.heavy.outcomes.WithLabelValues("caught").Inc()
 		d.event(now, "provisional", e.Prefix, "caught in XDP at %s: %d %s in %v (threshold %d/s)%s",
 			e.At.Format(time.RFC3339Nano), e.Count, e.Kind, c.Window, thr, map[bool]string{true: ", monitor-only: counted, not dropped"}[e.Monitor])
+		rate := float64(e.Count) / c.Window.Seconds()
+		if ok {
+			// The entry's own clock: from the catch to now, at least one
+			// window (a catch just made has had no time to count).
+			since := max(now.Sub(x.Added), c.Window)
+			rate = float64(x.Packets) / since.Seconds()
+			if rate < float64(thr) && !e.Monitor && !d.cfg.Rails.MonitorOnly {
+				d.revokeHeavy(now, e.Prefix, fmt.Sprintf("a burst, not a flood: %.0f pps since the catch, under the threshold of %d/s", rate, thr))
+				continue
+			}
+		}
+		h.pending = append(h.pending, e)
+		d.Metrics.detections.WithLabelValues("heavy").Inc()
 		ds = append(ds, detect.Detection{Prefix: e.Prefix, Detector: "heavy", Rate: rate,
-			Reason: fmt.Sprintf("%d %s in %v in XDP (threshold %d/s)", e.Count, e.Kind, c.Window, thr)})
+			Reason: fmt.Sprintf("%d %s in %v in XDP (threshold %d/s), %.0f pps since", e.Count, e.Kind, c.Window, thr, rate)})
 	}
 	return ds
+}
+
+// revokeHeavy lets a caught source pass again and exempts it.
+func (d *Daemon) revokeHeavy(now time.Time, p netip.Prefix, why string) {
+	exempt := d.cfg.Detectors.Heavy.Exempt
+	if err := d.heavy.hp.RevokeProvisional(p, exempt); err != nil {
+		d.event(now, "error", p, "revoking the provisional drop: %v", err)
+		return
+	}
+	d.Metrics.heavy.outcomes.WithLabelValues("revoked").Inc()
+	d.event(now, "provisional", p, "revoked: %s; the source passes and is not caught again for %v", why, exempt)
 }
 
 // settleHeavy confirms or revokes this interval's catches, once the rails
@@ -146,13 +200,7 @@ func (d *Daemon) settleHeavy(now time.Time) {
 		case e.Monitor || d.cfg.Rails.MonitorOnly:
 			d.Metrics.heavy.outcomes.WithLabelValues("monitored").Inc()
 		default:
-			exempt := d.cfg.Detectors.Heavy.Exempt
-			if err := h.hp.RevokeProvisional(e.Prefix, exempt); err != nil {
-				d.event(now, "error", e.Prefix, "revoking the provisional drop: %v", err)
-				continue
-			}
-			d.Metrics.heavy.outcomes.WithLabelValues("revoked").Inc()
-			d.event(now, "provisional", e.Prefix, "revoked: no ban (a rail refused it, see the refusal); the source passes and is not caught again for %v", exempt)
+			d.revokeHeavy(now, e.Prefix, "no ban (a rail refused it, see the refusal)")
 		}
 	}
 	h.pending = h.pending[:0]

@@ -17,6 +17,7 @@ type fakeHeavy struct {
 	cfg       datapath.HeavyHitter
 	protected []netip.Prefix
 	reports   []datapath.HeavyEvent
+	entries   []datapath.Provisional
 	removed   []netip.Prefix
 	revoked   map[netip.Prefix]time.Duration
 }
@@ -43,13 +44,17 @@ func (f *fakeHeavy) RevokeProvisional(p netip.Prefix, exempt time.Duration) erro
 	f.revoked[p] = exempt
 	return nil
 }
-func (f *fakeHeavy) ExpireProvisionals() (int, error) { return 0, nil }
+func (f *fakeHeavy) Provisionals() ([]datapath.Provisional, error) { return f.entries, nil }
+func (f *fakeHeavy) ExpireProvisionals() (int, error)              { return 0, nil }
 func (f *fakeHeavy) HeavyHitterStats() (datapath.HeavyStats, error) {
 	return datapath.HeavyStats{}, nil
 }
 
-func (f *fakeHeavy) catch(p netip.Prefix, monitor bool) {
-	f.reports = append(f.reports, datapath.HeavyEvent{Prefix: p, Kind: "packets", Count: 5000, At: t0, Monitor: monitor})
+// catch reports p caught at, and its entry counting dropped packets since
+// (the daemon's next step is a second later).
+func (f *fakeHeavy) catch(p netip.Prefix, at time.Time, dropped uint64, monitor bool) {
+	f.reports = append(f.reports, datapath.HeavyEvent{Prefix: p, Kind: "packets", Count: 5000, At: at, Monitor: monitor})
+	f.entries = append(f.entries, datapath.Provisional{Prefix: p, Kind: "packets", Count: 5000, Added: at, Packets: dropped, Monitor: monitor})
 }
 
 func heavyHarness(t *testing.T, mutate func(*harness)) (*harness, *fakeHeavy) {
@@ -75,7 +80,7 @@ func TestHeavyCatchConfirmed(t *testing.T) {
 		t.Fatalf("detector configured %+v, want the defaults", fh.cfg)
 	}
 	atk := pfx(netip.MustParseAddr("198.51.100.9"))
-	fh.catch(atk, false)
+	fh.catch(atk, h.now, 500000, false)
 	h.step(t)
 	b, ok := h.d.store.Get(atk)
 	if !ok {
@@ -115,7 +120,7 @@ func TestHeavyCatchRefusedIsRevoked(t *testing.T) {
 		t.Fatalf("the data plane's protected set %v lacks %v", fh.protected, protected)
 	}
 	victim := pfx(netip.MustParseAddr("203.0.113.53"))
-	fh.catch(victim, false)
+	fh.catch(victim, h.now, 500000, false)
 	h.step(t)
 	if _, ok := h.d.store.Get(victim); ok {
 		t.Fatal("a protected source was banned")
@@ -143,7 +148,7 @@ func TestHeavyMonitorOnly(t *testing.T) {
 		t.Fatal("monitor-only not given to the data plane")
 	}
 	atk := pfx(netip.MustParseAddr("198.51.100.10"))
-	fh.catch(atk, true)
+	fh.catch(atk, h.now, 500000, true)
 	h.step(t)
 	if len(fh.removed) != 0 || len(fh.revoked) != 0 {
 		t.Errorf("removed %v revoked %v in monitor-only", fh.removed, fh.revoked)
@@ -174,5 +179,28 @@ func TestHeavyDisabledAndReloaded(t *testing.T) {
 	}
 	if fh.cfg.Window == 0 || !slices.Contains(fh.protected, netip.MustParsePrefix("192.0.2.0/24")) {
 		t.Errorf("after enabling: %+v protected %v", fh.cfg, fh.protected)
+	}
+}
+
+// A burst that crosses the window's threshold and stops (a client's, as
+// often as an attacker's) is not banned: its entry counted far under the
+// threshold since the catch, so the catch is revoked at the next
+// interval, and no detection reaches the rails.
+func TestHeavyBurstRevoked(t *testing.T) {
+	h, fh := heavyHarness(t, nil)
+	client := pfx(netip.MustParseAddr("198.51.100.11"))
+	fh.catch(client, h.now, 300, false) // 300 packets in the second since
+	h.step(t)
+	if _, ok := h.d.store.Get(client); ok {
+		t.Fatal("a burst was banned")
+	}
+	if _, ok := fh.revoked[client]; !ok {
+		t.Errorf("revoked %v, want %v", fh.revoked, client)
+	}
+	if !hasEvent(h.d, "provisional", "a burst, not a flood") {
+		t.Errorf("no revocation event; events %+v", h.d.events)
+	}
+	if v := testutil.ToFloat64(h.d.Metrics.detections.WithLabelValues("heavy")); v != 0 {
+		t.Errorf("%v heavy detections, want 0", v)
 	}
 }

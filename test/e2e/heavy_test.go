@@ -83,31 +83,57 @@ api:
 		t.Errorf("the protected and allowlisted floods moved verdicts %v, want pass only", moved)
 	}
 
+	// A burst that stops: caught, then revoked by the daemon (it did not
+	// go on at the threshold's rate), never banned.
+	burster := netip.MustParseAddr("10.66.0.55")
+	b.send(t, burster, flood)
+	v2 := hostVerdicts(t)
+	if n := v2["drop_provisional"] - v1["drop_provisional"]; n == 0 {
+		t.Fatalf("the burst of %d: nothing dropped provisionally (verdicts moved %v)", flood, delta(v1, v2))
+	}
+	// A flood that goes on until the daemon has judged it.
 	attacker := netip.MustParseAddr("10.66.0.77")
 	b.send(t, attacker, flood)
-	v2 := hostVerdicts(t)
-	dropped := v2["drop_provisional"] - v1["drop_provisional"]
+	v3 := hostVerdicts(t)
+	dropped := v3["drop_provisional"] - v2["drop_provisional"]
 	if dropped == 0 || dropped > flood {
-		t.Fatalf("the attacker's flood of %d: %d dropped provisionally, want most of it (verdicts moved %v)", flood, dropped, delta(v1, v2))
+		t.Fatalf("the attacker's flood of %d: %d dropped provisionally, want most of it (verdicts moved %v)", flood, dropped, delta(v2, v3))
 	}
 	t.Logf("%d of %d flood packets dropped provisionally before the daemon looked", dropped, flood)
-
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				b.send(t, attacker, 1000)
+			}
+		}
+	}()
 	waitFor(t, "the heavy detector's ban", 10*time.Second, func() bool { return bans(t, c)[attacker.String()+"/32"].Detector == "heavy" })
+	close(stop)
+	<-done
+	if x, ok := bans(t, c)[burster.String()+"/32"]; ok {
+		t.Errorf("the burst's source was banned: %+v", x)
+	}
 	for _, p := range []netip.Addr{protected, allowed} {
 		if x, ok := bans(t, c)[p.String()+"/32"]; ok {
 			t.Errorf("%s banned: %+v", p, x)
 		}
 	}
 	code, body := call(t, c, "GET", "/v1/events?kind=provisional", "")
-	if code != 200 || !strings.Contains(string(body), "caught in XDP") || !strings.Contains(string(body), "confirmed") {
+	if code != 200 || !strings.Contains(string(body), "caught in XDP") || !strings.Contains(string(body), "confirmed") ||
+		!strings.Contains(string(body), "a burst, not a flood") {
 		t.Errorf("provisional events: %d %s", code, body)
 	}
 	// Confirmed: the ban drops the source now, not the provisional entry.
-	v3 := hostVerdicts(t)
-	b.send(t, attacker, 1000)
 	v4 := hostVerdicts(t)
-	if n := v4["drop_provisional"] - v3["drop_provisional"]; n != 0 {
-		t.Errorf("after the ban, %d packets still dropped provisionally (verdicts moved %v)", n, delta(v3, v4))
+	b.send(t, attacker, 1000)
+	v5 := hostVerdicts(t)
+	if n := v5["drop_provisional"] - v4["drop_provisional"]; n != 0 {
+		t.Errorf("after the ban, %d packets still dropped provisionally (verdicts moved %v)", n, delta(v4, v5))
 	}
 	code, body = call(t, c, "GET", "/metrics", "")
 	if code != 200 || !strings.Contains(string(body), `tierwall_provisional_drops_total{outcome="confirmed"} 1`) {
