@@ -45,6 +45,7 @@ func TestErrorsNameFieldAndValue(t *testing.T) {
 		{"interface: eth0\ndetectors:\n  heavy: {window: 10ms, pps: 100}\n", "under two packets per 10ms window"},
 		{"interface: eth0\ndetectors:\n  heavy: {pps: 0, syn_pps: 0}\n", "set a threshold or disable"},
 		{"interface: eth0\ndetectors:\n  heavy: {prefix6: 16}\n", "detectors.heavy.prefix6: 16"},
+		{"interface: eth0\ndetectors:\n  heavy: {learned_factor: 0.5}\n", "detectors.heavy.learned_factor: 0.5"},
 		{"interface: eth0\ninterval: 10s\ndetectors:\n  heavy: {ttl: 15s}\n", "detectors.heavy.ttl: 15s is under two intervals"},
 	} {
 		_, err := Parse([]byte(tc.yaml))

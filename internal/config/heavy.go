@@ -24,6 +24,10 @@ type HeavyDetector struct {
 	// Exempt is how long a revoked source (a rail refused its ban) is
 	// left alone by the detector (default 10 minutes).
 	Exempt time.Duration `yaml:"exempt"`
+	// LearnedFactor > 0: once the rate detector has learned its
+	// per-source threshold, the packet threshold is that times this
+	// (PPS applies until then); 0: PPS always.
+	LearnedFactor float64 `yaml:"learned_factor"`
 }
 
 func defaultHeavy() HeavyDetector {
@@ -46,6 +50,10 @@ func (h *HeavyDetector) validate() error {
 		return bad("detectors.heavy", "pps: 0, syn_pps: 0", "set a threshold or disable the detector")
 	case h.Exempt < 0 || h.Exempt > 24*time.Hour:
 		return bad("detectors.heavy.exempt", h.Exempt, "outside 0..24h")
+	case h.LearnedFactor != 0 && (h.LearnedFactor < 1 || h.LearnedFactor > 1000):
+		// Under 1 the detector would catch what the rate detector
+		// calls normal.
+		return bad("detectors.heavy.learned_factor", h.LearnedFactor, "outside 1..1000 (0: the static pps)")
 	}
 	for f, r := range map[string]uint64{"detectors.heavy.pps": h.PPS, "detectors.heavy.syn_pps": h.SYNPPS} {
 		if r != 0 && r*uint64(h.Window)/uint64(time.Second) < 2 {

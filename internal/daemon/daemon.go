@@ -457,6 +457,7 @@ func (d *Daemon) Step(now time.Time) (err error) {
 	ds := d.detect(tr, d.heavyDetections(now))
 	d.recordDetections(now, ds)
 	d.keepBaselines()
+	d.followLearned(now)
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)
 	d.settleHeavy(now)

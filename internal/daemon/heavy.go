@@ -45,6 +45,7 @@ type heavyState struct {
 	hp       HeavyPlane            // nil: the data plane has no detector
 	pending  []datapath.HeavyEvent // taken this interval, to confirm or revoke
 	deferred []datapath.HeavyEvent // caught too recently to judge: the next interval's
+	pps      uint64                // the packet threshold in force (static or learned)
 }
 
 type heavyMetrics struct {
@@ -78,14 +79,8 @@ func (d *Daemon) openHeavy(now time.Time) error {
 			return nil
 		}
 	}
-	c := d.cfg.Detectors.Heavy
-	cfg := datapath.HeavyHitter{}
-	if c.Enabled {
-		cfg = datapath.HeavyHitter{Window: c.Window, TTL: c.TTL, PacketsPerSec: c.PPS, SYNsPerSec: c.SYNPPS,
-			Prefix6: c.Prefix6, Monitor: d.cfg.Rails.MonitorOnly}
-	}
-	if err := h.hp.SetHeavyHitter(cfg); err != nil {
-		return fmt.Errorf("configuring the heavy-hitter detector: %w", err)
+	if err := d.setHeavy(d.heavyPPS()); err != nil {
+		return err
 	}
 	// The rails in the data plane itself: spoofing a protected or
 	// allowlisted source never produces a provisional drop.
@@ -93,10 +88,57 @@ func (d *Daemon) openHeavy(now time.Time) error {
 	for _, m := range d.mgmt {
 		protect = append(protect, netip.PrefixFrom(m.Addr, m.Addr.BitLen()))
 	}
-	if err := h.hp.SetProtected(protect, max(c.Prefix6, 32)); err != nil {
+	if err := h.hp.SetProtected(protect, max(d.cfg.Detectors.Heavy.Prefix6, 32)); err != nil {
 		return fmt.Errorf("giving the heavy-hitter detector the protected prefixes: %w", err)
 	}
 	return nil
+}
+
+// heavyPPS is the packet threshold: the static one, or the rate
+// detector's learned per-source threshold times learned_factor (never
+// under two packets per window: the detector would catch every packet).
+func (d *Daemon) heavyPPS() uint64 {
+	c := d.cfg.Detectors.Heavy
+	if c.LearnedFactor <= 0 || d.rate == nil {
+		return c.PPS
+	}
+	l, ok := d.rate.Learned()
+	if !ok {
+		return c.PPS
+	}
+	floor := uint64(2*time.Second/c.Window) + 1
+	return max(uint64(l*c.LearnedFactor), floor)
+}
+
+// setHeavy configures the data plane's detector with the packet
+// threshold pps.
+func (d *Daemon) setHeavy(pps uint64) error {
+	c := d.cfg.Detectors.Heavy
+	cfg := datapath.HeavyHitter{}
+	if c.Enabled {
+		cfg = datapath.HeavyHitter{Window: c.Window, TTL: c.TTL, PacketsPerSec: pps, SYNsPerSec: c.SYNPPS,
+			Prefix6: c.Prefix6, Monitor: d.cfg.Rails.MonitorOnly}
+	}
+	if err := d.heavy.hp.SetHeavyHitter(cfg); err != nil {
+		return fmt.Errorf("configuring the heavy-hitter detector: %w", err)
+	}
+	d.heavy.pps = pps
+	return nil
+}
+
+// followLearned moves the detector's threshold with the rate detector's
+// learned one (learned_factor), once it changes.
+func (d *Daemon) followLearned(now time.Time) {
+	if d.heavy.hp == nil || !d.cfg.Detectors.Heavy.Enabled {
+		return
+	}
+	if pps := d.heavyPPS(); pps != d.heavy.pps {
+		if err := d.setHeavy(pps); err != nil {
+			d.event(now, "error", netip.Prefix{}, "%v", err)
+			return
+		}
+		d.log.Info("heavy-hitter threshold follows the learned rate", "pps", pps)
+	}
 }
 
 // heavyDetections takes the reports since the last interval as detections.
@@ -139,7 +181,7 @@ func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
 	judgeAfter := d.cfg.Interval / 2
 	var ds []detect.Detection
 	for _, e := range evs {
-		thr := c.PPS
+		thr := h.pps
 		if e.Kind == "syns" {
 			thr = c.SYNPPS
 		}

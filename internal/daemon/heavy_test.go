@@ -204,3 +204,33 @@ func TestHeavyBurstRevoked(t *testing.T) {
 		t.Errorf("%v heavy detections, want 0", v)
 	}
 }
+
+// learned_factor: the detector's threshold is the static one until the
+// rate detector has learned, then the learned threshold times the factor.
+func TestHeavyFollowsTheLearnedRate(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Detectors.Rate.PPS = 0
+	cfg.Detectors.Rate.LearnIntervals = 10
+	cfg.Detectors.Heavy.LearnedFactor = 3
+	h := newHarness(t, cfg, false)
+	fh := &fakeHeavy{}
+	h.d.heavy.hp = fh
+	if err := h.d.openHeavy(h.now); err != nil {
+		t.Fatal(err)
+	}
+	if fh.cfg.PacketsPerSec != cfg.Detectors.Heavy.PPS {
+		t.Fatalf("before learning: %d pps, want the static %d", fh.cfg.PacketsPerSec, cfg.Detectors.Heavy.PPS)
+	}
+	h.d.rate.Restore(2000)
+	h.step(t)
+	if fh.cfg.PacketsPerSec != 6000 {
+		t.Fatalf("after learning 2000 pps: %d pps, want 6000", fh.cfg.PacketsPerSec)
+	}
+	// A catch is judged against the threshold in force.
+	atk := pfx(netip.MustParseAddr("198.51.100.12"))
+	fh.catch(atk, h.now, 7000, false) // 7000 pps since: over 6000
+	h.step(t)
+	if b, ok := h.d.store.Get(atk); !ok || b.Detector != "heavy" {
+		t.Errorf("ban %+v (present %v), want one by the heavy detector", b, ok)
+	}
+}
