@@ -97,15 +97,17 @@ enum tw_port_profile {
 	TW_PORT_SLOTS = TW_PORT_ROWS * 65536 / 8, /* per CPU */
 };
 
-/* The heavy-hitter detector (heavy.h): a count-min sketch of two rows,
- * per CPU, over windows of tw_hh_config.window_ns. TW_HH_WIDTH counters a
- * row keep the chance that an innocent source shares both of its counters
- * with heavy ones small while a few hundred sources are heavy at once;
- * the detector's cost and memory are fixed whatever the number of
- * sources. TW_HH_MAX_CPUS bounds the cross-CPU sum. */
+/* The heavy-hitter detector (heavy.h): a count-min sketch, per CPU, over
+ * windows of tw_hh_config.window_ns, in TW_HH_LINES cache lines of
+ * TW_HH_SLOTS counters. A source has two counters in one line (a blocked
+ * sketch: one cache miss a packet); an innocent source is over-counted
+ * only when a heavy one shares its line and both of its slots, about
+ * 1 / (TW_HH_LINES x 6) per heavy source. Cost and memory are fixed
+ * whatever the number of sources. TW_HH_MAX_CPUS bounds the cross-CPU
+ * sum. */
 enum tw_hh_limit {
-	TW_HH_WIDTH = 4096,
-	TW_HH_ROWS = 2,
+	TW_HH_LINES = 4096, /* per CPU: 256 KiB */
+	TW_HH_SLOTS = 4,
 	TW_HH_MAX_CPUS = 64,
 };
 

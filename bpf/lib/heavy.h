@@ -9,11 +9,12 @@
  *
  * Why a per-CPU count-min sketch: its memory and per-packet cost are
  * fixed whatever the number of sources (millions of spoofed ones cannot
- * grow it), and per CPU it needs no atomics. A source spread by RSS over
- * every CPU is still seen at its full rate: when one CPU's estimate
- * reaches the threshold divided by the CPU count, which some CPU's must
- * when the sum reaches the threshold, the other CPUs' counters are read
- * (bpf_map_lookup_percpu_elem) and summed. Counts only overestimate, so a
+ * grow it), and per CPU it needs no atomics. It is blocked: a source's two
+ * counters share one cache line, so counting costs one miss. A source
+ * spread by RSS over every CPU is still seen at its full rate: when one
+ * CPU's estimate reaches the threshold divided by the CPU count, which
+ * some CPU's must when the sum reaches the threshold, the other CPUs'
+ * lines (CPU-major in one array) are read and summed. Counts only overestimate, so a
  * heavy source is never missed; an innocent one sharing both counters
  * with heavy ones is caught only until the daemon revokes it. */
 #ifndef TW_HEAVY_H
@@ -119,12 +120,9 @@ __noinline int tw_hh_provisional(struct tw_pkt *p, __u32 len)
 	return TW_R_DROP_PROVISIONAL;
 }
 
-static __always_inline struct tw_hh_bucket *tw_hh_bump(__u32 idx, __u64 win,
-						       __u8 syn)
+static __always_inline void tw_hh_bump(struct tw_hh_bucket *b, __u32 win,
+				       __u8 syn)
 {
-	struct tw_hh_bucket *b = bpf_map_lookup_elem(&tw_hh_sketch, &idx);
-	if (!b)
-		return 0;
 	if (b->win != win) {
 		b->win = win;
 		b->pkts = 0;
@@ -132,30 +130,30 @@ static __always_inline struct tw_hh_bucket *tw_hh_bump(__u32 idx, __u64 win,
 	}
 	b->pkts++;
 	b->syns += syn;
-	return b;
 }
 
-/* The other CPUs' counts of the same two counters, this window. */
-static __always_inline void tw_hh_sum(__u32 i0, __u32 i1, __u64 win,
+/* Every CPU's count of a source's two counters, this window. */
+static __always_inline void tw_hh_sum(__u32 line, __u32 s0, __u32 s1, __u32 win,
 				      __u32 *pkts, __u32 *syns)
 {
-	__u64 p0 = 0, p1 = 0, s0 = 0, s1 = 0;
+	__u64 p0 = 0, p1 = 0, y0 = 0, y1 = 0;
 	for (__u32 cpu = 0; cpu < TW_HH_MAX_CPUS; cpu++) {
 		if (cpu >= tw_nr_cpus)
 			break;
-		struct tw_hh_bucket *b =
-			bpf_map_lookup_percpu_elem(&tw_hh_sketch, &i0, cpu);
-		if (b && b->win == win) {
-			p0 += b->pkts;
-			s0 += b->syns;
+		__u32 idx = cpu * TW_HH_LINES + line;
+		struct tw_hh_line *l = bpf_map_lookup_elem(&tw_hh_sketch, &idx);
+		if (!l)
+			break;
+		if (l->b[s0 & (TW_HH_SLOTS - 1)].win == win) {
+			p0 += l->b[s0 & (TW_HH_SLOTS - 1)].pkts;
+			y0 += l->b[s0 & (TW_HH_SLOTS - 1)].syns;
 		}
-		b = bpf_map_lookup_percpu_elem(&tw_hh_sketch, &i1, cpu);
-		if (b && b->win == win) {
-			p1 += b->pkts;
-			s1 += b->syns;
+		if (l->b[s1 & (TW_HH_SLOTS - 1)].win == win) {
+			p1 += l->b[s1 & (TW_HH_SLOTS - 1)].pkts;
+			y1 += l->b[s1 & (TW_HH_SLOTS - 1)].syns;
 		}
 	}
-	__u64 pm = p0 < p1 ? p0 : p1, sm = s0 < s1 ? s0 : s1;
+	__u64 pm = p0 < p1 ? p0 : p1, sm = y0 < y1 ? y0 : y1;
 	*pkts = pm > 0xffffffff ? 0xffffffff : pm;
 	*syns = sm > 0xffffffff ? 0xffffffff : sm;
 }
@@ -252,18 +250,28 @@ __noinline int tw_hh_observe(struct tw_pkt *p)
 	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
 	if (!c || !c->window_ns)
 		return 0;
+	/* The precise clock: the coarse one moves in ticks (4 ms at HZ=250),
+	 * and a window holding one tick's packets or two would overcount a
+	 * source near its threshold by half. */
 	__u64 now = bpf_ktime_get_ns();
-	__u64 win = now / c->window_ns;
+	__u32 win = now >> (c->window_shift & 63);
 	struct tw_hh_key k = {};
 	tw_hh_key_of(p, c, &k);
 	__u32 h = p->family == 4 ? tw_hash4(k.w[0], c->seed) :
 				   tw_hash6(k.w, c->seed);
-	__u32 i0 = h & (TW_HH_WIDTH - 1);
-	__u32 i1 = TW_HH_WIDTH + (tw_mix32(h ^ 0x9e3779b9) & (TW_HH_WIDTH - 1));
-	struct tw_hh_bucket *b0 = tw_hh_bump(i0, win, p->syn);
-	struct tw_hh_bucket *b1 = tw_hh_bump(i1, win, p->syn);
-	if (!b0 || !b1)
+	/* The line from the low bits, the two slots from the next ones: the
+	 * second differs from the first. */
+	__u32 line = h & (TW_HH_LINES - 1);
+	__u32 s0 = (h >> 12) & (TW_HH_SLOTS - 1);
+	__u32 s1 = s0 ^ (1 + ((h >> 14) & 1)); /* no modulo: a division */
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 idx = cpu * TW_HH_LINES + line;
+	struct tw_hh_line *l = bpf_map_lookup_elem(&tw_hh_sketch, &idx);
+	if (!l)
 		return 0;
+	struct tw_hh_bucket *b0 = &l->b[s0], *b1 = &l->b[s1];
+	tw_hh_bump(b0, win, p->syn);
+	tw_hh_bump(b1, win, p->syn);
 	__u32 pe = b0->pkts < b1->pkts ? b0->pkts : b1->pkts;
 	__u32 se = b0->syns < b1->syns ? b0->syns : b1->syns;
 	/* Over the local threshold: sum the CPUs, at its crossing and then
@@ -276,7 +284,7 @@ __noinline int tw_hh_observe(struct tw_pkt *p)
 	struct tw_hh_stats *st = tw_hh_stats_get();
 	if (st)
 		st->checks++;
-	tw_hh_sum(i0, i1, win, &pe, &se);
+	tw_hh_sum(line, s0, s1, win, &pe, &se);
 	if (pe >= c->pkt_thresh)
 		tw_hh_catch(p, c, &k, TW_HH_PACKETS, pe, now);
 	else if (se >= c->syn_thresh)

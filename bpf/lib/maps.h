@@ -233,8 +233,11 @@ struct {
 	__uint(max_entries, 1);
 } tw_jmp SEC(".maps");
 
-/* The heavy-hitter detector (heavy.h). The sketch is per CPU, TW_HH_ROWS
- * rows of TW_HH_WIDTH counters; the provisional tables are sized at load
+/* The heavy-hitter detector (heavy.h). The sketch is TW_HH_LINES lines
+ * per CPU, CPU-major in one array sized at load (a per-CPU array would
+ * cost a second, dependent miss a lookup, through its pointer table, and
+ * the cross-CPU sum reads the other CPUs' lines directly); the
+ * provisional tables are sized at load
  * (their capacity bounds what an attacker with countless sources can
  * make the data plane hold); the protected lists mirror the daemon's
  * protected rail, consulted only before a source is caught. */
@@ -253,10 +256,10 @@ struct {
 } tw_hh_shared SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct tw_hh_bucket);
-	__uint(max_entries, TW_HH_ROWS *TW_HH_WIDTH);
+	__type(value, struct tw_hh_line);
+	__uint(max_entries, 1);
 } tw_hh_sketch SEC(".maps");
 
 struct {

@@ -169,7 +169,10 @@ struct tw_hh_config {
 	__u32 seed;    /* sketch hash seed, random per created state */
 	__u32 monitor; /* 1: provisional entries count but never drop */
 	__u32 prefix6; /* IPv6 sources are counted per prefix of this length */
-	__u32 _pad;
+	/* The window is 1 << window_shift ns (window_ns rounded down to a
+	 * power of two): a shift, where a division would cost the packet
+	 * path tens of cycles. */
+	__u32 window_shift;
 };
 
 /* Shared by all CPUs, written only when a provisional entry is made: the
@@ -178,13 +181,20 @@ struct tw_hh_state {
 	__u64 last_insert_ns;
 };
 
-/* One sketch counter, per CPU; win is the window it counts (now /
- * window_ns), so a stale counter is reset by the first packet of a new
- * window instead of by a sweep. */
+/* One sketch counter; win is the window it counts (the low 32 bits of
+ * now >> window_shift), so a stale counter is reset by the first packet of a
+ * new window instead of by a sweep. */
 struct tw_hh_bucket {
-	__u64 win;
+	__u32 win;
 	__u32 pkts;
 	__u32 syns;
+	__u32 _pad;
+};
+
+/* A sketch line: one cache line of counters. A source's two counters are
+ * two slots of one line, so counting it costs one cache miss, not two. */
+struct tw_hh_line {
+	struct tw_hh_bucket b[TW_HH_SLOTS];
 };
 
 /* A provisional drop (tw_prov4, tw_prov6). Counters are shared by the CPUs
@@ -237,6 +247,8 @@ _Static_assert(sizeof(struct tw_fbucket) == 16, "token bucket size");
 _Static_assert(sizeof(struct tw_good) == 8, "known-good value size");
 _Static_assert(sizeof(struct tw_hh_config) == 48, "heavy-hitter config size");
 _Static_assert(sizeof(struct tw_hh_bucket) == 16, "sketch counter size");
+_Static_assert(sizeof(struct tw_hh_line) == 64,
+	       "a sketch line is a cache line");
 _Static_assert(sizeof(struct tw_prov) == 40, "provisional entry size");
 _Static_assert(sizeof(struct tw_hh_event) == 32, "heavy-hitter event size");
 _Static_assert(sizeof(struct tw_feat_slot) == 8 * sizeof(__u64),

@@ -152,23 +152,24 @@ type filterTwHhBtf struct {
 
 type filterTwHhBucket struct {
 	_    structs.HostLayout
-	Win  uint64
+	Win  uint32
 	Pkts uint32
 	Syns uint32
+	Pad  uint32
 }
 
 type filterTwHhConfig struct {
-	_         structs.HostLayout
-	WindowNs  uint64
-	TtlNs     uint64
-	PktThresh uint32
-	SynThresh uint32
-	PktLocal  uint32
-	SynLocal  uint32
-	Seed      uint32
-	Monitor   uint32
-	Prefix6   uint32
-	Pad       uint32
+	_           structs.HostLayout
+	WindowNs    uint64
+	TtlNs       uint64
+	PktThresh   uint32
+	SynThresh   uint32
+	PktLocal    uint32
+	SynLocal    uint32
+	Seed        uint32
+	Monitor     uint32
+	Prefix6     uint32
+	WindowShift uint32
 }
 
 type filterTwHhEvent struct {
@@ -192,10 +193,15 @@ const (
 type filterTwHhLimit uint32
 
 const (
-	filterTwHhLimitTW_HH_WIDTH    filterTwHhLimit = 4096
-	filterTwHhLimitTW_HH_ROWS     filterTwHhLimit = 2
+	filterTwHhLimitTW_HH_LINES    filterTwHhLimit = 4096
+	filterTwHhLimitTW_HH_SLOTS    filterTwHhLimit = 4
 	filterTwHhLimitTW_HH_MAX_CPUS filterTwHhLimit = 64
 )
+
+type filterTwHhLine struct {
+	_ structs.HostLayout
+	B [4]filterTwHhBucket
+}
 
 type filterTwHhState struct {
 	_            structs.HostLayout

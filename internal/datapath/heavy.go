@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"os"
 	"time"
@@ -38,6 +39,16 @@ const (
 	MaxHeavyTTL    = 10 * time.Minute
 )
 
+// EffectiveWindow is the window the data plane counts over: Window
+// rounded down to a power of two nanoseconds (10ms → 8.39ms), so that a
+// packet's window is a shift of the clock, not a division.
+func (h HeavyHitter) EffectiveWindow() time.Duration {
+	if h.Window <= 0 {
+		return 0
+	}
+	return time.Duration(1) << (bits.Len64(uint64(h.Window)) - 1)
+}
+
 func (h HeavyHitter) check() error {
 	if h.Window == 0 {
 		return nil
@@ -53,7 +64,7 @@ func (h HeavyHitter) check() error {
 		return fmt.Errorf("%w: heavy-hitter detector on with neither a packet nor a SYN threshold", ErrInvalid)
 	}
 	for _, r := range []uint64{h.PacketsPerSec, h.SYNsPerSec} {
-		if r != 0 && r*uint64(h.Window)/uint64(time.Second) < 2 {
+		if r != 0 && r*uint64(h.EffectiveWindow())/uint64(time.Second) < 2 {
 			return fmt.Errorf("%w: heavy-hitter threshold %d/s is under two packets per %v window", ErrInvalid, r, h.Window)
 		}
 	}
@@ -94,9 +105,14 @@ func (d *Datapath) SetHeavyHitter(h HeavyHitter) error {
 		}
 		c.Seed = binary.NativeEndian.Uint32(b[:]) | 1
 	}
-	c.WindowNs, c.TtlNs = uint64(h.Window), uint64(h.TTL)
-	c.PktThresh, c.PktLocal = perWindow(h.PacketsPerSec, h.Window, d.sizes.ncpu)
-	c.SynThresh, c.SynLocal = perWindow(h.SYNsPerSec, h.Window, d.sizes.ncpu)
+	win := h.EffectiveWindow()
+	c.WindowNs, c.TtlNs = uint64(win), uint64(h.TTL)
+	c.WindowShift = 0
+	if win > 0 {
+		c.WindowShift = uint32(bits.Len64(uint64(win)) - 1)
+	}
+	c.PktThresh, c.PktLocal = perWindow(h.PacketsPerSec, win, d.sizes.ncpu)
+	c.SynThresh, c.SynLocal = perWindow(h.SYNsPerSec, win, d.sizes.ncpu)
 	c.Prefix6 = uint32(h.Prefix6)
 	c.Monitor = 0
 	if h.Monitor {

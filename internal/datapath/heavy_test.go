@@ -16,10 +16,11 @@ import (
 
 // The heavy-hitter detector through BPF_PROG_TEST_RUN: a window long
 // enough that a test run's packets fall in one or two of them.
-var testHeavy = HeavyHitter{Window: 200 * time.Millisecond, TTL: time.Minute, PacketsPerSec: 500, SYNsPerSec: 250, Prefix6: 64}
+// The window is a power of two nanoseconds, as the data plane counts.
+var testHeavy = HeavyHitter{Window: 1 << 28, TTL: time.Minute, PacketsPerSec: 500, SYNsPerSec: 250, Prefix6: 64}
 
-// 100 packets or 50 SYNs per window.
-const testPktThresh, testSynThresh = 100, 50
+// 134 packets or 67 SYNs per window (268 ms).
+const testPktThresh, testSynThresh = 500 * (1 << 28) / 1_000_000_000, 250 * (1 << 28) / 1_000_000_000
 
 func heavyDatapath(t *testing.T, h HeavyHitter, o Options) *Datapath {
 	t.Helper()

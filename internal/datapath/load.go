@@ -187,6 +187,7 @@ func (s sizes) apply(spec *ebpf.CollectionSpec) error {
 	m["tw_good4"].MaxEntries = s.good
 	m["tw_good6"].MaxEntries = s.good
 	m["tw_prov4"].MaxEntries = s.prov
+	m["tw_hh_sketch"].MaxEntries = uint32(filterTwHhLimitTW_HH_LINES) * s.ncpu
 	m["tw_prov6"].MaxEntries = s.prov
 	m["tw_protect4"].MaxEntries = protectCapacity
 	m["tw_protect6"].MaxEntries = protectCapacity
