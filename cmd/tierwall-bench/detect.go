@@ -90,39 +90,6 @@ func newFlooder() (*flooder, error) {
 	return f, err
 }
 
-// flood sends pps packets per second from src until stop closes. It keeps
-// going when sends fail (a few ENOBUFS leave the source far above the
-// detector's threshold) and returns, if any did, how many and the first
-// error, for the caller to report.
-func (f *flooder) flood(src netip.Addr, pps int, stop <-chan struct{}) error {
-	frame := pkt.Frame{DstMAC: f.dst, SrcMAC: f.src, Src: src, Dst: netip.MustParseAddr("10.210.0.2"),
-		Proto: pkt.ProtoUDP, SrcPort: 4000, DstPort: 9, Payload: make([]byte, 18)}.Build()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	per := pps / 100
-	var sent, failed int
-	var first error
-	for {
-		for i := 0; i < per; i++ {
-			sent++
-			if err := unix.Sendto(f.fd, frame, 0, f.sa); err != nil {
-				failed++
-				if first == nil {
-					first = err
-				}
-			}
-		}
-		select {
-		case <-stop:
-			if first != nil {
-				return fmt.Errorf("%d of %d sends from %s failed, the first with %w", failed, sent, src, first)
-			}
-			return nil
-		case <-tick.C:
-		}
-	}
-}
-
 func benchDetection(b *bytes.Buffer, tierwall string, runs int) {
 	fmt.Fprintf(os.Stderr, "bench: detection-to-drop...\n")
 	fmt.Fprintf(b, "\n## Detection-to-drop latency (daemon)\n\n")
@@ -189,7 +156,7 @@ func detectionRuns(tierwall string, fl *flooder, iv time.Duration, runs int) ([]
 		time.Sleep(time.Duration(r*7919%1000) * iv / 1000)
 		stop, flooded := make(chan struct{}), make(chan error, 1)
 		start := time.Now()
-		go func() { flooded <- fl.flood(src, 5000, stop) }()
+		go func() { flooded <- fl.flood(src, 5000, 10*time.Millisecond, stop, nil) }()
 		limit := start.Add(20 * iv)
 		for !banned(netip.PrefixFrom(src, 32)) {
 			if time.Now().After(limit) {
@@ -213,17 +180,23 @@ func detectionRuns(tierwall string, fl *flooder, iv time.Duration, runs int) ([]
 	return out, nil
 }
 
-// floodSteady sends pps packets per second from src in 1 ms steps until
-// stop closes; first is when its first packet left (before the send).
-func (f *flooder) floodSteady(src netip.Addr, pps int, stop <-chan struct{}, first chan<- time.Time) error {
+// flood sends pps packets per second from src, in steps of step paced on
+// the clock (a late step sends at once), until stop closes; first, if not
+// nil, gets the time just before the first packet's send. It keeps going
+// when sends fail (a few ENOBUFS leave the source far above the
+// detector's threshold) and returns, if any did, how many and the first
+// error, for the caller to report.
+func (f *flooder) flood(src netip.Addr, pps int, step time.Duration, stop <-chan struct{}, first chan<- time.Time) error {
 	frame := pkt.Frame{DstMAC: f.dst, SrcMAC: f.src, Src: src, Dst: netip.MustParseAddr("10.210.0.2"),
 		Proto: pkt.ProtoUDP, SrcPort: 4000, DstPort: 9, Payload: make([]byte, 18)}.Build()
-	per := max(1, pps/1000)
+	per := max(1, int(int64(pps)*int64(step)/int64(time.Second)))
 	start := time.Now()
-	first <- start
+	if first != nil {
+		first <- start
+	}
 	var sent, failed int
 	var firstErr error
-	for step := 1; ; step++ {
+	for n := 1; ; n++ {
 		for i := 0; i < per; i++ {
 			sent++
 			if err := unix.Sendto(f.fd, frame, 0, f.sa); err != nil {
@@ -242,7 +215,7 @@ func (f *flooder) floodSteady(src netip.Addr, pps int, stop <-chan struct{}, fir
 		default:
 		}
 		// Paced on the clock, not on a ticker: a late step sends at once.
-		time.Sleep(time.Until(start.Add(time.Duration(step) * time.Millisecond)))
+		time.Sleep(time.Until(start.Add(time.Duration(n) * step)))
 	}
 }
 
@@ -296,7 +269,7 @@ func heavyDetectionRuns(tierwall string, fl *flooder, runs, thresh int) ([]time.
 		// A random phase of the detector's window.
 		time.Sleep(time.Duration(r*7919%1000) * 10 * time.Millisecond / 1000)
 		stop, flooded, first := make(chan struct{}), make(chan error, 1), make(chan time.Time, 1)
-		go func() { flooded <- fl.floodSteady(src, 10*thresh, stop, first) }()
+		go func() { flooded <- fl.flood(src, 10*thresh, time.Millisecond, stop, first) }()
 		start := <-first
 		var p datapath.Provisional
 		for ok := false; !ok; p, ok = caught(netip.PrefixFrom(src, 32)) {
