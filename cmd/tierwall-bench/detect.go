@@ -275,8 +275,11 @@ func heavyDetectionRuns(tierwall string, fl *flooder, runs, thresh int) ([]time.
 		for ok := false; !ok; p, ok = caught(netip.PrefixFrom(src, 32)) {
 			if time.Since(start) > 2*time.Second {
 				close(stop)
-				<-flooded
-				return nil, fmt.Errorf("%s not caught in XDP within 2 s at %d pps:\n%s", src, 10*thresh, dmn.Output())
+				why := ""
+				if err := <-flooded; err != nil {
+					why = " (" + err.Error() + ")"
+				}
+				return nil, fmt.Errorf("%s not caught in XDP within 2 s at %d pps%s:\n%s", src, 10*thresh, why, dmn.Output())
 			}
 			time.Sleep(time.Millisecond)
 		}
