@@ -118,25 +118,11 @@ func benchDetection(b *bytes.Buffer, tierwall string, runs int) {
 }
 
 func detectionRuns(tierwall string, fl *flooder, iv time.Duration, runs int) ([]time.Duration, error) {
-	dir, err := os.MkdirTemp("", "tierwall-bench")
+	dmn, done, err := startDetectionDaemon(tierwall, iv, "  rate: {enabled: true, pps: 1000, learn_intervals: 0}\n  entropy: {enabled: false}\n")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "api.sock")
-	cfg := fmt.Sprintf("interface: %s\ninterval: %v\nstate_file: %s\ncapacity: {exact4: 4096, exact6: 256, prefix: 64, allow: 64, features: 4096}\n"+
-		"detectors:\n  rate: {enabled: true, pps: 1000, learn_intervals: 0}\n  entropy: {enabled: false}\nbans: {hold: 10m}\napi: {socket: %s}\n",
-		dtIfRx, iv, filepath.Join(dir, "state.json"), sock)
-	cfgPath := filepath.Join(dir, "tierwall.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	harness.RemovePins(dtRx) // a fresh filter each time
-	dmn, err := harness.StartDaemon(harness.Options{Tierwall: tierwall, Netns: dtRx, Config: cfgPath, Socket: sock, Timeout: 10 * time.Second})
-	if err != nil {
-		return nil, err
-	}
-	defer dmn.Stop()
+	defer done()
 	banned := func(p netip.Prefix) bool {
 		rs, err := dmn.Client.Rules(context.Background())
 		if err != nil {
@@ -178,6 +164,34 @@ func detectionRuns(tierwall string, fl *flooder, iv time.Duration, runs int) ([]
 		}
 	}
 	return out, nil
+}
+
+// startDetectionDaemon runs `tierwall run` on a fresh filter behind the
+// detection benchmark's veth with the given interval and detectors (YAML
+// lines under "detectors:"); done stops it and removes its files.
+func startDetectionDaemon(tierwall string, iv time.Duration, detectors string) (_ *harness.Daemon, done func(), err error) {
+	dir, err := os.MkdirTemp("", "tierwall-bench")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	sock := filepath.Join(dir, "api.sock")
+	cfg := fmt.Sprintf("interface: %s\ninterval: %v\nstate_file: %s\ncapacity: {exact4: 4096, exact6: 256, prefix: 64, allow: 64, features: 4096}\n"+
+		"detectors:\n%sbans: {hold: 10m}\napi: {socket: %s}\n", dtIfRx, iv, filepath.Join(dir, "state.json"), detectors, sock)
+	cfgPath := filepath.Join(dir, "tierwall.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, nil, err
+	}
+	harness.RemovePins(dtRx) // a fresh filter each time
+	dmn, err := harness.StartDaemon(harness.Options{Tierwall: tierwall, Netns: dtRx, Config: cfgPath, Socket: sock, Timeout: 10 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	return dmn, func() { dmn.Stop(); os.RemoveAll(dir) }, nil
 }
 
 // flood sends pps packets per second from src, in steps of step paced on
@@ -225,27 +239,14 @@ func (f *flooder) flood(src netip.Addr, pps int, step time.Duration, stop <-chan
 // catch (the next packet is dropped), read from the provisional entry in
 // the pinned maps; the entry must also count drops, checked.
 func heavyDetectionRuns(tierwall string, fl *flooder, runs, thresh int) ([]time.Duration, error) {
-	dir, err := os.MkdirTemp("", "tierwall-bench")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "api.sock")
 	// The daemon's interval is long and its other detectors off: only the
 	// data plane can act within the measurement.
-	cfg := fmt.Sprintf("interface: %s\ninterval: 5s\nstate_file: %s\ncapacity: {exact4: 4096, exact6: 256, prefix: 64, allow: 64, features: 4096}\n"+
-		"detectors:\n  rate: {enabled: false}\n  entropy: {enabled: false}\n  heavy: {enabled: true, window: 10ms, pps: %d, syn_pps: 0, ttl: 10m}\nbans: {hold: 10m}\napi: {socket: %s}\n",
-		dtIfRx, filepath.Join(dir, "state.json"), thresh, sock)
-	cfgPath := filepath.Join(dir, "tierwall.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	harness.RemovePins(dtRx)
-	dmn, err := harness.StartDaemon(harness.Options{Tierwall: tierwall, Netns: dtRx, Config: cfgPath, Socket: sock, Timeout: 10 * time.Second})
+	dmn, done, err := startDetectionDaemon(tierwall, 5*time.Second, fmt.Sprintf(
+		"  rate: {enabled: false}\n  entropy: {enabled: false}\n  heavy: {enabled: true, window: 10ms, pps: %d, syn_pps: 0, ttl: 10m}\n", thresh))
 	if err != nil {
 		return nil, err
 	}
-	defer dmn.Stop()
+	defer done()
 	var dp *datapath.Datapath
 	if err := inNS(dtRx, func() error { var e error; dp, e = datapath.Open(dtIfRx, ""); return e }); err != nil {
 		return nil, err

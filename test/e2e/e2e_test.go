@@ -243,15 +243,21 @@ type stats struct {
 }
 
 func verdicts(t *testing.T) map[string]uint64 {
+	return verdictsFrom(t, []byte(mustTw(t, "stats", "--json")))
+}
+
+// verdictsFrom decodes `tierwall stats --json` into packets per verdict.
+func verdictsFrom(t *testing.T, out []byte) map[string]uint64 {
+	t.Helper()
 	var s stats
-	if err := json.Unmarshal([]byte(mustTw(t, "stats", "--json")), &s); err != nil {
-		t.Fatal(err)
+	if err := json.Unmarshal(out, &s); err != nil {
+		t.Fatalf("decoding stats: %v: %s", err, out)
 	}
-	out := map[string]uint64{}
-	for k, v := range s.Verdicts {
-		out[k] = v.Packets
+	v := map[string]uint64{}
+	for k, x := range s.Verdicts {
+		v[k] = x.Packets
 	}
-	return out
+	return v
 }
 
 func TestBlockOverVeth(t *testing.T) {

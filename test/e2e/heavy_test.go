@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -19,15 +18,7 @@ func hostVerdicts(t *testing.T) map[string]uint64 {
 	if err != nil {
 		t.Fatalf("tierwall stats: %v\n%s", err, out)
 	}
-	var s stats
-	if err := json.Unmarshal(out, &s); err != nil {
-		t.Fatalf("decoding stats: %v: %s", err, out)
-	}
-	v := map[string]uint64{}
-	for k, x := range s.Verdicts {
-		v[k] = x.Packets
-	}
-	return v
+	return verdictsFrom(t, out)
 }
 
 // The heavy-hitter detector in XDP drops a flooding source long before
