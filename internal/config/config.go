@@ -41,6 +41,8 @@ type Config struct {
 	Probe      Probe       `yaml:"probe"`
 	Synproxy   Synproxy    `yaml:"synproxy"`
 	Alerts     Alerts      `yaml:"alerts"`
+	// BGP: RTBH and FlowSpec upstream, FlowSpec from the fleet (bgp.go).
+	BGP BGP `yaml:"bgp"`
 }
 
 // Synproxy is what the SYN-cookie stage announces in the protected
@@ -476,6 +478,9 @@ func (c *Config) Validate() error {
 		// A catch is judged one or two intervals after it is made; an
 		// entry that expired first would let the flood through meanwhile.
 		return bad("detectors.heavy.ttl", h.TTL, fmt.Sprintf("is under two intervals (%v): the daemon judges a catch within two", 2*c.Interval))
+	}
+	if err := c.BGP.validate(); err != nil {
+		return err
 	}
 	if err := c.Alerts.validate(); err != nil {
 		return err
