@@ -169,6 +169,12 @@ func (c *Client) DeleteFlowRule(ctx context.Context, r rule.FlowRule) error {
 	return c.Do(ctx, "DELETE", "/v1/flowrules", FlowRuleRequest{Rule: r.String()}, nil)
 }
 
+// BGP is the speaker's state: neighbours, what we announce, what peers
+// sent.
+func (c *Client) BGP(ctx context.Context) (st daemon.BGPStatus, err error) {
+	return st, c.Do(ctx, "GET", "/v1/bgp", nil, &st)
+}
+
 // Victims is the per-victim detector's view: attacks and mitigations.
 func (c *Client) Victims(ctx context.Context) (v daemon.Victims, err error) {
 	return v, c.Do(ctx, "GET", "/v1/victims", nil, &v)

@@ -90,6 +90,7 @@ type Daemon struct {
 	dirty        bool
 	flow         flowState
 	heavy        heavyState          // the XDP heavy-hitter detector (heavy.go)
+	bgp          bgpState            // the BGP speaker (bgp.go)
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
 	detections   []Detection         // the last intervals' heaviest detections, for the API (under mu)
@@ -216,6 +217,10 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	}
 	d.restoreBaselines()
 	if err := d.openAlerts(); err != nil {
+		return nil, err
+	}
+	if err := d.openBGP(now); err != nil {
+		d.closeAlerts()
 		return nil, err
 	}
 	return d, nil
@@ -474,6 +479,7 @@ func (d *Daemon) Step(now time.Time) (err error) {
 		return err
 	}
 	d.monitor(now)
+	d.syncBGP(now, d.lastOverflow)
 	if d.off != nil {
 		if err := d.place(now); err != nil {
 			d.event(now, "error", netip.Prefix{}, "placement: %v", err)
@@ -1089,6 +1095,10 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 			}
 		case f := <-d.reqs:
 			f()
+		case <-d.bgpChanged():
+			// A peer's FlowSpec applies now, not at the next interval: a
+			// fleet's ban reaches this host's XDP in milliseconds.
+			d.applyRemote(time.Now())
 		case <-reload:
 			old := d.cfg.Interval
 			d.reload(time.Now())
@@ -1124,9 +1134,19 @@ func (d *Daemon) reload(now time.Time) {
 		d.event(now, "error", netip.Prefix{}, "reload refused, keeping the running configuration: %v", err)
 		return
 	}
-	if c.Interface != d.cfg.Interface || !reflect.DeepEqual(c.Hardware, d.cfg.Hardware) || !reflect.DeepEqual(c.API, d.cfg.API) || c.StateFile != d.cfg.StateFile {
-		d.event(now, "reload", netip.Prefix{}, "interface, hardware, api and state_file changes take effect after a restart")
+	// The speaker's sessions and its validation are built at start; the
+	// announce policy (bgp.announce) is read every interval and reloads.
+	sameBGP := func(a, b config.BGP) bool {
+		a.Announce, b.Announce = config.BGPAnnounce{}, config.BGPAnnounce{}
+		return reflect.DeepEqual(a, b)
+	}
+	if c.Interface != d.cfg.Interface || !reflect.DeepEqual(c.Hardware, d.cfg.Hardware) || !reflect.DeepEqual(c.API, d.cfg.API) || c.StateFile != d.cfg.StateFile ||
+		!sameBGP(c.BGP, d.cfg.BGP) {
+		d.event(now, "reload", netip.Prefix{}, "interface, hardware, api, state_file and bgp (but bgp.announce) changes take effect after a restart")
 		c.Interface, c.Hardware, c.API, c.StateFile = d.cfg.Interface, d.cfg.Hardware, d.cfg.API, d.cfg.StateFile
+		ann := c.BGP.Announce
+		c.BGP = d.cfg.BGP
+		c.BGP.Announce = ann
 	}
 	detChanged := !reflect.DeepEqual(c.Detectors, d.cfg.Detectors)
 	d.cfg = c
@@ -1166,6 +1186,7 @@ func (d *Daemon) shutdown() error {
 		errs = append(errs, err)
 	}
 	d.closeAlerts()
+	d.closeBGP()
 	d.dp.Close()
 	d.owner.Release()
 	d.log.Info("tierwall stopped; the XDP filter keeps enforcing the bans", "bans", d.store.Len())

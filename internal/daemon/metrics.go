@@ -35,6 +35,7 @@ type Metrics struct {
 	loopDuration     prometheus.Histogram
 	lastInterval     prometheus.Gauge
 	heavy            heavyMetrics
+	bgp              bgpMetrics
 
 	// What the collector reads of the loop's state, published by the loop
 	// at the end of each interval (the collector runs on the scraper's
@@ -80,6 +81,7 @@ func newMetrics(d *Daemon) *Metrics {
 		m.victimsAttacked, m.mitigations, m.flowRules, m.knownGood, m.loopDuration, m.lastInterval, build,
 		&bpfCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.heavy = newHeavyMetrics(m.Registry)
+	m.bgp = newBGPMetrics(m.Registry, d)
 	return m
 }
 

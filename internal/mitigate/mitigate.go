@@ -22,6 +22,7 @@ import (
 const (
 	Operator = "operator" // the CLI or API: stays until removed or its TTL ends
 	Ladder   = "ladder"   // the daemon's mitigation ladder: withdrawn when the attack ends
+	Remote   = "bgp"      // FlowSpec a BGP peer sent (internal/bgp): lifted when the route is withdrawn
 )
 
 // ErrFull means the set is at its capacity (the data plane's rule table).
@@ -157,8 +158,10 @@ func (s *Set) Add(r Rule) (added bool, err error) {
 	if i := s.find(r.FlowRule); i >= 0 {
 		old := s.rules[i]
 		r.Counters, r.MatchedPPS, r.DroppedPPS = old.Counters, old.MatchedPPS, old.DroppedPPS
-		if old.Origin == Operator && r.Origin == Ladder {
-			return false, nil // the operator's rule stands
+		if old.Origin == Operator && r.Origin != Operator || old.Origin == Ladder && r.Origin == Remote {
+			// The operator's rule stands; a local rule stands over a
+			// peer's copy of it, so the peer's withdrawal cannot lift it.
+			return false, nil
 		}
 		s.rules[i] = r
 		return false, nil

@@ -1,0 +1,520 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tierwall/tierwall/internal/ban"
+	"github.com/tierwall/tierwall/internal/bgp"
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/mitigate"
+	"github.com/tierwall/tierwall/internal/rule"
+)
+
+// The BGP side of the loop. Upstream, it announces what the tiers below
+// cannot absorb: each interval the policy (announcePolicy) turns the bans
+// and flow rules into the set of routes that should be announced, and the
+// speaker makes its announcements equal that set, so a lifted ban is
+// withdrawn by the same step that stops announcing it, and a restart
+// announces exactly what the state file still bans (graceful restart keeps
+// the old routes at the peer meanwhile, and drops those not re-announced).
+// Downstream, FlowSpec from the fleet becomes remote bans (a source prefix)
+// and remote flow rules (a destination and packet shape), applied as soon
+// as the speaker reports a change, not at the next interval. Remote rules
+// are never announced again: a host that re-announced what it received
+// would keep a route alive after its origin withdrew it.
+
+// Speaker is the BGP speaker as the loop uses it: *bgp.Speaker, or a fake
+// in unit tests.
+type Speaker interface {
+	Start(ctx context.Context) error
+	Stop()
+	Announce(routes []bgp.Route) (bgp.Diff, error)
+	Announced() []bgp.Route
+	Neighbors() []bgp.Neighbor
+	Received() []bgp.Remote
+	Changed() <-chan struct{}
+}
+
+// newSpeaker builds the speaker; tests replace it.
+var newSpeaker = func(cfg config.BGP, log *slog.Logger) (Speaker, error) { return bgp.New(cfg, log) }
+
+// remoteDetector is the detector name of remote bans, and the prefix of
+// their reason, which names the peer (so that a restarted daemon knows
+// whose they are).
+const (
+	remoteDetector = "bgp"
+	remoteReason   = "flowspec from "
+)
+
+// remoteSettle is how long a receiving peer's session must have been up
+// before a remote rule it no longer sends is lifted: a restarted daemon
+// keeps its remote rules from the state file until the peer had time to
+// send them again.
+const remoteSettle = 2 * time.Second
+
+type bgpState struct {
+	sp       Speaker // set once at start, read by the collector and BGP under mu
+	asn      uint32
+	routerID string
+	started  time.Time
+	cancel   context.CancelFunc
+	// what the last announce step asked for, by key, for the events
+	announced map[string]bgp.Route
+	// saturation: the feature table overflowed since the last interval
+	overflowAt uint64
+	refused    map[string]bool // remote routes reported refused, so each is reported once
+}
+
+type bgpMetrics struct {
+	changes  *prometheus.CounterVec
+	refusals *prometheus.CounterVec
+}
+
+func newBGPMetrics(reg *prometheus.Registry, d *Daemon) bgpMetrics {
+	m := bgpMetrics{
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_bgp_updates_total",
+			Help: "Routes the speaker announced and withdrew, and remote rules applied and lifted."}, []string{"change"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_bgp_refusals_total",
+			Help: "Routes not announced or not enforced, by why (encode: the speaker could not; validation: a peer's FlowSpec failed RFC 8955 §6 or what the data plane matches; rail: allowlisted or protected space; full: the rule table)."},
+			[]string{"reason"}),
+	}
+	for _, c := range []string{"announced", "withdrawn", "applied", "lifted"} {
+		m.changes.WithLabelValues(c)
+	}
+	for _, r := range []string{"encode", "validation", "rail", "full"} {
+		m.refusals.WithLabelValues(r)
+	}
+	reg.MustRegister(m.changes, m.refusals, &bgpCollector{d: d})
+	return m
+}
+
+// bgpCollector reads the speaker's live state at scrape time (the speaker
+// is safe for concurrent use; the loop's own state is not touched).
+type bgpCollector struct{ d *Daemon }
+
+var (
+	bgpSessionDesc = prometheus.NewDesc("tierwall_bgp_session_up", "1 when the session with the neighbour is established.", []string{"neighbor"}, nil)
+	bgpRoutesDesc  = prometheus.NewDesc("tierwall_bgp_routes", "Routes per neighbour: announced to it, received from it, and of those accepted for enforcement.", []string{"neighbor", "direction"}, nil)
+)
+
+func (c *bgpCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- bgpSessionDesc
+	ch <- bgpRoutesDesc
+}
+
+func (c *bgpCollector) Collect(ch chan<- prometheus.Metric) {
+	sp := c.d.speaker()
+	if sp == nil {
+		return
+	}
+	for _, n := range sp.Neighbors() {
+		up := 0.0
+		if n.State == "established" {
+			up = 1
+		}
+		a := n.Address.String()
+		ch <- prometheus.MustNewConstMetric(bgpSessionDesc, prometheus.GaugeValue, up, a)
+		ch <- prometheus.MustNewConstMetric(bgpRoutesDesc, prometheus.GaugeValue, float64(n.Announced), a, "announced")
+		ch <- prometheus.MustNewConstMetric(bgpRoutesDesc, prometheus.GaugeValue, float64(n.Received), a, "received")
+		ch <- prometheus.MustNewConstMetric(bgpRoutesDesc, prometheus.GaugeValue, float64(n.Accepted), a, "accepted")
+	}
+}
+
+// speaker returns the speaker under mu (the collector's view; the loop
+// sets it once at start).
+func (d *Daemon) speaker() Speaker {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.bgp.sp
+}
+
+// openBGP starts the speaker when the configuration has one. A speaker
+// that cannot start fails the daemon's start: an operator who configured
+// upstream announcements must not believe they are on.
+func (d *Daemon) openBGP(now time.Time) error {
+	if !d.cfg.BGP.Enabled() {
+		return nil
+	}
+	sp, err := newSpeaker(d.cfg.BGP, d.log)
+	if err != nil {
+		return fmt.Errorf("bgp: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := sp.Start(ctx); err != nil {
+		cancel()
+		return fmt.Errorf("bgp: starting the speaker: %w", err)
+	}
+	d.mu.Lock()
+	d.bgp = bgpState{sp: sp, asn: d.cfg.BGP.ASN, routerID: d.cfg.BGP.RouterID, started: now, cancel: cancel,
+		announced: map[string]bgp.Route{}, refused: map[string]bool{}}
+	d.mu.Unlock()
+	return nil
+}
+
+// closeBGP stops the speaker. Its sessions close with a notification, so
+// peers withdraw our routes: a stopped daemon no longer vouches for them
+// (the bans stay in XDP). A crash, by contrast, leaves them stale at
+// graceful-restart peers until the restarted daemon re-announces.
+func (d *Daemon) closeBGP() {
+	if d.bgp.sp == nil {
+		return
+	}
+	d.bgp.sp.Stop()
+	d.bgp.cancel()
+}
+
+// bgpChanged is the speaker's change signal (nil without a speaker: a nil
+// channel never fires in the loop's select).
+func (d *Daemon) bgpChanged() <-chan struct{} {
+	if d.bgp.sp == nil {
+		return nil
+	}
+	return d.bgp.sp.Changed()
+}
+
+// syncBGP is the interval's BGP step: remote rules first (a peer's rule
+// the local tiers now enforce), then the announcements.
+func (d *Daemon) syncBGP(now time.Time, overflow uint64) {
+	if d.bgp.sp == nil {
+		return
+	}
+	d.applyRemote(now)
+	saturated := overflow > d.bgp.overflowAt
+	d.bgp.overflowAt = overflow
+	want := announcePolicy(&d.cfg.BGP, d.store.All(), d.flowRulesForBGP(), saturated, d.bgp.announced, d.store.Guarded)
+	if d.cfg.Rails.MonitorOnly {
+		want = nil
+	}
+	diff, err := d.bgp.sp.Announce(want)
+	if err != nil {
+		d.event(now, "error", netip.Prefix{}, "bgp: announcing %d routes: %v", len(want), err)
+		return
+	}
+	for _, why := range diff.Refused {
+		d.Metrics.bgp.refusals.WithLabelValues("encode").Inc()
+		d.event(now, "bgp", netip.Prefix{}, "not announced: %s", why)
+	}
+	now2 := map[string]bgp.Route{}
+	for _, r := range want {
+		now2[r.String()] = r
+	}
+	for k, r := range now2 {
+		if _, ok := d.bgp.announced[k]; !ok {
+			d.Metrics.bgp.changes.WithLabelValues("announced").Inc()
+			d.event(now, "bgp", routePrefix(r), "announced %s (%s)", r.String(), r.Reason)
+		}
+	}
+	for k, r := range d.bgp.announced {
+		if _, ok := now2[k]; !ok {
+			d.Metrics.bgp.changes.WithLabelValues("withdrawn").Inc()
+			d.event(now, "bgp", routePrefix(r), "withdrew %s", r.String())
+		}
+	}
+	d.bgp.announced = now2
+}
+
+// flowRulesForBGP lists the flow rules that may go upstream.
+func (d *Daemon) flowRulesForBGP() []mitigate.Rule {
+	if d.flow.set == nil {
+		return nil
+	}
+	return d.flow.set.Rules()
+}
+
+// announcePolicy is what should be announced: bans and flow rules whose
+// rate reached announce.min_pps (a ban's peak, so a route does not flap
+// while the rate dips; a flow rule already announced stays while it
+// exists), or every ban while the local tiers are saturated; never a
+// remote rule, a SYN-cookie rule (a local mitigation with no FlowSpec
+// action), or a prefix a rail guards (checked again here, whatever let
+// the ban in: a forced operator ban of protected space stays local); the
+// heaviest announce.max_routes per kind and family.
+func announcePolicy(c *config.BGP, bans []ban.Ban, flows []mitigate.Rule, saturated bool, prev map[string]bgp.Route, guarded func(netip.Prefix) string) []bgp.Route {
+	var rtbh, fs bool
+	for _, n := range c.Neighbors {
+		rtbh = rtbh || n.Sends("rtbh")
+		fs = fs || n.Sends("flowspec")
+	}
+	var out []bgp.Route
+	for _, b := range bans {
+		if b.Detector == remoteDetector || guarded(b.Prefix) != "" {
+			continue
+		}
+		rate := max(b.Rate, b.PeakRate)
+		if rate < c.Announce.MinPPS && !(saturated && c.Announce.SaturatedOn()) {
+			continue
+		}
+		reason := fmt.Sprintf("ban by %s, peak %.0f pps", b.Detector, b.PeakRate)
+		if rtbh {
+			out = append(out, bgp.Route{Kind: bgp.RTBH, Prefix: b.Prefix, Reason: reason, Rate: rate})
+		}
+		if fs {
+			f := bgp.Flow{Src: b.Prefix, FlowRule: rule.FlowRule{Action: rule.FlowDrop}}
+			if d := c.Announce.DestinationPrefix; d.IsValid() && d.Addr().Is4() == b.Prefix.Addr().Is4() {
+				f.Dst = d
+			}
+			out = append(out, bgp.Route{Kind: bgp.FlowSpec, Flow: f, Reason: reason, Rate: rate})
+		}
+	}
+	if fs {
+		for _, r := range flows {
+			if r.Origin == mitigate.Remote || r.Action == rule.FlowSYNCookie || guarded(r.Dst) != "" {
+				continue
+			}
+			rt := bgp.Route{Kind: bgp.FlowSpec, Flow: bgp.Flow{FlowRule: r.FlowRule}, Reason: fmt.Sprintf("%s flow rule: %s", r.Origin, r.Reason), Rate: r.MatchedPPS}
+			_, was := prev[rt.String()]
+			if !was && r.MatchedPPS < c.Announce.MinPPS {
+				continue
+			}
+			out = append(out, rt)
+		}
+	}
+	// Top-N per kind and family, heaviest first; ties by key, so the set
+	// is stable from one interval to the next.
+	slices.SortFunc(out, func(a, b bgp.Route) int {
+		if c := cmp.Compare(b.Rate, a.Rate); c != 0 {
+			return c
+		}
+		return strings.Compare(a.String(), b.String())
+	})
+	n := map[string]int{}
+	kept := out[:0]
+	for _, r := range out {
+		k := fmt.Sprintf("%s/%v", r.Kind, routePrefix(r).Addr().Is4())
+		if n[k] >= c.Announce.MaxRoutes {
+			continue
+		}
+		n[k]++
+		kept = append(kept, r)
+	}
+	return kept
+}
+
+// routePrefix is the prefix an event names: the source of a ban, else the
+// destination of a flow rule.
+func routePrefix(r bgp.Route) netip.Prefix {
+	switch {
+	case r.Kind == bgp.RTBH:
+		return r.Prefix
+	case r.Flow.Src.IsValid():
+		return r.Flow.Src
+	}
+	return r.Flow.Dst
+}
+
+// applyRemote makes the remote bans and remote flow rules equal what the
+// speaker reports enforceable: new ones through the rails, gone ones
+// lifted once their peer had time to send them again.
+func (d *Daemon) applyRemote(now time.Time) {
+	sp := d.bgp.sp
+	recv := sp.Received()
+	up := map[netip.Addr]time.Time{}
+	configured := map[netip.Addr]bool{}
+	for _, n := range sp.Neighbors() {
+		configured[n.Address] = true
+		if n.State == "established" {
+			up[n.Address] = n.Since
+		}
+	}
+	wantBans := map[netip.Prefix]netip.Addr{}
+	wantRules := map[rule.FlowRule]netip.Addr{}
+	for _, r := range recv {
+		if r.Refused != "" {
+			k := r.Peer.String() + " " + r.Flow.String()
+			if !d.bgp.refused[k] {
+				if len(d.bgp.refused) > 4*d.cfg.BGP.Accept.MaxRules {
+					clear(d.bgp.refused) // bounded: a peer cycling routes cannot grow it
+				}
+				d.bgp.refused[k] = true
+				d.Metrics.bgp.refusals.WithLabelValues("validation").Inc()
+				d.event(now, "bgp", netip.Prefix{}, "not enforced: flowspec %s from %s: %s", r.Flow.String(), r.Peer, r.Refused)
+			}
+			continue
+		}
+		if r.Flow.Src.IsValid() {
+			wantBans[r.Flow.Src] = r.Peer
+		} else {
+			wantRules[r.Flow.FlowRule] = r.Peer
+		}
+	}
+	// Lifted: a remote ban or rule the peer no longer sends, once the peer
+	// has been up long enough to have sent it again (or is not configured
+	// any more, or never came back within the hold after our start).
+	gone := func(peer netip.Addr) bool {
+		if !configured[peer] {
+			return true
+		}
+		if since, ok := up[peer]; ok {
+			return now.Sub(since) >= remoteSettle
+		}
+		return now.Sub(d.bgp.started) >= max(d.cfg.BGP.Accept.Hold, remoteSettle)
+	}
+	monitor := d.cfg.Rails.MonitorOnly
+	for _, b := range d.store.All() {
+		peer, ok := remotePeer(b)
+		if !ok {
+			continue
+		}
+		if _, still := wantBans[b.Prefix]; still && !monitor {
+			delete(wantBans, b.Prefix)
+			continue
+		}
+		if monitor || gone(peer) {
+			d.store.Remove(b.Prefix)
+			d.unblock(now, b.Prefix)
+			d.dirty = true
+			d.Metrics.bgp.changes.WithLabelValues("lifted").Inc()
+			d.event(now, "bgp", b.Prefix, "lifted remote ban from %s: the route was withdrawn", peer)
+		}
+	}
+	if !monitor {
+		for _, p := range slices.SortedFunc(maps.Keys(wantBans), lessPrefixCmp) {
+			d.applyRemoteBan(now, p, wantBans[p])
+		}
+	}
+	d.applyRemoteRules(now, wantRules, gone, monitor)
+}
+
+func lessPrefixCmp(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Bits(), b.Bits())
+}
+
+// remotePeer is the peer of a remote ban.
+func remotePeer(b ban.Ban) (netip.Addr, bool) {
+	if b.Detector != remoteDetector {
+		return netip.Addr{}, false
+	}
+	s, ok := strings.CutPrefix(b.Reason, remoteReason)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	return a, err == nil
+}
+
+// applyRemoteBan bans p for peer through the rails: a peer cannot make us
+// drop our own, allowlisted or protected space, and a local ban of p stays
+// the local one.
+func (d *Daemon) applyRemoteBan(now time.Time, p netip.Prefix, peer netip.Addr) {
+	if _, ok := d.store.Get(p); ok {
+		return
+	}
+	if why := d.store.Guarded(p); why != "" {
+		d.Metrics.bgp.refusals.WithLabelValues("rail").Inc()
+		d.event(now, "refused", p, "remote ban from %s: %s", peer, why)
+		return
+	}
+	if d.cfg.Rails.MaxTotal > 0 && d.store.Len() >= d.cfg.Rails.MaxTotal {
+		d.Metrics.bgp.refusals.WithLabelValues("full").Inc()
+		d.event(now, "refused", p, "remote ban from %s: %d bans, the rails' max_total", peer, d.store.Len())
+		return
+	}
+	if err := d.admit(p); err != nil {
+		d.event(now, "error", p, "remote ban from %s: %v", peer, err)
+		return
+	}
+	d.store.Put(ban.Ban{Prefix: p, Detector: remoteDetector, Reason: remoteReason + peer.String(), FirstSeen: now, LastSeen: now,
+		Tier: "xdp", Manual: true})
+	if len(d.blockEach(now, []netip.Prefix{p})) == 0 {
+		return
+	}
+	d.dirty = true
+	d.Metrics.bgp.changes.WithLabelValues("applied").Inc()
+	d.event(now, "bgp", p, "applied remote ban from %s", peer)
+}
+
+// applyRemoteRules puts the peers' flow rules in the set (origin "bgp")
+// and takes out those gone; the set goes to the data plane as one.
+func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Addr, gone func(netip.Addr) bool, monitor bool) {
+	f := &d.flow
+	if f.set == nil {
+		return
+	}
+	for _, r := range f.set.Rules() {
+		if r.Origin != mitigate.Remote {
+			continue
+		}
+		if _, still := want[r.FlowRule]; still && !monitor {
+			delete(want, r.FlowRule)
+			continue
+		}
+		peer, _ := netip.ParseAddr(strings.TrimPrefix(r.Reason, remoteReason))
+		if monitor || gone(peer) {
+			_, _ = f.set.Remove(r.FlowRule) // it is there: Rules just listed it
+			f.dirty = true
+			d.Metrics.bgp.changes.WithLabelValues("lifted").Inc()
+			d.event(now, "bgp", r.Dst, "lifted remote flow rule %s from %s: the route was withdrawn", r.FlowRule, r.Reason)
+		}
+	}
+	if monitor || f.fp == nil {
+		d.pushFlowRules(now)
+		return
+	}
+	for fr, peer := range want {
+		if guarded := d.store.Guarded(fr.Dst); guarded != "" && fr.Action != rule.FlowRateLimit {
+			// A peer's drop rule for our protected space would cut us off;
+			// a rate limit is what FlowSpec is for and stays allowed.
+			d.Metrics.bgp.refusals.WithLabelValues("rail").Inc()
+			d.event(now, "refused", fr.Dst, "remote flow rule %s from %s: %s", fr, peer, guarded)
+			continue
+		}
+		added, err := f.set.Add(mitigate.Rule{FlowRule: fr, Origin: mitigate.Remote, Reason: remoteReason + peer.String(), Added: now})
+		if err != nil {
+			d.Metrics.bgp.refusals.WithLabelValues("full").Inc()
+			d.event(now, "refused", fr.Dst, "remote flow rule %s from %s: %v", fr, peer, err)
+			continue
+		}
+		if added {
+			f.dirty = true
+			d.Metrics.bgp.changes.WithLabelValues("applied").Inc()
+			d.event(now, "bgp", fr.Dst, "applied remote flow rule %s from %s", fr, peer)
+		}
+	}
+	d.pushFlowRules(now)
+}
+
+// BGPStatus is what `tierwall bgp` shows.
+type BGPStatus struct {
+	Enabled   bool           `json:"enabled"`
+	ASN       uint32         `json:"asn,omitempty"`
+	RouterID  string         `json:"router_id,omitempty"`
+	Neighbors []bgp.Neighbor `json:"neighbors"`
+	Announced []bgp.Route    `json:"announced"`
+	Received  []bgp.Remote   `json:"received"`
+}
+
+// BGP reports the speaker's state (read from the speaker, which is safe
+// for concurrent use).
+func (d *Daemon) BGP() BGPStatus {
+	sp := d.speaker()
+	if sp == nil {
+		return BGPStatus{Neighbors: []bgp.Neighbor{}, Announced: []bgp.Route{}, Received: []bgp.Remote{}}
+	}
+	d.mu.Lock()
+	st := BGPStatus{Enabled: true, ASN: d.bgp.asn, RouterID: d.bgp.routerID}
+	d.mu.Unlock()
+	st.Neighbors, st.Announced, st.Received = sp.Neighbors(), sp.Announced(), sp.Received()
+	if st.Announced == nil {
+		st.Announced = []bgp.Route{}
+	}
+	if st.Neighbors == nil {
+		st.Neighbors = []bgp.Neighbor{}
+	}
+	if st.Received == nil {
+		st.Received = []bgp.Remote{}
+	}
+	return st
+}
