@@ -17,6 +17,7 @@ import (
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/probed"
+	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/sdnotify"
 )
 
@@ -42,6 +43,12 @@ BPF, and touches nothing.`,
 			cfg, err := config.Load(path)
 			if err != nil {
 				return err
+			}
+			if g.netns != "" && cfg.BGP.Enabled() {
+				// -n moves one thread; GoBGP dials its peers from threads of
+				// its own, which would stay in the namespace we came from.
+				return fmt.Errorf("%w: bgp needs the whole process in the network namespace: run `ip netns exec %s tierwall run ...` (or systemd's NetworkNamespacePath=) instead of -n %s",
+					rule.ErrInvalid, g.netns, g.netns)
 			}
 			log := newLogger(cfg.Log)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

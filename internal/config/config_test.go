@@ -47,6 +47,19 @@ func TestErrorsNameFieldAndValue(t *testing.T) {
 		{"interface: eth0\ndetectors:\n  heavy: {prefix6: 16}\n", "detectors.heavy.prefix6: 16"},
 		{"interface: eth0\ndetectors:\n  heavy: {learned_factor: 0.5}\n", "detectors.heavy.learned_factor: 0.5"},
 		{"interface: eth0\ninterval: 10s\ndetectors:\n  heavy: {ttl: 15s}\n", "detectors.heavy.ttl: 15s is under two intervals"},
+		{"interface: eth0\nbgp:\n  neighbors: [{address: 10.0.0.1, asn: 65000}]\n", "bgp.asn: 0 is required with neighbors"},
+		{"interface: eth0\nbgp: {asn: 65001, router_id: 2001:db8::1}\n", "bgp.router_id: 2001:db8::1"},
+		{"interface: eth0\nbgp: {asn: 23456, router_id: 10.0.0.2}\n", "AS_TRANS"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  neighbors: [{address: 10.0.0.1}]\n", "bgp.neighbors[0].asn: 0"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  neighbors: [{address: 10.0.0.300, asn: 65000}]\n", "bgp.neighbors[0].address: 10.0.0.300"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  neighbors: [{address: 10.0.0.1, asn: 65000}, {address: 10.0.0.1, asn: 65000}]\n", "configured twice"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  neighbors: [{address: 10.0.0.1, asn: 65000, send: [blackhole]}]\n", "bgp.neighbors[0].send[0]: blackhole"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  neighbors: [{address: 10.0.0.1, asn: 65000, send: [rtbh]}]\n", "bgp.announce.next_hop4"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  neighbors: [{address: 10.0.0.1, asn: 65000, send: [rtbh]}]\n  announce: {next_hop4: 127.0.0.1}\n", "loopback"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  neighbors: [{address: 10.0.0.1, asn: 65000, receive: true}]\n", "bgp.accept.own_prefixes"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  neighbors: [{address: 10.0.0.1, asn: 65000, hold_time: 1s}]\n", "bgp.neighbors[0].hold_time: 1s"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  announce: {communities: [\"65000:666:1\"]}\n", "bgp.announce.communities[0]"},
+		{"interface: eth0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  announce: {destination: 192.0.2.1/24}\n", "bgp.announce.destination: 192.0.2.1/24"},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

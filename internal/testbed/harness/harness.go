@@ -56,6 +56,10 @@ func (s *syncBuffer) String() string {
 type Options struct {
 	Tierwall string    // the product binary
 	Netns    string    // namespace to run in ("" here)
+	// Exec runs the whole process in Netns (ip netns exec) rather than
+	// with -n, which moves only the loop's thread: what starts threads
+	// of its own that open sockets (the BGP speaker) needs it.
+	Exec bool
 	Config   string    // path of the YAML configuration
 	Socket   string    // its api.socket, to wait on and talk to
 	Log      io.Writer // also receives the daemon's output (optional)
@@ -68,11 +72,18 @@ type Options struct {
 // (or the process exits, or Timeout passes: default 15 s).
 func StartDaemon(o Options) (*Daemon, error) {
 	args := []string{"run", "--config", o.Config}
-	if o.Netns != "" {
+	name := o.Tierwall
+	switch {
+	case o.Netns != "" && o.Exec:
+		args = append([]string{"netns", "exec", o.Netns, o.Tierwall}, args...)
+		name = "ip"
+	case o.Netns != "":
 		args = append([]string{"-n", o.Netns}, args...)
 	}
-	name := o.Tierwall
 	if o.CPUs != "" {
+		if name == "ip" {
+			return nil, fmt.Errorf("harness: CPUs and Exec together are not supported")
+		}
 		// taskset sets the affinity before exec, so every thread the
 		// daemon ever starts inherits it.
 		args = append([]string{"-c", o.CPUs, o.Tierwall}, args...)
