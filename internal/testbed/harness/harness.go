@@ -54,18 +54,18 @@ func (s *syncBuffer) String() string {
 
 // Options of StartDaemon.
 type Options struct {
-	Tierwall string    // the product binary
-	Netns    string    // namespace to run in ("" here)
+	Tierwall string // the product binary
+	Netns    string // namespace to run in ("" here)
 	// Exec runs the whole process in Netns (ip netns exec) rather than
 	// with -n, which moves only the loop's thread: what starts threads
 	// of its own that open sockets (the BGP speaker) needs it.
-	Exec bool
-	Config   string    // path of the YAML configuration
-	Socket   string    // its api.socket, to wait on and talk to
-	Log      io.Writer // also receives the daemon's output (optional)
-	Timeout  time.Duration
-	CPUs     string   // run on these CPUs only (taskset's list, e.g. "1"); "" anywhere
-	Env      []string // added to the daemon's environment
+	Exec    bool
+	Config  string    // path of the YAML configuration
+	Socket  string    // its api.socket, to wait on and talk to
+	Log     io.Writer // also receives the daemon's output (optional)
+	Timeout time.Duration
+	CPUs    string   // run on these CPUs only (taskset's list, e.g. "1"); "" anywhere
+	Env     []string // added to the daemon's environment
 }
 
 // StartDaemon starts the daemon and waits until its API answers /v1/status
