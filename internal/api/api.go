@@ -455,6 +455,7 @@ func (s *Server) routes() *mux {
 		}
 		return rs, err
 	})
+	read(m, "GET /v1/provisional", s.D.Heavy)
 	read(m, "GET /v1/bgp", func(c context.Context) (daemon.BGPStatus, error) { return s.D.BGP(), nil })
 	read(m, "GET /v1/victims", func(c context.Context) (any, error) {
 		v, err := s.D.VictimStatus(c)

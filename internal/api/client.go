@@ -169,6 +169,12 @@ func (c *Client) DeleteFlowRule(ctx context.Context, r rule.FlowRule) error {
 	return c.Do(ctx, "DELETE", "/v1/flowrules", FlowRuleRequest{Rule: r.String()}, nil)
 }
 
+// Heavy is the XDP heavy-hitter detector: its counters and the
+// provisional drops in force.
+func (c *Client) Heavy(ctx context.Context) (st daemon.HeavyStatus, err error) {
+	return st, c.Do(ctx, "GET", "/v1/provisional", nil, &st)
+}
+
 // BGP is the speaker's state: neighbours, what we announce, what peers
 // sent.
 func (c *Client) BGP(ctx context.Context) (st daemon.BGPStatus, err error) {

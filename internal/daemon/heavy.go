@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -257,4 +258,38 @@ func (d *Daemon) settleHeavy(now time.Time) {
 			d.Metrics.heavy.stats.WithLabelValues(k).Set(float64(v))
 		}
 	}
+}
+
+// HeavyStatus is the heavy-hitter detector as `tierwall provisional`
+// shows it: its configuration, its counters, and the provisional drops in
+// the data plane now.
+type HeavyStatus struct {
+	Enabled bool                   `json:"enabled"`
+	Monitor bool                   `json:"monitor"`
+	Stats   datapath.HeavyStats    `json:"stats"`
+	Entries []datapath.Provisional `json:"entries"`
+}
+
+// Heavy reads the detector's state from the data plane (on the loop, so
+// it never sees an entry the interval is halfway through settling).
+func (d *Daemon) Heavy(ctx context.Context) (st HeavyStatus, err error) {
+	st.Entries = []datapath.Provisional{}
+	derr := d.Do(ctx, func() {
+		hp := d.heavy.hp
+		if hp == nil || !d.cfg.Detectors.Heavy.Enabled {
+			return
+		}
+		st.Enabled, st.Monitor = true, d.cfg.Rails.MonitorOnly
+		if st.Stats, err = hp.HeavyHitterStats(); err != nil {
+			return
+		}
+		var ps []datapath.Provisional
+		if ps, err = hp.Provisionals(); err == nil && ps != nil {
+			st.Entries = ps
+		}
+	})
+	if derr != nil {
+		return st, derr
+	}
+	return st, err
 }

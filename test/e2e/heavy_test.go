@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -91,6 +92,29 @@ api:
 		t.Fatalf("the attacker's flood of %d: %d dropped provisionally, want most of it (verdicts moved %v)", flood, dropped, delta(v2, v3))
 	}
 	t.Logf("%d of %d flood packets dropped provisionally before the daemon looked", dropped, flood)
+	// The operator's view of the detector: its counters and entries.
+	code, body := call(t, c, "GET", "/v1/provisional", "")
+	var hs struct {
+		Enabled bool `json:"enabled"`
+		Stats   struct {
+			Caught uint64 `json:"caught"`
+		} `json:"stats"`
+		Entries []struct {
+			Prefix  string `json:"prefix"`
+			Packets uint64 `json:"packets"`
+		} `json:"entries"`
+	}
+	if err := json.Unmarshal(body, &hs); code != 200 || err != nil || !hs.Enabled || hs.Stats.Caught < 2 {
+		t.Errorf("GET /v1/provisional: %d %v %s", code, err, body)
+	}
+	for _, e := range hs.Entries {
+		if e.Prefix == attacker.String()+"/32" && e.Packets == 0 {
+			t.Errorf("the attacker's provisional entry counted nothing: %s", body)
+		}
+	}
+	if out, err := exec.Command(bin, "--socket", sock, "provisional").CombinedOutput(); err != nil || !strings.Contains(string(out), "caught ") {
+		t.Errorf("tierwall provisional: %v\n%s", err, out)
+	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -114,7 +138,7 @@ api:
 			t.Errorf("%s banned: %+v", p, x)
 		}
 	}
-	code, body := call(t, c, "GET", "/v1/events?kind=provisional", "")
+	code, body = call(t, c, "GET", "/v1/events?kind=provisional", "")
 	if code != 200 || !strings.Contains(string(body), "caught in XDP") || !strings.Contains(string(body), "confirmed") ||
 		!strings.Contains(string(body), "a burst, not a flood") {
 		t.Errorf("provisional events: %d %s", code, body)
