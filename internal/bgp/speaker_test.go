@@ -56,13 +56,18 @@ func newRouter(t *testing.T, addr, id string) *router {
 	t.Cleanup(srv.Stop)
 	var afs []*api.AfiSafi
 	for _, f := range []bgp.Family{bgp.RF_IPv4_UC, bgp.RF_IPv6_UC, bgp.RF_FS_IPv4_UC, bgp.RF_FS_IPv6_UC} {
-		afs = append(afs, &api.AfiSafi{Config: &api.AfiSafiConfig{Family: apiutil.ToApiFamily(f.Afi(), f.Safi()), Enabled: true}})
+		afs = append(afs, &api.AfiSafi{
+			Config:            &api.AfiSafiConfig{Family: apiutil.ToApiFamily(f.Afi(), f.Safi()), Enabled: true},
+			MpGracefulRestart: &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}},
+		})
 	}
-	// The speaker dials from 127.0.0.1.
+	// The speaker dials from 127.0.0.1. Graceful restart as a real
+	// upstream has it; GoBGP sends End-of-RIB only with it.
 	if err := srv.AddPeer(t.Context(), &api.AddPeerRequest{Peer: &api.Peer{
-		Conf:      &api.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: speakerAS},
-		Transport: &api.Transport{PassiveMode: true},
-		AfiSafis:  afs,
+		Conf:            &api.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: speakerAS},
+		Transport:       &api.Transport{PassiveMode: true},
+		GracefulRestart: &api.GracefulRestart{Enabled: true, RestartTime: 30},
+		AfiSafis:        afs,
 	}}); err != nil {
 		t.Fatal(err)
 	}
