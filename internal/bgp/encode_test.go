@@ -53,7 +53,7 @@ func wireRoundTrip(t *testing.T, w wire) (bgp.NLRI, []bgp.PathAttributeInterface
 
 func TestFlowRoundTrip(t *testing.T) {
 	enc := encoder{asn: 65000, communities: []uint32{65001<<16 | 666}}
-	src := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+	src := netip.MustParsePrefix
 	for _, tc := range []struct {
 		rule string
 		src  netip.Prefix

@@ -126,7 +126,7 @@ func TestBGPAnnouncesHeavyBansOnlyAndWithdrawsOnUnban(t *testing.T) {
 func TestBGPAnnouncePolicy(t *testing.T) {
 	cfg := bgpConfig(t).BGP
 	cfg.Announce.MaxRoutes = 2
-	p := func(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+	p := netip.MustParsePrefix
 	bans := []ban.Ban{
 		{Prefix: p("203.0.113.1/32"), Detector: "rate", PeakRate: 9000},
 		{Prefix: p("203.0.113.2/32"), Detector: "rate", PeakRate: 8000},
