@@ -10,6 +10,7 @@
 package bgp
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -36,6 +37,19 @@ func (k Kind) String() string {
 
 // MarshalText makes kinds readable in JSON.
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads what MarshalText wrote (the API's clients).
+func (k *Kind) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "rtbh":
+		*k = RTBH
+	case "flowspec":
+		*k = FlowSpec
+	default:
+		return fmt.Errorf("%w: route kind %q: want rtbh or flowspec", rule.ErrInvalid, b)
+	}
+	return nil
+}
 
 // Flow is a FlowSpec rule: a flow rule and, for source bans, the source
 // prefix (FlowSpec type 2). A source ban's Dst is the configured

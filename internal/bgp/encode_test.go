@@ -1,8 +1,10 @@
 package bgp
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -210,5 +212,30 @@ func TestDecodeUnsupported(t *testing.T) {
 		comp(bgp.FLOW_SPEC_TYPE_DST_PORT, []*bgp.FlowSpecComponentItem{item(bgp.DEC_NUM_OP_GT, 1023)}))
 	if err != nil || f.DstPorts != (rule.PortRange{Lo: 1024, Hi: 65535}) {
 		t.Errorf("dport >1023: %+v, %v", f.DstPorts, err)
+	}
+}
+
+// Routes go through the API as JSON and come back the same.
+func TestRouteJSONRoundTrip(t *testing.T) {
+	in := []Route{
+		{Kind: RTBH, Prefix: netip.MustParsePrefix("203.0.113.7/32"), Reason: "ban", Rate: 5},
+		{Kind: FlowSpec, Flow: Flow{Src: netip.MustParsePrefix("203.0.113.7/32"), FlowRule: rule.FlowRule{Dst: netip.MustParsePrefix("192.0.2.0/24"), Action: rule.FlowDrop}}},
+		{Kind: FlowSpec, Flow: Flow{FlowRule: rule.FlowRule{Dst: netip.MustParsePrefix("2001:db8::/64"), Proto: 17,
+			DstPorts: rule.PortRange{Lo: 53, Hi: 53}, Action: rule.FlowRateLimit, RatePPS: 1000}}},
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Route
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip:\n%+v\n%+v\n%s", in, out, b)
+	}
+	var k Kind
+	if err := k.UnmarshalText([]byte("blackhole")); err == nil {
+		t.Fatal("an unknown kind was accepted")
 	}
 }

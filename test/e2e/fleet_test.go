@@ -216,6 +216,23 @@ func flood(t *testing.T, i int, src netip.Addr, pps int, dur time.Duration) {
 	})
 }
 
+// eventTime is the time of the daemon's first event of kind about p whose
+// detail contains what.
+func eventTime(t *testing.T, d *harness.Daemon, kind string, p netip.Prefix, what string) time.Time {
+	t.Helper()
+	evs, err := d.Client.Events(t.Context(), kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Prefix == p && strings.Contains(e.Detail, what) {
+			return e.Time
+		}
+	}
+	t.Fatalf("no %s event about %s with %q in %+v", kind, p, what, evs)
+	return time.Time{}
+}
+
 // fleetVerdicts reads host i's verdict counters from its pinned maps.
 func fleetVerdicts(t *testing.T, i int) map[string]uint64 {
 	t.Helper()
@@ -263,21 +280,21 @@ func TestBGPFleetBanReachesEveryHost(t *testing.T) {
 		defer close(done)
 		flood(t, 1, attacker, 10000, 3*time.Second)
 	}()
-	var banned time.Time
 	waitFor(t, "host 1's ban", 5*time.Second, func() bool {
 		bs, err := hosts[1].d.Client.Rules(t.Context())
 		for _, b := range bs {
-			if b.Prefix == ap {
-				banned = time.Now()
-				return err == nil
+			if err == nil && b.Prefix == ap {
+				return true
 			}
 		}
 		return false
 	})
-	<-done
+	// From host 1's decision to the other hosts' XDP, timed by the daemons'
+	// own events (one clock: the namespaces share the host's).
+	banAt := eventTime(t, hosts[1].d, "ban", ap, "")
 	for i := 2; i <= fleetSize; i++ {
 		c := hosts[i].d.Client
-		waitFor(t, fmt.Sprintf("the remote ban on host %d", i), 2*time.Second-time.Since(banned), func() bool {
+		waitFor(t, fmt.Sprintf("the remote ban on host %d", i), 2*time.Second, func() bool {
 			bs, err := c.Rules(t.Context())
 			for _, b := range bs {
 				if err == nil && b.Prefix == ap && b.Detector == "bgp" {
@@ -286,8 +303,13 @@ func TestBGPFleetBanReachesEveryHost(t *testing.T) {
 			}
 			return false
 		})
-		t.Logf("host %d: remote ban %v after host 1's", i, time.Since(banned).Round(time.Millisecond))
+		lag := eventTime(t, hosts[i].d, "bgp", ap, "applied remote ban").Sub(banAt)
+		if lag > 2*time.Second {
+			t.Errorf("host %d applied the fleet's ban %v after host 1 decided it, want ≤ 2 s", i, lag)
+		}
+		t.Logf("host %d: remote ban in XDP %v after host 1's ban", i, lag.Round(time.Millisecond))
 	}
+	<-done
 	// The attacker's packets are dropped in XDP on the other hosts.
 	for i := 2; i <= fleetSize; i++ {
 		flood(t, i, attacker, 500, 200*time.Millisecond)
@@ -311,7 +333,15 @@ func TestBGPFleetBanReachesEveryHost(t *testing.T) {
 	hosts[1].d = startFleetDaemon(t, 1, hosts[1].cfgPath, hosts[1].sock)
 	waitFor(t, "host 1 re-established", 20*time.Second, func() bool {
 		st, err := hosts[1].d.Client.BGP(t.Context())
-		return err == nil && len(st.Neighbors) == 1 && st.Neighbors[0].State == "established" && len(st.Announced) == 1
+		if err != nil {
+			t.Logf("host 1: %v", err)
+			return false
+		}
+		if len(st.Neighbors) == 1 && st.Neighbors[0].State == "established" && len(st.Announced) == 1 {
+			return true
+		}
+		t.Logf("host 1: neighbours %+v, announced %v", st.Neighbors, st.Announced)
+		return false
 	})
 	time.Sleep(time.Second) // End-of-RIB and the reflector's stale sweep
 	for nlri, paths := range reflectorFlowSpec(t) {
