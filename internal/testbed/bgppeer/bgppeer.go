@@ -349,7 +349,8 @@ func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		if ok && err == nil {
 			return nil
 		}
-		if err != nil {
+		// A query cut by the deadline says nothing: keep the one before.
+		if err != nil && ctx.Err() == nil {
 			last = err
 		}
 		select {

@@ -253,7 +253,8 @@ func TestBGPPeerCanonical(t *testing.T) {
 		}
 	}
 	frr := `[{"to":"10.1.0.0/24","from":"192.0.2.0/24","proto":"= 6 ","dstp":">= 80 , <= 81 ","tcp":"∋ 2","pktlen":"= 60 ","pktfrag":"= 2"},{"ecomlist":"FS:rate 1000.000000"},{"time":"00:00:33"}]
-[{"to":"2001:db8::/64/off 0","proto":"= 17 "},{"ecomlist":"FS:rate 0.000000"},{"time":"00:00:33"}]`
+[{"to":"2001:db8::/64/off 0","proto":"= 17 "},{"ecomlist":"FS:rate 0.000000"},{"time":"00:00:33"}]
+[{"to":"10.0.2.0/24","tcp":"= 2,&∋ ! 16","pktfrag":"= 2,&= ! 4"},{"ecomlist":"FS:rate 0.000000"}]`
 	rs, err := decodeFRRFlowSpec(IPv4FlowSpec, frr)
 	if err != nil {
 		t.Fatal(err)
@@ -263,6 +264,7 @@ func TestBGPPeerCanonical(t *testing.T) {
 		got = append(got, r.String())
 	}
 	want := []string{
+		"ipv4-flowspec dst 10.0.2.0/24 tcp-flags =0x2&!0x10 frag =0x2&!=0x4 ext traffic-rate:0",
 		"ipv4-flowspec dst 10.1.0.0/24 src 192.0.2.0/24 proto =6 dport >=80&<=81 tcp-flags 0x2 len =60 frag =0x2 ext traffic-rate:1000",
 		"ipv4-flowspec dst 2001:db8::/64 proto =17 ext traffic-rate:0",
 	}

@@ -301,10 +301,15 @@ func decodeFRRFlowSpec(fam Family, out string) ([]Route, error) {
 	return sortRoutes(rs), nil
 }
 
-// frrTerms reads FRR's "= 6 ", ">= 80 , <= 81 ", "∋ 2". FRR 8.4 prints
-// both AND and OR as ", " (it keeps only the AND bit's effect in its
-// own matching); a "," is read as AND, what a range is.
+// frrTerms reads FRR's "= 6 ", ">= 80 , <= 81 ", "=  2 &∋ ! 16". FRR
+// 8.4 prints numeric terms joined by " , " whatever their AND bit (a
+// range is what the speaker sends, so "," is read as AND), and bitmask
+// terms as ",&" (AND) or "," (OR) then {=|∋}[ ! ]value: = all of, ∋ any
+// of, ! negating.
 func frrTerms(typ int, s string) (string, error) {
+	if isBitmask(typ) {
+		return frrBitmask(s)
+	}
 	var out []string
 	for _, t := range strings.Split(s, ",") {
 		t = strings.TrimSpace(t)
@@ -312,25 +317,41 @@ func frrTerms(typ int, s string) (string, error) {
 			continue
 		}
 		var op, v string
-		for _, o := range []string{"!=", ">=", "<=", "∋", "∌", "=", ">", "<", "!"} {
+		for _, o := range []string{"!=", ">=", "<=", "=", ">", "<"} {
 			if r, ok := strings.CutPrefix(t, o); ok {
 				op, v = o, strings.TrimSpace(r)
 				break
 			}
 		}
-		n, err := strconv.ParseUint(v, 10, 32)
-		if op == "" || err != nil {
-			return "", fmt.Errorf("FlowSpec term %q", t)
+		if _, err := strconv.ParseUint(v, 10, 32); op == "" || err != nil {
+			return "", fmt.Errorf("FlowSpec term %q of %q", t, s)
 		}
-		if isBitmask(typ) {
-			pre, ok := map[string]string{"∋": "", "=": "=", "∌": "!", "!=": "!=", "!": "!="}[op]
-			if !ok {
-				return "", fmt.Errorf("bitmask term %q", t)
-			}
-			out = append(out, fmt.Sprintf("%s0x%x", pre, n))
-		} else {
-			out = append(out, op+v)
-		}
+		out = append(out, op+v)
 	}
 	return strings.Join(out, "&"), nil
+}
+
+var frrBitmaskTerm = regexp.MustCompile(`^\s*,?\s*([&|]?)\s*(=|∋)\s*(!?)\s*(\d+)\s*`)
+
+func frrBitmask(s string) (string, error) {
+	var b strings.Builder
+	rest := s
+	for first := true; strings.TrimSpace(rest) != ""; first = false {
+		m := frrBitmaskTerm.FindStringSubmatch(rest)
+		if m == nil {
+			return "", fmt.Errorf("bitmask terms %q at %q", s, rest)
+		}
+		rest = rest[len(m[0]):]
+		switch {
+		case first:
+		case m[1] == "&":
+			b.WriteByte('&')
+		default:
+			b.WriteByte(',')
+		}
+		n, _ := strconv.ParseUint(m[4], 10, 16)
+		pre := map[[2]string]string{{"∋", ""}: "", {"=", ""}: "=", {"∋", "!"}: "!", {"=", "!"}: "!="}[[2]string{m[2], m[3]}]
+		fmt.Fprintf(&b, "%s0x%x", pre, n)
+	}
+	return b.String(), nil
 }
