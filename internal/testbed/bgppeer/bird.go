@@ -16,6 +16,14 @@ import (
 )
 
 // Bird is a running BIRD 2, read back with birdc on its control socket.
+//
+// What BIRD 2.0.12 needs and does: FlowSpec tables must be declared (there
+// are no default ones); it has no FlowSpec action keywords, so traffic-rate
+// is written as a generic extended community (0x8006xxxx, the rate's
+// float32 bits); on a directly connected eBGP session it refuses a
+// NEXT_HOP that is not on the link ("not directly reachable") and drops
+// the route, so an RTBH discard next hop only stays with gateway
+// recursive (as configured here: the route is kept, unreachable).
 type Bird struct {
 	*proc
 	o    Options

@@ -16,9 +16,21 @@ import (
 )
 
 // FRR is a running FRR bgpd (8.4), alone: no zebra (-Z), so it installs
-// nothing in the namespace's kernel tables and needs no other daemon;
-// read back with vtysh on its own vty socket directory, so instances
-// never clash with each other or a system FRR.
+// nothing in the namespace's kernel tables and needs no other daemon
+// (it logs that it cannot reach zebra and the table manager, and still
+// marks directly received next hops valid); read back with vtysh on its
+// own vty socket directory, so instances never clash with each other or
+// a system FRR.
+//
+// What FRR 8.4 does with FlowSpec, seen through gobgpd:
+//   - it refuses a numeric "!=" term (lt|gt) as "Bad flowspec format or
+//     NLRI options not supported" and resets the session, dropping every
+//     route of it; every other operator and component it takes;
+//   - it prints AND and OR numeric terms alike (" , "), so Routes reads
+//     them as AND (a range); bitmask terms keep it (",&" is AND);
+//   - its FlowSpec JSON shows no communities, and traffic-rate without
+//     its AS ("FS:rate 0.000000");
+//   - it only receives FlowSpec: it cannot originate it.
 type FRR struct {
 	*proc
 	o      Options

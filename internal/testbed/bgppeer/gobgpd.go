@@ -56,7 +56,7 @@ func StartGobgpd(ctx context.Context, o Options) (*Gobgpd, error) {
 		f := strings.Fields(s)
 		if len(f) < 2 {
 			g.Close()
-			return nil, fmt.Errorf("gobgpd: static FlowSpec %q is not FAMILY match ... then ...", s)
+			return nil, fmt.Errorf("gobgpd: static FlowSpec %q is not of the form FAMILY match MATCH then ACTION", s)
 		}
 		if _, err := g.cli(ctx, append([]string{"global", "rib", "-a", f[0], "add"}, f[1:]...)...); err != nil {
 			g.Close()

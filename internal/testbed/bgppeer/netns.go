@@ -3,6 +3,7 @@ package bgppeer
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -83,7 +84,7 @@ func (p *Pair) Close() error {
 }
 
 func removeNetns(ns string) error {
-	if _, err := os.Stat("/run/netns/" + ns); err != nil {
+	if _, err := os.Stat("/run/netns/" + ns); errors.Is(err, fs.ErrNotExist) {
 		return nil // never made (a failed NewPair) or already gone
 	}
 	if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
