@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -31,6 +32,7 @@ type router struct {
 	srv  *server.BgpServer
 	addr string
 	port int
+	asn  uint32
 }
 
 func freePort(t *testing.T, addr string) int {
@@ -45,32 +47,42 @@ func freePort(t *testing.T, addr string) int {
 
 func newRouter(t *testing.T, addr, id string) *router {
 	t.Helper()
+	return newRouterAS(t, addr, id, routerAS)
+}
+
+func newRouterAS(t *testing.T, addr, id string, asn uint32) *router {
+	t.Helper()
 	port := freePort(t, addr)
 	srv := server.NewBgpServer()
 	go srv.Serve()
 	if err := srv.StartBgp(t.Context(), &api.StartBgpRequest{Global: &api.Global{
-		Asn: routerAS, RouterId: id, ListenPort: int32(port), ListenAddresses: []string{addr},
+		Asn: asn, RouterId: id, ListenPort: int32(port), ListenAddresses: []string{addr},
 	}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
 	var afs []*api.AfiSafi
 	for _, f := range []bgp.Family{bgp.RF_IPv4_UC, bgp.RF_IPv6_UC, bgp.RF_FS_IPv4_UC, bgp.RF_FS_IPv6_UC} {
-		afs = append(afs, &api.AfiSafi{Config: &api.AfiSafiConfig{Family: apiutil.ToApiFamily(f.Afi(), f.Safi()), Enabled: true}})
+		afs = append(afs, &api.AfiSafi{
+			Config:            &api.AfiSafiConfig{Family: apiutil.ToApiFamily(f.Afi(), f.Safi()), Enabled: true},
+			MpGracefulRestart: &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}},
+		})
 	}
-	// The speaker dials from 127.0.0.1.
+	// The speaker dials from 127.0.0.1. Graceful restart as a real
+	// upstream has it; GoBGP sends End-of-RIB only with it.
 	if err := srv.AddPeer(t.Context(), &api.AddPeerRequest{Peer: &api.Peer{
-		Conf:      &api.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: speakerAS},
-		Transport: &api.Transport{PassiveMode: true},
-		AfiSafis:  afs,
+		Conf:            &api.PeerConf{NeighborAddress: "127.0.0.1", PeerAsn: speakerAS},
+		Transport:       &api.Transport{PassiveMode: true},
+		GracefulRestart: &api.GracefulRestart{Enabled: true, RestartTime: 30},
+		AfiSafis:        afs,
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	return &router{srv: srv, addr: addr, port: port}
+	return &router{srv: srv, addr: addr, port: port, asn: asn}
 }
 
 func (r *router) neighbor(send []string, receive bool) config.BGPNeighbor {
-	return config.BGPNeighbor{Address: r.addr, ASN: routerAS, Port: uint16(r.port), LocalAddress: "127.0.0.1", Send: send, Receive: receive, HoldTime: 9 * time.Second}
+	return config.BGPNeighbor{Address: r.addr, ASN: r.asn, Port: uint16(r.port), LocalAddress: "127.0.0.1", Send: send, Receive: receive, HoldTime: 9 * time.Second}
 }
 
 // rib is the router's Loc-RIB of one family, by NLRI string.
@@ -367,7 +379,9 @@ func TestAnnounceRefusedFamily(t *testing.T) {
 // another sent us.
 func TestPerNeighbourSendAndNoTransit(t *testing.T) {
 	a := newRouter(t, "127.0.0.2", "10.0.0.2") // sent flowspec, sends us FlowSpec
-	b := newRouter(t, "127.0.0.3", "10.0.0.3") // sent rtbh; receives: FlowSpec negotiated but not ours
+	// Another AS than A's: GoBGP's AS-path loop check must not be what
+	// keeps B's routes from A.
+	b := newRouterAS(t, "127.0.0.3", "10.0.0.3", 65002) // sent rtbh; receives: FlowSpec negotiated but not ours
 	s := startSpeaker(t, baseConfig(a.neighbor([]string{"flowspec"}, true), b.neighbor([]string{"rtbh"}, true)))
 	established(t, s)
 
@@ -614,15 +628,14 @@ func TestStopIdempotent(t *testing.T) {
 }
 
 func TestNewRefuses(t *testing.T) {
-	if _, err := New(config.BGP{}, nil); err == nil {
-		t.Error("New accepted asn 0")
+	if _, err := New(config.BGP{}, nil); !errors.Is(err, rule.ErrInvalid) {
+		t.Errorf("asn 0: %v, want rule.ErrInvalid", err)
 	}
 	c := validated(t, baseConfig())
 	c.Announce.Communities = []string{"x"}
-	if _, err := New(c, nil); err == nil || !strings.Contains(err.Error(), "communities") {
-		t.Errorf("bad community: %v", err)
+	if _, err := New(c, nil); !errors.Is(err, rule.ErrInvalid) || !strings.Contains(err.Error(), "communities") {
+		t.Errorf("bad community: %v, want rule.ErrInvalid", err)
 	}
-	_ = rule.ErrInvalid
 }
 
 func drain(s *Speaker) {
