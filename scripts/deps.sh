@@ -8,6 +8,9 @@ pkgs=(clang clang-format llvm libbpf-dev bpftool linux-libc-dev iproute2 iputils
 # (in dpkg, essential); test/install also checks the unit with
 # systemd-analyze and renders the man page with man.
 pkgs+=(systemd man-db)
+# Real BGP peers for the speaker's tests (internal/testbed/bgppeer):
+# GoBGP 3.10 (gobgpd, gobgp), BIRD 2.0.12, FRR 8.4.
+pkgs+=(gobgpd bird2 frr)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -21,6 +24,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The BGP packages ship services that would hold port 179 (and FRR's
+# zebra would fight over routes); the tests run their own instances in
+# namespaces, so the system's stay off. systemctl works only where
+# systemd is PID 1 (not in containers), where the init scripts do.
+if [ "$(id -u)" -eq 0 ]; then
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now bird frr gobgpd >/dev/null 2>&1 || true
+	else
+		for s in bird frr gobgpd; do
+			if [ -x "/etc/init.d/$s" ]; then "/etc/init.d/$s" stop >/dev/null 2>&1 || true; fi
+		done
+	fi
 fi
 if ! command -v go >/dev/null 2>&1; then
 	echo "deps: Go is not installed; tierwall needs Go >= 1.24 (go.mod pins 1.26, fetched by GOTOOLCHAIN=auto)" >&2
