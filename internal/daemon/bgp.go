@@ -72,7 +72,10 @@ type bgpState struct {
 	announced map[string]bgp.Route
 	// saturation: the feature table overflowed since the last interval
 	overflowAt uint64
-	refused    map[string]bool // remote routes reported refused, so each is reported once
+	// refused are the received routes reported refused in the last pass:
+	// each refusal is reported once while the peer keeps sending it (and
+	// the set holds no more than the peers send).
+	refused, refusing map[string]bool
 }
 
 type bgpMetrics struct {
@@ -268,7 +271,9 @@ func announcePolicy(c *config.BGP, bans []ban.Ban, flows []mitigate.Rule, satura
 	}
 	if fs {
 		for _, r := range flows {
-			if r.Origin == mitigate.Remote || r.Action == rule.FlowSYNCookie || guarded(r.Dst) != "" {
+			// A flow rule's destination is ours by nature (the victim): the
+			// source-ban rails are not about it.
+			if r.Origin == mitigate.Remote || r.Action == rule.FlowSYNCookie {
 				continue
 			}
 			rt := bgp.Route{Kind: bgp.FlowSpec, Flow: bgp.Flow{FlowRule: r.FlowRule}, Reason: fmt.Sprintf("%s flow rule: %s", r.Origin, r.Reason), Rate: r.MatchedPPS}
@@ -328,17 +333,11 @@ func (d *Daemon) applyRemote(now time.Time) {
 	}
 	wantBans := map[netip.Prefix]netip.Addr{}
 	wantRules := map[rule.FlowRule]netip.Addr{}
+	d.bgp.refusing = map[string]bool{}
+	defer func() { d.bgp.refused, d.bgp.refusing = d.bgp.refusing, nil }()
 	for _, r := range recv {
 		if r.Refused != "" {
-			k := r.Peer.String() + " " + r.Flow.String()
-			if !d.bgp.refused[k] {
-				if len(d.bgp.refused) > 4*d.cfg.BGP.Accept.MaxRules {
-					clear(d.bgp.refused) // bounded: a peer cycling routes cannot grow it
-				}
-				d.bgp.refused[k] = true
-				d.Metrics.bgp.refusals.WithLabelValues("validation").Inc()
-				d.event(now, "bgp", netip.Prefix{}, "not enforced: flowspec %s from %s: %s", r.Flow.String(), r.Peer, r.Refused)
-			}
+			d.refuseRemote(now, "validation", netip.Prefix{}, r.Peer, r.Flow, "not enforced: flowspec %s from %s: %s", r.Flow.String(), r.Peer, r.Refused)
 			continue
 		}
 		if r.Flow.Src.IsValid() {
@@ -412,14 +411,13 @@ func (d *Daemon) applyRemoteBan(now time.Time, p netip.Prefix, peer netip.Addr) 
 	if _, ok := d.store.Get(p); ok {
 		return
 	}
+	f := bgp.Flow{Src: p}
 	if why := d.store.Guarded(p); why != "" {
-		d.Metrics.bgp.refusals.WithLabelValues("rail").Inc()
-		d.event(now, "refused", p, "remote ban from %s: %s", peer, why)
+		d.refuseRemote(now, "rail", p, peer, f, "remote ban from %s: %s", peer, why)
 		return
 	}
 	if d.cfg.Rails.MaxTotal > 0 && d.store.Len() >= d.cfg.Rails.MaxTotal {
-		d.Metrics.bgp.refusals.WithLabelValues("full").Inc()
-		d.event(now, "refused", p, "remote ban from %s: %d bans, the rails' max_total", peer, d.store.Len())
+		d.refuseRemote(now, "full", p, peer, f, "remote ban from %s: %d bans, the rails' max_total", peer, d.store.Len())
 		return
 	}
 	if err := d.admit(p); err != nil {
@@ -464,17 +462,13 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 		return
 	}
 	for fr, peer := range want {
-		if guarded := d.store.Guarded(fr.Dst); guarded != "" && fr.Action != rule.FlowRateLimit {
-			// A peer's drop rule for our protected space would cut us off;
-			// a rate limit is what FlowSpec is for and stays allowed.
-			d.Metrics.bgp.refusals.WithLabelValues("rail").Inc()
-			d.event(now, "refused", fr.Dst, "remote flow rule %s from %s: %s", fr, peer, guarded)
+		if why := d.cutsOff(fr); why != "" {
+			d.refuseRemote(now, "rail", fr.Dst, peer, bgp.Flow{FlowRule: fr}, "remote flow rule %s from %s: %s", fr, peer, why)
 			continue
 		}
 		added, err := f.set.Add(mitigate.Rule{FlowRule: fr, Origin: mitigate.Remote, Reason: remoteReason + peer.String(), Added: now})
 		if err != nil {
-			d.Metrics.bgp.refusals.WithLabelValues("full").Inc()
-			d.event(now, "refused", fr.Dst, "remote flow rule %s from %s: %v", fr, peer, err)
+			d.refuseRemote(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, "remote flow rule %s from %s: %v", fr, peer, err)
 			continue
 		}
 		if added {
@@ -484,6 +478,56 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 		}
 	}
 	d.pushFlowRules(now)
+}
+
+// refuseRemote counts and reports a received route not enforced, once
+// while the peer keeps sending it (applyRemote's pass collects the
+// refusals in refusing; the last pass's are in refused).
+func (d *Daemon) refuseRemote(now time.Time, reason string, p netip.Prefix, peer netip.Addr, f bgp.Flow, format string, args ...any) {
+	k := reason + " " + peer.String() + " " + f.String()
+	if !d.bgp.refused[k] {
+		d.Metrics.bgp.refusals.WithLabelValues(reason).Inc()
+		kind := "refused"
+		if reason == "validation" {
+			kind = "bgp"
+		}
+		d.event(now, kind, p, format, args...)
+	}
+	d.bgp.refusing[k] = true
+}
+
+// cutsOff says why a peer's flow rule must not be enforced here ("": it
+// may). A flow rule is about a destination, and our own addresses are the
+// destinations it is meant for, so the source-ban rails do not apply;
+// what must not happen is a peer cutting this host off: a rule that
+// drops (or SYN-cookies) the BGP sessions that carry it, or every packet
+// to one of this host's addresses. A rate limit never cuts off and is
+// what FlowSpec is for.
+func (d *Daemon) cutsOff(fr rule.FlowRule) string {
+	if fr.Action == rule.FlowRateLimit {
+		return ""
+	}
+	for _, m := range d.mgmt {
+		a := m.Addr
+		if !fr.Dst.Contains(a) {
+			continue
+		}
+		if fr.Proto == 0 && fr.DstPorts.Any() && fr.SrcPorts.Any() && fr.TCPFlags.Mask == 0 && fr.Length.Any() && fr.Fragment == rule.FragAny {
+			return fmt.Sprintf("it would drop every packet to %s (%s)", a, m.What)
+		}
+		for _, n := range d.cfg.BGP.Neighbors {
+			// Both directions of the session as they arrive here: from the
+			// peer's port 179, or to ours.
+			for _, ports := range [][2]uint16{{179, 40000}, {40000, 179}} {
+				for _, flags := range []uint8{rule.TCPSyn, rule.TCPAck, rule.TCPSyn | rule.TCPAck} {
+					if fr.Match(a, 6, ports[0], ports[1], flags, 60, rule.FragNone) {
+						return fmt.Sprintf("it matches this host's BGP session with %s on %s", n.AddressAddr, a)
+					}
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // BGPStatus is what `tierwall bgp` shows.

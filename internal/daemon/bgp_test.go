@@ -293,3 +293,47 @@ func TestBGPMonitorOnly(t *testing.T) {
 		t.Fatalf("monitor-only: announced %v, bans %v", fs.announced, h.d.store.All())
 	}
 }
+
+// A peer cannot cut this host off: no drop of every packet to its own
+// address, none of the BGP session; a rule for one service of the host is
+// what FlowSpec is for. A refusal is reported once while the peer keeps
+// sending the route.
+func TestBGPRemoteFlowRuleCannotCutOff(t *testing.T) {
+	h, fdp := newFlowHarness(t, false)
+	h.d.cfg.BGP = bgpConfig(t).BGP
+	fs := &fakeSpeaker{neighbors: []bgp.Neighbor{{Address: peerRR, State: "established", Since: t0.Add(-time.Hour)}}}
+	h.d.bgp = bgpState{sp: fs, started: t0, announced: map[string]bgp.Route{}}
+	self := netip.MustParseAddr("192.0.2.1")
+	h.d.mgmt = []ban.Managed{{Addr: self, What: "address of eth0"}}
+	host := netip.PrefixFrom(self, 32)
+	dns := rule.FlowRule{Dst: host, Proto: 17, DstPorts: rule.PortRange{Lo: 53, Hi: 53}, Action: rule.FlowDrop}
+	all := rule.FlowRule{Dst: ownNet, Action: rule.FlowDrop}
+	tcp := rule.FlowRule{Dst: host, Proto: 6, Action: rule.FlowDrop}
+	limit := rule.FlowRule{Dst: host, Proto: 6, Action: rule.FlowRateLimit, RatePPS: 1000}
+	for _, fr := range []rule.FlowRule{dns, all, tcp, limit} {
+		fs.received = append(fs.received, bgp.Remote{Peer: peerRR, Flow: bgp.Flow{FlowRule: fr}})
+	}
+	h.d.applyRemote(h.now)
+	for fr, want := range map[rule.FlowRule]bool{dns: true, all: false, tcp: false, limit: true} {
+		if got := slices.Contains(fdp.rules, fr); got != want {
+			t.Errorf("%s enforced %v, want %v", fr, got, want)
+		}
+	}
+	count := func() int {
+		n := 0
+		for _, e := range h.d.events {
+			if e.Kind == "refused" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d refusals reported, want 2 (drop-all, the BGP session)", n)
+	}
+	h.d.applyRemote(h.now)
+	h.d.applyRemote(h.now)
+	if n := count(); n != 2 {
+		t.Fatalf("%d refusals reported after two more passes, want each once", n)
+	}
+}

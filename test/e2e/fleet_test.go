@@ -8,13 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/pkt"
+	rulepkg "github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/testbed/bgppeer"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"
 )
@@ -187,9 +191,15 @@ func startFleetDaemon(t *testing.T, i int, cfgPath, sock string) *harness.Daemon
 func flood(t *testing.T, i int, src netip.Addr, pps int, dur time.Duration) {
 	t.Helper()
 	ns, ifHost, ifRR, host, _ := fleetHost(i)
-	dstMAC := hwaddr(t, ns, ifHost)
-	inNS(t, nsRR, func() {
-		ifc, err := net.InterfaceByName(ifRR)
+	blast(t, nsRR, ifRR, hwaddr(t, ns, ifHost), src, host, port, pps, dur)
+}
+
+// blast sends UDP frames src → dst:dport out of ifc in namespace ns to
+// dstMAC for dur at pps, paced on the clock.
+func blast(t *testing.T, ns, ifc string, dstMAC net.HardwareAddr, src, dst netip.Addr, dport uint16, pps int, dur time.Duration) {
+	t.Helper()
+	inNS(t, ns, func() {
+		ifi, err := net.InterfaceByName(ifc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,10 +208,10 @@ func flood(t *testing.T, i int, src netip.Addr, pps int, dur time.Duration) {
 			t.Fatal(err)
 		}
 		defer unix.Close(fd)
-		sa := &unix.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6}
+		sa := &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
 		copy(sa.Addr[:], dstMAC)
-		f := pkt.Frame{DstMAC: [6]byte(dstMAC), SrcMAC: [6]byte(ifc.HardwareAddr), Src: src, Dst: host,
-			Proto: pkt.ProtoUDP, SrcPort: 5555, DstPort: port, Payload: []byte("fleet")}
+		f := pkt.Frame{DstMAC: [6]byte(dstMAC), SrcMAC: [6]byte(ifi.HardwareAddr), Src: src, Dst: dst,
+			Proto: pkt.ProtoUDP, SrcPort: 5555, DstPort: dport, Payload: []byte("blast")}
 		b := f.Build()
 		start := time.Now()
 		for sent := 0; time.Since(start) < dur; {
@@ -382,4 +392,92 @@ func TestBGPFleetBanReachesEveryHost(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// BIRD's static FlowSpec route, received over a real session, becomes a
+// remote flow rule that drops the matching frames in XDP (and only them),
+// and is lifted when BIRD's session goes away (accept.hold 0).
+func TestBGPBirdFlowSpecDroppedInXDP(t *testing.T) {
+	testutil.RequireRoot(t)
+	p, err := bgppeer.NewPair("xdp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	bird, err := bgppeer.StartBird(t.Context(), bgppeer.Options{Netns: p.Router, RouterID: p.Router4, ASN: 64600, LocalAddr: p.Router4,
+		PeerAddr: p.Host4, PeerASN: 65001, StaticFlowSpec: []string{fmt.Sprintf("flow4 { dst %s/32; proto 17; dport 53; }", p.Host4)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	birdUp := true
+	t.Cleanup(func() {
+		if birdUp {
+			_ = bird.Close()
+		}
+	})
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "api.sock")
+	cfgPath := filepath.Join(dir, "tierwall.yaml")
+	writeFile(t, cfgPath, []byte(fmt.Sprintf(`interface: %s
+interval: 500ms
+state_file: %s
+capacity: {exact4: 1024, exact6: 1024, prefix: 64, allow: 64, features: 4096}
+detectors:
+  rate: {enabled: true, pps: 100000}
+  entropy: {enabled: false}
+  heavy: {enabled: false}
+bgp:
+  asn: 65001
+  router_id: %s
+  listen_port: -1
+  neighbors:
+    - {address: %s, asn: 64600, receive: true}
+  accept: {own_prefixes: [10.77.0.0/24]}
+api:
+  socket: %s
+`, p.HostIf, filepath.Join(dir, "state.json"), p.Host4, p.Router4, sock)))
+	d, err := harness.StartDaemon(harness.Options{Tierwall: bin, Netns: p.Host, Exec: true, Config: cfgPath, Socket: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Stop()
+		if t.Failed() {
+			t.Logf("daemon log:\n%s\nBIRD log:\n%s", d.Output(), bird.Log())
+		}
+	})
+	want := rulepkg.FlowRule{Dst: netip.PrefixFrom(p.Host4, 32), Proto: 17, DstPorts: rulepkg.PortRange{Lo: 53, Hi: 53}, Action: rulepkg.FlowDrop}
+	remote := func() bool {
+		rs, err := d.Client.FlowRules(t.Context())
+		return err == nil && slices.ContainsFunc(rs, func(r mitigate.Rule) bool { return r.FlowRule == want && r.Origin == mitigate.Remote })
+	}
+	waitFor(t, "BIRD's rule as a remote flow rule", 20*time.Second, remote)
+
+	verdictsOf := func() map[string]uint64 {
+		out, err := exec.Command(bin, "-n", p.Host, "--direct", "stats", "--json").CombinedOutput()
+		if err != nil {
+			t.Fatalf("tierwall stats: %v\n%s", err, out)
+		}
+		return verdictsFrom(t, out)
+	}
+	mac := hwaddr(t, p.Host, p.HostIf)
+	src := netip.MustParseAddr("10.66.0.53")
+	v0 := verdictsOf()
+	blast(t, p.Router, p.RouterIf, mac, src, p.Host4, 53, 1000, 200*time.Millisecond)
+	v1 := verdictsOf()
+	blast(t, p.Router, p.RouterIf, mac, src, p.Host4, 54, 1000, 200*time.Millisecond)
+	v2 := verdictsOf()
+	if n := v1["drop_flow"] - v0["drop_flow"]; n < 150 {
+		t.Errorf("udp/53: %d frames dropped by the flow rule, want the ~200 sent (verdicts moved %v)", n, delta(v0, v1))
+	}
+	if n := v2["drop_flow"] - v1["drop_flow"]; n != 0 {
+		t.Errorf("udp/54: %d frames dropped by the flow rule, want none", n)
+	}
+
+	// BIRD goes away: the rule is lifted with the session.
+	birdUp = false
+	if err := bird.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the remote rule lifted after the session loss", 20*time.Second, func() bool { return !remote() })
 }
