@@ -328,6 +328,25 @@ func TestBGPFleetBanReachesEveryHost(t *testing.T) {
 			t.Errorf("host %d dropped %d of the attacker's ~100 packets in XDP", i, n)
 		}
 	}
+	// What an operator sees on a receiving host.
+	m, err := hosts[2].d.Client.Metrics(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`tierwall_bgp_session_up{neighbor="10.77.2.1"} 1`, `tierwall_bgp_updates_total{change="applied"} 1`,
+		`tierwall_bgp_routes{direction="accepted",neighbor="10.77.2.1"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("host 2's metrics lack %s", want)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "exec", "twf-h2", bin, "--socket", hosts[2].sock, "bgp", "routes").CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "src 10.66.0.66/32 dst 10.77.0.0/16 drop") || !strings.Contains(string(out), "enforced") {
+		t.Errorf("tierwall bgp routes on host 2: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("ip", "netns", "exec", "twf-h1", bin, "--socket", hosts[1].sock, "bgp", "neighbors").CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "established") {
+		t.Errorf("tierwall bgp neighbors on host 1: %v\n%s", err, out)
+	}
 	rib := reflectorFlowSpec(t)
 	if len(rib) != 1 {
 		t.Fatalf("the reflector holds %d FlowSpec routes %v, want host 1's one", len(rib), rib)
