@@ -74,8 +74,8 @@ type BGPAnnounce struct {
 	// the route.
 	MinPPS float64 `yaml:"min_pps"`
 	// Saturated: while the local tiers are saturated (the interface
-	// misses packets, or the features table overflows) every ban is
-	// candidate whatever its rate (default true).
+	// loses packets before XDP, or the features table overflows) every
+	// ban is a candidate whatever its rate (default true).
 	Saturated *bool `yaml:"saturated"`
 	// MaxRoutes is the top-N by rate announced per family (default 100):
 	// the upstream's FlowSpec and blackhole capacity is small.

@@ -70,8 +70,10 @@ type bgpState struct {
 	cancel   context.CancelFunc
 	// what the last announce step asked for, by key, for the events
 	announced map[string]bgp.Route
-	// saturation: the feature table overflowed since the last interval
-	overflowAt uint64
+	// saturation: the feature table overflowed, or the interface lost
+	// packets before XDP, since the last interval
+	overflowAt, lossAt uint64
+	loss               func() (uint64, error) // wireLoss of the interface; tests replace it
 	// refused are the received routes reported refused in the last pass:
 	// each refusal is reported once while the peer keeps sending it (and
 	// the set holds no more than the peers send).
@@ -158,8 +160,12 @@ func (d *Daemon) openBGP(now time.Time) error {
 		return fmt.Errorf("bgp: starting the speaker: %w", err)
 	}
 	d.mu.Lock()
+	iface := d.cfg.Interface
 	d.bgp = bgpState{sp: sp, asn: d.cfg.BGP.ASN, routerID: d.cfg.BGP.RouterID, started: now, cancel: cancel,
-		announced: map[string]bgp.Route{}, refused: map[string]bool{}}
+		announced: map[string]bgp.Route{}, refused: map[string]bool{}, loss: func() (uint64, error) { return wireLoss(iface) }}
+	if n, err := d.bgp.loss(); err == nil {
+		d.bgp.lossAt = n
+	}
 	d.mu.Unlock()
 	return nil
 }
@@ -194,6 +200,14 @@ func (d *Daemon) syncBGP(now time.Time, overflow uint64) {
 	d.applyRemote(now)
 	saturated := overflow > d.bgp.overflowAt
 	d.bgp.overflowAt = overflow
+	if d.bgp.loss != nil {
+		// Unreadable statistics say nothing either way: the overflow
+		// alone decides then.
+		if n, err := d.bgp.loss(); err == nil {
+			saturated = saturated || n > d.bgp.lossAt
+			d.bgp.lossAt = n
+		}
+	}
 	want := announcePolicy(&d.cfg.BGP, d.store.All(), d.flowRulesForBGP(), saturated, d.bgp.announced, d.store.Guarded)
 	if d.cfg.Rails.MonitorOnly {
 		want = nil
@@ -254,20 +268,25 @@ func announcePolicy(c *config.BGP, bans []ban.Ban, flows []mitigate.Rule, satura
 			continue
 		}
 		rate := max(b.Rate, b.PeakRate)
-		if rate < c.Announce.MinPPS && !(saturated && c.Announce.SaturatedOn()) {
-			continue
-		}
 		reason := fmt.Sprintf("ban by %s, peak %.0f pps", b.Detector, b.PeakRate)
+		var rs []bgp.Route
 		if rtbh {
-			out = append(out, bgp.Route{Kind: bgp.RTBH, Prefix: b.Prefix, Reason: reason, Rate: rate})
+			rs = append(rs, bgp.Route{Kind: bgp.RTBH, Prefix: b.Prefix, Reason: reason, Rate: rate})
 		}
 		if fs {
 			f := bgp.Flow{Src: b.Prefix, FlowRule: rule.FlowRule{Action: rule.FlowDrop}}
 			if d := c.Announce.DestinationPrefix; d.IsValid() && d.Addr().Is4() == b.Prefix.Addr().Is4() {
 				f.Dst = d
 			}
-			out = append(out, bgp.Route{Kind: bgp.FlowSpec, Flow: f, Reason: reason, Rate: rate})
+			rs = append(rs, bgp.Route{Kind: bgp.FlowSpec, Flow: f, Reason: reason, Rate: rate})
 		}
+		// Announced once, a ban stays upstream until it is lifted (a
+		// saturation that ended does not withdraw it).
+		was := slices.ContainsFunc(rs, func(r bgp.Route) bool { _, ok := prev[r.String()]; return ok })
+		if rate < c.Announce.MinPPS && !(saturated && c.Announce.SaturatedOn()) && !was {
+			continue
+		}
+		out = append(out, rs...)
 	}
 	if fs {
 		for _, r := range flows {

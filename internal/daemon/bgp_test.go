@@ -337,3 +337,43 @@ func TestBGPRemoteFlowRuleCannotCutOff(t *testing.T) {
 		t.Fatalf("%d refusals reported after two more passes, want each once", n)
 	}
 }
+
+// Wire loss (the interface missing packets before XDP) makes every ban a
+// candidate for upstream, whatever its rate.
+func TestBGPWireLossAnnouncesEveryBan(t *testing.T) {
+	h, fs := bgpHarness(t, bgpConfig(t))
+	var lost uint64
+	h.d.bgp.loss = func() (uint64, error) { return lost, nil }
+	light := netip.MustParseAddr("203.0.113.8")
+	h.dp.send(2000, light)
+	h.step(t)
+	h.dp.hit(pfx(light), 2000)
+	h.step(t)
+	if len(fs.announced) != 0 {
+		t.Fatalf("a ban under min_pps announced without saturation: %v", fs.announced)
+	}
+	lost = 1000
+	h.step(t)
+	if got := announcedKeys(fs.announced); !slices.Contains(got, "rtbh 203.0.113.8/32") {
+		t.Fatalf("announced %q while the wire lost packets, want the light ban too", got)
+	}
+}
+
+func TestBGPSaturationAnnouncementStaysUntilUnban(t *testing.T) {
+	h, fs := bgpHarness(t, bgpConfig(t))
+	var lost uint64
+	h.d.bgp.loss = func() (uint64, error) { return lost, nil }
+	light := netip.MustParseAddr("203.0.113.8")
+	h.dp.send(2000, light)
+	h.step(t)
+	lost = 10
+	h.dp.hit(pfx(light), 2000)
+	h.step(t)
+	for i := 0; i < 2; i++ {
+		h.dp.hit(pfx(light), 2000) // still flooding: not lifted
+		h.step(t)
+		if got := announcedKeys(fs.announced); !slices.Contains(got, "rtbh 203.0.113.8/32") {
+			t.Fatalf("interval %d after the saturation: announced %q, want the ban kept upstream", i, got)
+		}
+	}
+}
