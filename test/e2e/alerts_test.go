@@ -91,18 +91,7 @@ alerts:
   sample_every: 1
   sample_packets: 300
 `, ifAlRx, filepath.Join(dir, "state.json"), sock, ln.Addr())))
-	d, err := harness.StartDaemon(harness.Options{Tierwall: bin, Netns: nsAlRx, Config: cfgPath, Socket: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !d.Exited() {
-			d.Stop()
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.Output())
-		}
-	})
+	startWith(t, "daemon", harness.Options{Tierwall: bin, Netns: nsAlRx, Config: cfgPath, Socket: sock})
 
 	mac := hwaddr(t, nsAlRx, ifAlRx)
 	frame := pkt.Frame{Src: attacker, Dst: victim, Proto: pkt.ProtoUDP, SrcPort: 4444, DstPort: 9999, Payload: []byte("tw14e flood")}

@@ -33,7 +33,14 @@ func writeFile(t *testing.T, path string, b []byte) {
 // waits for its API; the daemon's output is logged if the test fails.
 func startDaemon(t *testing.T, cfgPath, sock string) *harness.Daemon {
 	t.Helper()
-	d, err := harness.StartDaemon(harness.Options{Tierwall: bin, Netns: nsNHost, Config: cfgPath, Socket: sock})
+	return startWith(t, "daemon", harness.Options{Tierwall: bin, Netns: nsNHost, Config: cfgPath, Socket: sock})
+}
+
+// startWith starts a daemon with o, stops it when the test ends and logs
+// its output, named name, if the test failed.
+func startWith(t *testing.T, name string, o harness.Options) *harness.Daemon {
+	t.Helper()
+	d, err := harness.StartDaemon(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +49,7 @@ func startDaemon(t *testing.T, cfgPath, sock string) *harness.Daemon {
 			d.Stop()
 		}
 		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.Output())
+			t.Logf("%s log:\n%s", name, d.Output())
 		}
 	})
 	return d

@@ -183,33 +183,55 @@ func send(t *testing.T, srcs []netip.Addr, n int) {
 	t.Helper()
 	rxMAC := hwaddr(t, nsRx, ifRx)
 	inNS(t, nsTx, func() {
-		ifc, err := net.InterfaceByName(ifTx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(fd)
-		sa := &unix.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6}
-		copy(sa.Addr[:], rxMAC)
+		out := openRaw(t, ifTx, rxMAC)
+		defer out.close()
 		for _, src := range srcs {
 			dst := rx4
 			if src.Is6() {
 				dst = rx6
 			}
-			f := pkt.Frame{DstMAC: [6]byte(rxMAC), SrcMAC: [6]byte(ifc.HardwareAddr), Src: src, Dst: dst,
+			f := pkt.Frame{DstMAC: [6]byte(rxMAC), SrcMAC: [6]byte(out.mac), Src: src, Dst: dst,
 				Proto: pkt.ProtoUDP, SrcPort: 5555, DstPort: port, Payload: []byte("e2e")}
 			b := f.Build()
 			for i := 0; i < n; i++ {
-				if err := unix.Sendto(fd, b, 0, sa); err != nil {
-					t.Fatalf("sending from %s: %v", src, err)
-				}
+				out.send(t, b)
 			}
 		}
 	})
 }
+
+// rawOut sends frames out of one interface with an AF_PACKET socket.
+type rawOut struct {
+	fd  int
+	sa  *unix.SockaddrLinklayer
+	mac net.HardwareAddr // the interface's own, for the frames' source
+}
+
+// openRaw opens a sender on ifname in the calling thread's namespace;
+// dst (optional) is the link-layer destination the kernel is told.
+func openRaw(t *testing.T, ifname string, dst net.HardwareAddr) rawOut {
+	t.Helper()
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
+	copy(sa.Addr[:], dst)
+	return rawOut{fd: fd, sa: sa, mac: ifi.HardwareAddr}
+}
+
+func (r rawOut) send(t *testing.T, b []byte) {
+	t.Helper()
+	if err := unix.Sendto(r.fd, b, 0, r.sa); err != nil {
+		t.Fatalf("sending: %v", err)
+	}
+}
+
+func (r rawOut) close() { unix.Close(r.fd) }
 
 func hwaddr(t *testing.T, ns, ifname string) net.HardwareAddr {
 	var mac net.HardwareAddr

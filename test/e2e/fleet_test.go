@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/pkt"
 	rulepkg "github.com/tierwall/tierwall/internal/rule"
@@ -171,19 +169,7 @@ api:
 func startFleetDaemon(t *testing.T, i int, cfgPath, sock string) *harness.Daemon {
 	t.Helper()
 	ns, _, _, _, _ := fleetHost(i)
-	d, err := harness.StartDaemon(harness.Options{Tierwall: bin, Netns: ns, Exec: true, Config: cfgPath, Socket: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !d.Exited() {
-			d.Stop()
-		}
-		if t.Failed() {
-			t.Logf("host %d daemon log:\n%s", i, d.Output())
-		}
-	})
-	return d
+	return startWith(t, fmt.Sprintf("host %d daemon", i), harness.Options{Tierwall: bin, Netns: ns, Exec: true, Config: cfgPath, Socket: sock})
 }
 
 // flood sends frames from src to host i for dur at pps, from the router
@@ -199,27 +185,16 @@ func flood(t *testing.T, i int, src netip.Addr, pps int, dur time.Duration) {
 func blast(t *testing.T, ns, ifc string, dstMAC net.HardwareAddr, src, dst netip.Addr, dport uint16, pps int, dur time.Duration) {
 	t.Helper()
 	inNS(t, ns, func() {
-		ifi, err := net.InterfaceByName(ifc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(fd)
-		sa := &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
-		copy(sa.Addr[:], dstMAC)
-		f := pkt.Frame{DstMAC: [6]byte(dstMAC), SrcMAC: [6]byte(ifi.HardwareAddr), Src: src, Dst: dst,
+		out := openRaw(t, ifc, dstMAC)
+		defer out.close()
+		f := pkt.Frame{DstMAC: [6]byte(dstMAC), SrcMAC: [6]byte(out.mac), Src: src, Dst: dst,
 			Proto: pkt.ProtoUDP, SrcPort: 5555, DstPort: dport, Payload: []byte("blast")}
 		b := f.Build()
 		start := time.Now()
 		for sent := 0; time.Since(start) < dur; {
 			due := int(time.Since(start).Seconds() * float64(pps))
 			for ; sent < due; sent++ {
-				if err := unix.Sendto(fd, b, 0, sa); err != nil {
-					t.Fatalf("sending: %v", err)
-				}
+				out.send(t, b)
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -455,14 +430,10 @@ bgp:
 api:
   socket: %s
 `, p.HostIf, filepath.Join(dir, "state.json"), p.Host4, p.Router4, sock)))
-	d, err := harness.StartDaemon(harness.Options{Tierwall: bin, Netns: p.Host, Exec: true, Config: cfgPath, Socket: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := startWith(t, "daemon", harness.Options{Tierwall: bin, Netns: p.Host, Exec: true, Config: cfgPath, Socket: sock})
 	t.Cleanup(func() {
-		d.Stop()
 		if t.Failed() {
-			t.Logf("daemon log:\n%s\nBIRD log:\n%s", d.Output(), bird.Log())
+			t.Logf("BIRD log:\n%s", bird.Log())
 		}
 	})
 	want := rulepkg.FlowRule{Dst: netip.PrefixFrom(p.Host4, 32), Proto: 17, DstPorts: rulepkg.PortRange{Lo: 53, Hi: 53}, Action: rulepkg.FlowDrop}

@@ -108,18 +108,7 @@ func TestOwnerOneDaemonPerDataPlane(t *testing.T) {
 	sh(t, "ip", "-n", owNsRx, "addr", "add", "10.214.0.1/24", "dev", owIfRx)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "api.sock")
-	d, err := harness.StartDaemon(harness.Options{Tierwall: bin, Netns: owNsRx, Config: owConfig(t, dir, "first", sock), Socket: sock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !d.Exited() {
-			d.Stop()
-		}
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.Output())
-		}
-	})
+	d := startWith(t, "daemon", harness.Options{Tierwall: bin, Netns: owNsRx, Config: owConfig(t, dir, "first", sock), Socket: sock})
 	c := apiClient(sock)
 	type apiRule struct {
 		Reason  string     `json:"reason"`

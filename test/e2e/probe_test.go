@@ -3,15 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/api"
 	"github.com/tierwall/tierwall/internal/flow"
@@ -87,38 +84,17 @@ func startProbe(t *testing.T, o probeRun, collector string) (*harness.Daemon, *a
 	if o.binary == "" {
 		o.binary = bin
 	}
-	d, err := harness.StartDaemon(harness.Options{Tierwall: o.binary, Netns: lab.PNSHost, Config: cfg, Socket: sock, Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !d.Exited() {
-			d.Stop()
-		}
-		if t.Failed() {
-			t.Logf("probe log:\n%s", d.Output())
-		}
-	})
+	d := startWith(t, "probe", harness.Options{Tierwall: o.binary, Netns: lab.PNSHost, Config: cfg, Socket: sock, Timeout: 30 * time.Second})
 	return d, api.NewClient(sock)
 }
 
 // rawSend writes frames out of ifname in the calling thread's namespace.
 func rawSend(t *testing.T, ifname string, frames [][]byte) {
 	t.Helper()
-	ifi, err := net.InterfaceByName(ifname)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	sa := &unix.SockaddrLinklayer{Ifindex: ifi.Index, Halen: 6}
+	out := openRaw(t, ifname, nil)
+	defer out.close()
 	for _, f := range frames {
-		if err := unix.Sendto(fd, f, 0, sa); err != nil {
-			t.Fatal(err)
-		}
+		out.send(t, f)
 	}
 }
 
