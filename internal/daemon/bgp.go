@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -78,6 +79,9 @@ type bgpState struct {
 	// each refusal is reported once while the peer keeps sending it (and
 	// the set holds no more than the peers send).
 	refused, refusing map[string]bool
+	// remote are the remote bans and their peers: applyRemote runs on
+	// every change a peer sends, so it must not walk every ban
+	remote map[netip.Prefix]netip.Addr
 }
 
 type bgpMetrics struct {
@@ -166,6 +170,14 @@ func (d *Daemon) openBGP(now time.Time) error {
 	if n, err := d.bgp.loss(); err == nil {
 		d.bgp.lossAt = n
 	}
+	// The remote bans the state file kept: still the peers' until they
+	// say otherwise (applyRemote).
+	d.bgp.remote = map[netip.Prefix]netip.Addr{}
+	for b := range d.store.Each {
+		if peer, ok := remotePeer(b); ok {
+			d.bgp.remote[b.Prefix] = peer
+		}
+	}
 	d.mu.Unlock()
 	return nil
 }
@@ -208,7 +220,7 @@ func (d *Daemon) syncBGP(now time.Time, overflow uint64) {
 			d.bgp.lossAt = n
 		}
 	}
-	want := announcePolicy(&d.cfg.BGP, d.store.All(), d.flowRulesForBGP(), saturated, d.bgp.announced, d.store.Guarded)
+	want := announcePolicy(&d.cfg.BGP, d.store.Each, d.flowRulesForBGP(), saturated, d.bgp.announced, d.store.Guarded)
 	if d.cfg.Rails.MonitorOnly {
 		want = nil
 	}
@@ -256,14 +268,17 @@ func (d *Daemon) flowRulesForBGP() []mitigate.Rule {
 // action), or a prefix a rail guards (checked again here, whatever let
 // the ban in: a forced operator ban of protected space stays local); the
 // heaviest announce.max_routes per kind and family.
-func announcePolicy(c *config.BGP, bans []ban.Ban, flows []mitigate.Rule, saturated bool, prev map[string]bgp.Route, guarded func(netip.Prefix) string) []bgp.Route {
+func announcePolicy(c *config.BGP, bans iter.Seq[ban.Ban], flows []mitigate.Rule, saturated bool, prev map[string]bgp.Route, guarded func(netip.Prefix) string) []bgp.Route {
 	var rtbh, fs bool
 	for _, n := range c.Neighbors {
 		rtbh = rtbh || n.Sends("rtbh")
 		fs = fs || n.Sends("flowspec")
 	}
 	var out []bgp.Route
-	for _, b := range bans {
+	if bans == nil {
+		bans = func(func(ban.Ban) bool) {}
+	}
+	for b := range bans {
 		if b.Detector == remoteDetector || guarded(b.Prefix) != "" {
 			continue
 		}
@@ -341,6 +356,9 @@ func routePrefix(r bgp.Route) netip.Prefix {
 // lifted once their peer had time to send them again.
 func (d *Daemon) applyRemote(now time.Time) {
 	sp := d.bgp.sp
+	if d.bgp.remote == nil {
+		d.bgp.remote = map[netip.Prefix]netip.Addr{}
+	}
 	recv := sp.Received()
 	up := map[netip.Addr]time.Time{}
 	configured := map[netip.Addr]bool{}
@@ -378,21 +396,22 @@ func (d *Daemon) applyRemote(now time.Time) {
 		return now.Sub(d.bgp.started) >= max(d.cfg.BGP.Accept.Hold, remoteSettle)
 	}
 	monitor := d.cfg.Rails.MonitorOnly
-	for _, b := range d.store.All() {
-		peer, ok := remotePeer(b)
-		if !ok {
+	for p, peer := range d.bgp.remote {
+		if b, ok := d.store.Get(p); !ok || b.Detector != remoteDetector {
+			delete(d.bgp.remote, p) // lifted another way (the operator)
 			continue
 		}
-		if _, still := wantBans[b.Prefix]; still && !monitor {
-			delete(wantBans, b.Prefix)
+		if _, still := wantBans[p]; still && !monitor {
+			delete(wantBans, p)
 			continue
 		}
 		if monitor || gone(peer) {
-			d.store.Remove(b.Prefix)
-			d.unblock(now, b.Prefix)
+			delete(d.bgp.remote, p)
+			d.store.Remove(p)
+			d.unblock(now, p)
 			d.dirty = true
 			d.Metrics.bgp.changes.WithLabelValues("lifted").Inc()
-			d.event(now, "bgp", b.Prefix, "lifted remote ban from %s: the route was withdrawn", peer)
+			d.event(now, "bgp", p, "lifted remote ban from %s: the route was withdrawn", peer)
 		}
 	}
 	if !monitor {
@@ -448,6 +467,7 @@ func (d *Daemon) applyRemoteBan(now time.Time, p netip.Prefix, peer netip.Addr) 
 	if len(d.blockEach(now, []netip.Prefix{p})) == 0 {
 		return
 	}
+	d.bgp.remote[p] = peer
 	d.dirty = true
 	d.Metrics.bgp.changes.WithLabelValues("applied").Inc()
 	d.event(now, "bgp", p, "applied remote ban from %s", peer)

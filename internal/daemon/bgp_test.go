@@ -146,7 +146,7 @@ func TestBGPAnnouncePolicy(t *testing.T) {
 	remote := rule.FlowRule{Dst: p("192.0.2.81/32"), Action: rule.FlowDrop}
 	flows := []mitigate.Rule{{FlowRule: web, Origin: mitigate.Ladder, MatchedPPS: 50000}, {FlowRule: syn, Origin: mitigate.Ladder, MatchedPPS: 1e6},
 		{FlowRule: remote, Origin: mitigate.Remote, MatchedPPS: 1e6}}
-	got := announcedKeys(announcePolicy(&cfg, bans, flows, false, nil, guarded))
+	got := announcedKeys(announcePolicy(&cfg, slices.Values(bans), flows, false, nil, guarded))
 	want := []string{"flowspec " + web.String(), "flowspec src 203.0.113.1/32 dst 192.0.2.0/24 drop", "rtbh 203.0.113.1/32", "rtbh 203.0.113.2/32"}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
@@ -154,7 +154,7 @@ func TestBGPAnnouncePolicy(t *testing.T) {
 	}
 	// Saturated: the light ban is a candidate too, but top-N still holds.
 	cfg.Announce.MaxRoutes = 10
-	got = announcedKeys(announcePolicy(&cfg, bans, nil, true, nil, guarded))
+	got = announcedKeys(announcePolicy(&cfg, slices.Values(bans), nil, true, nil, guarded))
 	if !slices.Contains(got, "rtbh 203.0.113.4/32") || slices.Contains(got, "rtbh 192.0.2.250/32") || slices.Contains(got, "rtbh 203.0.113.5/32") {
 		t.Fatalf("saturated: announced %q", got)
 	}
@@ -184,6 +184,8 @@ func TestBGPRemoteBanAppliedAndLifted(t *testing.T) {
 		{Peer: peerRR, Flow: bgp.Flow{Src: attacker, FlowRule: rule.FlowRule{Dst: ownNet, Action: rule.FlowDrop}}},
 		{Peer: peerRR, Flow: bgp.Flow{Src: netip.MustParsePrefix("192.0.2.250/32"), FlowRule: rule.FlowRule{Dst: ownNet, Action: rule.FlowDrop}}},
 		{Peer: peerRR, Flow: bgp.Flow{Src: netip.MustParsePrefix("203.0.113.67/32")}, Refused: "no destination prefix"},
+		// Half the Internet as one "source": past the rails' widest ban.
+		{Peer: peerRR, Flow: bgp.Flow{Src: netip.MustParsePrefix("0.0.0.0/1"), FlowRule: rule.FlowRule{Dst: ownNet, Action: rule.FlowDrop}}},
 	}
 	h.d.applyRemote(h.now)
 	b, ok := h.d.store.Get(attacker)
@@ -193,8 +195,10 @@ func TestBGPRemoteBanAppliedAndLifted(t *testing.T) {
 	if _, ok := h.dp.blocked[attacker]; !ok {
 		t.Fatal("the remote ban is not in the data plane")
 	}
-	if _, ok := h.dp.blocked[netip.MustParsePrefix("192.0.2.250/32")]; ok {
-		t.Fatal("a peer banned protected space")
+	for _, p := range []string{"192.0.2.250/32", "0.0.0.0/1"} {
+		if _, ok := h.dp.blocked[netip.MustParsePrefix(p)]; ok {
+			t.Fatalf("a peer banned %s", p)
+		}
 	}
 	if !hasEvent(h.d, "refused", "remote ban from 198.51.100.1") || !hasEvent(h.d, "bgp", "not enforced") {
 		t.Fatal("the refusals are not in the events")
@@ -224,10 +228,19 @@ func TestBGPRemoteBanAppliedAndLifted(t *testing.T) {
 // not lifted before the peer had time to send them again.
 func TestBGPRemoteBanKeptUntilPeerSettles(t *testing.T) {
 	cfg := bgpConfig(t)
-	h, fs := bgpHarness(t, cfg)
+	h, _ := bgpHarness(t, cfg)
 	attacker := netip.MustParsePrefix("203.0.113.66/32")
-	fs.neighbors[0].State, fs.neighbors[0].Since = "active", time.Time{}
 	h.d.store.Put(ban.Ban{Prefix: attacker, Detector: remoteDetector, Reason: remoteReason + peerRR.String(), Manual: true})
+	h.d.dirty = true
+	if err := h.d.save(h.now); err != nil {
+		t.Fatal(err)
+	}
+	// The restart: a new daemon over the same state file.
+	h, fs := bgpHarness(t, cfg)
+	fs.neighbors[0].State, fs.neighbors[0].Since = "active", time.Time{}
+	if h.d.bgp.remote[attacker] != peerRR {
+		t.Fatalf("the restarted daemon lost whose remote ban %s is: %v", attacker, h.d.bgp.remote)
+	}
 	h.d.applyRemote(h.now.Add(time.Second))
 	if _, ok := h.d.store.Get(attacker); !ok {
 		t.Fatal("lifted before the peer came back")
