@@ -193,15 +193,24 @@ api: {socket: %s}
 	genDone := make(chan *trafgen.Report, 1)
 	genErr := make(chan error, 1)
 	// The first drop of the attack: both tiers' drop counters polled
-	// every millisecond from just before the generator starts (so the
-	// time is an upper bound by the poll and the generator's start-up).
+	// every millisecond, timed from the generator's first frame (its
+	// set-up before that is not the attack; the time is an upper bound
+	// by the poll).
 	before := read()
 	firstDrop := make(chan time.Duration, 1)
 	start := time.Now()
+	began := make(chan time.Time, 1)
 	go func() {
-		for time.Since(start) < o.Attack {
+		var t0 time.Time
+		select {
+		case t0 = <-began:
+		case <-actx.Done():
+			firstDrop <- 0
+			return
+		}
+		for time.Since(t0) < o.Attack {
 			if c := read(); c.nicDrop > before.nicDrop || c.xdpDrop > before.xdpDrop {
-				firstDrop <- time.Since(start)
+				firstDrop <- time.Since(t0)
 				return
 			}
 			time.Sleep(time.Millisecond)
@@ -213,7 +222,8 @@ api: {socket: %s}
 		err := inNS(lab.NSInet, func() error {
 			var e error
 			rep, e = trafgen.Run(actx, trafgen.Spec{Iface: lab.IfInet, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC),
-				Dst: lab.Host4, Sources: o.Attackers, Dist: trafgen.Uniform, Duration: o.Attack, Seed: 7})
+				Dst: lab.Host4, Sources: o.Attackers, Dist: trafgen.Uniform, Duration: o.Attack, Seed: 7,
+				Started: func(t time.Time) { began <- t }})
 			return e
 		})
 		genErr <- err

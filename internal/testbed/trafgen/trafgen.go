@@ -62,6 +62,11 @@ type Spec struct {
 	Duration  time.Duration // required, at most MaxDuration
 	Reshuffle time.Duration // every this long the ranking of sources changes (0: never)
 	Seed      uint64
+	// Started, if set, is told the time just before the first frame is
+	// handed to the kernel: the attack's start, after the generator's
+	// set-up (loading its program and tables takes ~1 s of kernel time
+	// here, more on a busy machine), which is not part of the attack.
+	Started func(time.Time)
 
 	// Flow mode (Flows > 0; flows.go). Dst is the first server address and
 	// its family the run's; Sources, Base, Dist, Spoof, SYN and Reshuffle
@@ -309,6 +314,9 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 		chunk = max(1, s.Rate*uint64(slot)/uint64(time.Second))
 	}
 	start := time.Now()
+	if s.Started != nil {
+		s.Started(start)
+	}
 	end := start.Add(s.Duration)
 	nextShuffle := start.Add(s.Reshuffle)
 	for {
