@@ -25,6 +25,12 @@ const (
 	ddFactor = 10    // the attack's rate over it
 )
 
+// fnmAverages are FastNetMon's averaging times tried (whole seconds, the
+// only unit it parses): as shipped, the shortest that still averages, and
+// 0, which it also takes: its smoothing factor exp(-delay/0) is then 0,
+// so the "average" is the last recalculation's rate alone.
+var fnmAverages = []int{5, 1, 0}
+
 // ddPath is one row of the comparison: its samples, or why it has none.
 type ddPath struct {
 	name, clock, action string
@@ -66,13 +72,16 @@ func benchDetectDrop(b *bytes.Buffer, tierwall string, xdpRuns, slowRuns int) {
 		clock: "first send → the ban rule's first hit (its `last_hit`, coarse clock)", action: "drops (an XDP ban)"})
 
 	version, verr := ensureFastNetMon()
-	for _, avg := range []int{5, 1} {
+	for _, avg := range fnmAverages {
 		p := ddPath{name: fmt.Sprintf("FastNetMon CE %s, `average_calculation_time = %d`", version, avg),
 			clock: "first send → the notify script's `date +%s.%N`", action: "flags the victim; drops nothing itself"}
-		if avg == 5 {
+		switch avg {
+		case 5:
 			p.name += " (as shipped)"
-		} else {
-			p.name += " (the shortest)"
+		case 1:
+			p.name += " (the shortest that averages)"
+		case 0:
+			p.name += " (no averaging: the last second's rate)"
 		}
 		if verr != nil {
 			p.name, p.err = "FastNetMon CE", verr
@@ -87,7 +96,7 @@ func benchDetectDrop(b *bytes.Buffer, tierwall string, xdpRuns, slowRuns int) {
 	fmt.Fprintf(b, "One attack for every path: a single fresh source floods a victim behind a veth at %d pps, %d× the per-source threshold of %d pps that every path is given (UDP, 64 bytes, AF_PACKET paced in 1 ms steps on the clock from the other namespace). The paths run one after the other in this one run, on the same namespaces, veth and flooder; each sample starts a fresh source (and, for FastNetMon, which keys its state on the victim, a fresh victim), at a different phase of the path's own clock. ", rate, ddFactor, ddThresh)
 	fmt.Fprintf(b, "*XDP heavy hitter*: `tierwall run` with `heavy: {window: 10ms, pps: %d}`, the rate and entropy detectors off and a 5 s interval, so only the data plane can act; the clock stops at the kernel's timestamp of the catch in the source's provisional entry (the next packet is dropped; each sample checks that the entry counted drops). ", ddThresh)
 	fmt.Fprintf(b, "*Daemon only*: `tierwall run` with the heavy hitter, entropy and victim detectors off and the rate detector at a static %d pps per source (no learning), at its default 1 s interval; the clock stops at the first hit of the source's ban rule in XDP, the rule's `last_hit` (written by its first hit, on `CLOCK_MONOTONIC_COARSE`, so up to one %v tick early), read while the flood is still on and stopped at once. ", ddThresh, time.Second/time.Duration(clockTicks()))
-	fmt.Fprintf(b, "*FastNetMon CE* (Debian's package, installed by the benchmark when missing; its system service disabled): its own instance in the victim's namespace, AF_PACKET capture on the same veth (`mirror_afpacket = on`), the victims' /24 in `networks_list`, `ban_for_pps = on` with `threshold_pps = %d` and every other trigger off, `notify_script_path` a script whose first line appends `date +%%s.%%N`; run once with its averaging as shipped (`average_calculation_time = 5`) and once at the shortest it accepts (1 s); `speed_calculation_delay` stays at its 1 s. The clock stops at the script's first timestamp for the victim with action `ban`. FastNetMon only calls the script: it drops nothing itself. No tierwall filter is attached during its runs. ", ddThresh)
+	fmt.Fprintf(b, "*FastNetMon CE* (Debian's package, installed by the benchmark when missing; its system service disabled): its own instance in the victim's namespace, AF_PACKET capture on the same veth (`mirror_afpacket = on`), the victims' /24 in `networks_list`, `ban_for_pps = on` with `threshold_pps = %d` and every other trigger off, `notify_script_path` a script whose first line appends `date +%%s.%%N`; run with its averaging as shipped (`average_calculation_time = 5`, an exponential moving average over 5 s), at the shortest that still averages (1 s; it parses whole seconds) and at 0, which it accepts too and which leaves the rate of the last recalculation alone (its smoothing factor exp(−delay/0) is 0); `speed_calculation_delay`, how often it recalculates rates and so the floor under its reaction, stays at its default and minimum of 1 s. The clock stops at the script's first timestamp for the victim with action `ban`. FastNetMon only calls the script: it drops nothing itself. No tierwall filter is attached during its runs. ", ddThresh)
 	fmt.Fprintf(b, "p99 of so few samples is the maximum. Other sessions were building and testing on this 2-vCPU machine during the run, so the tails are noisier than on a quiet one. Target: the XDP path's p99 ≤ 10 ms.\n\n")
 	var xdpP99 time.Duration
 	fmt.Fprintf(b, "| path | clock stops at | what it does | samples | p50 | p99 | max | p99 ÷ XDP p99 | target |\n|---|---|---|---:|---:|---:|---:|---:|---|\n")
@@ -121,6 +130,14 @@ func benchDetectDrop(b *bytes.Buffer, tierwall string, xdpRuns, slowRuns int) {
 			fail(fmt.Errorf("%s: %w", p.name, p.err))
 		}
 	}
+}
+
+// why is the flooder's error, if any, as a suffix for the caller's.
+func why(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (" + err.Error() + ")"
 }
 
 // ms formats a latency in milliseconds, to 0.01 ms.
@@ -188,8 +205,7 @@ func daemonDropRuns(tierwall string, fl *flooder, runs, thresh int) ([]time.Dura
 		for ok := false; !ok; at, ok = firstDrop(netip.PrefixFrom(src, 32)) {
 			if time.Since(start) > 10*time.Second {
 				close(stop)
-				<-flooded
-				return nil, fmt.Errorf("%s not dropped within 10 s at %d pps:\n%s", src, ddFactor*thresh, dmn.Output())
+				return nil, fmt.Errorf("%s not dropped within 10 s at %d pps%s:\n%s", src, ddFactor*thresh, why(<-flooded), dmn.Output())
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -228,8 +244,7 @@ func fastnetmonRuns(fl *flooder, runs, thresh, average int) ([]time.Duration, st
 		for ok := false; !ok; at, ok = fnm.Banned(victim) {
 			if time.Since(start) > 30*time.Second {
 				close(stop)
-				<-flooded
-				return nil, fnm.Log(), fmt.Errorf("FastNetMon did not flag %s within 30 s at %d pps", victim, ddFactor*thresh)
+				return nil, fnm.Log(), fmt.Errorf("FastNetMon did not flag %s within 30 s at %d pps%s", victim, ddFactor*thresh, why(<-flooded))
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

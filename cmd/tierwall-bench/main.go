@@ -29,6 +29,7 @@ func main() {
 	detRuns := flag.Int("detection-runs", 20, "sources per interval setting in the detection benchmark")
 	xdpRuns := flag.Int("xdp-drop-runs", 50, "samples of the XDP heavy hitter in the detect-drop comparison")
 	slowRuns := flag.Int("slow-drop-runs", 5, "samples of the daemon and of FastNetMon in the detect-drop comparison")
+	fnmAvg := flag.String("fastnetmon-averages", "5,1,0", "FastNetMon's average_calculation_time values in the detect-drop comparison (seconds)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process here")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -71,6 +72,14 @@ func main() {
 		benchDetection(&b, *tierwallBin, *detRuns)
 	}
 	if want["detect-drop"] {
+		fnmAverages = nil
+		for _, s := range strings.Split(*fnmAvg, ",") {
+			var a int
+			if _, err := fmt.Sscan(s, &a); err != nil || a < 0 {
+				fail(fmt.Errorf("bad FastNetMon averaging time %q", s))
+			}
+			fnmAverages = append(fnmAverages, a)
+		}
 		benchDetectDrop(&b, *tierwallBin, *xdpRuns, *slowRuns)
 	}
 	if want["control"] {
