@@ -84,11 +84,13 @@ func benchDetectDrop(b *bytes.Buffer, tierwall string, xdpRuns, slowRuns int) {
 			p.name += " (no averaging: the last second's rate)"
 		}
 		if verr != nil {
+			// One row says why for all of them.
 			p.name, p.err = "FastNetMon CE", verr
-		} else {
-			fmt.Fprintf(os.Stderr, "bench: detect→drop, FastNetMon, averaging %d s (%d samples)...\n", avg, slowRuns)
-			p.lat, p.log, p.err = fastnetmonRuns(fl, slowRuns, ddThresh, avg)
+			paths = append(paths, p)
+			break
 		}
+		fmt.Fprintf(os.Stderr, "bench: detect→drop, FastNetMon, averaging %d s (%d samples)...\n", avg, slowRuns)
+		p.lat, p.log, p.err = fastnetmonRuns(fl, slowRuns, ddThresh, avg)
 		paths = append(paths, p)
 	}
 

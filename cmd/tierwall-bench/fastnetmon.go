@@ -161,6 +161,16 @@ func startFastNetMon(ns, iface string, victims netip.Prefix, pps, average int) (
 	// One worker per CPU joins the fanout group, one after the other (20
 	// ms apart here): let them all join before the first sample.
 	time.Sleep(time.Second)
+	// A capture that failed (no such interface, no socket) is only an
+	// ERROR line in its log, the process runs on: fail now, not after
+	// the samples' timeouts. The missing attack-details folder is
+	// harmless: collecting details is off.
+	log, _ := os.ReadFile(logPath)
+	for _, l := range strings.Split(string(log), "\n") {
+		if _, msg, ok := strings.Cut(l, "[ERROR] "); ok && !strings.HasPrefix(msg, "Folder for attack details") {
+			return nil, fmt.Errorf("FastNetMon reported %q at start:\n%s", strings.TrimSpace(msg), f.Log())
+		}
+	}
 	return f, nil
 }
 
