@@ -211,6 +211,12 @@ func daemonDropRuns(tierwall string, fl *flooder, runs, thresh int) ([]time.Dura
 			}
 			time.Sleep(time.Millisecond)
 		}
+		// Read later than 250 ms after the first hit, last_hit could be
+		// a later hit's: then the sample would be wrong, not slow.
+		if seen := time.Since(at); seen > 200*time.Millisecond {
+			close(stop)
+			return nil, fmt.Errorf("%s's first drop read %v after it (the machine stalled?): its last_hit may be a later hit's%s", src, seen, why(<-flooded))
+		}
 		close(stop)
 		if err := <-flooded; err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
