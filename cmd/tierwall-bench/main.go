@@ -28,7 +28,7 @@ func main() {
 	tierwallBin := flag.String("tierwall", "bin/tierwall", "tierwall binary for the daemon benchmark")
 	detRuns := flag.Int("detection-runs", 20, "sources per interval setting in the detection benchmark")
 	xdpRuns := flag.Int("xdp-drop-runs", 50, "samples of the XDP heavy hitter in the detect-drop comparison")
-	slowRuns := flag.Int("slow-drop-runs", 5, "samples of the daemon and of FastNetMon in the detect-drop comparison")
+	slowRuns := flag.Int("slow-drop-runs", 10, "samples of the daemon and of FastNetMon in the detect-drop comparison")
 	fnmAvg := flag.String("fastnetmon-averages", "5,1,0", "FastNetMon's average_calculation_time values in the detect-drop comparison (seconds)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process here")
 	flag.Parse()
