@@ -43,6 +43,9 @@ test-ndpi: deps
 	$(GO) vet -tags $(NDPI_TAGS) ./...
 	$(GO) test -count=1 -tags $(NDPI_TAGS) ./internal/dpi/...
 
+# Its detect-drop section installs FastNetMon from Debian when missing (the
+# reference it is compared with; its service kept disabled): only here,
+# never in deps or test. One section alone: bin/tierwall-bench -sections NAME.
 bench: build
 	$(BIN)/tierwall-bench -out docs/BENCHMARKS.md
 

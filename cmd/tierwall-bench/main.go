@@ -23,10 +23,13 @@ func main() {
 	rounds := flag.Int("rounds", 7, "interleaved rounds per cell")
 	repeat := flag.Int("repeat", 2_000_000, "packets per program per round")
 	sizes := flag.String("rules", "1,1024,16384,131072,1048576", "exact rule counts")
-	only := flag.String("sections", "filter,heavy,snapshot,placement,detection,control", "sections to run")
+	only := flag.String("sections", "filter,heavy,snapshot,placement,detection,detect-drop,control", "sections to run")
 	child := flag.Int("million-child", 0, "internal: run this many 1M-source intervals and report (a process of its own, for its RSS)")
 	tierwallBin := flag.String("tierwall", "bin/tierwall", "tierwall binary for the daemon benchmark")
 	detRuns := flag.Int("detection-runs", 20, "sources per interval setting in the detection benchmark")
+	xdpRuns := flag.Int("xdp-drop-runs", 50, "samples of the XDP heavy hitter in the detect-drop comparison")
+	slowRuns := flag.Int("slow-drop-runs", 10, "samples of the daemon and of FastNetMon in the detect-drop comparison")
+	fnmAvg := flag.String("fastnetmon-averages", "5,1,0", "FastNetMon's average_calculation_time values in the detect-drop comparison (seconds)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process here")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -58,7 +61,6 @@ func main() {
 	}
 	if want["heavy"] {
 		benchHeavy(&b, *rounds, *repeat)
-		benchHeavyDetection(&b, *tierwallBin, *detRuns)
 	}
 	if want["snapshot"] {
 		benchSnapshot(&b, *rounds)
@@ -68,6 +70,17 @@ func main() {
 	}
 	if want["detection"] {
 		benchDetection(&b, *tierwallBin, *detRuns)
+	}
+	if want["detect-drop"] {
+		fnmAverages = nil
+		for _, s := range strings.Split(*fnmAvg, ",") {
+			var a int
+			if _, err := fmt.Sscan(s, &a); err != nil || a < 0 {
+				fail(fmt.Errorf("bad FastNetMon averaging time %q", s))
+			}
+			fnmAverages = append(fnmAverages, a)
+		}
+		benchDetectDrop(&b, *tierwallBin, *xdpRuns, *slowRuns)
 	}
 	if want["control"] {
 		benchBans(&b, *rounds)
