@@ -11,13 +11,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/pkt"
+	"golang.org/x/sys/unix"
 )
 
 // The filter benchmark (docs/BENCHMARKS.md): per-packet cost through
@@ -287,4 +290,111 @@ func Ratio(a, b float64) (float64, error) {
 		return 0, errNaN
 	}
 	return a / b, nil
+}
+
+// ContendedResult is the contended case: one source, one rule, the same
+// packets run on every CPU at once, so every CPU hits the same rule (and,
+// where a design shares it, the same counter line) at full rate.
+type ContendedResult struct {
+	CPUs     int
+	Filter   []float64 // ns/packet per round, the mean over the CPUs' runs
+	Baseline []float64
+	Empty    []float64
+}
+
+// Median returns the medians of the three programs in ns/packet.
+func (r ContendedResult) Median() (filter, baseline, empty float64) {
+	return median(r.Filter), median(r.Baseline), median(r.Empty)
+}
+
+// BenchContended runs the one-rule cell on every CPU at the same time:
+// one OS thread pinned to each CPU, each running repeat packets per
+// program per round, interleaved as BenchFilter's rounds are. The
+// baseline's hash lookup only reads shared memory, so filter ÷ baseline
+// here shows what sharing a written line between CPUs costs the filter.
+func BenchContended(rounds, repeat int) (*ContendedResult, error) {
+	addr := netip.MustParseAddr("192.0.2.1")
+	samples := make([]netip.Addr, benchSamples)
+	for i := range samples {
+		samples[i] = addr
+	}
+	g, err := newRig([]netip.Addr{addr}, samples, repeat)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	ncpu := g.d.CPUs()
+	r := &ContendedResult{CPUs: ncpu}
+	for i := 0; i < rounds; i++ {
+		for _, step := range []struct {
+			p   *ebpf.Program
+			out *[]float64
+		}{{g.d.Program(), &r.Filter}, {g.base.BlHashLookup, &r.Baseline}, {g.base.BlEmpty, &r.Empty}} {
+			ns, err := g.measureOnAll(step.p, xdpDrop, ncpu)
+			if err != nil {
+				return nil, err
+			}
+			*step.out = append(*step.out, ns)
+		}
+	}
+	s, err := g.d.Stats()
+	if err != nil {
+		return nil, err
+	}
+	if got, want := s.Verdicts["drop_exact"].Packets, uint64(rounds*repeat*ncpu); got != want {
+		return nil, fmt.Errorf("filter dropped %d of %d packets as exact hits", got, want)
+	}
+	c, err := g.d.RuleCounters([]netip.Prefix{netip.PrefixFrom(addr, 32)})
+	if err != nil {
+		return nil, err
+	}
+	if got, want := c[netip.PrefixFrom(addr, 32)].Packets, uint64(rounds*repeat*ncpu); got != want {
+		return nil, fmt.Errorf("the rule counted %d of %d packets", got, want)
+	}
+	return r, nil
+}
+
+// measureOnAll runs p through the wrapper on every CPU at once, one
+// pinned thread each started together, and returns the mean ns/packet.
+func (g *rig) measureOnAll(p *ebpf.Program, want uint32, ncpu int) (float64, error) {
+	if err := g.wrap.BwNext.Put(uint32(0), p); err != nil {
+		return 0, fmt.Errorf("installing program: %w", err)
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	ns := make([]float64, ncpu)
+	errs := make([]error, ncpu)
+	for cpu := 0; cpu < ncpu; cpu++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errs[cpu] = fmt.Errorf("pinning to CPU %d: %w", cpu, err)
+				<-start
+				return
+			}
+			<-start
+			ret, dur, err := g.wrap.BwWrap4.Benchmark(g.frame, g.repeat, nil)
+			switch {
+			case err != nil:
+				errs[cpu] = err
+			case ret != want:
+				errs[cpu] = fmt.Errorf("program returned %d on CPU %d, want %d", ret, cpu, want)
+			}
+			ns[cpu] = float64(dur.Nanoseconds())
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, x := range ns {
+		sum += x
+	}
+	return sum / float64(ncpu), nil
 }
