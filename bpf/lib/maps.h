@@ -44,6 +44,14 @@ struct {
 	__uint(max_entries, 1);
 } tw_ex6 SEC(".maps");
 
+/* Each CPU's coarse clock, read once a tick (tw_coarse_now). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_clock);
+	__uint(max_entries, 1);
+} tw_clock SEC(".maps");
+
 /* [cpu * TW_HOT_SLOTS + slot & (TW_HOT_SLOTS - 1)], sized at load;
  * mmapable so that user space reads it with the tables. */
 struct {

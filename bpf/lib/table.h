@@ -40,9 +40,29 @@ static __always_inline __u32 tw_hash6(const __u32 *a, __u32 seed)
 	return tw_mix32((__u32)(h >> 32) ^ (__u32)h);
 }
 
+/* The coarse clock, read once per tick per CPU: bpf_jiffies64 is inlined
+ * into a load, where bpf_ktime_get_coarse_ns is a helper call whose two
+ * returns each go through the SRSO "safe RET" thunk on these AMD hosts,
+ * per packet. The coarse clock only moves at a tick, with jiffies; it may
+ * be read just before the tick updates it, and then lags a tick behind
+ * until the next, far below last_hit's resolution. */
+static __always_inline __u64 tw_coarse_now(void)
+{
+	__u32 zero = 0;
+	struct tw_clock *c = bpf_map_lookup_elem(&tw_clock, &zero);
+	__u64 j = bpf_jiffies64();
+	if (!c)
+		return bpf_ktime_get_coarse_ns();
+	if (c->jiffies != j) {
+		c->jiffies = j;
+		c->now = bpf_ktime_get_coarse_ns();
+	}
+	return c->now;
+}
+
 static __always_inline void tw_touch(__u64 *last_hit)
 {
-	__u64 now = bpf_ktime_get_coarse_ns();
+	__u64 now = tw_coarse_now();
 	if (now - *last_hit > TW_LAST_HIT_RES_NS)
 		*last_hit = now;
 }

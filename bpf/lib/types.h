@@ -45,6 +45,13 @@ struct tw_hot {
 	__u64 bytes;
 };
 
+/* One CPU's reading of the coarse clock and the jiffies it was read at
+ * (tw_clock, table.h). */
+struct tw_clock {
+	__u64 jiffies;
+	__u64 now; /* CLOCK_MONOTONIC_COARSE ns */
+};
+
 /* Per-rule counter of the prefix and allowlist tries. Stored per CPU as
  * [cpu * cap + id] in a plain array: each core writes only its own block,
  * so no atomics are needed. */

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type filterTwClock struct {
+	_       structs.HostLayout
+	Jiffies uint64
+	Now     uint64
+}
+
 type filterTwConfig struct {
 	_         structs.HostLayout
 	Layout    filterTwLayout
@@ -339,6 +345,7 @@ const (
 	filterMapTwAllow6         = "tw_allow6"
 	filterMapTwAllowCtr       = "tw_allow_ctr"
 	filterMapTwCfg            = "tw_cfg"
+	filterMapTwClock          = "tw_clock"
 	filterMapTwEx4            = "tw_ex4"
 	filterMapTwEx6            = "tw_ex6"
 	filterMapTwExHot          = "tw_ex_hot"
@@ -434,6 +441,7 @@ type filterMapSpecs struct {
 	TwAllow6   *ebpf.MapSpec `ebpf:"tw_allow6"`
 	TwAllowCtr *ebpf.MapSpec `ebpf:"tw_allow_ctr"`
 	TwCfg      *ebpf.MapSpec `ebpf:"tw_cfg"`
+	TwClock    *ebpf.MapSpec `ebpf:"tw_clock"`
 	TwEx4      *ebpf.MapSpec `ebpf:"tw_ex4"`
 	TwEx6      *ebpf.MapSpec `ebpf:"tw_ex6"`
 	TwExHot    *ebpf.MapSpec `ebpf:"tw_ex_hot"`
@@ -505,6 +513,7 @@ type filterMaps struct {
 	TwAllow6   *ebpf.Map `ebpf:"tw_allow6"`
 	TwAllowCtr *ebpf.Map `ebpf:"tw_allow_ctr"`
 	TwCfg      *ebpf.Map `ebpf:"tw_cfg"`
+	TwClock    *ebpf.Map `ebpf:"tw_clock"`
 	TwEx4      *ebpf.Map `ebpf:"tw_ex4"`
 	TwEx6      *ebpf.Map `ebpf:"tw_ex6"`
 	TwExHot    *ebpf.Map `ebpf:"tw_ex_hot"`
@@ -543,6 +552,7 @@ func (m *filterMaps) Close() error {
 		m.TwAllow6,
 		m.TwAllowCtr,
 		m.TwCfg,
+		m.TwClock,
 		m.TwEx4,
 		m.TwEx6,
 		m.TwExHot,
