@@ -412,3 +412,100 @@ func (g *rig) measureOnAll(p *ebpf.Program, want uint32, ncpu int) (float64, err
 	}
 	return sum / float64(ncpu), nil
 }
+
+// LadderResult is the fixed cost at one rule, cut into the filter's
+// pieces (bpf/bench_parts.c): each rung is the previous one plus one
+// piece, all through the same wrapper, interleaved in rounds.
+type LadderResult struct {
+	Empty, Parse, Verdict, Exact, Filter, Baseline []float64 // ns/packet per round
+}
+
+// BenchLadder measures the rungs against the filter and the plain hash,
+// one rule, one source.
+func BenchLadder(rounds, repeat int) (*LadderResult, error) {
+	addr := netip.MustParseAddr("192.0.2.1")
+	samples := make([]netip.Addr, benchSamples)
+	for i := range samples {
+		samples[i] = addr
+	}
+	g, err := newRig([]netip.Addr{addr}, samples, repeat)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	var parts benchpartsObjects
+	if err := loadParts(&parts, addr, g.d.CPUs()); err != nil {
+		return nil, err
+	}
+	defer parts.Close()
+	r := &LadderResult{}
+	for i := 0; i < rounds; i++ {
+		for _, step := range []struct {
+			p   *ebpf.Program
+			out *[]float64
+		}{{g.base.BlEmpty, &r.Empty}, {parts.BpParse, &r.Parse}, {parts.BpVerdict, &r.Verdict},
+			{parts.BpExact, &r.Exact}, {g.d.Program(), &r.Filter}, {g.base.BlHashLookup, &r.Baseline}} {
+			ns, err := g.measure(step.p, xdpDrop)
+			if err != nil {
+				return nil, err
+			}
+			*step.out = append(*step.out, ns)
+		}
+	}
+	// bp_exact counted the rule: its table had the address, and every
+	// packet was a hit.
+	var e benchpartsTwExact4
+	var hits uint64
+	for i := uint32(0); i < partsSlots; i++ {
+		if err := parts.TwEx4.Lookup(i, &e); err != nil {
+			return nil, err
+		}
+		hits += e.Packets
+	}
+	n := uint32(partsSlots) * uint32(g.d.CPUs())
+	for k := uint32(0); k < n; k++ {
+		var h benchpartsTwHot
+		if err := parts.TwExHot.Lookup(k, &h); err != nil {
+			return nil, err
+		}
+		hits += h.Packets
+	}
+	if hits < uint64(rounds*repeat) {
+		return nil, fmt.Errorf("bp_exact counted %d hits of at least %d packets", hits, rounds*repeat)
+	}
+	return r, nil
+}
+
+// partsSlots is the rungs' exact table: every slot holds the one rule,
+// so its probe finds it at once wherever the address hashes (the seed is
+// the bench's to choose, the hash the data plane's).
+const partsSlots = 64
+
+func loadParts(o *benchpartsObjects, addr netip.Addr, ncpu int) error {
+	spec, err := loadBenchparts()
+	if err != nil {
+		return err
+	}
+	spec.Maps["tw_ex4"].MaxEntries = partsSlots
+	spec.Maps["tw_ex_hot"].MaxEntries = uint32(benchpartsTwHotLimitTW_HOT_SLOTS) * uint32(ncpu)
+	for name, v := range map[string]uint32{"tw_ex4_slots": partsSlots, "tw_nr_cpus": uint32(ncpu)} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
+		}
+	}
+	if err := spec.LoadAndAssign(o, nil); err != nil {
+		return fmt.Errorf("loading the rungs: %w", err)
+	}
+	w := binary.LittleEndian.Uint32(addr.AsSlice())
+	for i := uint32(0); i < partsSlots; i++ {
+		if err := o.TwEx4.Put(i, &benchpartsTwExact4{Addr: w, State: 1 /* TW_SLOT_USED */}); err != nil {
+			o.Close()
+			return fmt.Errorf("filling the rungs' table: %w", err)
+		}
+	}
+	if err := o.TwCfg.Put(uint32(0), &benchpartsTwConfig{Exact4N: 1}); err != nil {
+		o.Close()
+		return fmt.Errorf("configuring the rungs: %w", err)
+	}
+	return nil
+}
