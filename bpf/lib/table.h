@@ -80,6 +80,10 @@ static __always_inline void tw_count(void *ctrmap, __u32 cpu, __u32 stride,
 	}
 }
 
+/* User space sizes tw_ex_hot and reads it by these constants: an anchor
+ * (never read) so that BTF describes them for bpf2go -type. */
+const enum tw_hot_limit tw_hot_limit_anchor __attribute__((unused));
+
 /* Counting a hit. Each CPU keeps its last TW_HOT_SLOTS rules' counts in
  * its own tw_hot entries, so a rule hit again and again on one CPU (one
  * source at full rate, from every CPU at once) counts in memory no other
@@ -94,10 +98,6 @@ static __always_inline void tw_count(void *ctrmap, __u32 cpu, __u32 stride,
  * both CPUs here), and per-rule rates must stay exact. An entry that still
  * holds counts when another rule takes it moves them into its slot first,
  * with seq odd meanwhile (struct tw_hot). */
-/* User space sizes tw_ex_hot and reads it by these constants: an anchor
- * (never read) so that BTF describes them for bpf2go -type. */
-const enum tw_hot_limit tw_hot_limit_anchor __attribute__((unused));
-
 static __always_inline void tw_slot_add(__u32 tag, __u64 packets, __u64 bytes)
 {
 	__u32 idx = tag & ~TW_HOT_V6;
