@@ -62,7 +62,7 @@ int tw_filter(struct xdp_md *ctx)
 				       tw_allow_cap, cpu, len))
 				return tw_verdict(TW_R_ALLOW, len);
 		}
-		if (cfg->exact4_n && tw_exact4_hit(p.src4, cfg->seed, cpu, len))
+		if (cfg->exact4_n && tw_exact4_hit(p.src4, cfg->seed, len))
 			return tw_exit(ctx, TW_R_DROP_EXACT, len);
 		if (cfg->pfx4_n) {
 			struct tw_lpm4_key k = { .prefixlen = 32,
@@ -87,7 +87,7 @@ int tw_filter(struct xdp_md *ctx)
 		if (cfg->allow6_n && tw_lpm_hit(&tw_allow6, &k, &tw_allow_ctr,
 						tw_allow_cap, cpu, len))
 			return tw_verdict(TW_R_ALLOW, len);
-		if (cfg->exact6_n && tw_exact6_hit(p.src6, cfg->seed, cpu, len))
+		if (cfg->exact6_n && tw_exact6_hit(p.src6, cfg->seed, len))
 			return tw_exit(ctx, TW_R_DROP_EXACT, len);
 		if (cfg->pfx6_n &&
 		    tw_lpm_hit(&tw_pfx6, &k, &tw_pfx_ctr, tw_pfx_cap, cpu, len))

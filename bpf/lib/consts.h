@@ -11,8 +11,9 @@
 enum tw_layout {
 	/* 4: exact tables and counters mmapable; 5: flow rules, the
 	 * known-good lists, tw_jmp and the port profile in the feature
-	 * buffers; 6: the heavy-hitter detector and provisional drops */
-	TW_LAYOUT_VERSION = 6,
+	 * buffers; 6: the heavy-hitter detector and provisional drops; 7:
+	 * exact rules' counters in their slots, shared by the CPUs */
+	TW_LAYOUT_VERSION = 7,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy
@@ -125,6 +126,14 @@ enum tw_prov_flag {
 	TW_PROV_MONITOR = 1 << 0, /* monitor-only: counted, never dropped */
 	TW_PROV_REVOKED = 1
 			  << 1, /* the daemon refused it: passes until expiry */
+};
+
+/* Each CPU's cache of the exact rules it hit last (table.h): entries per
+ * CPU, a power of two, indexed by the low bits of the slot index. The tag
+ * of an IPv6 slot has TW_HOT_V6 set. */
+enum tw_hot_limit {
+	TW_HOT_SLOTS = 64,
+	TW_HOT_V6 = 1U << 31,
 };
 
 enum tw_slot_state {

@@ -10,10 +10,11 @@
 #include "types.h"
 #include "consts.h"
 
-/* Set before load. Exact tables are powers of two; counters are laid out
- * [cpu][slot] so the data plane needs the slot count and the CPU count.
- * The exact tables and their counters are mmapable: the daemon reads the
- * counters of every ban each interval, and at 500K bans a syscall per slot
+/* Set before load. Exact tables are powers of two; the prefix and
+ * allowlist counters are laid out [cpu][id], so the data plane needs the
+ * CPU count. The exact tables (which hold their rules' counters) are
+ * mmapable: the daemon reads the counters of every ban each interval, and
+ * at 500K bans a syscall per slot
  * (lookup or batch, ~300 ns each here) costs seconds, a read from memory
  * milliseconds. Writes still go through the syscall, in the order the
  * table's concurrency rules need. */
@@ -43,21 +44,23 @@ struct {
 	__uint(max_entries, 1);
 } tw_ex6 SEC(".maps");
 
+/* Each CPU's coarse clock, read once a tick (tw_coarse_now). */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
-	__type(value, struct tw_ctr);
-	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(value, struct tw_clock);
 	__uint(max_entries, 1);
-} tw_ex4_ctr SEC(".maps");
+} tw_clock SEC(".maps");
 
+/* [cpu * TW_HOT_SLOTS + slot & (TW_HOT_SLOTS - 1)], sized at load;
+ * mmapable so that user space reads it with the tables. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct tw_ctr);
+	__type(value, struct tw_hot);
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
-} tw_ex6_ctr SEC(".maps");
+} tw_ex_hot SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);

@@ -8,12 +8,18 @@
 #include <linux/types.h>
 #include "consts.h"
 
-/* Exact-match slot for one IPv4 source. Four slots share a cache line, so
- * a probe run of a few slots usually costs one memory access. */
+/* Exact-match slot for one source, with the rule's counters in it: a hit
+ * reads and writes one cache line, where a separate per-CPU counter array
+ * cost a second random line (and, past the TLB's reach, a second page
+ * walk) per packet. The counters are shared by the CPUs and added
+ * atomically (table.h says why that and not plain adds). Two IPv4 slots
+ * share a line; an IPv6 slot is a line of its own, never straddling two. */
 struct tw_exact4 {
 	__u32 addr; /* network byte order */
 	enum tw_slot_state state;
 	__u64 last_hit; /* CLOCK_MONOTONIC_COARSE ns, shared, rate-limited */
+	__u64 packets;
+	__u64 bytes;
 };
 
 struct tw_exact6 {
@@ -21,10 +27,34 @@ struct tw_exact6 {
 	enum tw_slot_state state;
 	__u32 _pad;
 	__u64 last_hit;
+	__u64 packets;
+	__u64 bytes;
+	__u64 _pad2[2];
 };
 
-/* Per-rule counter. Stored per CPU as [cpu * slots + slot] in a plain
- * array: each core writes only its own block, so no atomics are needed. */
+/* One CPU's pending counts of one exact rule, [cpu * TW_HOT_SLOTS +
+ * (slot & (TW_HOT_SLOTS - 1))]: a rule's counters are its slot's plus
+ * every CPU's entry tagged with it. Only that CPU writes the entry, except
+ * that user space zeroes the counts of a slot it gives a new rule. seq is
+ * odd while the CPU moves the counts into the slot, so a reader can tell
+ * a torn reading from a good one. */
+struct tw_hot {
+	__u32 tag; /* slot index, | TW_HOT_V6 for the IPv6 table */
+	__u32 seq;
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* One CPU's reading of the coarse clock and the jiffies it was read at
+ * (tw_clock, table.h). */
+struct tw_clock {
+	__u64 jiffies;
+	__u64 now; /* CLOCK_MONOTONIC_COARSE ns */
+};
+
+/* Per-rule counter of the prefix and allowlist tries. Stored per CPU as
+ * [cpu * cap + id] in a plain array: each core writes only its own block,
+ * so no atomics are needed. */
 struct tw_ctr {
 	__u64 packets;
 	__u64 bytes;
@@ -233,9 +263,19 @@ struct tw_hh_stats {
 	__u64 _pad;
 };
 
-_Static_assert(sizeof(struct tw_exact4) == 16, "exact4 slot size");
-_Static_assert(sizeof(struct tw_exact6) == 32, "exact6 slot size");
+_Static_assert(sizeof(struct tw_exact4) == 32, "two exact4 slots a line");
+_Static_assert(sizeof(struct tw_exact6) == 64, "an exact6 slot is a line");
 _Static_assert(sizeof(struct tw_ctr) == 16, "counter size");
+_Static_assert(sizeof(struct tw_hot) == 24, "hot entry size");
+_Static_assert(__builtin_offsetof(struct tw_exact4, bytes) ==
+			       __builtin_offsetof(struct tw_exact4, packets) +
+				       8 &&
+		       __builtin_offsetof(struct tw_exact6, bytes) ==
+			       __builtin_offsetof(struct tw_exact6, packets) +
+				       8,
+	       "tw_exact_count finds bytes right after packets");
+_Static_assert(TW_HOT_SLOTS * sizeof(struct tw_hot) % 64 == 0,
+	       "each CPU's hot entries start a cache line");
 _Static_assert(sizeof(struct tw_feat_key) == 36, "feature key size");
 _Static_assert(sizeof(struct tw_config) == 104, "config size");
 _Static_assert(sizeof(struct tw_feat_slot) == 64, "feature slot size");

@@ -130,7 +130,41 @@ func benchFilter(b *bytes.Buffer, sizes string, rounds, repeat int) {
 			fmt.Fprintf(b, "| %d | %s | %.0f %s | %.0f %s | %.0f %s | %.0f | %.2f× | %.2f× | %s |\n", n, d, f, span(r.Filter), bl, span(r.Baseline), fl, span(r.Floor), e, ratio, fratio, target)
 		}
 	}
+	benchLadder(b, rounds, repeat)
+	benchContended(b, rounds, repeat)
+}
 
+// benchLadder: where the fixed cost at one rule goes, piece by piece.
+func benchLadder(b *bytes.Buffer, rounds, repeat int) {
+	fmt.Fprintf(os.Stderr, "bench: the fixed cost at 1 rule, piece by piece...\n")
+	r, err := bench.BenchLadder(rounds, repeat)
+	if err != nil {
+		fail(err)
+	}
+	e, p, v, x, f, bl := med(r.Empty), med(r.Parse), med(r.Verdict), med(r.Exact), med(r.Filter), med(r.Baseline)
+	fmt.Fprintf(b, "\n**The fixed cost at 1 rule, piece by piece**: the filter's drop path cut into rungs built from its own headers (`bpf/bench_parts.c`), each the previous plus one piece, through the same wrapper, %d rounds of %d packets interleaved with the filter and the plain hash. A piece's cost is the difference of two medians, so a few ns either way is noise.\n\n", rounds, repeat)
+	fmt.Fprintf(b, "| rung | ns/pkt | piece | + ns |\n|---|---:|---|---:|\n")
+	fmt.Fprintf(b, "| empty program | %.0f %s | wrapper, tail call | |\n", e, span(r.Empty))
+	fmt.Fprintf(b, "| parse | %.0f %s | parse (a global function: call and return) | %+.0f |\n", p, span(r.Parse), p-e)
+	fmt.Fprintf(b, "| + verdict | %.0f %s | configuration read, per-CPU verdict counter | %+.0f |\n", v, span(r.Verdict), v-p)
+	fmt.Fprintf(b, "| + exact hit | %.0f %s | hash, slot, rule counter (hot entry), clock | %+.0f |\n", x, span(r.Exact), x-v)
+	fmt.Fprintf(b, "| filter | %.0f %s | allowlist and sampler tests, the rest of the program | %+.0f |\n", f, span(r.Filter), f-x)
+	fmt.Fprintf(b, "| plain BPF hash | %.0f %s | (baseline) | filter ÷ baseline %.2f× |\n", bl, span(r.Baseline), f/bl)
+}
+
+// benchContended: one source hit from every CPU at once, the case where a
+// rule counter shared between CPUs costs most.
+func benchContended(b *bytes.Buffer, rounds, repeat int) {
+	fmt.Fprintf(os.Stderr, "bench: contended, 1 rule on every CPU...\n")
+	r, err := bench.BenchContended(rounds, repeat)
+	if err != nil {
+		fail(err)
+	}
+	f, bl, e := r.Median()
+	ratio, _ := bench.Ratio(f, bl)
+	fmt.Fprintf(b, "\n**Contended**: one rule, one source, the same wrapper run on all %d CPUs at once (one pinned thread each, %d packets per program per CPU per round, %d rounds interleaved), so every CPU hits the same rule at full rate. ns/pkt is the mean of the CPUs' own runs; the baseline's lookup only reads shared memory.\n\n", r.CPUs, repeat, rounds)
+	fmt.Fprintf(b, "| filter ns/pkt | baseline ns/pkt | empty ns/pkt | filter ÷ baseline | Mpps, all CPUs (filter) |\n|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "| %.0f %s | %.0f %s | %.0f | %.2f× | %.1f |\n", f, span(r.Filter), bl, span(r.Baseline), e, ratio, float64(r.CPUs)*1e3/f)
 }
 
 // benchHeavy: the heavy-hitter detector's cost on the paths it touches

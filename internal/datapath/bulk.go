@@ -3,6 +3,7 @@ package datapath
 import (
 	"fmt"
 	"net/netip"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 )
@@ -39,9 +40,11 @@ func (d *Datapath) BlockBulk(addrs []netip.Addr) error {
 	return d.updateConfig(func(c *filterTwConfig) { c.Exact4N += n4; c.Exact6N += n6 })
 }
 
-// ExactFootprint4 is the size in bytes of the IPv4 exact table's key
-// array: what a packet's lookup can touch.
-func (d *Datapath) ExactFootprint4() int { return int(d.sizes.slots4) * 16 }
+// ExactFootprint4 is the size in bytes of the IPv4 exact table (keys and
+// counters): what a packet's lookup can touch.
+func (d *Datapath) ExactFootprint4() int {
+	return int(d.sizes.slots4) * int(unsafe.Sizeof(filterTwExact4{}))
+}
 
 // CPUs is the number of per-CPU regions the feature buffers have.
 func (d *Datapath) CPUs() int { return int(d.sizes.ncpu) }

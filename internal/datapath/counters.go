@@ -93,22 +93,34 @@ func (t *exactTable) reread(v *exactView, a netip.Addr, now uint64, r *Reading) 
 	return true
 }
 
-// exactView is an exact table and its counters mapped read-only into this
-// process (both maps are BPF_F_MMAPABLE): reading every ban's counters is
-// then memory reads, where a lookup syscall per slot and CPU costs ~300 ns
-// (seconds at 500K bans). Writes keep going through the syscall, which
-// orders them as exactTable's concurrency rules need.
+// exactView is an exact table, counters included, mapped read-only into
+// this process (BPF_F_MMAPABLE): reading every ban's counters is then
+// memory reads, where a lookup syscall per slot costs ~300 ns (seconds at
+// 500K bans). Writes keep going through the syscall, which orders them as
+// exactTable's concurrency rules need.
 type exactView struct {
-	k4   []filterTwExact4
-	k6   []filterTwExact6
-	ctrs []filterTwCtr
-	raw  [][]byte // what to munmap
+	k4  []filterTwExact4
+	k6  []filterTwExact6
+	hot []filterTwHot // read-write: insert zeroes a reused slot's entries
+	raw [][]byte      // what to munmap
 }
 
+// hotSlots and hotV6 are TW_HOT_SLOTS and TW_HOT_V6; maxTornReads bounds
+// the retries of one counter reading (sum).
+const (
+	maxTornReads = 1000
+	hotSlots     = uint32(filterTwHotLimitTW_HOT_SLOTS)
+	hotV6        = uint32(filterTwHotLimitTW_HOT_V6)
+)
+
 func mmapArray[V any](m *ebpf.Map, n int) ([]V, []byte, error) {
+	return mmapArrayProt[V](m, n, unix.PROT_READ)
+}
+
+func mmapArrayProt[V any](m *ebpf.Map, n int, prot int) ([]V, []byte, error) {
 	var v V
 	size := n * int(unsafe.Sizeof(v))
-	b, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	b, err := unix.Mmap(m.FD(), 0, size, prot, unix.MAP_SHARED)
 	if err != nil {
 		return nil, nil, fmt.Errorf("mapping %d entries: %w", n, err)
 	}
@@ -132,9 +144,9 @@ func (t *exactTable) view() (*exactView, error) {
 		return nil, fmt.Errorf("exact table: %w", err)
 	}
 	v.raw = append(v.raw, raw)
-	if v.ctrs, raw, err = mmapArray[filterTwCtr](t.ctrs, int(t.slots*t.ncpu)); err != nil {
+	if v.hot, raw, err = mmapArrayProt[filterTwHot](t.hot, int(hotSlots*t.ncpu), unix.PROT_READ|unix.PROT_WRITE); err != nil {
 		v.unmap()
-		return nil, fmt.Errorf("exact counters: %w", err)
+		return nil, fmt.Errorf("exact hot entries: %w", err)
 	}
 	v.raw = append(v.raw, raw)
 	t.mem = v
@@ -186,15 +198,86 @@ func (t *exactTable) findMem(v *exactView, a netip.Addr) int64 {
 	return -1
 }
 
-// sum adds up slot idx's counters over CPUs.
-func (t *exactTable) sum(v *exactView, idx uint32) Counter {
-	var c Counter
-	for cpu := uint32(0); cpu < t.ncpu; cpu++ {
-		x := &v.ctrs[cpu*t.slots+idx]
-		c.Packets += x.Packets
-		c.Bytes += x.Bytes
+// tag is slot idx's tag in tw_ex_hot.
+func (t *exactTable) tag(idx uint32) uint32 {
+	if t.v6 {
+		return idx | hotV6
 	}
-	return c
+	return idx
+}
+
+// sum reads slot idx's counters: the slot's, which the data plane adds to
+// atomically while we read, plus the pending counts of every CPU's hot
+// entry tagged with it. A CPU that moves an entry's counts into its slot
+// keeps the entry's seq odd meanwhile, so a reading during which any seq
+// was odd or moved may have seen the counts twice or not at all, and is
+// taken again; the move is rare (an entry taken over while holding
+// counts) and takes nanoseconds, so this almost never loops more than
+// once. The bound only keeps a reader from spinning on a CPU that stopped
+// mid-move, which a BPF program cannot.
+func (t *exactTable) sum(v *exactView, idx uint32) Counter {
+	tag := t.tag(idx)
+	var buf [64]uint32
+	seq := buf[:]
+	if t.ncpu > uint32(len(buf)) {
+		seq = make([]uint32, t.ncpu)
+	}
+	for try := 0; ; try++ {
+		var c Counter
+		torn := false
+		for cpu := uint32(0); cpu < t.ncpu; cpu++ {
+			e := &v.hot[cpu*hotSlots+idx&(hotSlots-1)]
+			seq[cpu] = atomic.LoadUint32(&e.Seq)
+			if seq[cpu]&1 != 0 && try < maxTornReads {
+				torn = true
+				break
+			}
+			if atomic.LoadUint32(&e.Tag) == tag {
+				c.Packets += atomic.LoadUint64(&e.Packets)
+				c.Bytes += atomic.LoadUint64(&e.Bytes)
+			}
+		}
+		if torn {
+			continue
+		}
+		if t.v6 {
+			e := &v.k6[idx]
+			c.Packets += atomic.LoadUint64(&e.Packets)
+			c.Bytes += atomic.LoadUint64(&e.Bytes)
+		} else {
+			e := &v.k4[idx]
+			c.Packets += atomic.LoadUint64(&e.Packets)
+			c.Bytes += atomic.LoadUint64(&e.Bytes)
+		}
+		for cpu := uint32(0); cpu < t.ncpu; cpu++ {
+			if atomic.LoadUint32(&v.hot[cpu*hotSlots+idx&(hotSlots-1)].Seq) != seq[cpu] {
+				torn = true
+				break
+			}
+		}
+		if !torn || try >= maxTornReads {
+			return c
+		}
+	}
+}
+
+// clearHot zeroes the pending counts that CPUs hold for slot idx, before
+// the slot takes a new rule: they belong to the rule that had it before.
+// Only the counts: the seq belongs to the entry's CPU.
+func (t *exactTable) clearHot(idx uint32) error {
+	v, err := t.view()
+	if err != nil {
+		return err
+	}
+	tag := t.tag(idx)
+	for cpu := uint32(0); cpu < t.ncpu; cpu++ {
+		e := &v.hot[cpu*hotSlots+idx&(hotSlots-1)]
+		if atomic.LoadUint32(&e.Tag) == tag {
+			atomic.StoreUint64(&e.Packets, 0)
+			atomic.StoreUint64(&e.Bytes, 0)
+		}
+	}
+	return nil
 }
 
 // RuleCountersInto reads the counters of block rules ps into out (out[i]
@@ -278,10 +361,9 @@ func (d *Datapath) RuleCountersInto(ps []netip.Prefix, out []Reading) error {
 }
 
 // bySlot orders the indices of ps by the home slot of their address
-// (a counting sort on the top bits): read in slot order, the key table and
-// every CPU's counters are walked front to back, which the CPU prefetches,
-// instead of three cache misses per ban in random order (~270 ns each
-// at 500K bans here).
+// (a counting sort on the top bits): read in slot order, the table is
+// walked front to back, which the CPU prefetches, instead of a cache miss
+// per ban in random order (~270 ns each at 500K bans here).
 func (t *exactTable) bySlot(ps []netip.Prefix, idx []int32) []int32 {
 	const bucketBits = 12
 	shift := max(bits.Len32(t.slots-1)-bucketBits, 0)

@@ -36,14 +36,18 @@ type slot struct {
 //   - delete only turns USED into a tombstone, which probe runs skip, and
 //     turns trailing tombstones into EMPTY only where a run ends anyway.
 //
-// Counters are [cpu][slot]; they are zeroed before a slot gets a new rule.
+// A rule's counters are its slot's (shared by the CPUs, added atomically
+// by the data plane) plus the pending counts of every CPU's tw_ex_hot
+// entry tagged with the slot (bpf/lib/table.h). Every write of a slot here
+// writes its counters as zero, and insert zeroes the hot entries of a slot
+// before giving it a new rule, so a rule starts at zero.
 type exactTable struct {
 	v6    bool
 	slots uint32
 	ncpu  uint32
 	seed  uint32
 	keys  *ebpf.Map
-	ctrs  *ebpf.Map
+	hot   *ebpf.Map  // shared by both families; tags tell them apart
 	mem   *exactView // mapped on first read, see view
 }
 
@@ -144,7 +148,7 @@ probe:
 		return false, fmt.Errorf("%w: no free slot within %d of %s's home slot", ErrTableFull, maxProbe, a)
 	}
 	idx := uint32(free)
-	if err := t.zeroCounters(idx); err != nil {
+	if err := t.clearHot(idx); err != nil {
 		return false, err
 	}
 	if err := t.put(idx, slot{addr: a, state: freeState}); err != nil {
@@ -188,34 +192,15 @@ func (t *exactTable) remove(a netip.Addr) (bool, error) {
 	return true, nil
 }
 
-func (t *exactTable) zeroCounters(idx uint32) error {
-	keys := make([]uint32, t.ncpu)
-	vals := make([]filterTwCtr, t.ncpu)
-	for c := range keys {
-		keys[c] = uint32(c)*t.slots + idx
-	}
-	if _, err := t.ctrs.BatchUpdate(keys, vals, nil); err != nil {
-		return fmt.Errorf("zeroing counters of slot %d: %w", idx, err)
-	}
-	return nil
-}
-
 // all returns every used slot with its index and summed counters.
 func (t *exactTable) all() ([]slotRule, error) {
-	var out []slotRule
-	var ctr []filterTwCtr
-	ctr, err := readArray[filterTwCtr](t.ctrs)
+	// Counters from the mapped view, which adds the hot entries'
+	// pending counts; the states and keys from one batch read.
+	v, err := t.view()
 	if err != nil {
-		return nil, fmt.Errorf("reading counters: %w", err)
+		return nil, err
 	}
-	add := func(i uint32, s slot) {
-		r := slotRule{slot: s}
-		for c := uint32(0); c < t.ncpu; c++ {
-			r.packets += ctr[c*t.slots+i].Packets
-			r.bytes += ctr[c*t.slots+i].Bytes
-		}
-		out = append(out, r)
-	}
+	var out []slotRule
 	if t.v6 {
 		es, err := readArray[filterTwExact6](t.keys)
 		if err != nil {
@@ -223,7 +208,8 @@ func (t *exactTable) all() ([]slotRule, error) {
 		}
 		for i, e := range es {
 			if uint32(e.State) == slotUsed {
-				add(uint32(i), slot{netip.AddrFrom16(e.Addr), slotUsed, e.LastHit})
+				c := t.sum(v, uint32(i))
+				out = append(out, slotRule{slot{netip.AddrFrom16(e.Addr), slotUsed, e.LastHit}, c.Packets, c.Bytes})
 			}
 		}
 		return out, nil
@@ -234,7 +220,8 @@ func (t *exactTable) all() ([]slotRule, error) {
 	}
 	for i, e := range es {
 		if uint32(e.State) == slotUsed {
-			add(uint32(i), slot{addr4(e.Addr), slotUsed, e.LastHit})
+			c := t.sum(v, uint32(i))
+			out = append(out, slotRule{slot{addr4(e.Addr), slotUsed, e.LastHit}, c.Packets, c.Bytes})
 		}
 	}
 	return out, nil

@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type filterTwClock struct {
+	_       structs.HostLayout
+	Jiffies uint64
+	Now     uint64
+}
+
 type filterTwConfig struct {
 	_         structs.HostLayout
 	Layout    filterTwLayout
@@ -44,6 +50,8 @@ type filterTwExact4 struct {
 	Addr    uint32
 	State   filterTwSlotState
 	LastHit uint64
+	Packets uint64
+	Bytes   uint64
 }
 
 type filterTwExact6 struct {
@@ -52,6 +60,9 @@ type filterTwExact6 struct {
 	State   filterTwSlotState
 	Pad     uint32
 	LastHit uint64
+	Packets uint64
+	Bytes   uint64
+	Pad2    [2]uint64
 }
 
 type filterTwFbucket struct {
@@ -220,6 +231,21 @@ type filterTwHhStats struct {
 	Pad           uint64
 }
 
+type filterTwHot struct {
+	_       structs.HostLayout
+	Tag     uint32
+	Seq     uint32
+	Packets uint64
+	Bytes   uint64
+}
+
+type filterTwHotLimit uint32
+
+const (
+	filterTwHotLimitTW_HOT_SLOTS filterTwHotLimit = 64
+	filterTwHotLimitTW_HOT_V6    filterTwHotLimit = 2147483648
+)
+
 type filterTwJmpSlot uint32
 
 const (
@@ -229,7 +255,7 @@ const (
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 6
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 7
 )
 
 type filterTwLpm4Key struct {
@@ -315,50 +341,51 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	filterMapTwAllow4      = "tw_allow4"
-	filterMapTwAllow6      = "tw_allow6"
-	filterMapTwAllowCtr    = "tw_allow_ctr"
-	filterMapTwCfg         = "tw_cfg"
-	filterMapTwEx4         = "tw_ex4"
-	filterMapTwEx4Ctr      = "tw_ex4_ctr"
-	filterMapTwEx6         = "tw_ex6"
-	filterMapTwEx6Ctr      = "tw_ex6_ctr"
-	filterMapTwFeat        = "tw_feat"
-	filterMapTwFeatA       = "tw_feat_a"
-	filterMapTwFeatB       = "tw_feat_b"
-	filterMapTwFruleCtr    = "tw_frule_ctr"
-	filterMapTwFruleTb     = "tw_frule_tb"
-	filterMapTwFrules      = "tw_frules"
-	filterMapTwFrulesA     = "tw_frules_a"
-	filterMapTwFrulesB     = "tw_frules_b"
-	filterMapTwFstats      = "tw_fstats"
-	filterMapTwGood4       = "tw_good4"
-	filterMapTwGood6       = "tw_good6"
-	filterMapTwHhCfg       = "tw_hh_cfg"
-	filterMapTwHhCtr       = "tw_hh_ctr"
-	filterMapTwHhEvents    = "tw_hh_events"
-	filterMapTwHhShared    = "tw_hh_shared"
-	filterMapTwHhSketch    = "tw_hh_sketch"
-	filterMapTwJmp         = "tw_jmp"
-	filterMapTwPfx4        = "tw_pfx4"
-	filterMapTwPfx6        = "tw_pfx6"
-	filterMapTwPfxCtr      = "tw_pfx_ctr"
-	filterMapTwProtect4    = "tw_protect4"
-	filterMapTwProtect6    = "tw_protect6"
-	filterMapTwProv4       = "tw_prov4"
-	filterMapTwProv6       = "tw_prov6"
-	filterMapTwSample      = "tw_sample"
-	filterMapTwSampleRb    = "tw_sample_rb"
-	filterMapTwVerdicts    = "tw_verdicts"
-	filterProgTwFilter     = "tw_filter"
-	filterVarTwAllowCap    = "tw_allow_cap"
-	filterVarTwEx4Slots    = "tw_ex4_slots"
-	filterVarTwEx6Slots    = "tw_ex6_slots"
-	filterVarTwFeatCap     = "tw_feat_cap"
-	filterVarTwFeatSlots   = "tw_feat_slots"
-	filterVarTwHhBtfAnchor = "tw_hh_btf_anchor"
-	filterVarTwNrCpus      = "tw_nr_cpus"
-	filterVarTwPfxCap      = "tw_pfx_cap"
+	filterMapTwAllow4         = "tw_allow4"
+	filterMapTwAllow6         = "tw_allow6"
+	filterMapTwAllowCtr       = "tw_allow_ctr"
+	filterMapTwCfg            = "tw_cfg"
+	filterMapTwClock          = "tw_clock"
+	filterMapTwEx4            = "tw_ex4"
+	filterMapTwEx6            = "tw_ex6"
+	filterMapTwExHot          = "tw_ex_hot"
+	filterMapTwFeat           = "tw_feat"
+	filterMapTwFeatA          = "tw_feat_a"
+	filterMapTwFeatB          = "tw_feat_b"
+	filterMapTwFruleCtr       = "tw_frule_ctr"
+	filterMapTwFruleTb        = "tw_frule_tb"
+	filterMapTwFrules         = "tw_frules"
+	filterMapTwFrulesA        = "tw_frules_a"
+	filterMapTwFrulesB        = "tw_frules_b"
+	filterMapTwFstats         = "tw_fstats"
+	filterMapTwGood4          = "tw_good4"
+	filterMapTwGood6          = "tw_good6"
+	filterMapTwHhCfg          = "tw_hh_cfg"
+	filterMapTwHhCtr          = "tw_hh_ctr"
+	filterMapTwHhEvents       = "tw_hh_events"
+	filterMapTwHhShared       = "tw_hh_shared"
+	filterMapTwHhSketch       = "tw_hh_sketch"
+	filterMapTwJmp            = "tw_jmp"
+	filterMapTwPfx4           = "tw_pfx4"
+	filterMapTwPfx6           = "tw_pfx6"
+	filterMapTwPfxCtr         = "tw_pfx_ctr"
+	filterMapTwProtect4       = "tw_protect4"
+	filterMapTwProtect6       = "tw_protect6"
+	filterMapTwProv4          = "tw_prov4"
+	filterMapTwProv6          = "tw_prov6"
+	filterMapTwSample         = "tw_sample"
+	filterMapTwSampleRb       = "tw_sample_rb"
+	filterMapTwVerdicts       = "tw_verdicts"
+	filterProgTwFilter        = "tw_filter"
+	filterVarTwAllowCap       = "tw_allow_cap"
+	filterVarTwEx4Slots       = "tw_ex4_slots"
+	filterVarTwEx6Slots       = "tw_ex6_slots"
+	filterVarTwFeatCap        = "tw_feat_cap"
+	filterVarTwFeatSlots      = "tw_feat_slots"
+	filterVarTwHhBtfAnchor    = "tw_hh_btf_anchor"
+	filterVarTwHotLimitAnchor = "tw_hot_limit_anchor"
+	filterVarTwNrCpus         = "tw_nr_cpus"
+	filterVarTwPfxCap         = "tw_pfx_cap"
 )
 
 // loadFilter returns the embedded CollectionSpec for filter.
@@ -414,10 +441,10 @@ type filterMapSpecs struct {
 	TwAllow6   *ebpf.MapSpec `ebpf:"tw_allow6"`
 	TwAllowCtr *ebpf.MapSpec `ebpf:"tw_allow_ctr"`
 	TwCfg      *ebpf.MapSpec `ebpf:"tw_cfg"`
+	TwClock    *ebpf.MapSpec `ebpf:"tw_clock"`
 	TwEx4      *ebpf.MapSpec `ebpf:"tw_ex4"`
-	TwEx4Ctr   *ebpf.MapSpec `ebpf:"tw_ex4_ctr"`
 	TwEx6      *ebpf.MapSpec `ebpf:"tw_ex6"`
-	TwEx6Ctr   *ebpf.MapSpec `ebpf:"tw_ex6_ctr"`
+	TwExHot    *ebpf.MapSpec `ebpf:"tw_ex_hot"`
 	TwFeat     *ebpf.MapSpec `ebpf:"tw_feat"`
 	TwFeatA    *ebpf.MapSpec `ebpf:"tw_feat_a"`
 	TwFeatB    *ebpf.MapSpec `ebpf:"tw_feat_b"`
@@ -451,14 +478,15 @@ type filterMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type filterVariableSpecs struct {
-	TwAllowCap    *ebpf.VariableSpec `ebpf:"tw_allow_cap"`
-	TwEx4Slots    *ebpf.VariableSpec `ebpf:"tw_ex4_slots"`
-	TwEx6Slots    *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
-	TwFeatCap     *ebpf.VariableSpec `ebpf:"tw_feat_cap"`
-	TwFeatSlots   *ebpf.VariableSpec `ebpf:"tw_feat_slots"`
-	TwHhBtfAnchor *ebpf.VariableSpec `ebpf:"tw_hh_btf_anchor"`
-	TwNrCpus      *ebpf.VariableSpec `ebpf:"tw_nr_cpus"`
-	TwPfxCap      *ebpf.VariableSpec `ebpf:"tw_pfx_cap"`
+	TwAllowCap       *ebpf.VariableSpec `ebpf:"tw_allow_cap"`
+	TwEx4Slots       *ebpf.VariableSpec `ebpf:"tw_ex4_slots"`
+	TwEx6Slots       *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
+	TwFeatCap        *ebpf.VariableSpec `ebpf:"tw_feat_cap"`
+	TwFeatSlots      *ebpf.VariableSpec `ebpf:"tw_feat_slots"`
+	TwHhBtfAnchor    *ebpf.VariableSpec `ebpf:"tw_hh_btf_anchor"`
+	TwHotLimitAnchor *ebpf.VariableSpec `ebpf:"tw_hot_limit_anchor"`
+	TwNrCpus         *ebpf.VariableSpec `ebpf:"tw_nr_cpus"`
+	TwPfxCap         *ebpf.VariableSpec `ebpf:"tw_pfx_cap"`
 }
 
 // filterObjects contains all objects after they have been loaded into the kernel.
@@ -485,10 +513,10 @@ type filterMaps struct {
 	TwAllow6   *ebpf.Map `ebpf:"tw_allow6"`
 	TwAllowCtr *ebpf.Map `ebpf:"tw_allow_ctr"`
 	TwCfg      *ebpf.Map `ebpf:"tw_cfg"`
+	TwClock    *ebpf.Map `ebpf:"tw_clock"`
 	TwEx4      *ebpf.Map `ebpf:"tw_ex4"`
-	TwEx4Ctr   *ebpf.Map `ebpf:"tw_ex4_ctr"`
 	TwEx6      *ebpf.Map `ebpf:"tw_ex6"`
-	TwEx6Ctr   *ebpf.Map `ebpf:"tw_ex6_ctr"`
+	TwExHot    *ebpf.Map `ebpf:"tw_ex_hot"`
 	TwFeat     *ebpf.Map `ebpf:"tw_feat"`
 	TwFeatA    *ebpf.Map `ebpf:"tw_feat_a"`
 	TwFeatB    *ebpf.Map `ebpf:"tw_feat_b"`
@@ -524,10 +552,10 @@ func (m *filterMaps) Close() error {
 		m.TwAllow6,
 		m.TwAllowCtr,
 		m.TwCfg,
+		m.TwClock,
 		m.TwEx4,
-		m.TwEx4Ctr,
 		m.TwEx6,
-		m.TwEx6Ctr,
+		m.TwExHot,
 		m.TwFeat,
 		m.TwFeatA,
 		m.TwFeatB,
@@ -562,14 +590,15 @@ func (m *filterMaps) Close() error {
 //
 // It can be passed to loadFilterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type filterVariables struct {
-	TwAllowCap    *ebpf.Variable `ebpf:"tw_allow_cap"`
-	TwEx4Slots    *ebpf.Variable `ebpf:"tw_ex4_slots"`
-	TwEx6Slots    *ebpf.Variable `ebpf:"tw_ex6_slots"`
-	TwFeatCap     *ebpf.Variable `ebpf:"tw_feat_cap"`
-	TwFeatSlots   *ebpf.Variable `ebpf:"tw_feat_slots"`
-	TwHhBtfAnchor *ebpf.Variable `ebpf:"tw_hh_btf_anchor"`
-	TwNrCpus      *ebpf.Variable `ebpf:"tw_nr_cpus"`
-	TwPfxCap      *ebpf.Variable `ebpf:"tw_pfx_cap"`
+	TwAllowCap       *ebpf.Variable `ebpf:"tw_allow_cap"`
+	TwEx4Slots       *ebpf.Variable `ebpf:"tw_ex4_slots"`
+	TwEx6Slots       *ebpf.Variable `ebpf:"tw_ex6_slots"`
+	TwFeatCap        *ebpf.Variable `ebpf:"tw_feat_cap"`
+	TwFeatSlots      *ebpf.Variable `ebpf:"tw_feat_slots"`
+	TwHhBtfAnchor    *ebpf.Variable `ebpf:"tw_hh_btf_anchor"`
+	TwHotLimitAnchor *ebpf.Variable `ebpf:"tw_hot_limit_anchor"`
+	TwNrCpus         *ebpf.Variable `ebpf:"tw_nr_cpus"`
+	TwPfxCap         *ebpf.Variable `ebpf:"tw_pfx_cap"`
 }
 
 // filterPrograms contains all programs after they have been loaded into the kernel.

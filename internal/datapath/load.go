@@ -171,8 +171,7 @@ func (s sizes) apply(spec *ebpf.CollectionSpec) error {
 	m := spec.Maps
 	m["tw_ex4"].MaxEntries = s.slots4
 	m["tw_ex6"].MaxEntries = s.slots6
-	m["tw_ex4_ctr"].MaxEntries = s.slots4 * s.ncpu
-	m["tw_ex6_ctr"].MaxEntries = s.slots6 * s.ncpu
+	m["tw_ex_hot"].MaxEntries = hotSlots * s.ncpu
 	m["tw_pfx4"].MaxEntries = s.pfx
 	m["tw_pfx6"].MaxEntries = s.pfx
 	m["tw_pfx_ctr"].MaxEntries = s.pfx * s.ncpu
@@ -475,7 +474,7 @@ func openPinned(dir string) (map[string]*ebpf.Map, filterTwConfig, error) {
 
 // pinnedSizes recovers the sizes pinned state was created with.
 func pinnedSizes(pinned map[string]*ebpf.Map, cfg filterTwConfig) sizes {
-	ncpu := pinned["tw_ex4_ctr"].MaxEntries() / pinned["tw_ex4"].MaxEntries()
+	ncpu := pinned["tw_pfx_ctr"].MaxEntries() / pinned["tw_pfx4"].MaxEntries()
 	return sizes{
 		exact4: cfg.Exact4Cap, exact6: cfg.Exact6Cap,
 		slots4: pinned["tw_ex4"].MaxEntries(), slots6: pinned["tw_ex6"].MaxEntries(),

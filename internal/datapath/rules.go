@@ -32,8 +32,8 @@ type Rule struct {
 }
 
 func (d *Datapath) initTables(seed uint32) {
-	d.ex4 = &exactTable{slots: d.sizes.slots4, ncpu: d.sizes.ncpu, seed: seed, keys: d.maps.TwEx4, ctrs: d.maps.TwEx4Ctr}
-	d.ex6 = &exactTable{v6: true, slots: d.sizes.slots6, ncpu: d.sizes.ncpu, seed: seed, keys: d.maps.TwEx6, ctrs: d.maps.TwEx6Ctr}
+	d.ex4 = &exactTable{slots: d.sizes.slots4, ncpu: d.sizes.ncpu, seed: seed, keys: d.maps.TwEx4, hot: d.maps.TwExHot}
+	d.ex6 = &exactTable{v6: true, slots: d.sizes.slots6, ncpu: d.sizes.ncpu, seed: seed, keys: d.maps.TwEx6, hot: d.maps.TwExHot}
 }
 
 // CheckPrefix rejects what cannot be a rule; see rule.CheckPrefix.

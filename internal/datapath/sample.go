@@ -13,8 +13,9 @@ import (
 // The sampler's maps belong to one load of the program, like .rodata:
 // they are not pinned, so a daemon that re-adopts older pinned state needs
 // no new pins, and a sampler left on by a daemon that died goes with its
-// program.
-var unpinned = map[string]bool{"tw_sample": true, "tw_sample_rb": true}
+// program. tw_clock is a per-CPU cache of the clock (bpf/lib/table.h),
+// no state either.
+var unpinned = map[string]bool{"tw_sample": true, "tw_sample_rb": true, "tw_clock": true}
 
 // SampleSnap is how many bytes of a sampled packet the data plane keeps
 // (TW_SAMPLE_SNAP in bpf/lib/sample.h).

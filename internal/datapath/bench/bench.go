@@ -11,13 +11,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/pkt"
+	"golang.org/x/sys/unix"
 )
 
 // The filter benchmark (docs/BENCHMARKS.md): per-packet cost through
@@ -130,14 +133,30 @@ func BenchFilter(rules int, dist Dist, rounds, repeat int, seed uint64, heavy *d
 		}
 	}
 	// Sanity: every sampled source was a hit (one drop per packet).
-	s, err := g.d.Stats()
-	if err != nil {
+	if _, err := g.allExact(uint64(rounds * repeat)); err != nil {
 		return nil, err
 	}
-	if got, want := s.Verdicts["drop_exact"].Packets, uint64(rounds*repeat); got != want {
-		return nil, fmt.Errorf("filter dropped %d of %d packets as exact hits", got, want)
-	}
 	return r, nil
+}
+
+// allExact checks that every packet the filter saw, at least want, was
+// dropped as an exact hit, and returns how many it saw. At least: a test
+// run interrupted by a signal (the Go runtime's preemption) fails with
+// EINTR after some packets and cilium/ebpf runs it again whole, so a few
+// more packets than asked for may have gone through.
+func (g *rig) allExact(want uint64) (uint64, error) {
+	s, err := g.d.Stats()
+	if err != nil {
+		return 0, err
+	}
+	var all uint64
+	for _, v := range s.Verdicts {
+		all += v.Packets
+	}
+	if got := s.Verdicts["drop_exact"].Packets; got != all || got < want {
+		return 0, fmt.Errorf("filter dropped %d of %d packets as exact hits (%d asked for)", got, all, want)
+	}
+	return all, nil
 }
 
 const (
@@ -287,4 +306,206 @@ func Ratio(a, b float64) (float64, error) {
 		return 0, errNaN
 	}
 	return a / b, nil
+}
+
+// ContendedResult is the contended case: one source, one rule, the same
+// packets run on every CPU at once, so every CPU hits the same rule (and,
+// where a design shares it, the same counter line) at full rate.
+type ContendedResult struct {
+	CPUs     int
+	Filter   []float64 // ns/packet per round, the mean over the CPUs' runs
+	Baseline []float64
+	Empty    []float64
+}
+
+// Median returns the medians of the three programs in ns/packet.
+func (r ContendedResult) Median() (filter, baseline, empty float64) {
+	return median(r.Filter), median(r.Baseline), median(r.Empty)
+}
+
+// BenchContended runs the one-rule cell on every CPU at the same time:
+// one OS thread pinned to each CPU, each running repeat packets per
+// program per round, interleaved as BenchFilter's rounds are. The
+// baseline's hash lookup only reads shared memory, so filter ÷ baseline
+// here shows what sharing a written line between CPUs costs the filter.
+func BenchContended(rounds, repeat int) (*ContendedResult, error) {
+	addr := netip.MustParseAddr("192.0.2.1")
+	samples := make([]netip.Addr, benchSamples)
+	for i := range samples {
+		samples[i] = addr
+	}
+	g, err := newRig([]netip.Addr{addr}, samples, repeat)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	ncpu := g.d.CPUs()
+	r := &ContendedResult{CPUs: ncpu}
+	for i := 0; i < rounds; i++ {
+		for _, step := range []struct {
+			p   *ebpf.Program
+			out *[]float64
+		}{{g.d.Program(), &r.Filter}, {g.base.BlHashLookup, &r.Baseline}, {g.base.BlEmpty, &r.Empty}} {
+			ns, err := g.measureOnAll(step.p, xdpDrop, ncpu)
+			if err != nil {
+				return nil, err
+			}
+			*step.out = append(*step.out, ns)
+		}
+	}
+	all, err := g.allExact(uint64(rounds * repeat * ncpu))
+	if err != nil {
+		return nil, err
+	}
+	// The rule's counter, shared by the CPUs, lost none of them.
+	c, err := g.d.RuleCounters([]netip.Prefix{netip.PrefixFrom(addr, 32)})
+	if err != nil {
+		return nil, err
+	}
+	if got := c[netip.PrefixFrom(addr, 32)].Packets; got != all {
+		return nil, fmt.Errorf("the rule counted %d of %d packets", got, all)
+	}
+	return r, nil
+}
+
+// measureOnAll runs p through the wrapper on every CPU at once, one
+// pinned thread each started together, and returns the mean ns/packet.
+func (g *rig) measureOnAll(p *ebpf.Program, want uint32, ncpu int) (float64, error) {
+	if err := g.wrap.BwNext.Put(uint32(0), p); err != nil {
+		return 0, fmt.Errorf("installing program: %w", err)
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	ns := make([]float64, ncpu)
+	errs := make([]error, ncpu)
+	for cpu := 0; cpu < ncpu; cpu++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errs[cpu] = fmt.Errorf("pinning to CPU %d: %w", cpu, err)
+				<-start
+				return
+			}
+			<-start
+			ret, dur, err := g.wrap.BwWrap4.Benchmark(g.frame, g.repeat, nil)
+			switch {
+			case err != nil:
+				errs[cpu] = err
+			case ret != want:
+				errs[cpu] = fmt.Errorf("program returned %d on CPU %d, want %d", ret, cpu, want)
+			}
+			ns[cpu] = float64(dur.Nanoseconds())
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, x := range ns {
+		sum += x
+	}
+	return sum / float64(ncpu), nil
+}
+
+// LadderResult is the fixed cost at one rule, cut into the filter's
+// pieces (bpf/bench_parts.c): each rung is the previous one plus one
+// piece, all through the same wrapper, interleaved in rounds.
+type LadderResult struct {
+	Empty, Parse, Verdict, Exact, Filter, Baseline []float64 // ns/packet per round
+}
+
+// BenchLadder measures the rungs against the filter and the plain hash,
+// one rule, one source.
+func BenchLadder(rounds, repeat int) (*LadderResult, error) {
+	addr := netip.MustParseAddr("192.0.2.1")
+	samples := make([]netip.Addr, benchSamples)
+	for i := range samples {
+		samples[i] = addr
+	}
+	g, err := newRig([]netip.Addr{addr}, samples, repeat)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
+	var parts benchpartsObjects
+	if err := loadParts(&parts, addr, g.d.CPUs()); err != nil {
+		return nil, err
+	}
+	defer parts.Close()
+	r := &LadderResult{}
+	for i := 0; i < rounds; i++ {
+		for _, step := range []struct {
+			p   *ebpf.Program
+			out *[]float64
+		}{{g.base.BlEmpty, &r.Empty}, {parts.BpParse, &r.Parse}, {parts.BpVerdict, &r.Verdict},
+			{parts.BpExact, &r.Exact}, {g.d.Program(), &r.Filter}, {g.base.BlHashLookup, &r.Baseline}} {
+			ns, err := g.measure(step.p, xdpDrop)
+			if err != nil {
+				return nil, err
+			}
+			*step.out = append(*step.out, ns)
+		}
+	}
+	// bp_exact counted the rule: its table had the address, and every
+	// packet was a hit.
+	var e benchpartsTwExact4
+	var hits uint64
+	for i := uint32(0); i < partsSlots; i++ {
+		if err := parts.TwEx4.Lookup(i, &e); err != nil {
+			return nil, err
+		}
+		hits += e.Packets
+	}
+	n := uint32(partsSlots) * uint32(g.d.CPUs())
+	for k := uint32(0); k < n; k++ {
+		var h benchpartsTwHot
+		if err := parts.TwExHot.Lookup(k, &h); err != nil {
+			return nil, err
+		}
+		hits += h.Packets
+	}
+	if hits < uint64(rounds*repeat) {
+		return nil, fmt.Errorf("bp_exact counted %d hits of at least %d packets", hits, rounds*repeat)
+	}
+	return r, nil
+}
+
+// partsSlots is the rungs' exact table: every slot holds the one rule,
+// so its probe finds it at once wherever the address hashes (the seed is
+// the bench's to choose, the hash the data plane's).
+const partsSlots = 64
+
+func loadParts(o *benchpartsObjects, addr netip.Addr, ncpu int) error {
+	spec, err := loadBenchparts()
+	if err != nil {
+		return err
+	}
+	spec.Maps["tw_ex4"].MaxEntries = partsSlots
+	spec.Maps["tw_ex_hot"].MaxEntries = uint32(benchpartsTwHotLimitTW_HOT_SLOTS) * uint32(ncpu)
+	for name, v := range map[string]uint32{"tw_ex4_slots": partsSlots, "tw_nr_cpus": uint32(ncpu)} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
+		}
+	}
+	if err := spec.LoadAndAssign(o, nil); err != nil {
+		return fmt.Errorf("loading the rungs: %w", err)
+	}
+	w := binary.LittleEndian.Uint32(addr.AsSlice())
+	for i := uint32(0); i < partsSlots; i++ {
+		if err := o.TwEx4.Put(i, &benchpartsTwExact4{Addr: w, State: 1 /* TW_SLOT_USED */}); err != nil {
+			o.Close()
+			return fmt.Errorf("filling the rungs' table: %w", err)
+		}
+	}
+	if err := o.TwCfg.Put(uint32(0), &benchpartsTwConfig{Exact4N: 1}); err != nil {
+		o.Close()
+		return fmt.Errorf("configuring the rungs: %w", err)
+	}
+	return nil
 }
