@@ -47,7 +47,15 @@ type heavyState struct {
 	pending  []datapath.HeavyEvent // taken this interval, to confirm or revoke
 	deferred []datapath.HeavyEvent // caught too recently to judge: the next interval's
 	pps      uint64                // the packet threshold in force (static or learned)
+	// once holds the sources revoked briefly because they kept sending
+	// (see revokeHeavy), with when; bounded by heavyOnceMax.
+	once map[netip.Prefix]time.Time
 }
+
+// heavyOnceMax bounds heavyState.once: an attacker cycling sources fills
+// it, and then the oldest half is forgotten (those sources get the brief
+// exemption once more, which only helps the defence).
+const heavyOnceMax = 1 << 16
 
 type heavyMetrics struct {
 	outcomes *prometheus.CounterVec
@@ -201,7 +209,8 @@ func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
 			since := max(now.Sub(x.Added), c.Window)
 			rate = float64(x.Packets) / since.Seconds()
 			if rate < float64(thr) && !e.Monitor && !d.cfg.Rails.MonitorOnly {
-				d.revokeHeavy(now, e.Prefix, fmt.Sprintf("a burst, not a flood: %.0f pps since the catch, under the threshold of %d/s", rate, thr))
+				d.revokeHeavy(now, e.Prefix, fmt.Sprintf("a burst, not a flood: %.0f pps since the catch, under the threshold of %d/s", rate, thr),
+					rate >= float64(thr)/4)
 				continue
 			}
 		}
@@ -213,9 +222,34 @@ func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
 	return ds
 }
 
-// revokeHeavy lets a caught source pass again and exempts it.
-func (d *Daemon) revokeHeavy(now time.Time, p netip.Prefix, why string) {
+// revokeHeavy lets a caught source pass again and exempts it. A source
+// that went quiet after its catch (a client's burst) is exempt for
+// detectors.heavy.exempt at once. One that kept sending at a good share
+// of the threshold (sending) may be an attacker whose flood is still
+// ramping up, or one who learned that a burst buys ten minutes of
+// freedom from the detector: the first time it is exempt for two
+// intervals only, so it is caught again once over the threshold; a
+// second revocation within the exemption gives the full one, so a client
+// sitting just under the threshold is caught at most twice, not on every
+// burst.
+func (d *Daemon) revokeHeavy(now time.Time, p netip.Prefix, why string, sending bool) {
+	h := &d.heavy
 	exempt := d.cfg.Detectors.Heavy.Exempt
+	if sending {
+		if at, ok := h.once[p]; !ok || now.Sub(at) > exempt {
+			if h.once == nil {
+				h.once = map[netip.Prefix]time.Time{}
+			}
+			if len(h.once) >= heavyOnceMax {
+				forgetOldest(h.once, heavyOnceMax/2)
+			}
+			h.once[p] = now
+			exempt = min(exempt, 2*d.cfg.Interval)
+			why += "; it kept sending, so only briefly"
+		} else {
+			delete(h.once, p)
+		}
+	}
 	if err := d.heavy.hp.RevokeProvisional(p, exempt); err != nil {
 		d.event(now, "error", p, "revoking the provisional drop: %v", err)
 		return
@@ -243,7 +277,7 @@ func (d *Daemon) settleHeavy(now time.Time) {
 		case e.Monitor || d.cfg.Rails.MonitorOnly:
 			d.Metrics.heavy.outcomes.WithLabelValues("monitored").Inc()
 		default:
-			d.revokeHeavy(now, e.Prefix, "no ban (a rail refused it, see the refusal)")
+			d.revokeHeavy(now, e.Prefix, "no ban (a rail refused it, see the refusal)", false)
 		}
 	}
 	h.pending = h.pending[:0]
@@ -292,4 +326,22 @@ func (d *Daemon) Heavy(ctx context.Context) (st HeavyStatus, err error) {
 		return st, derr
 	}
 	return st, err
+}
+
+// forgetOldest deletes the oldest entries of m until keep remain.
+func forgetOldest(m map[netip.Prefix]time.Time, keep int) {
+	if len(m) <= keep {
+		return
+	}
+	ts := make([]time.Time, 0, len(m))
+	for _, t := range m {
+		ts = append(ts, t)
+	}
+	slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	cut := ts[len(ts)-keep]
+	for p, t := range m {
+		if t.Before(cut) {
+			delete(m, p)
+		}
+	}
 }

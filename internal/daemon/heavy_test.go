@@ -234,3 +234,49 @@ func TestHeavyFollowsTheLearnedRate(t *testing.T) {
 		t.Errorf("ban %+v (present %v), want one by the heavy detector", b, ok)
 	}
 }
+
+// A source that kept sending at a good share of the threshold after its
+// catch (a flood still ramping up, or an attacker buying an exemption
+// with a burst) is exempt only briefly the first time, so it is caught
+// again; a second revocation gives the full exemption, so a client just
+// under the threshold is not caught on every burst.
+func TestHeavyRampingSourceExemptBriefly(t *testing.T) {
+	h, fh := heavyHarness(t, nil)
+	src := pfx(netip.MustParseAddr("203.0.113.44"))
+	full := h.d.cfg.Detectors.Heavy.Exempt
+	fh.catch(src, h.now, 40000, false) // 40% of the 100,000 pps threshold in the second since
+	h.step(t)
+	if got := fh.revoked[src]; got != 2*h.d.cfg.Interval {
+		t.Fatalf("first revocation exempt for %v, want two intervals (%v)", got, 2*h.d.cfg.Interval)
+	}
+	delete(fh.revoked, src)
+	fh.entries = nil
+	fh.catch(src, h.now, 40000, false)
+	h.step(t)
+	if got := fh.revoked[src]; got != full {
+		t.Fatalf("second revocation exempt for %v, want the full %v", got, full)
+	}
+	// A burst that stopped: the full exemption at once.
+	quiet := pfx(netip.MustParseAddr("198.51.100.12"))
+	fh.catch(quiet, h.now, 300, false)
+	h.step(t)
+	if got := fh.revoked[quiet]; got != full {
+		t.Fatalf("a burst exempt for %v, want the full %v", got, full)
+	}
+}
+
+func TestForgetOldestKeepsNewest(t *testing.T) {
+	m := map[netip.Prefix]time.Time{}
+	for i := range 10 {
+		m[pfx(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}))] = t0.Add(time.Duration(i) * time.Second)
+	}
+	forgetOldest(m, 4)
+	if len(m) != 4 {
+		t.Fatalf("%d left, want 4", len(m))
+	}
+	for p := range m {
+		if p.Addr().As4()[3] < 6 {
+			t.Fatalf("kept %v, one of the oldest", p)
+		}
+	}
+}
