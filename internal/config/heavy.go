@@ -21,8 +21,10 @@ type HeavyDetector struct {
 	// Prefix6: IPv6 sources are counted per prefix of this length (an
 	// attacker holds a whole /64).
 	Prefix6 int `yaml:"prefix6"`
-	// Exempt is how long a revoked source (a rail refused its ban) is
-	// left alone by the detector (default 10 minutes).
+	// Exempt is how long a revoked source (a burst, or a rail refused its
+	// ban) is left alone by the detector (default 10 minutes); one that
+	// kept sending after its catch gets two intervals the first time
+	// (internal/daemon/heavy.go, revokeHeavy).
 	Exempt time.Duration `yaml:"exempt"`
 	// LearnedFactor > 0: once the rate detector has learned its
 	// per-source threshold, the packet threshold is that times this
