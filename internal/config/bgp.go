@@ -51,7 +51,10 @@ type BGPNeighbor struct {
 	// validation, accept.*).
 	Receive bool `yaml:"receive"`
 	// MaxPrefixes bounds the routes the peer may send us per family; past
-	// it the session is reset (default 1000).
+	// it GoBGP takes the session down and keeps it down (administratively)
+	// until tierwall restarts, and the peer's rules are lifted (after
+	// accept.hold): a peer flooding us with routes is cut off, not obeyed
+	// (default 1000).
 	MaxPrefixes uint32 `yaml:"max_prefixes"`
 	// HoldTime (default 90s) and GracefulRestart (RFC 4724, default on,
 	// with RestartTime 120s): a restart of tierwall leaves our
