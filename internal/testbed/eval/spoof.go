@@ -20,8 +20,8 @@ import (
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
-	dpsynproxy "github.com/tierwall/tierwall/internal/datapath/synproxy"
 	"github.com/tierwall/tierwall/internal/mitigate"
+	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/demo"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
@@ -96,7 +96,18 @@ type SpoofRow struct {
 	// KernelCookiesFrom3 are the kernel's own SYN cookies from the third
 	// interval on: SYNs that reached the TCP stack with its backlog full.
 	KernelCookiesFrom3 uint64 `json:"kernel_syncookies_from_third_interval,omitempty"`
-	DaemonMaxRSSMB     uint64 `json:"daemon_max_rss_mb"`
+	// BeforeFlood are mitigations the daemon applied while only the
+	// legitimate clients were sending: false positives.
+	BeforeFlood []string `json:"before_flood,omitempty"`
+	// PassedFrom3 is what XDP passed to the host's stack from sources
+	// not known good from the third interval on (verdict pass: matched
+	// no rule, or admitted under a rate limit).
+	PassedFrom3 uint64 `json:"passed_from_third_interval"`
+	// EgressInternet is what the host sent to addresses outside the lab
+	// (the SYN-ACKs answering spoofed SYNs), dropped at the NIC's
+	// transmit side as the internet would take them.
+	EgressInternet uint64 `json:"egress_internet,omitempty"`
+	DaemonMaxRSSMB uint64 `json:"daemon_max_rss_mb"`
 	// Verdicts are XDP's verdict counters' growth during the flood.
 	Verdicts map[string]uint64 `json:"verdicts"`
 	// FlowRules are the flow rules in force at the end, with counters.
@@ -179,12 +190,15 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps (%.0f%% reached XDP), detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s, %d client bans; %s\n",
 			sc.Name, r.SentMpps, 100*r.ReachedXDP, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, len(r.ClientsBanned), strings.Join(r.Mitigations, "; "))
 		fmt.Fprintf(p.Log, "  XDP verdicts during the flood: %v\n", r.Verdicts)
+		for _, b := range r.BeforeFlood {
+			fmt.Fprintf(p.Log, "  before the flood (a false positive): %s\n", b)
+		}
 		for _, fr := range r.FlowRules {
 			fmt.Fprintf(p.Log, "  flow rule %s: matched %d, dropped %d, known-good %d\n", fr.FlowRule, fr.Counters.Packets, fr.Counters.Dropped, fr.Counters.PassedKnownGood)
 		}
 		if len(sc.SrcPorts) > 0 || sc.SYN {
-			fmt.Fprintf(p.Log, "  exchanges answered %v before, %v during; passive opens %d for %d client connections, kernel SYN cookies %d (%d from the 3rd interval)\n",
-				r.ExchBase, r.ExchAttack, r.PassiveOpens, r.ClientConns, r.KernelCookies, r.KernelCookiesFrom3)
+			fmt.Fprintf(p.Log, "  exchanges answered %v before, %v during; passive opens %d for %d client connections, kernel SYN cookies %d (%d from the 3rd interval); passed to the stack from the 3rd interval %d; sent to the internet %d\n",
+				r.ExchBase, r.ExchAttack, r.PassiveOpens, r.ClientConns, r.KernelCookies, r.KernelCookiesFrom3, r.PassedFrom3, r.EgressInternet)
 		}
 		for i, b := range r.ClientsBanned {
 			if i == 3 {
@@ -213,21 +227,24 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 		nic.Close()
 		err = errors.Join(err, inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") }))
 	}()
+	var egress *nicstage.Egress
 	if sc.SYN {
-		// XDP_TX on a veth needs an XDP program on its peer (a real NIC
-		// does not): the host port's peer is the NIC stage's twl-hport.
-		var peer io.Closer
+		// The card's transmit side: the cookie SYN-ACKs XDP sends back
+		// to the flood's spoofed sources leave for the internet (dropped
+		// at the NIC's host port, counted), the clients' go on to the
+		// wire; a real card's wire costs the host nothing for them. It
+		// is also the XDP program a veth peer needs for XDP_TX.
 		if err := inNS(lab.NSNic, -1, func() error {
 			ifc, e := net.InterfaceByName(lab.IfHPort)
 			if e != nil {
 				return e
 			}
-			peer, e = dpsynproxy.AttachPeerPass(ifc.Index)
+			egress, e = nicstage.AttachEgress(ifc.Index, []netip.Prefix{lab.Net4, lab.Net6})
 			return e
 		}); err != nil {
-			return row, fmt.Errorf("XDP on the host port's peer: %w", err)
+			return row, fmt.Errorf("the NIC's transmit side: %w", err)
 		}
-		defer peer.Close()
+		defer egress.Close()
 	}
 	dir, err := os.MkdirTemp("", "tierwall-spoof")
 	if err != nil {
@@ -256,12 +273,16 @@ api: {socket: %s}
 		return row, err
 	}
 	defer host.Close()
-	// drops are XDP's drops by a rule (bans, prefixes, flow rules);
-	// total is every packet XDP saw.
-	drops := func() (drop, total uint64) {
+	// drops are XDP's drops by a rule (bans, prefixes, flow rules) and
+	// the packets a syn-cookie rule handed to the SYN proxy, which answers
+	// or drops them in XDP (their verdict is the proxy's, not the
+	// filter's); total is every packet XDP saw.
+	// passed is what XDP passed to the stack from sources not known
+	// good (verdict pass).
+	drops := func() (drop, total, passed uint64) {
 		st, err := host.Stats()
 		if err != nil {
-			return 0, 0
+			return 0, 0, 0
 		}
 		for v, c := range st.Verdicts {
 			total += c.Packets
@@ -269,7 +290,19 @@ api: {socket: %s}
 				drop += c.Packets
 			}
 		}
-		return drop, total
+		passed = st.Verdicts["pass"].Packets
+		frs, err := host.FlowRuleCounters()
+		if err != nil {
+			return 0, 0, 0
+		}
+		for _, fr := range frs {
+			if fr.Rule.Action == rule.FlowSYNCookie {
+				proxied := fr.Matched.Packets - fr.PassedKnownGood
+				drop += proxied
+				total += proxied
+			}
+		}
+		return drop, total, passed
 	}
 	rss := &maxRSS{pid: dmn.Cmd.Process.Pid}
 	rctx, rcancel := context.WithCancel(ctx)
@@ -296,7 +329,9 @@ api: {socket: %s}
 		return row, err
 	}
 	// flood runs the scenario's generators out of iface for dur.
-	flood := func(ctx context.Context, iface string, dur time.Duration) (uint64, error) {
+	// began, if set, is told when the first generator sends its first
+	// frame: the flood's start, with the generators' set-up left out.
+	flood := func(ctx context.Context, iface string, dur time.Duration, began func(time.Time)) (uint64, error) {
 		ports := sc.SrcPorts
 		if len(ports) == 0 {
 			ports = []uint16{0}
@@ -312,7 +347,7 @@ api: {socket: %s}
 			go func() {
 				defer wg.Done()
 				spec := trafgen.Spec{Iface: iface, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
-					SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: dur, Seed: uint64(11 + i), Rate: p.Rate / uint64(len(ports))}
+					SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: dur, Seed: uint64(11 + i), Rate: p.Rate / uint64(len(ports)), Started: began}
 				if !sc.Spoof.IsValid() {
 					// Reflectors all over IPv4 (the lab's host drops its
 					// ICMP answers to them: no route).
@@ -334,14 +369,14 @@ api: {socket: %s}
 		return sent.Load(), gerr
 	}
 
-	_, t0 := drops()
+	_, t0, _ := drops()
 	// Reference: the clients alone at the victim, the same flood into the
 	// sink; the daemon learns the victim and its clients meanwhile.
 	base := &demo.Load{NewConns: sc.SYN}
 	bctx, bcancel := context.WithTimeout(ctx, p.Baseline)
 	baseDone := make(chan struct{})
 	go func() { base.Run(bctx, lab.NSInet, url, clients); close(baseDone) }()
-	_, ferr := flood(bctx, sinkIf, p.Baseline)
+	_, ferr := flood(bctx, sinkIf, p.Baseline, nil)
 	<-baseDone
 	bcancel()
 	if ferr != nil && bctx.Err() == nil {
@@ -349,7 +384,7 @@ api: {socket: %s}
 	}
 	row.BaselineRPS = float64(base.OK.Load()) / p.Baseline.Seconds()
 	row.ExchBase = exch.take()
-	_, t1 := drops()
+	_, t1, _ := drops()
 	row.BaselinePassPPS = float64(t1-t0) / p.Baseline.Seconds()
 
 	tcp0, err := tcpStats()
@@ -369,8 +404,8 @@ api: {socket: %s}
 	// The flood; XDP's counters sampled so the share from the third
 	// interval on can be read.
 	type sample struct {
-		at           time.Time
-		drops, total uint64
+		at                  time.Time
+		drops, total, passed uint64
 	}
 	var (
 		samples []sample
@@ -381,9 +416,9 @@ api: {socket: %s}
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			d, tot := drops()
+			d, tot, pass := drops()
 			smu.Lock()
-			samples = append(samples, sample{time.Now(), d, tot})
+			samples = append(samples, sample{time.Now(), d, tot, pass})
 			smu.Unlock()
 			select {
 			case <-sctx.Done():
@@ -392,7 +427,18 @@ api: {socket: %s}
 			}
 		}
 	}()
-	start := time.Now()
+	// Every time below counts from the flood's first frame, not from
+	// when the generators were asked to start: their set-up (sockets,
+	// XDP programs, source tables) is not the attack.
+	var (
+		start     time.Time
+		okAtStart uint64
+		once      sync.Once
+		begun     = make(chan struct{})
+	)
+	began := func(t time.Time) {
+		once.Do(func() { start, okAtStart = t, load.OK.Load(); close(begun) })
+	}
 	// The host's TCP counters from the third interval on: before the
 	// daemon's first decision the flood meets only the kernel.
 	var tcp3 map[string]uint64
@@ -400,27 +446,46 @@ api: {socket: %s}
 	go func() {
 		defer close(tcp3done)
 		select {
-		case <-time.After(3 * p.Interval):
+		case <-begun:
+		case <-actx.Done():
+			return
+		}
+		select {
+		case <-time.After(time.Until(start.Add(3 * p.Interval))):
 			tcp3, _ = tcpStats()
 		case <-actx.Done():
 		}
 	}()
-	sent, gerr := flood(actx, lab.IfInet, p.Attack)
-	elapsed := time.Since(start)
+	sent, gerr := flood(actx, lab.IfInet, p.Attack, began)
+	end := time.Now()
+	okAtEnd := load.OK.Load()
 	scancel()
 	acancel()
 	<-loadDone
 	if gerr != nil {
 		return row, fmt.Errorf("generator: %w", gerr)
 	}
+	select {
+	case <-begun:
+	default:
+		return row, errors.New("generator: no frame sent")
+	}
+	elapsed := end.Sub(start)
 	row.Sent = sent
 	row.SentMpps = float64(row.Sent) / elapsed.Seconds() / 1e6
-	row.AttackRPS = float64(load.OK.Load()) / elapsed.Seconds()
+	row.AttackRPS = float64(okAtEnd-okAtStart) / elapsed.Seconds()
 	row.ClientFails = load.Failed.Load()
 	row.ExchAttack = exch.take()
 	tcp1, err := tcpStats()
 	if err != nil {
 		return row, err
+	}
+	if egress != nil {
+		st, err := egress.Stats()
+		if err != nil {
+			return row, err
+		}
+		row.EgressInternet = st["internet"].Packets
 	}
 	v1, err := host.Stats()
 	if err != nil {
@@ -462,6 +527,7 @@ api: {socket: %s}
 	}
 	smu.Unlock()
 	if !s3.at.IsZero() && sEnd.at.After(s3.at) {
+		row.PassedFrom3 = sEnd.passed - s3.passed
 		window := sEnd.at.Sub(s3.at).Seconds()
 		legit := row.BaselinePassPPS * window
 		if arrived := float64(sEnd.total-s3.total) - legit; arrived > 0 {
@@ -484,6 +550,11 @@ api: {socket: %s}
 	}
 	for _, e := range events {
 		if e.Time.Before(start) {
+			// Clients alone: anything the daemon put in force then
+			// was a false positive, reported as such.
+			if e.Kind == "ban" || e.Kind == "mitigation" {
+				row.BeforeFlood = append(row.BeforeFlood, e.Kind+": "+e.Detail)
+			}
 			continue
 		}
 		switch e.Kind {

@@ -48,6 +48,9 @@ var (
 	Client4 = netip.MustParseAddr("10.70.0.10")
 	Host6   = netip.MustParseAddr("fd70::1")
 	Client6 = netip.MustParseAddr("fd70::10")
+	// The lab's own networks: the host and the legitimate clients.
+	Net4 = netip.MustParsePrefix("10.70.0.0/16")
+	Net6 = netip.MustParsePrefix("fd70::/16")
 	// Attackers live here (the generator's default 10.128.0.0/9 and
 	// fd00:100::/32); the host routes them back to the internet side.
 	AttackNet4 = netip.MustParsePrefix("10.128.0.0/9")
