@@ -175,7 +175,17 @@ func rulesString(rs []rule.FlowRule) string {
 // the data plane holds and the newest rules are reported refused.
 func (d *Daemon) pushFlowRules(now time.Time) {
 	f := &d.flow
-	if !f.dirty || f.fp == nil {
+	if f.fp == nil {
+		return
+	}
+	if !f.dirty {
+		if !f.syn.synced {
+			// The first pass brings the kernel side to the rules
+			// in force even when none changed: a table left by an
+			// earlier daemon whose state is gone would otherwise
+			// keep every SYN to its ports in the kernel's SYNPROXY.
+			d.syncSynproxy(now, f.pushed)
+		}
 		return
 	}
 	want := f.set.FlowRules()
@@ -471,6 +481,9 @@ func (d *Daemon) VictimStatus(ctx context.Context) (out Victims, err error) {
 type synStage struct {
 	sp      *dpsynproxy.Synproxy
 	targets []synproxy.Target // what the kernel side was set up for
+	// synced: the kernel side was brought to the rules at least once
+	// since start; until then what is installed is not known.
+	synced bool
 }
 
 // syncSynproxy follows the syn-cookie rules in rs. When the stage cannot
@@ -484,9 +497,10 @@ func (d *Daemon) syncSynproxy(now time.Time, rs []rule.FlowRule) {
 	}
 	s := &d.flow.syn
 	targets := synproxy.TargetsOf(rs)
-	if slices.Equal(targets, s.targets) && (len(targets) == 0 || s.sp != nil) {
+	if s.synced && slices.Equal(targets, s.targets) && (len(targets) == 0 || s.sp != nil) {
 		return
 	}
+	s.synced = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if len(targets) == 0 {

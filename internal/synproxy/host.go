@@ -3,6 +3,7 @@ package synproxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,6 +55,10 @@ func (h nsHost) table(ctx context.Context) (string, bool, error) {
 	cmd := h.command(ctx, "nft", "list", "tables", "inet")
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
+	if errors.Is(err, exec.ErrNotFound) && h.netns == "" {
+		// Without nft there is no table of ours to find.
+		return "", false, nil
+	}
 	if err != nil {
 		return "", false, fmt.Errorf("nft list tables: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}

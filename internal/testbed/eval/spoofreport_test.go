@@ -28,14 +28,34 @@ func TestSpoofTargetsFollowRows(t *testing.T) {
 	r := SpoofRow{Scenario: SpoofScenario{Name: "udp-spoof-16", Spoof: netip.MustParsePrefix("10.200.0.0/16")},
 		DetectIntervals: 1, DroppedFrom3: 0.99, BaselineRPS: 1000, AttackRPS: 950, DaemonMaxRSSMB: 80}
 	got := spoofDoc(t, []SpoofRow{r})
-	if !strings.Contains(got, "| 1.0 intervals, 99.0%, 95%, 0 | yes |") || !strings.Contains(got, "peak RSS 80 MB over all scenarios | yes |") {
+	if !strings.Contains(got, "| 1.0 intervals, 99.0%, 95%, 0 banned, 0 false positives | yes |") || !strings.Contains(got, "peak RSS 80 MB over all scenarios | yes |") {
 		t.Errorf("all targets met, yet:\n%s", got)
 	}
 	r.DetectIntervals, r.DaemonMaxRSSMB = -1, 300
 	got = spoofDoc(t, []SpoofRow{r})
-	if !strings.Contains(got, "| never detected, 99.0%, 95%, 0 | **no** |") || !strings.Contains(got, "peak RSS 300 MB over all scenarios | **no** |") {
+	if !strings.Contains(got, "| never detected, 99.0%, 95%, 0 banned, 0 false positives | **no** |") || !strings.Contains(got, "peak RSS 300 MB over all scenarios | **no** |") {
 		t.Errorf("never detected and 300 MB, yet:\n%s", got)
 	}
+	r.DetectIntervals, r.DaemonMaxRSSMB, r.BeforeFlood = 1, 80, []string{"mitigation: rate-limit on port 80"}
+	got = spoofDoc(t, []SpoofRow{r})
+	if !strings.Contains(got, "| 1.0 intervals, 99.0%, 95%, 0 banned, 1 false positives | **no** |") || !strings.Contains(got, "before the flood: mitigation: rate-limit on port 80") {
+		t.Errorf("a false positive before the flood, yet:\n%s", got)
+	}
+
+	// A SYN flood: one attack packet passed to the stack after the 3rd
+	// interval fails it, the kernel's own cookies (the clients meeting a
+	// backlog the flood filled) do not.
+	syn := SpoofRow{Scenario: SpoofScenario{Name: "syn-spoof-200k", Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, Rate: 200000},
+		DetectIntervals: 1, DroppedFrom3: 1, BaselineRPS: 1000, AttackRPS: 950, PassiveOpens: 900, ClientConns: 950, KernelCookiesFrom3: 40, DaemonMaxRSSMB: 80}
+	got = spoofDoc(t, []SpoofRow{syn})
+	if !strings.Contains(got, "syn-spoof-200k (at 200 Kpps)") || !strings.Contains(got, "95% of the connection rate | yes |") {
+		t.Errorf("SYN flood stopped, yet:\n%s", got)
+	}
+	syn.PassedFrom3 = 1
+	if got = spoofDoc(t, []SpoofRow{syn}); !strings.Contains(got, "95% of the connection rate | **no** |") {
+		t.Errorf("an attack packet passed to the stack, yet:\n%s", got)
+	}
+
 	got = spoofDoc(t, nil)
 	if strings.Contains(got, "| yes |") || !strings.Contains(got, "not measured in this run") {
 		t.Errorf("no rows, yet a verdict:\n%s", got)
