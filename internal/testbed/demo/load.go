@@ -9,9 +9,11 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Load is legitimate HTTP traffic: workers, each on its own client
@@ -48,7 +50,24 @@ func dialIn(ns string, local netip.Addr) func(ctx context.Context, network, addr
 				ch <- res{nil, err}
 				return
 			}
-			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}, Timeout: 5 * time.Second}
+			// IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect
+			// time, knowing the destination, as for a client that never
+			// binds (the kernel walks its ports in order per destination).
+			// Bound first with port 0, each connection got a random port
+			// and, at hundreds of connections a second from one address,
+			// soon one whose 4-tuple the server (and its conntrack, when a
+			// SYN proxy is on) still held in TIME_WAIT: a stall no real
+			// client population causes.
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.AsSlice()}, Timeout: 5 * time.Second,
+				Control: func(_, _ string, c syscall.RawConn) error {
+					var serr error
+					if err := c.Control(func(fd uintptr) {
+						serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+					}); err != nil {
+						return err
+					}
+					return serr
+				}}
 			c, err := d.DialContext(ctx, network, addr)
 			ch <- res{c, err}
 		}()
