@@ -105,6 +105,7 @@ func (d *Daemon) mitigate(now time.Time) {
 			for _, a := range m.Revoked {
 				delete(f.good, a)
 			}
+			f.syn.goodDirty = true
 		}
 		for _, r := range m.Rules {
 			rung := "flow-rule"
@@ -150,6 +151,7 @@ func (d *Daemon) mitigate(now time.Time) {
 	}
 	d.syncKnownGood(now)
 	d.pushFlowRules(now)
+	d.syncSynproxyGood(now)
 }
 
 func withdrawAfter(d *Daemon) int {
@@ -254,7 +256,42 @@ func (d *Daemon) syncKnownGood(now time.Time) {
 		}
 	}
 	f.good, f.goodVersion = want, v
+	f.syn.goodDirty = true
 	d.Metrics.knownGood.Set(float64(len(want)))
+}
+
+// syncSynproxyGood gives the SYN proxy's kernel side the known-good list
+// when it changed: those clients skip SYNPROXY as they skip the XDP stage,
+// so their connections open as without a proxy and those open before it
+// came up are not cut. On error the previous list stays; the next
+// interval tries again.
+func (d *Daemon) syncSynproxyGood(now time.Time) {
+	s := &d.flow.syn
+	if len(s.targets) == 0 || !s.goodDirty {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := synproxy.SetKnownGood(ctx, "", d.knownGoodList()); err != nil {
+		d.event(now, "error", netip.Prefix{}, "SYN proxy: known-good list: %v", err)
+		return
+	}
+	s.goodDirty = false
+}
+
+// knownGoodList is the known-good list the data plane holds, at most as
+// many as the kernel side's set holds (more only if the detector was
+// configured beyond it; the rest then go through the proxy like any
+// client, which costs them nothing but the proxy's handshake).
+func (d *Daemon) knownGoodList() []netip.Addr {
+	out := make([]netip.Addr, 0, min(len(d.flow.good), synproxy.MaxKnownGood))
+	for a := range d.flow.good {
+		if len(out) == synproxy.MaxKnownGood {
+			break
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // readFlowCounters reads the rules' counters after the interval, for the
@@ -484,6 +521,9 @@ type synStage struct {
 	// synced: the kernel side was brought to the rules at least once
 	// since start; until then what is installed is not known.
 	synced bool
+	// goodDirty: the known-good list changed since the kernel side's
+	// sets were last written.
+	goodDirty bool
 }
 
 // syncSynproxy follows the syn-cookie rules in rs. When the stage cannot
@@ -524,10 +564,11 @@ func (d *Daemon) syncSynproxy(now time.Time, rs []rule.FlowRule) {
 		}
 		s.sp = sp
 	}
-	if err := synproxy.Apply(ctx, synproxy.Config{Targets: targets, MSS: s.sp.Options().MSS, WScale: s.sp.Options().WScale}); err != nil {
+	if err := synproxy.Apply(ctx, synproxy.Config{Targets: targets, MSS: s.sp.Options().MSS, WScale: s.sp.Options().WScale, KnownGood: d.knownGoodList()}); err != nil {
 		fail("setting up SYNPROXY: %v", err)
 		return
 	}
+	s.goodDirty = false
 	if err := s.sp.Install(dpx); err != nil {
 		fail("installing: %v", err)
 		return

@@ -374,6 +374,37 @@ func (k Key) withByte(pos int, b uint8) Key {
 	return k
 }
 
+// synFlood reports whether d's traffic is a SYN flood: at least SYNShare
+// of its TCP is SYNs, and the SYN rate is over its baseline (or, before
+// a baseline, TCP is most of the traffic).
+func (v *Victims) synFlood(d *Dest, ev Evidence, s *victimState) bool {
+	c := &v.Config
+	if d.TCP.Packets == 0 || float64(d.TCP.SYNs) < c.SYNShare*float64(d.TCP.Packets) {
+		return false
+	}
+	return ev.Signals&SigSYN != 0 || !s.learned(c.LearnIntervals) && d.TCP.Packets*2 > d.Packets
+}
+
+// synEscalation is the flow-rule rung again for a SYN flood on a victim
+// whose flow rules in force (prior) have no SYN cookies: the syn-cookie
+// rule alone, the others staying.
+func (v *Victims) synEscalation(in Input, dst int32, s *victimState, ev Evidence, prior []Mitigation) Mitigation {
+	v.nextID++
+	m := Mitigation{ID: v.nextID, Victim: in.Traffic.DestAddr(int(dst)), Evidence: ev, Rung: RungFlowRule}
+	var why []string
+	rules, _ := v.flowRules(in, dst, s, ev, &why)
+	for _, r := range rules {
+		if r.Action == rule.FlowSYNCookie {
+			m.Rules = append(m.Rules, r)
+		}
+	}
+	d := &in.Traffic.Dests[dst]
+	m.Evidence.Covered = min(float64(d.TCP.SYNs)/float64(max(d.Packets, 1)), 1)
+	m.Reason = fmt.Sprintf("rung flow-rule: %s (escalated: a SYN flood on top of the %d mitigations in force (last: %s), which have no SYN cookies; %s)",
+		describeRules(m.Rules), len(prior), describeRules(prior[len(prior)-1].Rules), strings.Join(why, "; "))
+	return m
+}
+
 // flowRules builds the flow rules for a victim whose flood no source or
 // prefix rule can stop, and the share of the excess they match:
 //   - a SYN flood (SYN rate over baseline and at least SYNShare of the
@@ -439,8 +470,7 @@ func (v *Victims) flowRules(in Input, dst int32, s *victimState, ev Evidence, wh
 	tcpFlood := ev.Signals&(SigTCP|SigSYN) != 0 || (!learned && d.TCP.Packets*2 > d.Packets)
 	udpFlood := ev.Signals&SigUDP != 0 || (!learned && d.UDP.Packets*2 > d.Packets)
 
-	synShare := d.TCP.Packets > 0 && float64(d.TCP.SYNs) >= c.SYNShare*float64(d.TCP.Packets)
-	if synShare && (ev.Signals&SigSYN != 0 || !learned && d.TCP.Packets*2 > d.Packets) {
+	if v.synFlood(d, ev, s) {
 		r := base
 		r.Proto, r.Action = 6, rule.FlowSYNCookie
 		note := fmt.Sprintf("SYN flood: %.0f SYN/s (baseline %.0f), %.0f%% of TCP are SYNs", ev.SYNPPS, ev.BaselineSYN, 100*float64(d.TCP.SYNs)/float64(d.TCP.Packets))

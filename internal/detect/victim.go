@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Victims detects floods per victim (destination), not per source: a
@@ -602,19 +604,44 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 		return
 	}
 	at.hot++
-	// Flow rules are the last rung: a rate-limit passes up to its rate
-	// by design, so what passes may well stay over the threshold.
 	// A monitored group's attack has no mitigation to escalate from.
-	if at.hot < c.EscalateAfter || len(at.active) == 0 || len(at.active) >= c.MaxMitigations || at.active[len(at.active)-1].Rung == RungFlowRule {
+	if at.hot < c.EscalateAfter || len(at.active) == 0 || len(at.active) >= c.MaxMitigations {
 		return
 	}
-	at.hot = 0
 	a := v.acc[v.dslot[dst]]
 	ev := v.measure(t, &t.Dests[dst], &a, s)
 	v.Groups.Lookup(victim).apply(&ev)
-	m := v.ladder(in, dst, s, ev, at.active)
+	var m Mitigation
+	if at.active[len(at.active)-1].Rung == RungFlowRule {
+		// Flow rules are the last rung: a rate-limit passes up to its
+		// rate by design, so what passes may well stay over the
+		// threshold. Except for a SYN flood on a victim without SYN
+		// cookies yet (its rate-limit came for an earlier surge): the
+		// limit would pass its rate of spoofed SYNs to the stack.
+		if hasSYNCookie(at.active) || !v.synFlood(&t.Dests[dst], ev, s) {
+			return
+		}
+		m = v.synEscalation(in, dst, s, ev, at.active)
+		if len(m.Rules) == 0 {
+			return
+		}
+	} else {
+		m = v.ladder(in, dst, s, ev, at.active)
+	}
+	at.hot = 0
 	at.active = append(at.active, m)
 	dec.Apply = append(dec.Apply, m)
+}
+
+func hasSYNCookie(ms []Mitigation) bool {
+	for _, m := range ms {
+		for _, r := range m.Rules {
+			if r.Action == rule.FlowSYNCookie {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // measure computes a destination's numbers and which tests fire.

@@ -818,3 +818,41 @@ func TestVictimSharedPortProfile(t *testing.T) {
 		t.Fatal(why)
 	}
 }
+
+// A rate limit put in for a TCP surge does not end the ladder when a SYN
+// flood follows on the same victim: the limit would pass its rate of
+// spoofed SYNs to the stack, so SYN cookies are added on top, once.
+func TestVictimSYNFloodAfterRateLimit(t *testing.T) {
+	s := newSim(t, VictimConfig{})
+	s.warm(30)
+	all4 := netip.MustParsePrefix("0.0.0.0/0")
+	acks := spoofed(3, all4, clients, 60000, victimA, 6, 443, 2, false)
+	syns := spoofed(4, all4, clients, 300000, victimA, 6, 443, 2, true)
+	var got []Mitigation
+	for i := range 8 {
+		// The SYNs first: the simulated limit admits flows in order,
+		// and the real one admits packets as they come, in proportion.
+		gens := []func(emit){s.regularClients}
+		if i >= 2 {
+			gens = append(gens, syns)
+		}
+		gens = append(gens, acks)
+		for _, m := range s.step(gens...).Apply {
+			t.Logf("interval %d: %s", i, m.Reason)
+			got = append(got, m)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d mitigations, want a rate limit then SYN cookies", len(got))
+	}
+	if r := got[0].Rules; len(r) == 0 || r[0].Action != rule.FlowRateLimit {
+		t.Fatalf("first mitigation %v, want a rate limit", r)
+	}
+	want := rule.FlowRule{Dst: host(victimA), Proto: 6, DstPorts: rule.PortRange{Lo: 443, Hi: 443}, Action: rule.FlowSYNCookie, KnownGoodBypass: true}
+	if r := got[1].Rules; len(r) != 1 || r[0] != want {
+		t.Fatalf("second mitigation %v, want only %v", r, want)
+	}
+	if !strings.Contains(got[1].Reason, "escalated: a SYN flood") {
+		t.Errorf("reason %q does not say why", got[1].Reason)
+	}
+}

@@ -227,8 +227,22 @@ func order(rs []Rule) {
 		if a.Origin == Operator {
 			return 0 // as given
 		}
-		return specificity(b.FlowRule) - specificity(a.FlowRule)
+		if d := specificity(b.FlowRule) - specificity(a.FlowRule); d != 0 {
+			return d
+		}
+		// Equally narrow: SYN cookies first. The ladder adds them on top
+		// of a rate limit with the same match when a SYN flood follows a
+		// TCP surge; behind the limit they would never see a packet, and
+		// the limit would pass its rate of spoofed SYNs.
+		return cookieLast(a.FlowRule) - cookieLast(b.FlowRule)
 	})
+}
+
+func cookieLast(r rule.FlowRule) int {
+	if r.Action == rule.FlowSYNCookie {
+		return 0
+	}
+	return 1
 }
 
 // specificity ranks how narrow a rule is: its prefix length (scaled to

@@ -38,6 +38,22 @@ func TestOrderOperatorFirstThenNarrowest(t *testing.T) {
 	}
 }
 
+// SYN cookies added on top of an equally narrow rate limit (a SYN flood
+// after a TCP surge) come before it, or they would never see a packet.
+func TestOrderSYNCookiesBeforeAnEquallyNarrowLimit(t *testing.T) {
+	s := New(8, "")
+	limit := fr(t, "dst 198.51.100.7/32 proto tcp dport 443 rate-limit 8000 bypass-known-good")
+	cookies := fr(t, "dst 198.51.100.7/32 proto tcp dport 443 syn-cookie bypass-known-good")
+	for _, r := range []Rule{{FlowRule: limit, Origin: Ladder}, {FlowRule: cookies, Origin: Ladder}} {
+		if _, err := s.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.FlowRules(); len(got) != 2 || got[0] != cookies || got[1] != limit {
+		t.Fatalf("order %v, want the syn-cookie rule first", got)
+	}
+}
+
 func TestAddRefusesOverCapacityAndBadRules(t *testing.T) {
 	s := New(1, "")
 	if _, err := s.Add(Rule{FlowRule: fr(t, "dst 198.51.100.7/32 drop"), Origin: Operator}); err != nil {

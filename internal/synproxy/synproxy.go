@@ -5,6 +5,12 @@
 // leaves SYNs untracked in the raw table (the XDP program answers them; if
 // one gets past it, SYNPROXY answers it the same way), hands untracked and
 // invalid packets to SYNPROXY, and drops what is still invalid after it.
+// Known-good sources (the XDP filter's list: clients that completed
+// handshakes or were steady before the attack) skip all of it, as they skip
+// the XDP stage: their connections open as without a proxy, and those
+// already open when the proxy comes up go on, where conntrack, which only
+// starts tracking then and with loose pickup off, would call them invalid
+// and cut them.
 //
 // The whole ruleset is one table, inet tierwall_synproxy, always replaced
 // in a single nft transaction: a failed Apply leaves the previous ruleset
@@ -93,6 +99,32 @@ type Config struct {
 	// must be the server's, and the XDP program's (its Options).
 	MSS    uint16
 	WScale uint8
+	// KnownGood are sources that bypass the proxy (IPv4-mapped IPv6
+	// addresses count as IPv4); at most MaxKnownGood.
+	KnownGood []netip.Addr
+}
+
+// MaxKnownGood is how many known-good sources the table's sets hold, per
+// family: twice the detector's default capacity.
+const MaxKnownGood = 1 << 17
+
+// goodSets splits addrs by family for the sets good4 and good6.
+func goodSets(addrs []netip.Addr) (v4, v6 []string, err error) {
+	for _, a := range addrs {
+		if !a.IsValid() {
+			return nil, nil, fmt.Errorf("%w: invalid known-good address", ErrInvalid)
+		}
+		a = a.Unmap()
+		if a.Is4() {
+			v4 = append(v4, a.String())
+		} else {
+			v6 = append(v6, a.WithZone("").String())
+		}
+	}
+	if len(v4) > MaxKnownGood || len(v6) > MaxKnownGood {
+		return nil, nil, fmt.Errorf("%w: %d IPv4 and %d IPv6 known-good sources, more than the %d a set holds", ErrInvalid, len(v4), len(v6), MaxKnownGood)
+	}
+	return v4, v6, nil
 }
 
 func (c Config) check() (Config, error) {
@@ -101,6 +133,9 @@ func (c Config) check() (Config, error) {
 	}
 	if c.WScale == 0 {
 		c.WScale = DefaultWScale
+	}
+	if _, _, err := goodSets(c.KnownGood); err != nil {
+		return c, err
 	}
 	switch {
 	case len(c.Targets) == 0:
@@ -165,7 +200,20 @@ func Ruleset(c Config, saved map[string]string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "table inet %s\ndelete table inet %s\ntable inet %s {\n", Table, Table, Table)
 	fmt.Fprintf(&b, "\tcomment %q\n", comment(saved))
+	v4, v6, _ := goodSets(c.KnownGood) // check() vetted them
+	for _, set := range []struct {
+		name, typ string
+		elems     []string
+	}{{"good4", "ipv4_addr", v4}, {"good6", "ipv6_addr", v6}} {
+		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s; size %d;\n", set.name, set.typ, MaxKnownGood)
+		if len(set.elems) > 0 {
+			fmt.Fprintf(&b, "\t\telements = { %s }\n", strings.Join(set.elems, ", "))
+		}
+		b.WriteString("\t}\n")
+	}
+	const skipGood = "\t\tip saddr @good4 accept\n\t\tip6 saddr @good6 accept\n"
 	b.WriteString("\tchain raw {\n\t\ttype filter hook prerouting priority raw; policy accept;\n")
+	b.WriteString(skipGood)
 	for _, t := range c.Targets {
 		fmt.Fprintf(&b, "\t\t%s tcp flags & (fin|syn|rst|ack) == syn notrack\n", match(t))
 	}
@@ -173,6 +221,7 @@ func Ruleset(c Config, saved map[string]string) (string, error) {
 	// Input for a server on this host, forward for one behind it.
 	for _, hook := range []string{"input", "forward"} {
 		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook %s priority filter; policy accept;\n", hook, hook)
+		b.WriteString(skipGood)
 		for _, t := range c.Targets {
 			fmt.Fprintf(&b, "\t\t%s ct state invalid,untracked synproxy mss %d wscale %d timestamp sack-perm\n",
 				match(t), c.MSS, c.WScale)
@@ -216,6 +265,35 @@ func Apply(ctx context.Context, c Config) error {
 // table it does nothing; an error leaves what is left for a retry.
 func Remove(ctx context.Context, netns string) error {
 	return remove(ctx, newHost(netns))
+}
+
+// SetKnownGood makes addrs the sources that bypass the proxy in namespace
+// netns ("" the caller's), replacing the sets' contents in one nft
+// transaction: on error the previous contents stay. The table must be
+// installed (Apply).
+func SetKnownGood(ctx context.Context, netns string, addrs []netip.Addr) error {
+	return setKnownGood(ctx, newHost(netns), addrs)
+}
+
+func setKnownGood(ctx context.Context, h host, addrs []netip.Addr) error {
+	v4, v6, err := goodSets(addrs)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, set := range []struct {
+		name  string
+		elems []string
+	}{{"good4", v4}, {"good6", v6}} {
+		fmt.Fprintf(&b, "flush set inet %s %s\n", Table, set.name)
+		if len(set.elems) > 0 {
+			fmt.Fprintf(&b, "add element inet %s %s { %s }\n", Table, set.name, strings.Join(set.elems, ", "))
+		}
+	}
+	if err := h.nft(ctx, b.String()); err != nil {
+		return fmt.Errorf("setting the known-good sets of table inet %s: %w", Table, err)
+	}
+	return nil
 }
 
 // Installed reports whether the namespace has our table.

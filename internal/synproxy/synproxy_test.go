@@ -75,14 +75,24 @@ func TestRuleset(t *testing.T) {
 delete table inet tierwall_synproxy
 table inet tierwall_synproxy {
 	comment "tierwall synproxy; saved net.netfilter.nf_conntrack_tcp_loose=1 net.ipv4.tcp_timestamps=1"
+	set good4 {
+		type ipv4_addr; size 131072;
+	}
+	set good6 {
+		type ipv6_addr; size 131072;
+	}
 	chain raw {
 		type filter hook prerouting priority raw; policy accept;
+		ip saddr @good4 accept
+		ip6 saddr @good6 accept
 		ip daddr 198.51.100.1/32 tcp dport 80 tcp flags & (fin|syn|rst|ack) == syn notrack
 		ip6 daddr 2001:db8::/64 tcp dport 8000-8080 tcp flags & (fin|syn|rst|ack) == syn notrack
 		ip daddr 203.0.113.0/24 meta l4proto tcp tcp flags & (fin|syn|rst|ack) == syn notrack
 	}
 	chain input {
 		type filter hook input priority filter; policy accept;
+		ip saddr @good4 accept
+		ip6 saddr @good6 accept
 		ip daddr 198.51.100.1/32 tcp dport 80 ct state invalid,untracked synproxy mss 1460 wscale 7 timestamp sack-perm
 		ip daddr 198.51.100.1/32 tcp dport 80 ct state invalid drop
 		ip6 daddr 2001:db8::/64 tcp dport 8000-8080 ct state invalid,untracked synproxy mss 1460 wscale 7 timestamp sack-perm
@@ -92,6 +102,8 @@ table inet tierwall_synproxy {
 	}
 	chain forward {
 		type filter hook forward priority filter; policy accept;
+		ip saddr @good4 accept
+		ip6 saddr @good6 accept
 		ip daddr 198.51.100.1/32 tcp dport 80 ct state invalid,untracked synproxy mss 1460 wscale 7 timestamp sack-perm
 		ip daddr 198.51.100.1/32 tcp dport 80 ct state invalid drop
 		ip6 daddr 2001:db8::/64 tcp dport 8000-8080 ct state invalid,untracked synproxy mss 1460 wscale 7 timestamp sack-perm
@@ -103,6 +115,39 @@ table inet tierwall_synproxy {
 `
 	if got != want {
 		t.Errorf("ruleset:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// Known-good sources come up with the table and are replaced whole, in
+// one transaction; IPv4-mapped addresses land in the IPv4 set.
+func TestKnownGoodSets(t *testing.T) {
+	c := web
+	c.KnownGood = []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("::ffff:192.0.2.8"), netip.MustParseAddr("2001:db8::9")}
+	got, err := Ruleset(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "elements = { 192.0.2.7, 192.0.2.8 }") || !strings.Contains(got, "elements = { 2001:db8::9 }") {
+		t.Errorf("ruleset without the known-good elements:\n%s", got)
+	}
+	f := newFake()
+	if err := setKnownGood(context.Background(), f, c.KnownGood[:1]); err != nil {
+		t.Fatal(err)
+	}
+	want := "flush set inet tierwall_synproxy good4\nadd element inet tierwall_synproxy good4 { 192.0.2.7 }\nflush set inet tierwall_synproxy good6\n"
+	if len(f.scripts) != 1 || f.scripts[0] != want {
+		t.Errorf("scripts %q, want %q", f.scripts, want)
+	}
+	if err := setKnownGood(context.Background(), f, []netip.Addr{{}}); !errors.Is(err, ErrInvalid) || len(f.scripts) != 1 {
+		t.Errorf("an invalid address: %v after %d scripts, want ErrInvalid and nothing run", err, len(f.scripts))
+	}
+	many := make([]netip.Addr, MaxKnownGood+1)
+	a := netip.MustParseAddr("10.0.0.0")
+	for i := range many {
+		many[i], a = a, a.Next()
+	}
+	if err := setKnownGood(context.Background(), f, many); !errors.Is(err, ErrInvalid) || len(f.scripts) != 1 {
+		t.Errorf("more than a set holds: %v after %d scripts, want ErrInvalid and nothing run", err, len(f.scripts))
 	}
 }
 
