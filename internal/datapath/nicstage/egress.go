@@ -116,4 +116,3 @@ func (e *Egress) Close() error {
 	errs = append(errs, e.objs.Close())
 	return errors.Join(errs...)
 }
-

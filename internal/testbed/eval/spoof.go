@@ -415,7 +415,7 @@ api: {socket: %s}
 	// The flood; XDP's counters sampled so the share from the third
 	// interval on can be read.
 	type sample struct {
-		at                  time.Time
+		at                   time.Time
 		drops, total, passed uint64
 	}
 	var (
