@@ -374,15 +374,27 @@ func (k Key) withByte(pos int, b uint8) Key {
 	return k
 }
 
-// synFlood reports whether d's traffic is a SYN flood: at least SYNShare
-// of its TCP is SYNs, and the SYN rate is over its baseline (or, before
-// a baseline, TCP is most of the traffic).
-func (v *Victims) synFlood(d *Dest, ev Evidence, s *victimState) bool {
+// synFlood reports whether d's traffic is a SYN flood: the SYN rate is
+// over its baseline and at least SYNShare of the TCP above the baseline is
+// SYNs (or, before a baseline, TCP is most of the traffic and SYNShare of
+// it is SYNs). The share is of the excess, not of all TCP: a flood that
+// has only begun when the interval ends is a minority of a busy server's
+// TCP, yet all of what is new.
+func (v *Victims) synFlood(t *Traffic, d *Dest, ev Evidence, s *victimState) bool {
 	c := &v.Config
-	if d.TCP.Packets == 0 || float64(d.TCP.SYNs) < c.SYNShare*float64(d.TCP.Packets) {
+	if d.TCP.Packets == 0 {
 		return false
 	}
-	return ev.Signals&SigSYN != 0 || !s.learned(c.LearnIntervals) && d.TCP.Packets*2 > d.Packets
+	syn, tcp := float64(d.TCP.SYNs), float64(d.TCP.Packets)
+	if !s.learned(c.LearnIntervals) {
+		return syn >= c.SYNShare*tcp && d.TCP.Packets*2 > d.Packets
+	}
+	if ev.Signals&SigSYN == 0 {
+		return false
+	}
+	secs := t.Interval.Seconds()
+	synEx, tcpEx := syn-s.syn.mean*secs, tcp-s.tcp.mean*secs
+	return synEx > 0 && synEx >= c.SYNShare*max(tcpEx, synEx)
 }
 
 // synEscalation is the flow-rule rung again for a SYN flood on a victim
@@ -470,7 +482,7 @@ func (v *Victims) flowRules(in Input, dst int32, s *victimState, ev Evidence, wh
 	tcpFlood := ev.Signals&(SigTCP|SigSYN) != 0 || (!learned && d.TCP.Packets*2 > d.Packets)
 	udpFlood := ev.Signals&SigUDP != 0 || (!learned && d.UDP.Packets*2 > d.Packets)
 
-	if v.synFlood(d, ev, s) {
+	if v.synFlood(t, d, ev, s) {
 		r := base
 		r.Proto, r.Action = 6, rule.FlowSYNCookie
 		note := fmt.Sprintf("SYN flood: %.0f SYN/s (baseline %.0f), %.0f%% of TCP are SYNs", ev.SYNPPS, ev.BaselineSYN, 100*float64(d.TCP.SYNs)/float64(d.TCP.Packets))

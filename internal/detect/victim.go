@@ -618,7 +618,7 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 		// threshold. Except for a SYN flood on a victim without SYN
 		// cookies yet (its rate-limit came for an earlier surge): the
 		// limit would pass its rate of spoofed SYNs to the stack.
-		if hasSYNCookie(at.active) || !v.synFlood(&t.Dests[dst], ev, s) {
+		if hasSYNCookie(at.active) || !v.synFlood(t, &t.Dests[dst], ev, s) {
 			return
 		}
 		m = v.synEscalation(in, dst, s, ev, at.active)

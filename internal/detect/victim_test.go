@@ -856,3 +856,29 @@ func TestVictimSYNFloodAfterRateLimit(t *testing.T) {
 		t.Errorf("reason %q does not say why", got[1].Reason)
 	}
 }
+
+// A SYN flood that is still a minority of a busy server's TCP (it began
+// late in the interval, or it is modest) is all of the traffic above the
+// baseline: SYN cookies at once, not a rate limit that would pass its
+// rate of spoofed SYNs.
+func TestVictimSYNFloodMinorityOfTCP(t *testing.T) {
+	s := newSim(t, VictimConfig{})
+	s.warm(30)
+	syns := spoofed(5, netip.MustParsePrefix("0.0.0.0/0"), clients, 750, victimA, 6, 443, 2, true)
+	var got []Mitigation
+	for i := range 3 {
+		for _, m := range s.step(s.regularClients, syns).Apply {
+			t.Logf("interval %d: %s", i, m.Reason)
+			got = append(got, m)
+		}
+	}
+	if len(got) == 0 {
+		t.Fatal("no mitigation")
+	}
+	// 43% of the victim's TCP is SYNs: under SYNShare of all of it, all
+	// of what is above the baseline. (The port stays unnamed: the shared
+	// port profile is not the victim's alone.)
+	if r := got[0].Rules; len(r) != 1 || r[0].Action != rule.FlowSYNCookie || r[0].Dst != host(victimA) {
+		t.Fatalf("first mitigation %v, want SYN cookies on %s", r, victimA)
+	}
+}
