@@ -96,7 +96,8 @@ int tw_filter(struct xdp_md *ctx)
 
 	/* Sources the heavy-hitter detector caught, before the daemon has
 	 * seen them (heavy.h); a monitor-only catch passes on, marked. */
-	int prov = tw_hh_provisional(&p, len);
+	struct tw_hh_pre hh = {};
+	int prov = tw_hh_provisional(&p, len, &hh);
 	if (prov == TW_R_DROP_PROVISIONAL)
 		return tw_exit(ctx, prov, len);
 
@@ -108,7 +109,7 @@ int tw_filter(struct xdp_md *ctx)
 	}
 	if (r == TW_R_PASS) {
 		if (prov == TW_R_PASS)
-			tw_hh_observe(&p);
+			tw_hh_observe(&p, &hh);
 		else if (prov == TW_R_PASS_PROVISIONAL)
 			r = prov;
 	}

@@ -12,8 +12,9 @@ enum tw_layout {
 	/* 4: exact tables and counters mmapable; 5: flow rules, the
 	 * known-good lists, tw_jmp and the port profile in the feature
 	 * buffers; 6: the heavy-hitter detector and provisional drops; 7:
-	 * exact rules' counters in their slots, shared by the CPUs */
-	TW_LAYOUT_VERSION = 7,
+	 * exact rules' counters in their slots, shared by the CPUs; 8: the
+	 * heavy hitter counts in jiffies and marks catches in its sketch */
+	TW_LAYOUT_VERSION = 8,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy
@@ -99,7 +100,7 @@ enum tw_port_profile {
 };
 
 /* The heavy-hitter detector (heavy.h): a count-min sketch, per CPU, over
- * windows of tw_hh_config.window_ns, in TW_HH_LINES cache lines of
+ * windows of 1 << tw_hh_config.tick_shift jiffies, in TW_HH_LINES cache lines of
  * TW_HH_SLOTS counters. A source has two counters in one line (a blocked
  * sketch: one cache miss a packet); an innocent source is over-counted
  * only when a heavy one shares its line and both of its slots, about
@@ -111,10 +112,6 @@ enum tw_hh_limit {
 	TW_HH_SLOTS = 4,
 	TW_HH_MAX_CPUS = 64,
 };
-
-/* The provisional check's gate reads the coarse clock (a tick of a few
- * milliseconds); this much slack keeps it from closing early. */
-#define TW_HH_COARSE_SLACK_NS 20000000ULL
 
 /* What put a source in the provisional table. */
 enum tw_hh_kind {

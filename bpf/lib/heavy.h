@@ -75,34 +75,93 @@ static __always_inline struct tw_hh_stats *tw_hh_stats_get(void)
 	return bpf_map_lookup_elem(&tw_hh_ctr, &zero);
 }
 
+/* What the provisional check worked out for a packet, handed on to
+ * tw_hh_observe so that it is worked out once: the clock and the
+ * source's hash. on is 0 when the detector was off. */
+struct tw_hh_pre {
+	__u64 jiffies;
+	__u32 h;
+	__u32 on;
+};
+
+static __always_inline __u32 tw_hh_hash(const struct tw_pkt *p,
+					const struct tw_hh_config *c,
+					const struct tw_hh_key *k)
+{
+	return p->family == 4 ? tw_hash4(k->w[0], c->seed) :
+				tw_hash6(k->w, c->seed);
+}
+
+/* The line from the low bits, the two slots from the next ones: the
+ * second differs from the first (no modulo: a division). */
+static __always_inline __u32 tw_hh_line_of(__u32 h)
+{
+	return h & (TW_HH_LINES - 1);
+}
+
+static __always_inline __u32 tw_hh_s0(__u32 h)
+{
+	return (h >> 12) & (TW_HH_SLOTS - 1);
+}
+
+static __always_inline __u32 tw_hh_s1(__u32 h)
+{
+	return tw_hh_s0(h) ^ (1 + ((h >> 14) & 1));
+}
+
+static __always_inline struct tw_hh_line *tw_hh_line_get(__u32 cpu, __u32 line)
+{
+	__u32 idx = cpu * TW_HH_LINES + line;
+	return bpf_map_lookup_elem(&tw_hh_sketch, &idx);
+}
+
+/* A mark holds until its jiffies (low 32 bits, compared across the wrap). */
+static __always_inline int tw_hh_marked(__u32 live, __u32 j)
+{
+	return (__s32)(live - j) >= 0;
+}
+
 /* tw_hh_provisional: the provisional check, before the flow rules. Returns
  * TW_R_DROP_PROVISIONAL or TW_R_PASS_PROVISIONAL for a caught source,
  * TW_R_MAX for one the daemon revoked (passes, and is not counted again),
  * else TW_R_PASS. A global function: verified once, on its own. */
-__noinline int tw_hh_provisional(struct tw_pkt *p, __u32 len)
+__noinline int tw_hh_provisional(struct tw_pkt *p, __u32 len,
+				 struct tw_hh_pre *pre)
 {
 	__u32 zero = 0;
-	if (!p)
+	if (!p || !pre)
 		return TW_R_PASS;
+	pre->on = 0;
 	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
-	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_shared, &zero);
-	if (!c || !s || !c->window_ns)
+	if (!c || !c->window_ns)
 		return TW_R_PASS;
-	/* No entry made for a whole life: none can be live. The coarse
-	 * clock is enough for that, and costs a fraction of the precise. */
-	__u64 now = bpf_ktime_get_coarse_ns();
-	if (now - s->last_insert_ns > c->ttl_ns + TW_HH_COARSE_SLACK_NS)
-		return TW_R_PASS;
-
 	struct tw_hh_key k = {};
 	tw_hh_key_of(p, c, &k);
+	__u32 h = tw_hh_hash(p, c, &k);
+	__u64 j = bpf_jiffies64();
+	pre->jiffies = j;
+	pre->h = h;
+	pre->on = 1;
+	/* Only a source whose two counters a catch marked can have an entry
+	 * the data plane made (one the daemon made, a revocation, is for a
+	 * source that passes anyway, and a catch it refuses with EEXIST). */
+	struct tw_hh_line *l =
+		tw_hh_line_get(bpf_get_smp_processor_id(), tw_hh_line_of(h));
+	if (!l)
+		return TW_R_PASS;
+	if (!tw_hh_marked(l->b[tw_hh_s0(h)].live, j) ||
+	    !tw_hh_marked(l->b[tw_hh_s1(h)].live, j))
+		return TW_R_PASS;
+
+	struct tw_hh_stats *st = tw_hh_stats_get();
+	if (st)
+		st->marked++;
 	void *map = p->family == 4 ? (void *)&tw_prov4 : (void *)&tw_prov6;
 	struct tw_prov *v = bpf_map_lookup_elem(map, &k);
 	if (!v)
 		return TW_R_PASS;
-	now = bpf_ktime_get_ns();
+	__u64 now = bpf_ktime_get_ns();
 	if (now >= v->expires_ns) {
-		struct tw_hh_stats *st = tw_hh_stats_get();
 		if (bpf_map_delete_elem(map, &k) == 0 && st)
 			st->expired++;
 		return TW_R_PASS;
@@ -140,8 +199,7 @@ static __always_inline void tw_hh_sum(__u32 line, __u32 s0, __u32 s1, __u32 win,
 	for (__u32 cpu = 0; cpu < TW_HH_MAX_CPUS; cpu++) {
 		if (cpu >= tw_nr_cpus)
 			break;
-		__u32 idx = cpu * TW_HH_LINES + line;
-		struct tw_hh_line *l = bpf_map_lookup_elem(&tw_hh_sketch, &idx);
+		struct tw_hh_line *l = tw_hh_line_get(cpu, line);
 		if (!l)
 			break;
 		if (l->b[s0 & (TW_HH_SLOTS - 1)].win == win) {
@@ -156,6 +214,28 @@ static __always_inline void tw_hh_sum(__u32 line, __u32 s0, __u32 s1, __u32 win,
 	__u64 pm = p0 < p1 ? p0 : p1, sm = y0 < y1 ? y0 : y1;
 	*pkts = pm > 0xffffffff ? 0xffffffff : pm;
 	*syns = sm > 0xffffffff ? 0xffffffff : sm;
+}
+
+/* Marks a caught source's two counters on every CPU's line until the
+ * entry's end (a later mark already there stays: the marks of the sources
+ * sharing a counter only ever move forward). A CPU racing to count there
+ * writes other fields of the bucket, never live. */
+static __always_inline void tw_hh_mark(__u32 line, __u32 s0, __u32 s1,
+				       __u32 until)
+{
+	for (__u32 cpu = 0; cpu < TW_HH_MAX_CPUS; cpu++) {
+		if (cpu >= tw_nr_cpus)
+			break;
+		struct tw_hh_line *l = tw_hh_line_get(cpu, line);
+		if (!l)
+			break;
+		struct tw_hh_bucket *b0 = &l->b[s0 & (TW_HH_SLOTS - 1)];
+		struct tw_hh_bucket *b1 = &l->b[s1 & (TW_HH_SLOTS - 1)];
+		if ((__s32)(until - b0->live) > 0)
+			*(volatile __u32 *)&b0->live = until;
+		if ((__s32)(until - b1->live) > 0)
+			*(volatile __u32 *)&b1->live = until;
+	}
 }
 
 static __always_inline int tw_hh_exempt(const struct tw_pkt *p,
@@ -190,16 +270,20 @@ static __always_inline int tw_hh_exempt(const struct tw_pkt *p,
 	return 0;
 }
 
-/* Makes the provisional entry and reports it; an entry already there
- * (caught on another CPU meanwhile, or revoked by the daemon) stays. */
+/* Makes the provisional entry, marks it in the sketch and reports it; an
+ * entry already there (caught on another CPU meanwhile, or revoked by the
+ * daemon) stays. The precise clock here, once a catch: the entry's times
+ * are the daemon's and the detect→drop benchmark's. */
 static __always_inline void tw_hh_catch(const struct tw_pkt *p,
-					const struct tw_hh_config *c,
-					const struct tw_hh_key *k, __u8 kind,
-					__u32 count, __u64 now)
+					const struct tw_hh_config *c, __u32 h,
+					__u64 j, __u8 kind, __u32 count)
 {
 	struct tw_hh_stats *st = tw_hh_stats_get();
 	if (tw_hh_exempt(p, st))
 		return;
+	struct tw_hh_key k = {};
+	tw_hh_key_of(p, c, &k);
+	__u64 now = bpf_ktime_get_ns();
 	struct tw_prov v = {
 		.added_ns = now,
 		.expires_ns = now + c->ttl_ns,
@@ -208,7 +292,7 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 		.flags = c->monitor ? TW_PROV_MONITOR : 0,
 	};
 	void *map = p->family == 4 ? (void *)&tw_prov4 : (void *)&tw_prov6;
-	long err = bpf_map_update_elem(map, k, &v, BPF_NOEXIST);
+	long err = bpf_map_update_elem(map, &k, &v, BPF_NOEXIST);
 	if (err == -17 /* EEXIST */)
 		return;
 	if (err) {
@@ -216,10 +300,8 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 			st->table_full++;
 		return;
 	}
-	__u32 zero = 0;
-	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_shared, &zero);
-	if (s)
-		s->last_insert_ns = bpf_ktime_get_coarse_ns();
+	tw_hh_mark(tw_hh_line_of(h), tw_hh_s0(h), tw_hh_s1(h),
+		   (__u32)j + c->ttl_ticks);
 	if (st)
 		st->caught++;
 	struct tw_hh_event *e =
@@ -229,7 +311,7 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 			st->ring_full++;
 		return;
 	}
-	__builtin_memcpy(e->addr, k->w, 16);
+	__builtin_memcpy(e->addr, k.w, 16);
 	e->family = p->family;
 	e->kind = kind;
 	e->prefix = p->family == 4 ? 32 : c->prefix6;
@@ -240,33 +322,20 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 }
 
 /* tw_hh_observe counts a packet that no rule decided and catches its
- * source when it is over a threshold. A global function, as
- * tw_hh_provisional. */
-__noinline int tw_hh_observe(struct tw_pkt *p)
+ * source when it is over a threshold, from what tw_hh_provisional worked
+ * out (pre). A global function, as tw_hh_provisional. */
+__noinline int tw_hh_observe(struct tw_pkt *p, struct tw_hh_pre *pre)
 {
 	__u32 zero = 0;
-	if (!p)
+	if (!p || !pre || !pre->on)
 		return 0;
 	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
 	if (!c || !c->window_ns)
 		return 0;
-	/* The precise clock: the coarse one moves in ticks (4 ms at HZ=250),
-	 * and a window holding one tick's packets or two would overcount a
-	 * source near its threshold by half. */
-	__u64 now = bpf_ktime_get_ns();
-	__u32 win = now >> (c->window_shift & 63);
-	struct tw_hh_key k = {};
-	tw_hh_key_of(p, c, &k);
-	__u32 h = p->family == 4 ? tw_hash4(k.w[0], c->seed) :
-				   tw_hash6(k.w, c->seed);
-	/* The line from the low bits, the two slots from the next ones: the
-	 * second differs from the first. */
-	__u32 line = h & (TW_HH_LINES - 1);
-	__u32 s0 = (h >> 12) & (TW_HH_SLOTS - 1);
-	__u32 s1 = s0 ^ (1 + ((h >> 14) & 1)); /* no modulo: a division */
-	__u32 cpu = bpf_get_smp_processor_id();
-	__u32 idx = cpu * TW_HH_LINES + line;
-	struct tw_hh_line *l = bpf_map_lookup_elem(&tw_hh_sketch, &idx);
+	__u32 win = pre->jiffies >> (c->tick_shift & 63);
+	__u32 h = pre->h;
+	__u32 line = tw_hh_line_of(h), s0 = tw_hh_s0(h), s1 = tw_hh_s1(h);
+	struct tw_hh_line *l = tw_hh_line_get(bpf_get_smp_processor_id(), line);
 	if (!l)
 		return 0;
 	struct tw_hh_bucket *b0 = &l->b[s0], *b1 = &l->b[s1];
@@ -286,9 +355,9 @@ __noinline int tw_hh_observe(struct tw_pkt *p)
 		st->checks++;
 	tw_hh_sum(line, s0, s1, win, &pe, &se);
 	if (pe >= c->pkt_thresh)
-		tw_hh_catch(p, c, &k, TW_HH_PACKETS, pe, now);
+		tw_hh_catch(p, c, h, pre->jiffies, TW_HH_PACKETS, pe);
 	else if (se >= c->syn_thresh)
-		tw_hh_catch(p, c, &k, TW_HH_SYNS, se, now);
+		tw_hh_catch(p, c, h, pre->jiffies, TW_HH_SYNS, se);
 	return 0;
 }
 

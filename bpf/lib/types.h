@@ -190,7 +190,7 @@ struct tw_good {
  * threshold in all is over the local one on at least one CPU, so only
  * then are the other CPUs' counters read. */
 struct tw_hh_config {
-	__u64 window_ns; /* 0: detector off */
+	__u64 window_ns; /* 0: detector off; else the effective window */
 	__u64 ttl_ns;    /* a provisional entry's life unless confirmed */
 	__u32 pkt_thresh;
 	__u32 syn_thresh;
@@ -199,26 +199,32 @@ struct tw_hh_config {
 	__u32 seed;    /* sketch hash seed, random per created state */
 	__u32 monitor; /* 1: provisional entries count but never drop */
 	__u32 prefix6; /* IPv6 sources are counted per prefix of this length */
-	/* The window is 1 << window_shift ns (window_ns rounded down to a
-	 * power of two): a shift, where a division would cost the packet
-	 * path tens of cycles. */
-	__u32 window_shift;
-};
-
-/* Shared by all CPUs, written only when a provisional entry is made: the
- * packet path looks the table up only while one may be live. */
-struct tw_hh_state {
-	__u64 last_insert_ns;
+	/* The window is 1 << tick_shift jiffies: the packet path reads
+	 * jiffies, an inlined load, where either ktime helper is a call
+	 * (tens of ns with the return thunks of these hosts), and a
+	 * window of whole ticks holds exactly its length of traffic. */
+	__u32 tick_shift;
+	/* How long, in jiffies, a catch's marks in the sketch (tw_hh_bucket
+	 * .live) hold: the TTL rounded up, plus slack for jiffies lagging
+	 * the precise clock the entry expires by. */
+	__u32 ttl_ticks;
+	__u32 _pad;
 };
 
 /* One sketch counter; win is the window it counts (the low 32 bits of
- * now >> window_shift), so a stale counter is reset by the first packet of a
- * new window instead of by a sweep. */
+ * jiffies >> tick_shift), so a stale counter is reset by the first packet
+ * of a new window instead of by a sweep. live marks a catch: until then
+ * (low 32 bits of jiffies) a provisional entry may hold a source counted
+ * here; the packet path looks the provisional table up only for a source
+ * whose two counters are both marked, on its own CPU's line (the one it
+ * counts in anyway), so a live catch costs the other sources a compare,
+ * not a hash-table miss. A catch marks its source's counters on every
+ * CPU's line. */
 struct tw_hh_bucket {
 	__u32 win;
 	__u32 pkts;
 	__u32 syns;
-	__u32 _pad;
+	__u32 live;
 };
 
 /* A sketch line: one cache line of counters. A source's two counters are
@@ -260,7 +266,7 @@ struct tw_hh_stats {
 	__u64 exempt_protect; /* over threshold, protected: not caught */
 	__u64 expired;        /* entries the data plane found expired */
 	__u64 checks;         /* cross-CPU sums */
-	__u64 _pad;
+	__u64 marked; /* provisional-table lookups the sketch's marks let by */
 };
 
 _Static_assert(sizeof(struct tw_exact4) == 32, "two exact4 slots a line");
@@ -285,7 +291,7 @@ _Static_assert(sizeof(struct tw_frule_set) == 64 * TW_FRULE_MAX,
 _Static_assert(sizeof(struct tw_fctr) == 32, "flow rule counter size");
 _Static_assert(sizeof(struct tw_fbucket) == 16, "token bucket size");
 _Static_assert(sizeof(struct tw_good) == 8, "known-good value size");
-_Static_assert(sizeof(struct tw_hh_config) == 48, "heavy-hitter config size");
+_Static_assert(sizeof(struct tw_hh_config) == 56, "heavy-hitter config size");
 _Static_assert(sizeof(struct tw_hh_bucket) == 16, "sketch counter size");
 _Static_assert(sizeof(struct tw_hh_line) == 64,
 	       "a sketch line is a cache line");

@@ -166,21 +166,23 @@ type filterTwHhBucket struct {
 	Win  uint32
 	Pkts uint32
 	Syns uint32
-	Pad  uint32
+	Live uint32
 }
 
 type filterTwHhConfig struct {
-	_           structs.HostLayout
-	WindowNs    uint64
-	TtlNs       uint64
-	PktThresh   uint32
-	SynThresh   uint32
-	PktLocal    uint32
-	SynLocal    uint32
-	Seed        uint32
-	Monitor     uint32
-	Prefix6     uint32
-	WindowShift uint32
+	_         structs.HostLayout
+	WindowNs  uint64
+	TtlNs     uint64
+	PktThresh uint32
+	SynThresh uint32
+	PktLocal  uint32
+	SynLocal  uint32
+	Seed      uint32
+	Monitor   uint32
+	Prefix6   uint32
+	TickShift uint32
+	TtlTicks  uint32
+	Pad       uint32
 }
 
 type filterTwHhEvent struct {
@@ -214,11 +216,6 @@ type filterTwHhLine struct {
 	B [4]filterTwHhBucket
 }
 
-type filterTwHhState struct {
-	_            structs.HostLayout
-	LastInsertNs uint64
-}
-
 type filterTwHhStats struct {
 	_             structs.HostLayout
 	Caught        uint64
@@ -228,7 +225,7 @@ type filterTwHhStats struct {
 	ExemptProtect uint64
 	Expired       uint64
 	Checks        uint64
-	Pad           uint64
+	Marked        uint64
 }
 
 type filterTwHot struct {
@@ -255,7 +252,7 @@ const (
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 7
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 8
 )
 
 type filterTwLpm4Key struct {
@@ -363,7 +360,6 @@ const (
 	filterMapTwHhCfg          = "tw_hh_cfg"
 	filterMapTwHhCtr          = "tw_hh_ctr"
 	filterMapTwHhEvents       = "tw_hh_events"
-	filterMapTwHhShared       = "tw_hh_shared"
 	filterMapTwHhSketch       = "tw_hh_sketch"
 	filterMapTwJmp            = "tw_jmp"
 	filterMapTwPfx4           = "tw_pfx4"
@@ -459,7 +455,6 @@ type filterMapSpecs struct {
 	TwHhCfg    *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
 	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
-	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
 	TwPfx4     *ebpf.MapSpec `ebpf:"tw_pfx4"`
@@ -531,7 +526,6 @@ type filterMaps struct {
 	TwHhCfg    *ebpf.Map `ebpf:"tw_hh_cfg"`
 	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
-	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.Map `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
 	TwPfx4     *ebpf.Map `ebpf:"tw_pfx4"`
@@ -570,7 +564,6 @@ func (m *filterMaps) Close() error {
 		m.TwHhCfg,
 		m.TwHhCtr,
 		m.TwHhEvents,
-		m.TwHhShared,
 		m.TwHhSketch,
 		m.TwJmp,
 		m.TwPfx4,

@@ -8,10 +8,12 @@ import (
 	"math/bits"
 	"net/netip"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 )
 
 // The heavy-hitter detector (bpf/lib/heavy.h): the data plane counts the
@@ -39,14 +41,51 @@ const (
 	MaxHeavyTTL    = 10 * time.Minute
 )
 
-// EffectiveWindow is the window the data plane counts over: Window
-// rounded down to a power of two nanoseconds (10ms → 8.39ms), so that a
-// packet's window is a shift of the clock, not a division.
-func (h HeavyHitter) EffectiveWindow() time.Duration {
-	if h.Window <= 0 {
-		return 0
+// kernelTick is the kernel's jiffy (1/CONFIG_HZ): the data plane counts in
+// windows of whole jiffies, and the coarse clock's resolution is one.
+var kernelTick = sync.OnceValues(func() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
+		return 0, fmt.Errorf("reading the kernel's tick: %w", err)
 	}
-	return time.Duration(1) << (bits.Len64(uint64(h.Window)) - 1)
+	// CONFIG_HZ is 100 to 1000; anything else is not a tick.
+	if t := time.Duration(ts.Nano()); t >= time.Millisecond && t <= 10*time.Millisecond {
+		return t, nil
+	}
+	return 0, fmt.Errorf("%w: the coarse clock's resolution %v is not a kernel tick", ErrInvalid, time.Duration(ts.Nano()))
+})
+
+// provTickSlack is added to a provisional entry's life in jiffies for the
+// marks that let its source's packets reach the provisional table: jiffies
+// can lag the precise clock the entry expires by (a tick being handled
+// late), and a mark that ended early would let a caught source through.
+const provTickSlack = 20 * time.Millisecond
+
+// windowTicks is the window the data plane counts over: Window rounded
+// down to a power of two jiffies, at least one (10ms → 8ms at HZ=250), so
+// that a packet's window is a shift of jiffies, which the data plane reads
+// with a load where a precise clock costs a helper call, and so that each
+// window holds exactly its length of traffic.
+func (h HeavyHitter) windowTicks() (shift uint32, win time.Duration, err error) {
+	if h.Window <= 0 {
+		return 0, 0, nil
+	}
+	t, err := kernelTick()
+	if err != nil {
+		return 0, 0, err
+	}
+	if n := h.Window / t; n > 1 {
+		shift = uint32(bits.Len64(uint64(n)) - 1)
+	}
+	return shift, t << shift, nil
+}
+
+// EffectiveWindow is the window the data plane counts over (windowTicks);
+// 0 when off, or when the kernel's tick cannot be read (SetHeavyHitter
+// says why).
+func (h HeavyHitter) EffectiveWindow() time.Duration {
+	_, w, _ := h.windowTicks()
+	return w
 }
 
 func (h HeavyHitter) check() error {
@@ -63,8 +102,12 @@ func (h HeavyHitter) check() error {
 	case h.PacketsPerSec == 0 && h.SYNsPerSec == 0:
 		return fmt.Errorf("%w: heavy-hitter detector on with neither a packet nor a SYN threshold", ErrInvalid)
 	}
+	_, win, err := h.windowTicks()
+	if err != nil {
+		return fmt.Errorf("heavy-hitter window: %w", err)
+	}
 	for _, r := range []uint64{h.PacketsPerSec, h.SYNsPerSec} {
-		if r != 0 && r*uint64(h.EffectiveWindow())/uint64(time.Second) < 2 {
+		if r != 0 && r*uint64(win)/uint64(time.Second) < 2 {
 			return fmt.Errorf("%w: heavy-hitter threshold %d/s is under two packets per %v window", ErrInvalid, r, h.Window)
 		}
 	}
@@ -105,11 +148,14 @@ func (d *Datapath) SetHeavyHitter(h HeavyHitter) error {
 		}
 		c.Seed = binary.NativeEndian.Uint32(b[:]) | 1
 	}
-	win := h.EffectiveWindow()
-	c.WindowNs, c.TtlNs = uint64(win), uint64(h.TTL)
-	c.WindowShift = 0
+	shift, win, err := h.windowTicks()
+	if err != nil {
+		return fmt.Errorf("heavy-hitter window: %w", err)
+	}
+	c.WindowNs, c.TtlNs, c.TickShift, c.TtlTicks = uint64(win), uint64(h.TTL), shift, 0
 	if win > 0 {
-		c.WindowShift = uint32(bits.Len64(uint64(win)) - 1)
+		t, _ := kernelTick() // read by windowTicks already
+		c.TtlTicks = uint32((h.TTL+provTickSlack+t-1)/t) + 1
 	}
 	c.PktThresh, c.PktLocal = perWindow(h.PacketsPerSec, win, d.sizes.ncpu)
 	c.SynThresh, c.SynLocal = perWindow(h.SYNsPerSec, win, d.sizes.ncpu)
@@ -340,6 +386,7 @@ type HeavyStats struct {
 	ExemptProtect uint64 `json:"exempt_protect"` // over threshold, protected
 	Expired       uint64 `json:"expired"`        // removed by the data plane at expiry
 	Checks        uint64 `json:"checks"`         // cross-CPU sums
+	Marked        uint64 `json:"marked"`         // provisional-table lookups the sketch's marks let by
 }
 
 // HeavyHitterStats sums the detector's per-CPU counters.
@@ -357,6 +404,7 @@ func (d *Datapath) HeavyHitterStats() (HeavyStats, error) {
 		s.ExemptProtect += c.ExemptProtect
 		s.Expired += c.Expired
 		s.Checks += c.Checks
+		s.Marked += c.Marked
 	}
 	return s, nil
 }

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/pkt"
@@ -16,11 +18,15 @@ import (
 
 // The heavy-hitter detector through BPF_PROG_TEST_RUN: a window long
 // enough that a test run's packets fall in one or two of them.
-// The window is a power of two nanoseconds, as the data plane counts.
 var testHeavy = HeavyHitter{Window: 1 << 28, TTL: time.Minute, PacketsPerSec: 500, SYNsPerSec: 250, Prefix6: 64}
 
-// 134 packets or 67 SYNs per window (268 ms).
-const testPktThresh, testSynThresh = 500 * (1 << 28) / 1_000_000_000, 250 * (1 << 28) / 1_000_000_000
+// The thresholds per window, as the data plane counts them: the window is
+// a power of two jiffies (256 ms at HZ=250, 128 and 64 packets).
+var testPktThresh, testSynThresh = testPerWindow(500), testPerWindow(250)
+
+func testPerWindow(rate uint64) int {
+	return int(rate * uint64(testHeavy.EffectiveWindow()) / uint64(time.Second))
+}
 
 func heavyDatapath(t *testing.T, h HeavyHitter, o Options) *Datapath {
 	t.Helper()
@@ -85,11 +91,11 @@ func TestHeavyHitterCatchesAndReports(t *testing.T) {
 	// Caught at the first cross-CPU sum at or over the threshold (every
 	// eighth packet past the per-CPU share); a window boundary inside
 	// the run restarts the count once at most.
-	if got["drop_provisional"] < n-3*testPktThresh || got["drop_provisional"]+got["pass"] != n {
+	if got["drop_provisional"] < uint64(n-3*testPktThresh) || got["drop_provisional"]+got["pass"] != n {
 		t.Fatalf("10.1.1.1 at %d packets: verdicts %v", n, got)
 	}
 	p, ok := provisionals(t, d)["10.1.1.1/32"]
-	if !ok || p.Kind != "packets" || p.Packets != got["drop_provisional"] || p.Count < testPktThresh || p.Monitor || p.Revoked {
+	if !ok || p.Kind != "packets" || p.Packets != got["drop_provisional"] || p.Count < uint32(testPktThresh) || p.Monitor || p.Revoked {
 		t.Fatalf("entry %+v (present %v), dropped %d", p, ok, got["drop_provisional"])
 	}
 	if !p.Expires.After(time.Now().Add(50*time.Second)) || p.Expires.After(time.Now().Add(time.Minute)) {
@@ -101,7 +107,7 @@ func TestHeavyHitterCatchesAndReports(t *testing.T) {
 	}
 
 	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.2.2.2"), testPktThresh/2) })
-	if got["pass"] != testPktThresh/2 || len(provisionals(t, d)) != 1 {
+	if got["pass"] != uint64(testPktThresh/2) || len(provisionals(t, d)) != 1 {
 		t.Errorf("10.2.2.2 under the threshold: verdicts %v, entries %v", got, provisionals(t, d))
 	}
 	st, err := d.HeavyHitterStats()
@@ -150,6 +156,39 @@ func sendOnCPU(t *testing.T, d *Datapath, frame []byte, n, cpu int) {
 	}
 }
 
+// jiffiesProg returns the low 32 bits of jiffies, the data plane's
+// clock, which user space cannot read otherwise.
+var jiffiesProg = sync.OnceValues(func() (*ebpf.Program, error) {
+	return ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.FnJiffies64.Call(), asm.Return()}})
+})
+
+func jiffiesNow(t *testing.T) uint32 {
+	t.Helper()
+	p, err := jiffiesProg()
+	if err != nil {
+		t.Fatalf("loading the jiffies reader: %v", err)
+	}
+	j, err := p.Run(&ebpf.RunOptions{Data: make([]byte, 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// waitWindow returns just after h's next window begins in the data plane.
+func waitWindow(t *testing.T, h HeavyHitter) {
+	t.Helper()
+	shift, _, err := h.windowTicks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0 := jiffiesNow(t) >> shift
+	for jiffiesNow(t)>>shift == w0 {
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
 // One source spread over every CPU, under the threshold on each, over it
 // in all, is caught: the CPUs' counts are summed.
 func TestHeavyHitterSumsCPUs(t *testing.T) {
@@ -158,14 +197,14 @@ func TestHeavyHitterSumsCPUs(t *testing.T) {
 	}
 	d := heavyDatapath(t, testHeavy, Options{})
 	frame := udpFrom("10.3.3.3")
-	// 70 packets on each CPU, under the threshold of 100 on either, 140
-	// in all, inside one window: start just after a window begins.
-	w := uint64(testHeavy.Window)
-	time.Sleep(time.Duration(w - monoNow()%w))
+	// Under the threshold on either, over it in all (64 and 128 at
+	// HZ=250), inside one window: start just after a window begins.
+	each := testPktThresh/2 + 6
+	waitWindow(t, testHeavy)
 	got := verdictDelta(t, d, func() {
 		for i := 0; i < 2; i++ {
-			sendOnCPU(t, d, frame, 35, 0)
-			sendOnCPU(t, d, frame, 35, 1)
+			sendOnCPU(t, d, frame, each/2, 0)
+			sendOnCPU(t, d, frame, each-each/2, 1)
 		}
 	})
 	if got["drop_provisional"] == 0 {
@@ -230,7 +269,7 @@ func TestHeavyHitterRevokeAndMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := verdictDelta(t, d, func() { sendN(t, d, src, 5*testPktThresh) })
-	if got["pass"] != 5*testPktThresh {
+	if got["pass"] != uint64(5*testPktThresh) {
 		t.Errorf("revoked: %v", got)
 	}
 	if e := provisionals(t, d)[p.String()]; !e.Revoked {
@@ -249,7 +288,7 @@ func TestHeavyHitterRevokeAndMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.8.8.8"), 5*testPktThresh) })
-	if got["drop_provisional"] != 0 || got["pass_provisional"] == 0 || got["pass"]+got["pass_provisional"] != 5*testPktThresh {
+	if got["drop_provisional"] != 0 || got["pass_provisional"] == 0 || got["pass"]+got["pass_provisional"] != uint64(5*testPktThresh) {
 		t.Errorf("monitor-only: %v", got)
 	}
 	if e := provisionals(t, d)["10.8.8.8/32"]; !e.Monitor || e.Packets != got["pass_provisional"] {
@@ -279,7 +318,7 @@ func TestHeavyHitterExpiresAndOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.11.11.11"), 5*testPktThresh) })
-	if got["pass"] != 5*testPktThresh {
+	if got["pass"] != uint64(5*testPktThresh) {
 		t.Errorf("detector off: %v", got)
 	}
 }
