@@ -254,6 +254,20 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
+	__type(value, struct tw_hh_state);
+	__uint(max_entries, 1);
+} tw_hh_shared SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_hh_pcpu);
+	__uint(max_entries, 1);
+} tw_hh_cpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
 	__type(value, struct tw_hh_line);
 	__uint(max_entries, 1);
 } tw_hh_sketch SEC(".maps");

@@ -170,19 +170,21 @@ type filterTwHhBucket struct {
 }
 
 type filterTwHhConfig struct {
-	_         structs.HostLayout
-	WindowNs  uint64
-	TtlNs     uint64
-	PktThresh uint32
-	SynThresh uint32
-	PktLocal  uint32
-	SynLocal  uint32
-	Seed      uint32
-	Monitor   uint32
-	Prefix6   uint32
-	TickShift uint32
-	TtlTicks  uint32
-	Pad       uint32
+	_           structs.HostLayout
+	WindowNs    uint64
+	TtlNs       uint64
+	PktThresh   uint32
+	SynThresh   uint32
+	PktLocal    uint32
+	SynLocal    uint32
+	Seed        uint32
+	Monitor     uint32
+	Prefix6     uint32
+	TickShift   uint32
+	TtlTicks    uint32
+	SampleShift uint32
+	PktSum      uint32
+	_           [4]byte
 }
 
 type filterTwHhEvent struct {
@@ -216,6 +218,17 @@ type filterTwHhLine struct {
 	B [4]filterTwHhBucket
 }
 
+type filterTwHhPcpu struct {
+	_    structs.HostLayout
+	Skip uint32
+	Pad  uint32
+}
+
+type filterTwHhState struct {
+	_          structs.HostLayout
+	MarksUntil uint64
+}
+
 type filterTwHhStats struct {
 	_             structs.HostLayout
 	Caught        uint64
@@ -226,6 +239,7 @@ type filterTwHhStats struct {
 	Expired       uint64
 	Checks        uint64
 	Marked        uint64
+	Candidates    uint64
 }
 
 type filterTwHot struct {
@@ -284,6 +298,10 @@ type filterTwProv struct {
 	Kind      uint8
 	Flags     uint8
 	Pad       uint16
+	Cwin      uint32
+	Pad2      uint32
+	Cand      uint64
+	Cpkts     uint64
 }
 
 type filterTwProvFlag uint32
@@ -358,8 +376,10 @@ const (
 	filterMapTwGood4          = "tw_good4"
 	filterMapTwGood6          = "tw_good6"
 	filterMapTwHhCfg          = "tw_hh_cfg"
+	filterMapTwHhCpu          = "tw_hh_cpu"
 	filterMapTwHhCtr          = "tw_hh_ctr"
 	filterMapTwHhEvents       = "tw_hh_events"
+	filterMapTwHhShared       = "tw_hh_shared"
 	filterMapTwHhSketch       = "tw_hh_sketch"
 	filterMapTwJmp            = "tw_jmp"
 	filterMapTwPfx4           = "tw_pfx4"
@@ -453,8 +473,10 @@ type filterMapSpecs struct {
 	TwGood4    *ebpf.MapSpec `ebpf:"tw_good4"`
 	TwGood6    *ebpf.MapSpec `ebpf:"tw_good6"`
 	TwHhCfg    *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
+	TwHhCpu    *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
+	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
 	TwPfx4     *ebpf.MapSpec `ebpf:"tw_pfx4"`
@@ -524,8 +546,10 @@ type filterMaps struct {
 	TwGood4    *ebpf.Map `ebpf:"tw_good4"`
 	TwGood6    *ebpf.Map `ebpf:"tw_good6"`
 	TwHhCfg    *ebpf.Map `ebpf:"tw_hh_cfg"`
+	TwHhCpu    *ebpf.Map `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
+	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.Map `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
 	TwPfx4     *ebpf.Map `ebpf:"tw_pfx4"`
@@ -562,8 +586,10 @@ func (m *filterMaps) Close() error {
 		m.TwGood4,
 		m.TwGood6,
 		m.TwHhCfg,
+		m.TwHhCpu,
 		m.TwHhCtr,
 		m.TwHhEvents,
+		m.TwHhShared,
 		m.TwHhSketch,
 		m.TwJmp,
 		m.TwPfx4,

@@ -125,6 +125,24 @@ func perWindow(rate uint64, window time.Duration, ncpu uint32) (all, local uint3
 	return uint32(n), uint32(max(n/uint64(ncpu), 1))
 }
 
+// minSampled is the fewest sampled packets a window's packet threshold
+// may stand for: the sketch samples 1 in 2^s packets with s as large as
+// keeps the threshold at minSampled samples or more. Sampling spares most
+// packets the sketch's writes, its dearest part; the sampled count only
+// finds candidates (at half the sampled threshold, which a source at the
+// threshold passes with a margin of four standard deviations at 64), and
+// a candidate is caught on an exact count, so sampling noise can neither
+// miss a source over its threshold nor catch one under it.
+const minSampled = 64
+
+// sampleShift is the sampling of a packet threshold of all per window.
+func sampleShift(all uint32) uint32 {
+	if all == ^uint32(0) || all < 2*minSampled {
+		return 0
+	}
+	return uint32(bits.Len32(all/minSampled) - 1)
+}
+
 // SetHeavyHitter configures the detector (Window 0 turns it off). The
 // sketch's hash seed is chosen once per created state, at random, so
 // that sources cannot be picked to share counters.
@@ -158,6 +176,12 @@ func (d *Datapath) SetHeavyHitter(h HeavyHitter) error {
 		c.TtlTicks = uint32((h.TTL+provTickSlack+t-1)/t) + 1
 	}
 	c.PktThresh, c.PktLocal = perWindow(h.PacketsPerSec, win, d.sizes.ncpu)
+	c.PktSum, c.SampleShift = c.PktThresh, sampleShift(c.PktThresh)
+	if c.SampleShift > 0 {
+		// The sketch's sum makes a candidate at half the sampled threshold.
+		c.PktSum = max((c.PktThresh>>c.SampleShift)/2, 1)
+		c.PktLocal = max(c.PktSum/d.sizes.ncpu, 1)
+	}
 	c.SynThresh, c.SynLocal = perWindow(h.SYNsPerSec, win, d.sizes.ncpu)
 	c.Prefix6 = uint32(h.Prefix6)
 	c.Monitor = 0
@@ -207,31 +231,49 @@ func provisional(p netip.Prefix, v *filterTwProv) Provisional {
 }
 
 // Provisionals lists the provisional tables, expired entries included
-// (ExpireProvisionals removes them).
+// (ExpireProvisionals removes them), candidates not: those are the data
+// plane's own, neither dropped nor reported.
 func (d *Datapath) Provisionals() ([]Provisional, error) {
+	ps, _, err := d.provisionals()
+	return ps, err
+}
+
+// provisionals lists the catches, and the candidates' prefixes that have
+// expired.
+func (d *Datapath) provisionals() (_ []Provisional, expiredCands []netip.Prefix, _ error) {
+	now := monoNow()
 	var c filterTwHhConfig
 	if err := d.maps.TwHhCfg.Lookup(uint32(0), &c); err != nil {
-		return nil, fmt.Errorf("reading the heavy-hitter config: %w", err)
+		return nil, nil, fmt.Errorf("reading the heavy-hitter config: %w", err)
 	}
 	var out []Provisional
+	var cands []netip.Prefix
+	add := func(p netip.Prefix, v *filterTwProv) {
+		switch {
+		case v.Cand == 0:
+			out = append(out, provisional(p, v))
+		case v.ExpiresNs <= now:
+			cands = append(cands, p)
+		}
+	}
 	var k4 uint32
 	var v filterTwProv
 	it := d.maps.TwProv4.Iterate()
 	for it.Next(&k4, &v) {
-		out = append(out, provisional(netip.PrefixFrom(addr4(k4), 32), &v))
+		add(netip.PrefixFrom(addr4(k4), 32), &v)
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("listing IPv4 provisional drops: %w", err)
+		return nil, nil, fmt.Errorf("listing IPv4 provisional drops: %w", err)
 	}
 	var k6 [16]byte
 	it = d.maps.TwProv6.Iterate()
 	for it.Next(&k6, &v) {
-		out = append(out, provisional(netip.PrefixFrom(netip.AddrFrom16(k6), int(c.Prefix6)), &v))
+		add(netip.PrefixFrom(netip.AddrFrom16(k6), int(c.Prefix6)), &v)
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("listing IPv6 provisional drops: %w", err)
+		return nil, nil, fmt.Errorf("listing IPv6 provisional drops: %w", err)
 	}
-	return out, nil
+	return out, cands, nil
 }
 
 // provKey is the map and key of a provisional prefix: a /32, or an IPv6
@@ -283,6 +325,7 @@ func (d *Datapath) RevokeProvisional(p netip.Prefix, exempt time.Duration) error
 	}
 	v.ExpiresNs = now + uint64(exempt)
 	v.Flags |= uint8(filterTwProvFlagTW_PROV_REVOKED)
+	v.Cand = 0 // a candidate revoked is a revoked entry, counted no more
 	if err := m.Put(k, &v); err != nil {
 		return fmt.Errorf("revoking provisional %v: %w", p, err)
 	}
@@ -290,11 +333,17 @@ func (d *Datapath) RevokeProvisional(p netip.Prefix, exempt time.Duration) error
 }
 
 // ExpireProvisionals removes the entries past their expiry and says how
-// many; the data plane removes those it meets, this the rest.
+// many; the data plane removes those it meets, this the rest. Expired
+// candidates are removed too, and not counted: they were never catches.
 func (d *Datapath) ExpireProvisionals() (int, error) {
-	ps, err := d.Provisionals()
+	ps, cands, err := d.provisionals()
 	if err != nil {
 		return 0, err
+	}
+	for _, p := range cands {
+		if err := d.RemoveProvisional(p); err != nil {
+			return 0, err
+		}
 	}
 	now, n := time.Now(), 0
 	for _, p := range ps {
@@ -387,6 +436,7 @@ type HeavyStats struct {
 	Expired       uint64 `json:"expired"`        // removed by the data plane at expiry
 	Checks        uint64 `json:"checks"`         // cross-CPU sums
 	Marked        uint64 `json:"marked"`         // provisional-table lookups the sketch's marks let by
+	Candidates    uint64 `json:"candidates"`     // sources counted exactly after the sampled sketch found them near the threshold
 }
 
 // HeavyHitterStats sums the detector's per-CPU counters.
@@ -405,6 +455,7 @@ func (d *Datapath) HeavyHitterStats() (HeavyStats, error) {
 		s.Expired += c.Expired
 		s.Checks += c.Checks
 		s.Marked += c.Marked
+		s.Candidates += c.Candidates
 	}
 	return s, nil
 }

@@ -190,25 +190,45 @@ func waitWindow(t *testing.T, h HeavyHitter) {
 }
 
 // One source spread over every CPU, under the threshold on each, over it
-// in all, is caught: the CPUs' counts are summed.
+// in all, is caught. Unsampled (a threshold under 2 x minSampled a window),
+// the sketch sums the CPUs' counts and catches it in the window; sampled,
+// the sum makes it a candidate, whose exact count, shared by the CPUs,
+// catches it in the next window (a per-CPU count never would).
 func TestHeavyHitterSumsCPUs(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs two CPUs")
 	}
-	d := heavyDatapath(t, testHeavy, Options{})
-	frame := udpFrom("10.3.3.3")
-	// Under the threshold on either, over it in all (64 and 128 at
-	// HZ=250), inside one window: start just after a window begins.
-	each := testPktThresh/2 + 6
-	waitWindow(t, testHeavy)
-	got := verdictDelta(t, d, func() {
-		for i := 0; i < 2; i++ {
-			sendOnCPU(t, d, frame, each/2, 0)
-			sendOnCPU(t, d, frame, each-each/2, 1)
-		}
-	})
-	if got["drop_provisional"] == 0 {
-		t.Fatalf("spread over two CPUs: verdicts %v", got)
+	for _, tc := range []struct {
+		name    string
+		pps     uint64
+		shift   uint32
+		windows int
+	}{{"exact", 250, 0, 1}, {"sampled", 500, 1, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := testHeavy
+			h.PacketsPerSec = tc.pps
+			d := heavyDatapath(t, h, Options{})
+			var c filterTwHhConfig
+			if err := d.maps.TwHhCfg.Lookup(uint32(0), &c); err != nil || c.SampleShift != tc.shift {
+				t.Fatalf("sampling 1 in 2^%d (%v), want 2^%d", c.SampleShift, err, tc.shift)
+			}
+			frame := udpFrom("10.3.3.3")
+			// Under the threshold on either CPU, over it in all,
+			// inside each window: start just after one begins.
+			each := testPerWindow(tc.pps)/2 + 6
+			got := verdictDelta(t, d, func() {
+				for w := 0; w < tc.windows; w++ {
+					waitWindow(t, h)
+					for i := 0; i < 2; i++ {
+						sendOnCPU(t, d, frame, each/2, 0)
+						sendOnCPU(t, d, frame, each-each/2, 1)
+					}
+				}
+			})
+			if got["drop_provisional"] == 0 {
+				t.Fatalf("spread over two CPUs, %d a window on each: verdicts %v", each, got)
+			}
+		})
 	}
 }
 
