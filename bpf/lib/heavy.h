@@ -447,7 +447,10 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 /* The sampling decision: 1 in 2^sample_shift packets on average, by a
  * per-CPU countdown reloaded at random with a gap uniform over
  * [1, 2^(shift+1) - 1] (0 drawn counts as 2^shift, so the mean gap is
- * 2^shift exactly): one random draw, a helper call, per sampled packet. */
+ * 2^shift exactly). The draws come from a per-CPU xorshift generator,
+ * seeded by bpf_get_prandom_u32 once: the helper is a call, which here
+ * costs as much as the rest of a sampled packet. Nobody outside sees the
+ * generator's output, so a source cannot time its packets around it. */
 static __always_inline __u8 tw_hh_sampled(const struct tw_hh_config *c)
 {
 	__u32 zero = 0;
@@ -461,7 +464,14 @@ static __always_inline __u8 tw_hh_sampled(const struct tw_hh_config *c)
 		pc->skip--;
 		return 0;
 	}
-	__u32 gap = bpf_get_prandom_u32() & ((2U << shift) - 1);
+	__u32 x = pc->rng;
+	if (!x)
+		x = bpf_get_prandom_u32() | 1;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	pc->rng = x;
+	__u32 gap = x & ((2U << shift) - 1);
 	pc->skip = gap ? gap : 1U << shift;
 	return 1;
 }

@@ -228,11 +228,11 @@ struct tw_hh_state {
 };
 
 /* Per CPU: the sampling countdown, packets until the next one the
- * sketch counts (reloaded at random, so a source cannot time its packets
- * around it). */
+ * sketch counts, reloaded at random (rng: a xorshift state, 0 until
+ * seeded) so that a source cannot time its packets around it. */
 struct tw_hh_pcpu {
 	__u32 skip;
-	__u32 _pad;
+	__u32 rng;
 };
 
 /* One sketch counter; win is the window it counts (the low 32 bits of

@@ -221,7 +221,7 @@ type filterTwHhLine struct {
 type filterTwHhPcpu struct {
 	_    structs.HostLayout
 	Skip uint32
-	Pad  uint32
+	Rng  uint32
 }
 
 type filterTwHhState struct {

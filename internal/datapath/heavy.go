@@ -135,12 +135,16 @@ func perWindow(rate uint64, window time.Duration, ncpu uint32) (all, local uint3
 // miss a source over its threshold nor catch one under it.
 const minSampled = 64
 
+// maxSampleShift bounds the sampling at 1 in 65536, far beyond any
+// threshold a window holds in practice.
+const maxSampleShift = 16
+
 // sampleShift is the sampling of a packet threshold of all per window.
 func sampleShift(all uint32) uint32 {
 	if all == ^uint32(0) || all < 2*minSampled {
 		return 0
 	}
-	return uint32(bits.Len32(all/minSampled) - 1)
+	return min(uint32(bits.Len32(all/minSampled)-1), maxSampleShift)
 }
 
 // SetHeavyHitter configures the detector (Window 0 turns it off). The

@@ -381,3 +381,116 @@ func TestHeavyHitterRefusesBadSettings(t *testing.T) {
 		t.Errorf("the settings before the refusals were lost: %v", got)
 	}
 }
+
+// sendWindows sends n packets of frame right after each of windows window
+// starts.
+func sendWindows(t *testing.T, d *Datapath, h HeavyHitter, frame []byte, n, windows int) {
+	t.Helper()
+	for w := 0; w < windows; w++ {
+		waitWindow(t, h)
+		sendN(t, d, frame, n)
+	}
+}
+
+// Just under the threshold in every window is never caught: not by the
+// sketch's windows running into each other (the data plane's window is
+// the one the daemon computed, in jiffies), and not by sampling noise
+// when the sketch samples (the sampled count alone would reach the
+// threshold in about a third of the windows at 97% of it; the exact
+// count of a candidate never does).
+func TestHeavyHitterJustUnderNeverCaught(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pps   uint64
+		shift uint32
+	}{{"exact", 250, 0}, {"sampled", 500, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := testHeavy
+			h.PacketsPerSec, h.SYNsPerSec = tc.pps, 0
+			d := heavyDatapath(t, h, Options{})
+			var c filterTwHhConfig
+			if err := d.maps.TwHhCfg.Lookup(uint32(0), &c); err != nil || c.SampleShift != tc.shift {
+				t.Fatalf("sampling 1 in 2^%d (%v), want 2^%d", c.SampleShift, err, tc.shift)
+			}
+			thresh := testPerWindow(tc.pps)
+			under := thresh * 97 / 100
+			src := udpFrom("10.13.13.13")
+			got := verdictDelta(t, d, func() { sendWindows(t, d, h, src, under, 8) })
+			if got["pass"] != uint64(8*under) {
+				t.Fatalf("%d a window (threshold %d), 8 windows: verdicts %v, entries %v", under, thresh, got, provisionals(t, d))
+			}
+			st, err := d.HeavyHitterStats()
+			if err != nil || st.Caught != 0 {
+				t.Fatalf("stats %+v, %v", st, err)
+			}
+			if tc.shift > 0 && st.Candidates == 0 {
+				t.Errorf("stats %+v: at 97%% of the threshold, the sampled sketch never made it a candidate", st)
+			}
+			// Over it, the same way: caught, within two windows.
+			got = verdictDelta(t, d, func() { sendWindows(t, d, h, src, thresh+thresh/4, 2) })
+			if got["drop_provisional"] == 0 {
+				t.Errorf("%d a window (threshold %d): verdicts %v", thresh+thresh/4, thresh, got)
+			}
+		})
+	}
+}
+
+// A live catch costs the other sources no provisional-table lookup (the
+// marks in their sketch lines say they cannot have an entry), and the
+// caught source is dropped on every CPU, not only the one that caught it.
+func TestHeavyHitterMarks(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two CPUs")
+	}
+	d := heavyDatapath(t, testHeavy, Options{})
+	caught := udpFrom("10.14.14.14")
+	sendOnCPU(t, d, caught, 4*testPktThresh, 0)
+	if _, ok := provisionals(t, d)["10.14.14.14/32"]; !ok {
+		t.Fatal("not caught")
+	}
+	got := verdictDelta(t, d, func() { sendOnCPU(t, d, caught, 10, 1) })
+	if got["drop_provisional"] != 10 {
+		t.Errorf("the caught source on the other CPU: verdicts %v", got)
+	}
+	before, _ := d.HeavyHitterStats()
+	const others = 4096
+	for i := 0; i < others; i++ {
+		sendN(t, d, udpFrom(fmt.Sprintf("10.15.%d.%d", i>>8, i&255)), 1)
+	}
+	after, _ := d.HeavyHitterStats()
+	// Each other source shares both marked counters of the one catch
+	// with probability 1/(4096 x 6).
+	if n := after.Marked - before.Marked; n > others/100 {
+		t.Errorf("%d of %d other sources looked the provisional table up", n, others)
+	}
+	got = verdictDelta(t, d, func() { sendN(t, d, caught, 10) })
+	if got["drop_provisional"] != 10 {
+		t.Errorf("the caught source after the others: verdicts %v", got)
+	}
+}
+
+// The sampling the data plane is given: as coarse as keeps the packet
+// threshold at 64 sampled packets a window or more, none under 128, and
+// the sums and per-CPU shares in sampled units.
+func TestHeavyHitterSampling(t *testing.T) {
+	for _, tc := range []struct{ all, shift uint32 }{
+		{^uint32(0), 0}, {64, 0}, {127, 0}, {128, 1},
+		{800, 3}, // 100,000 pps over 8 ms
+		{1 << 30, maxSampleShift},
+	} {
+		if got := sampleShift(tc.all); got != tc.shift {
+			t.Errorf("sampleShift(%d) = %d, want %d", tc.all, got, tc.shift)
+		}
+	}
+	d := heavyDatapath(t, HeavyHitter{Window: 10 * time.Millisecond, TTL: time.Minute, PacketsPerSec: 100000, Prefix6: 64}, Options{})
+	var c filterTwHhConfig
+	if err := d.maps.TwHhCfg.Lookup(uint32(0), &c); err != nil {
+		t.Fatal(err)
+	}
+	win := (HeavyHitter{Window: 10 * time.Millisecond}).EffectiveWindow()
+	thresh := uint32(100000 * win / time.Second)
+	shift := sampleShift(thresh)
+	if c.PktThresh != thresh || c.SampleShift != shift || c.PktSum != (thresh>>shift)/2 || c.PktLocal != max(c.PktSum/d.sizes.ncpu, 1) {
+		t.Errorf("config %+v for %d a window", c, thresh)
+	}
+}
