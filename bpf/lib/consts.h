@@ -102,7 +102,7 @@ enum tw_port_profile {
 /* The heavy-hitter detector (heavy.h): a count-min sketch, per CPU, over
  * windows of 1 << tw_hh_config.tick_shift jiffies, in TW_HH_LINES cache lines of
  * TW_HH_SLOTS counters. A source has two counters in one line (a blocked
- * sketch: one cache miss a packet); an innocent source is over-counted
+ * sketch: one cache miss a counted packet); an innocent source is over-counted
  * only when a heavy one shares its line and both of its slots, about
  * 1 / (TW_HH_LINES x 6) per heavy source. Cost and memory are fixed
  * whatever the number of sources. TW_HH_MAX_CPUS bounds the cross-CPU

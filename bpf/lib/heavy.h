@@ -14,9 +14,22 @@
  * spread by RSS over every CPU is still seen at its full rate: when one
  * CPU's estimate reaches the threshold divided by the CPU count, which
  * some CPU's must when the sum reaches the threshold, the other CPUs'
- * lines (CPU-major in one array) are read and summed. Counts only overestimate, so a
- * heavy source is never missed; an innocent one sharing both counters
- * with heavy ones is caught only until the daemon revokes it. */
+ * lines (CPU-major in one array) are read and summed. Counts only
+ * overestimate, so a heavy source is never missed.
+ *
+ * What a clean packet costs is what this file is shaped by (issue 17: at
+ * most +15 ns over the detector off). On these hosts every helper call
+ * returns through the SRSO safe-RET thunk: bpf_ktime_get_ns cost ~36 ns,
+ * bpf_ktime_get_coarse_ns ~17, bpf_get_prandom_u32 ~16, where
+ * bpf_jiffies64 and the map lookups here are inlined loads; and writing
+ * the sketch's line cost ~10-14 ns more than reading it. So: the clock is
+ * jiffies (windows of whole ticks); at high thresholds the sketch counts
+ * only a random 1 in 2^sample_shift packets, and what it finds is a
+ * candidate, counted exactly before it can be caught (so sampling noise
+ * catches no source under its threshold, and an innocent source sharing
+ * both counters with heavy ones is not caught either); and the
+ * provisional table is looked up only for a source whose counters a
+ * catch or a candidate marked, and only while a mark can be live. */
 #ifndef TW_HEAVY_H
 #define TW_HEAVY_H
 
