@@ -108,7 +108,7 @@ int tw_filter(struct xdp_md *ctx)
 			return tw_exit(ctx, r, len);
 	}
 	if (r == TW_R_PASS) {
-		if (prov == TW_R_PASS)
+		if (prov == TW_R_PASS && (hh.sampled || p.syn))
 			tw_hh_observe(&p, &hh);
 		else if (prov == TW_R_PASS_PROVISIONAL)
 			r = prov;

@@ -89,15 +89,17 @@ static __always_inline struct tw_hh_stats *tw_hh_stats_get(void)
 }
 
 /* What the provisional check worked out for a packet, handed on to
- * tw_hh_observe so that it is worked out once: the clock, and the source's
- * hash if the check needed it (hashed). on is 0 when the detector was
- * off. */
+ * tw_hh_observe so that it is worked out once: the clock, the source's
+ * hash if the check needed it (hashed), and whether the sketch counts the
+ * packet, so that the filter calls tw_hh_observe (a call costs here) only
+ * for a packet it has work for. on is 0 when the detector was off. */
 struct tw_hh_pre {
 	__u64 jiffies;
 	__u32 h;
 	__u8 on;
 	__u8 hashed;
-	__u16 _pad;
+	__u8 sampled; /* the sketch counts this packet (tw_hh_sampled) */
+	__u8 _pad;
 };
 
 static __always_inline __u32 tw_hh_hash(const struct tw_pkt *p,
@@ -313,6 +315,38 @@ static __always_inline int tw_hh_cand_count(const struct tw_pkt *p,
 	return tw_hh_promote(p, c, k, v, j, h, TW_HH_PACKETS, n);
 }
 
+/* The sampling decision: 1 in 2^sample_shift packets on average, by a
+ * per-CPU countdown reloaded at random with a gap uniform over
+ * [1, 2^(shift+1) - 1] (0 drawn counts as 2^shift, so the mean gap is
+ * 2^shift exactly). The draws come from a per-CPU xorshift generator,
+ * seeded by bpf_get_prandom_u32 once: the helper is a call, which here
+ * costs as much as the rest of a sampled packet. Nobody outside sees the
+ * generator's output, so a source cannot time its packets around it. */
+static __always_inline __u8 tw_hh_sampled(const struct tw_hh_config *c)
+{
+	__u32 zero = 0;
+	__u32 shift = c->sample_shift & 31;
+	if (!shift)
+		return 1;
+	struct tw_hh_pcpu *pc = bpf_map_lookup_elem(&tw_hh_cpu, &zero);
+	if (!pc)
+		return 1;
+	if (pc->skip > 1) {
+		pc->skip--;
+		return 0;
+	}
+	__u32 x = pc->rng;
+	if (!x)
+		x = bpf_get_prandom_u32() | 1;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	pc->rng = x;
+	__u32 gap = x & ((2U << shift) - 1);
+	pc->skip = gap ? gap : 1U << shift;
+	return 1;
+}
+
 /* tw_hh_provisional: the provisional check, before the flow rules. Returns
  * TW_R_DROP_PROVISIONAL or TW_R_PASS_PROVISIONAL for a caught source,
  * TW_R_MAX for one the daemon revoked (passes, and is not counted again),
@@ -326,12 +360,14 @@ __noinline int tw_hh_provisional(struct tw_pkt *p, __u32 len,
 		return TW_R_PASS;
 	pre->on = 0;
 	pre->hashed = 0;
+	pre->sampled = 0;
 	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
 	if (!c || !c->window_ns)
 		return TW_R_PASS;
 	/* jiffies: an inlined load, where either ktime helper is a call. */
 	pre->jiffies = bpf_jiffies64();
 	pre->on = 1;
+	pre->sampled = tw_hh_sampled(c);
 	struct tw_hh_key k = {};
 	void *map = NULL;
 	struct tw_prov *v = tw_hh_prov_get(p, c, pre, &k, &map);
@@ -437,11 +473,24 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 	void *map = p->family == 4 ? (void *)&tw_prov4 : (void *)&tw_prov6;
 	long err = bpf_map_update_elem(map, &k, &v, BPF_NOEXIST);
 	if (err == -17 /* EEXIST */) {
-		/* A candidate over the SYN threshold is caught for it. */
-		struct tw_prov *e = cand ? NULL : bpf_map_lookup_elem(map, &k);
-		if (e && e->cand)
-			tw_hh_promote(p, c, &k, e, j, h, kind, count);
-		return;
+		struct tw_prov *e = bpf_map_lookup_elem(map, &k);
+		if (!e)
+			return;
+		if (now < e->expires_ns) {
+			/* A candidate over the SYN threshold is caught for it. */
+			if (!cand && e->cand)
+				tw_hh_promote(p, c, &k, e, j, h, kind, count);
+			return;
+		}
+		/* Expired, and not removed: no packet of the source looked it
+		 * up since (its marks ended with it), and the daemon sweeps
+		 * once an interval. Replaced, or it would keep the source from
+		 * being caught or watched until then. Two CPUs replacing it at
+		 * once can both succeed (one report too many), never neither. */
+		bpf_map_delete_elem(map, &k);
+		err = bpf_map_update_elem(map, &k, &v, BPF_NOEXIST);
+		if (err == -17 /* EEXIST */)
+			return;
 	}
 	if (err) {
 		if (st)
@@ -457,41 +506,10 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 	tw_hh_report(p, c, &k, st, kind, flags, count, now);
 }
 
-/* The sampling decision: 1 in 2^sample_shift packets on average, by a
- * per-CPU countdown reloaded at random with a gap uniform over
- * [1, 2^(shift+1) - 1] (0 drawn counts as 2^shift, so the mean gap is
- * 2^shift exactly). The draws come from a per-CPU xorshift generator,
- * seeded by bpf_get_prandom_u32 once: the helper is a call, which here
- * costs as much as the rest of a sampled packet. Nobody outside sees the
- * generator's output, so a source cannot time its packets around it. */
-static __always_inline __u8 tw_hh_sampled(const struct tw_hh_config *c)
-{
-	__u32 zero = 0;
-	__u32 shift = c->sample_shift & 31;
-	if (!shift)
-		return 1;
-	struct tw_hh_pcpu *pc = bpf_map_lookup_elem(&tw_hh_cpu, &zero);
-	if (!pc)
-		return 1;
-	if (pc->skip > 1) {
-		pc->skip--;
-		return 0;
-	}
-	__u32 x = pc->rng;
-	if (!x)
-		x = bpf_get_prandom_u32() | 1;
-	x ^= x << 13;
-	x ^= x >> 17;
-	x ^= x << 5;
-	pc->rng = x;
-	__u32 gap = x & ((2U << shift) - 1);
-	pc->skip = gap ? gap : 1U << shift;
-	return 1;
-}
-
 /* tw_hh_observe counts a packet that no rule decided and catches its
  * source when it is over a threshold (or makes it a candidate, when
- * sampling), from what tw_hh_provisional worked out (pre). A global
+ * sampling), from what tw_hh_provisional worked out (pre): the filter
+ * calls it for a packet the sketch counts (sampled, or a SYN). A global
  * function, as tw_hh_provisional. */
 __noinline int tw_hh_observe(struct tw_pkt *p, struct tw_hh_pre *pre)
 {
@@ -501,7 +519,7 @@ __noinline int tw_hh_observe(struct tw_pkt *p, struct tw_hh_pre *pre)
 	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
 	if (!c || !c->window_ns)
 		return 0;
-	__u8 sampled = tw_hh_sampled(c), syn = p->syn;
+	__u8 sampled = pre->sampled, syn = p->syn;
 	if (!sampled && !syn)
 		return 0;
 	__u32 h = pre->hashed ? pre->h : tw_hh_hash(p, c);

@@ -429,7 +429,8 @@ func TestHeavyHitterJustUnderNeverCaught(t *testing.T) {
 			// Over it, the same way: caught, within two windows.
 			got = verdictDelta(t, d, func() { sendWindows(t, d, h, src, thresh+thresh/4, 2) })
 			if got["drop_provisional"] == 0 {
-				t.Errorf("%d a window (threshold %d): verdicts %v", thresh+thresh/4, thresh, got)
+				st2, _ := d.HeavyHitterStats()
+				t.Errorf("%d a window (threshold %d): verdicts %v, stats before %+v after %+v", thresh+thresh/4, thresh, got, st, st2)
 			}
 		})
 	}
@@ -492,5 +493,24 @@ func TestHeavyHitterSampling(t *testing.T) {
 	shift := sampleShift(thresh)
 	if c.PktThresh != thresh || c.SampleShift != shift || c.PktSum != (thresh>>shift)/2 || c.PktLocal != max(c.PktSum/d.sizes.ncpu, 1) {
 		t.Errorf("config %+v for %d a window", c, thresh)
+	}
+}
+
+// An entry that expired and was not removed (no packet of its source met
+// it, and the daemon sweeps once an interval) does not keep its source
+// from being caught: a revocation that ran out, here.
+func TestHeavyHitterExpiredEntryReplaced(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	p := netip.MustParsePrefix("10.16.16.16/32")
+	if err := d.RevokeProvisional(p, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	got := verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.16.16.16"), 4*testPktThresh) })
+	if got["drop_provisional"] == 0 {
+		t.Fatalf("flooding after its revocation expired: verdicts %v, entries %v", got, provisionals(t, d))
+	}
+	if e := provisionals(t, d)[p.String()]; e.Revoked || e.Packets == 0 {
+		t.Errorf("entry %+v, want a fresh catch", e)
 	}
 }
