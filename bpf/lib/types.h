@@ -218,6 +218,7 @@ struct tw_hh_config {
 	 * the sketch's (sampled) units, pkt_thresh in packets. */
 	__u32 sample_shift;
 	__u32 pkt_sum;
+	__u32 _pad;
 };
 
 /* Shared by all CPUs, written only when a catch or a candidate marks the

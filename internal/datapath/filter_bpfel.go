@@ -184,7 +184,7 @@ type filterTwHhConfig struct {
 	TtlTicks    uint32
 	SampleShift uint32
 	PktSum      uint32
-	_           [4]byte
+	Pad         uint32
 }
 
 type filterTwHhEvent struct {

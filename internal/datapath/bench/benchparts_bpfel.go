@@ -116,7 +116,11 @@ type benchpartsTwHhConfig struct {
 	Seed        uint32
 	Monitor     uint32
 	Prefix6     uint32
-	WindowShift uint32
+	TickShift   uint32
+	TtlTicks    uint32
+	SampleShift uint32
+	PktSum      uint32
+	Pad         uint32
 }
 
 type benchpartsTwHhLine struct {
@@ -126,13 +130,19 @@ type benchpartsTwHhLine struct {
 		Win  uint32
 		Pkts uint32
 		Syns uint32
-		Pad  uint32
+		Live uint32
 	}
 }
 
+type benchpartsTwHhPcpu struct {
+	_    structs.HostLayout
+	Skip uint32
+	Rng  uint32
+}
+
 type benchpartsTwHhState struct {
-	_            structs.HostLayout
-	LastInsertNs uint64
+	_          structs.HostLayout
+	MarksUntil uint64
 }
 
 type benchpartsTwHhStats struct {
@@ -144,7 +154,8 @@ type benchpartsTwHhStats struct {
 	ExemptProtect uint64
 	Expired       uint64
 	Checks        uint64
-	Pad           uint64
+	Marked        uint64
+	Candidates    uint64
 }
 
 type benchpartsTwHot struct {
@@ -197,6 +208,10 @@ type benchpartsTwProv struct {
 	Kind      uint8
 	Flags     uint8
 	Pad       uint16
+	Cwin      uint32
+	Pad2      uint32
+	Cand      uint64
+	Cpkts     uint64
 }
 
 type benchpartsTwReason uint32
@@ -256,6 +271,7 @@ const (
 	benchpartsMapTwGood4          = "tw_good4"
 	benchpartsMapTwGood6          = "tw_good6"
 	benchpartsMapTwHhCfg          = "tw_hh_cfg"
+	benchpartsMapTwHhCpu          = "tw_hh_cpu"
 	benchpartsMapTwHhCtr          = "tw_hh_ctr"
 	benchpartsMapTwHhEvents       = "tw_hh_events"
 	benchpartsMapTwHhShared       = "tw_hh_shared"
@@ -353,6 +369,7 @@ type benchpartsMapSpecs struct {
 	TwGood4    *ebpf.MapSpec `ebpf:"tw_good4"`
 	TwGood6    *ebpf.MapSpec `ebpf:"tw_good6"`
 	TwHhCfg    *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
+	TwHhCpu    *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
 	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
@@ -422,6 +439,7 @@ type benchpartsMaps struct {
 	TwGood4    *ebpf.Map `ebpf:"tw_good4"`
 	TwGood6    *ebpf.Map `ebpf:"tw_good6"`
 	TwHhCfg    *ebpf.Map `ebpf:"tw_hh_cfg"`
+	TwHhCpu    *ebpf.Map `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
 	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
@@ -459,6 +477,7 @@ func (m *benchpartsMaps) Close() error {
 		m.TwGood4,
 		m.TwGood6,
 		m.TwHhCfg,
+		m.TwHhCpu,
 		m.TwHhCtr,
 		m.TwHhEvents,
 		m.TwHhShared,
