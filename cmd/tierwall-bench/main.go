@@ -182,6 +182,18 @@ func benchHeavy(b *bytes.Buffer, rounds, repeat int) {
 	fmt.Fprintf(b, "| %.0f %s | %.0f %s | %.0f %s | %+.1f | %+.1f | %s |\n\n", off, span(r.Off), on, span(r.On), live, span(r.Live), on-off, live-off,
 		verdict(on-off <= 15 && live-off <= 15))
 
+	fmt.Fprintf(b, "What a call costs on this host, which the detector's design follows (`bp_calls_*` in bpf/bench_parts.c: eight calls a run against the same program without them, median of %d rounds of %d runs): every helper call, and every call of a global BPF function, returns through the kernel's return thunk where one is in force (SRSO safe RET on AMD hosts); `bpf_jiffies64` and array lookups are inlined loads. So the packet path reads `jiffies`, draws its sampling from a per-CPU generator and calls the sketch's function only for a sampled packet; the precise clock and `bpf_get_prandom_u32` are read only when an entry is made or a generator seeded.\n\n", rounds, repeat/16)
+	fmt.Fprintf(os.Stderr, "bench: heavy hitter, call costs...\n")
+	cs, err := bench.BenchCalls(rounds, repeat/16)
+	if err != nil {
+		fail(err)
+	}
+	fmt.Fprintf(b, "| call | ns a call |\n|---|---:|\n")
+	for _, c := range cs {
+		fmt.Fprintf(b, "| %s | %.1f |\n", c.Name, c.Ns)
+	}
+	fmt.Fprintf(b, "\n")
+
 	fmt.Fprintf(b, "Drops of banned sources (the filter table's cells, detector off and on, each cell its own interleaved rounds against the plain hash): a banned source is dropped before the detector, so the ratio should not move.\n\n")
 	fmt.Fprintf(b, "| rules | filter ÷ baseline, detector off | detector on | target (on no worse) |\n|---:|---:|---:|---|\n")
 	for _, n := range []int{1, 1 << 20} {

@@ -285,9 +285,16 @@ const (
 	benchpartsMapTwProv4          = "tw_prov4"
 	benchpartsMapTwProv6          = "tw_prov6"
 	benchpartsMapTwVerdicts       = "tw_verdicts"
+	benchpartsProgBpCallsCoarse   = "bp_calls_coarse"
+	benchpartsProgBpCallsGlobal   = "bp_calls_global"
+	benchpartsProgBpCallsJiffies  = "bp_calls_jiffies"
+	benchpartsProgBpCallsKtime    = "bp_calls_ktime"
+	benchpartsProgBpCallsNone     = "bp_calls_none"
+	benchpartsProgBpCallsPrandom  = "bp_calls_prandom"
 	benchpartsProgBpExact         = "bp_exact"
 	benchpartsProgBpParse         = "bp_parse"
 	benchpartsProgBpVerdict       = "bp_verdict"
+	benchpartsVarBpSink           = "bp_sink"
 	benchpartsVarTwAllowCap       = "tw_allow_cap"
 	benchpartsVarTwEx4Slots       = "tw_ex4_slots"
 	benchpartsVarTwEx6Slots       = "tw_ex6_slots"
@@ -340,9 +347,15 @@ type benchpartsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchpartsProgramSpecs struct {
-	BpExact   *ebpf.ProgramSpec `ebpf:"bp_exact"`
-	BpParse   *ebpf.ProgramSpec `ebpf:"bp_parse"`
-	BpVerdict *ebpf.ProgramSpec `ebpf:"bp_verdict"`
+	BpCallsCoarse  *ebpf.ProgramSpec `ebpf:"bp_calls_coarse"`
+	BpCallsGlobal  *ebpf.ProgramSpec `ebpf:"bp_calls_global"`
+	BpCallsJiffies *ebpf.ProgramSpec `ebpf:"bp_calls_jiffies"`
+	BpCallsKtime   *ebpf.ProgramSpec `ebpf:"bp_calls_ktime"`
+	BpCallsNone    *ebpf.ProgramSpec `ebpf:"bp_calls_none"`
+	BpCallsPrandom *ebpf.ProgramSpec `ebpf:"bp_calls_prandom"`
+	BpExact        *ebpf.ProgramSpec `ebpf:"bp_exact"`
+	BpParse        *ebpf.ProgramSpec `ebpf:"bp_parse"`
+	BpVerdict      *ebpf.ProgramSpec `ebpf:"bp_verdict"`
 }
 
 // benchpartsMapSpecs contains maps before they are loaded into the kernel.
@@ -389,6 +402,7 @@ type benchpartsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchpartsVariableSpecs struct {
+	BpSink           *ebpf.VariableSpec `ebpf:"bp_sink"`
 	TwAllowCap       *ebpf.VariableSpec `ebpf:"tw_allow_cap"`
 	TwEx4Slots       *ebpf.VariableSpec `ebpf:"tw_ex4_slots"`
 	TwEx6Slots       *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
@@ -498,6 +512,7 @@ func (m *benchpartsMaps) Close() error {
 //
 // It can be passed to loadBenchpartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchpartsVariables struct {
+	BpSink           *ebpf.Variable `ebpf:"bp_sink"`
 	TwAllowCap       *ebpf.Variable `ebpf:"tw_allow_cap"`
 	TwEx4Slots       *ebpf.Variable `ebpf:"tw_ex4_slots"`
 	TwEx6Slots       *ebpf.Variable `ebpf:"tw_ex6_slots"`
@@ -512,13 +527,25 @@ type benchpartsVariables struct {
 //
 // It can be passed to loadBenchpartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchpartsPrograms struct {
-	BpExact   *ebpf.Program `ebpf:"bp_exact"`
-	BpParse   *ebpf.Program `ebpf:"bp_parse"`
-	BpVerdict *ebpf.Program `ebpf:"bp_verdict"`
+	BpCallsCoarse  *ebpf.Program `ebpf:"bp_calls_coarse"`
+	BpCallsGlobal  *ebpf.Program `ebpf:"bp_calls_global"`
+	BpCallsJiffies *ebpf.Program `ebpf:"bp_calls_jiffies"`
+	BpCallsKtime   *ebpf.Program `ebpf:"bp_calls_ktime"`
+	BpCallsNone    *ebpf.Program `ebpf:"bp_calls_none"`
+	BpCallsPrandom *ebpf.Program `ebpf:"bp_calls_prandom"`
+	BpExact        *ebpf.Program `ebpf:"bp_exact"`
+	BpParse        *ebpf.Program `ebpf:"bp_parse"`
+	BpVerdict      *ebpf.Program `ebpf:"bp_verdict"`
 }
 
 func (p *benchpartsPrograms) Close() error {
 	return _BenchpartsClose(
+		p.BpCallsCoarse,
+		p.BpCallsGlobal,
+		p.BpCallsJiffies,
+		p.BpCallsKtime,
+		p.BpCallsNone,
+		p.BpCallsPrandom,
 		p.BpExact,
 		p.BpParse,
 		p.BpVerdict,
