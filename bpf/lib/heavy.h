@@ -99,7 +99,7 @@ struct tw_hh_pre {
 	__u8 on;
 	__u8 hashed;
 	__u8 sampled; /* the sketch counts this packet (tw_hh_sampled) */
-	__u8 _pad;
+	__u8 counted; /* tw_hh_provisional counted it already */
 };
 
 static __always_inline __u32 tw_hh_hash(const struct tw_pkt *p,
@@ -347,57 +347,6 @@ static __always_inline __u8 tw_hh_sampled(const struct tw_hh_config *c)
 	return 1;
 }
 
-/* tw_hh_provisional: the provisional check, before the flow rules. Returns
- * TW_R_DROP_PROVISIONAL or TW_R_PASS_PROVISIONAL for a caught source,
- * TW_R_MAX for one the daemon revoked (passes, and is not counted again),
- * else TW_R_PASS (a candidate's packet too, counted). A global function:
- * verified once, on its own. */
-__noinline int tw_hh_provisional(struct tw_pkt *p, __u32 len,
-				 struct tw_hh_pre *pre)
-{
-	__u32 zero = 0;
-	if (!p || !pre)
-		return TW_R_PASS;
-	pre->on = 0;
-	pre->hashed = 0;
-	pre->sampled = 0;
-	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
-	if (!c || !c->window_ns)
-		return TW_R_PASS;
-	/* jiffies: an inlined load, where either ktime helper is a call. */
-	pre->jiffies = bpf_jiffies64();
-	pre->on = 1;
-	pre->sampled = tw_hh_sampled(c);
-	struct tw_hh_key k = {};
-	void *map = NULL;
-	struct tw_prov *v = tw_hh_prov_get(p, c, pre, &k, &map);
-	if (!v || !map)
-		return TW_R_PASS;
-	__u64 now = bpf_ktime_get_ns();
-	if (now >= v->expires_ns) {
-		struct tw_hh_stats *st = tw_hh_stats_get();
-		__u64 cand = v->cand;
-		if (bpf_map_delete_elem(map, &k) == 0 && st && !cand)
-			st->expired++;
-		return TW_R_PASS;
-	}
-	if (v->cand) {
-		if (!tw_hh_cand_count(p, c, &k, v, pre->jiffies, pre->h))
-			return TW_R_PASS;
-	} else if (v->flags & TW_PROV_REVOKED) {
-		return TW_R_MAX;
-	}
-	/* An IPv6 entry holds a whole prefix: a known-good client inside
-	 * it keeps passing while its neighbours flood. */
-	if (p->family == 6 && bpf_map_lookup_elem(&tw_good6, p->src6))
-		return TW_R_MAX;
-	__sync_fetch_and_add(&v->packets, 1);
-	__sync_fetch_and_add(&v->bytes, len);
-	if (v->flags & TW_PROV_MONITOR)
-		return TW_R_PASS_PROVISIONAL;
-	return TW_R_DROP_PROVISIONAL;
-}
-
 static __always_inline void tw_hh_bump(struct tw_hh_bucket *b, __u32 win,
 				       __u8 sampled, __u8 syn)
 {
@@ -506,19 +455,13 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 	tw_hh_report(p, c, &k, st, kind, flags, count, now);
 }
 
-/* tw_hh_observe counts a packet that no rule decided and catches its
+/* tw_hh_count counts a packet that no rule decided and catches its
  * source when it is over a threshold (or makes it a candidate, when
- * sampling), from what tw_hh_provisional worked out (pre): the filter
- * calls it for a packet the sketch counts (sampled, or a SYN). A global
- * function, as tw_hh_provisional. */
-__noinline int tw_hh_observe(struct tw_pkt *p, struct tw_hh_pre *pre)
+ * sampling), from what the provisional check worked out (pre). */
+static __always_inline int tw_hh_count(struct tw_pkt *p,
+				       const struct tw_hh_config *c,
+				       struct tw_hh_pre *pre)
 {
-	__u32 zero = 0;
-	if (!p || !pre || !pre->on)
-		return 0;
-	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
-	if (!c || !c->window_ns)
-		return 0;
 	__u8 sampled = pre->sampled, syn = p->syn;
 	if (!sampled && !syn)
 		return 0;
@@ -556,6 +499,87 @@ __noinline int tw_hh_observe(struct tw_pkt *p, struct tw_hh_pre *pre)
 	else if (pe >= c->pkt_sum)
 		tw_hh_catch(p, c, h, j, TW_HH_PACKETS, pe, 1);
 	return 0;
+}
+
+static __always_inline int tw_hh_check(struct tw_pkt *p, __u32 len,
+				       const struct tw_hh_config *c,
+				       struct tw_hh_pre *pre)
+{
+	struct tw_hh_key k = {};
+	void *map = NULL;
+	struct tw_prov *v = tw_hh_prov_get(p, c, pre, &k, &map);
+	if (!v || !map)
+		return TW_R_PASS;
+	__u64 now = bpf_ktime_get_ns();
+	if (now >= v->expires_ns) {
+		struct tw_hh_stats *st = tw_hh_stats_get();
+		__u64 cand = v->cand;
+		if (bpf_map_delete_elem(map, &k) == 0 && st && !cand)
+			st->expired++;
+		return TW_R_PASS;
+	}
+	if (v->cand) {
+		if (!tw_hh_cand_count(p, c, &k, v, pre->jiffies, pre->h))
+			return TW_R_PASS;
+	} else if (v->flags & TW_PROV_REVOKED) {
+		return TW_R_MAX;
+	}
+	/* An IPv6 entry holds a whole prefix: a known-good client inside
+	 * it keeps passing while its neighbours flood. */
+	if (p->family == 6 && bpf_map_lookup_elem(&tw_good6, p->src6))
+		return TW_R_MAX;
+	__sync_fetch_and_add(&v->packets, 1);
+	__sync_fetch_and_add(&v->bytes, len);
+	if (v->flags & TW_PROV_MONITOR)
+		return TW_R_PASS_PROVISIONAL;
+	return TW_R_DROP_PROVISIONAL;
+}
+
+/* tw_hh_provisional: the provisional check, before the flow rules. Returns
+ * TW_R_DROP_PROVISIONAL or TW_R_PASS_PROVISIONAL for a caught source,
+ * TW_R_MAX for one the daemon revoked (passes, and is not counted again),
+ * else TW_R_PASS (a candidate's packet too, counted). A global function:
+ * verified once, on its own. */
+__noinline int tw_hh_provisional(struct tw_pkt *p, __u32 len,
+				 struct tw_hh_pre *pre, __u32 count)
+{
+	__u32 zero = 0;
+	if (!p || !pre)
+		return TW_R_PASS;
+	pre->on = 0;
+	pre->hashed = 0;
+	pre->sampled = 0;
+	pre->counted = 0;
+	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
+	if (!c || !c->window_ns)
+		return TW_R_PASS;
+	/* jiffies: an inlined load, where either ktime helper is a call. */
+	pre->jiffies = bpf_jiffies64();
+	pre->on = 1;
+	pre->sampled = tw_hh_sampled(c);
+	int r = tw_hh_check(p, len, c, pre);
+	/* No flow rule can decide the packet after this (count): it is
+	 * counted here, sparing the filter a second call. */
+	if (r == TW_R_PASS && count && (pre->sampled || p->syn)) {
+		tw_hh_count(p, c, pre);
+		pre->counted = 1;
+	}
+	return r;
+}
+
+/* tw_hh_observe counts a packet that no rule decided, when the flow rules
+ * ran between it and the provisional check; the filter calls it only for
+ * a packet the sketch counts (sampled, or a SYN). A global function, as
+ * tw_hh_provisional. */
+__noinline int tw_hh_observe(struct tw_pkt *p, struct tw_hh_pre *pre)
+{
+	__u32 zero = 0;
+	if (!p || !pre || !pre->on || pre->counted)
+		return 0;
+	struct tw_hh_config *c = bpf_map_lookup_elem(&tw_hh_cfg, &zero);
+	if (!c || !c->window_ns)
+		return 0;
+	return tw_hh_count(p, c, pre);
 }
 
 #endif

@@ -514,3 +514,22 @@ func TestHeavyHitterExpiredEntryReplaced(t *testing.T) {
 		t.Errorf("entry %+v, want a fresh catch", e)
 	}
 }
+
+// With flow rules in place the detector counts after them (the filter's
+// second call): a source a flow rule drops is never counted, so never
+// caught, and one no rule decides is.
+func TestHeavyHitterAfterFlowRules(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	if err := d.SetFlowRules(mustFlowRules(t, []string{"dst 198.18.9.0/24 drop"})); err != nil {
+		t.Fatal(err)
+	}
+	dropped := flowPkt{src: "10.17.17.17", dst: "198.18.9.1", proto: pkt.ProtoUDP, sport: 1000, dport: 53}.build()
+	got := verdictDelta(t, d, func() { sendN(t, d, dropped, 5*testPktThresh) })
+	if got["drop_flow"] != uint64(5*testPktThresh) || len(provisionals(t, d)) != 0 {
+		t.Errorf("a source the flow rule drops: verdicts %v, entries %v", got, provisionals(t, d))
+	}
+	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.18.18.18"), 5*testPktThresh) })
+	if got["drop_provisional"] == 0 {
+		t.Errorf("a source no rule decides: verdicts %v", got)
+	}
+}
