@@ -13,7 +13,7 @@ enum tw_layout {
 	 * known-good lists, tw_jmp and the port profile in the feature
 	 * buffers; 6: the heavy-hitter detector and provisional drops; 7:
 	 * exact rules' counters in their slots, shared by the CPUs; 8: the
-	 * heavy hitter counts in jiffies and marks catches in its sketch */
+	 * heavy hitter counts in jiffies, samples, and marks its catches */
 	TW_LAYOUT_VERSION = 8,
 };
 
@@ -111,6 +111,11 @@ enum tw_hh_limit {
 	TW_HH_LINES = 4096, /* per CPU: 256 KiB */
 	TW_HH_SLOTS = 4,
 	TW_HH_MAX_CPUS = 64,
+	/* Catch marks (tw_hh_marks): 512 lines of 16, 32 KiB for all CPUs;
+	 * a source shares both of its marks with one live entry with
+	 * probability about 1 / (512 x 120). */
+	TW_HH_MARK_LINES = 512,
+	TW_HH_MARK_SLOTS = 16,
 };
 
 /* What put a source in the provisional table. */

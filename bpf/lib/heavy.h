@@ -28,8 +28,9 @@
  * candidate, counted exactly before it can be caught (so sampling noise
  * catches no source under its threshold, and an innocent source sharing
  * both counters with heavy ones is not caught either); and the
- * provisional table is looked up only for a source whose counters a
- * catch or a candidate marked, and only while a mark can be live. */
+ * provisional table is looked up only for a source whose two marks (a
+ * small table shared by the CPUs, tw_hh_live) a catch or a candidate set,
+ * and only while a mark can be live. */
 #ifndef TW_HEAVY_H
 #define TW_HEAVY_H
 
@@ -134,6 +135,24 @@ static __always_inline struct tw_hh_line *tw_hh_line_get(__u32 cpu, __u32 line)
 	return bpf_map_lookup_elem(&tw_hh_sketch, &idx);
 }
 
+/* A source's marks: a line of tw_hh_marks from bits the sketch does not
+ * use, two different slots in it from the next ones. */
+static __always_inline struct tw_hh_marks *tw_hh_marks_get(__u32 h)
+{
+	__u32 idx = (h >> 16) & (TW_HH_MARK_LINES - 1);
+	return bpf_map_lookup_elem(&tw_hh_live, &idx);
+}
+
+static __always_inline __u32 tw_hh_m0(__u32 h)
+{
+	return (h >> 25) & (TW_HH_MARK_SLOTS - 1);
+}
+
+static __always_inline __u32 tw_hh_m1(__u32 h)
+{
+	return tw_hh_m0(h) ^ (1 + ((h >> 29) & 7));
+}
+
 /* A mark holds until its jiffies (low 32 bits, compared across the wrap). */
 static __always_inline int tw_hh_marked(__u32 live, __u32 j)
 {
@@ -163,14 +182,13 @@ tw_hh_prov_get(const struct tw_pkt *p, const struct tw_hh_config *c,
 				   tw_hash6(k->w, c->seed);
 	pre->h = h;
 	pre->hashed = 1;
-	/* Only a source whose two counters a catch or a candidate marked can
-	 * have an entry the data plane made (one the daemon made, a
-	 * revocation, is for a source that passes anyway, and a catch it
-	 * refuses with EEXIST). */
-	struct tw_hh_line *l =
-		tw_hh_line_get(bpf_get_smp_processor_id(), tw_hh_line_of(h));
-	if (!l || !tw_hh_marked(l->b[tw_hh_s0(h)].live, j) ||
-	    !tw_hh_marked(l->b[tw_hh_s1(h)].live, j))
+	/* Only a source whose two marks a catch or a candidate set can have
+	 * an entry the data plane made (one the daemon made, a revocation,
+	 * is for a source that passes anyway, and a catch it refuses with
+	 * EEXIST). */
+	struct tw_hh_marks *m = tw_hh_marks_get(h);
+	if (!m || !tw_hh_marked(m->until[tw_hh_m0(h)], j) ||
+	    !tw_hh_marked(m->until[tw_hh_m1(h)], j))
 		return NULL;
 	struct tw_hh_stats *st = tw_hh_stats_get();
 	if (st)
@@ -179,27 +197,20 @@ tw_hh_prov_get(const struct tw_pkt *p, const struct tw_hh_config *c,
 	return bpf_map_lookup_elem(*map, k);
 }
 
-/* Marks a source's two counters on every CPU's line until until (a later
- * mark already there stays: the marks of the sources sharing a counter
- * only ever move forward), and the shared word that says a mark may be
- * live. A CPU racing to count there writes other fields of the bucket,
- * never live. */
+/* Marks a source until until (a later mark already there stays: the marks
+ * of the sources sharing one only ever move forward), and the shared word
+ * that says a mark may be live. */
 static __always_inline void tw_hh_mark(__u32 h, __u32 until, __u64 until64)
 {
 	__u32 zero = 0;
-	__u32 line = tw_hh_line_of(h), s0 = tw_hh_s0(h), s1 = tw_hh_s1(h);
-	for (__u32 cpu = 0; cpu < TW_HH_MAX_CPUS; cpu++) {
-		if (cpu >= tw_nr_cpus)
-			break;
-		struct tw_hh_line *l = tw_hh_line_get(cpu, line);
-		if (!l)
-			break;
-		struct tw_hh_bucket *b0 = &l->b[s0 & (TW_HH_SLOTS - 1)];
-		struct tw_hh_bucket *b1 = &l->b[s1 & (TW_HH_SLOTS - 1)];
-		if ((__s32)(until - b0->live) > 0)
-			*(volatile __u32 *)&b0->live = until;
-		if ((__s32)(until - b1->live) > 0)
-			*(volatile __u32 *)&b1->live = until;
+	struct tw_hh_marks *m = tw_hh_marks_get(h);
+	if (m) {
+		__u32 *m0 = &m->until[tw_hh_m0(h)],
+		      *m1 = &m->until[tw_hh_m1(h)];
+		if ((__s32)(until - *m0) > 0)
+			*(volatile __u32 *)m0 = until;
+		if ((__s32)(until - *m1) > 0)
+			*(volatile __u32 *)m1 = until;
 	}
 	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_shared, &zero);
 	if (s && (__s64)(until64 - s->marks_until) > 0)

@@ -204,8 +204,7 @@ struct tw_hh_config {
 	 * (tens of ns with the return thunks of these hosts), and a
 	 * window of whole ticks holds exactly its length of traffic. */
 	__u32 tick_shift;
-	/* How long, in jiffies, a catch's marks in the sketch (tw_hh_bucket
-	 * .live) hold: the TTL rounded up, plus slack for jiffies lagging
+	/* How long, in jiffies, a catch's marks (tw_hh_marks) hold: the TTL rounded up, plus slack for jiffies lagging
 	 * the precise clock the entry expires by. */
 	__u32 ttl_ticks;
 	/* Sampling: the sketch counts 1 in 2^sample_shift packets (SYNs
@@ -221,9 +220,9 @@ struct tw_hh_config {
 	__u32 _pad;
 };
 
-/* Shared by all CPUs, written only when a catch or a candidate marks the
- * sketch: until marks_until (jiffies) no mark can be live, and the packet
- * path does not read its line for them. */
+/* Shared by all CPUs, written only when a catch or a candidate is marked:
+ * until marks_until (jiffies) no mark can be live, and the packet path
+ * reads none. */
 struct tw_hh_state {
 	__u64 marks_until;
 };
@@ -238,18 +237,22 @@ struct tw_hh_pcpu {
 
 /* One sketch counter; win is the window it counts (the low 32 bits of
  * jiffies >> tick_shift), so a stale counter is reset by the first packet
- * of a new window instead of by a sweep. live marks a catch: until then
- * (low 32 bits of jiffies) a provisional entry may hold a source counted
- * here; the packet path looks the provisional table up only for a source
- * whose two counters are both marked, on its own CPU's line (the one it
- * counts in anyway), so a live catch costs the other sources a compare,
- * not a hash-table miss. A catch marks its source's counters on every
- * CPU's line. */
+ * of a new window instead of by a sweep. */
 struct tw_hh_bucket {
 	__u32 win;
 	__u32 pkts;
 	__u32 syns;
-	__u32 live;
+	__u32 _pad;
+};
+
+/* A line of catch marks (the map tw_hh_live): each slot holds the jiffy (low 32
+ * bits) until which a provisional entry, a catch or a candidate, may hold
+ * a source whose two marks are there. The packet path looks the
+ * provisional table up only for a source whose two marks are both live,
+ * so a live catch costs the other sources a read of this small table,
+ * shared by the CPUs and written only by catches, not a hash-table miss. */
+struct tw_hh_marks {
+	__u32 until[TW_HH_MARK_SLOTS];
 };
 
 /* A sketch line: one cache line of counters. A source's two counters are
@@ -333,6 +336,7 @@ _Static_assert(sizeof(struct tw_fbucket) == 16, "token bucket size");
 _Static_assert(sizeof(struct tw_good) == 8, "known-good value size");
 _Static_assert(sizeof(struct tw_hh_config) == 64, "heavy-hitter config size");
 _Static_assert(sizeof(struct tw_hh_bucket) == 16, "sketch counter size");
+_Static_assert(sizeof(struct tw_hh_marks) == 64, "a mark line is a cache line");
 _Static_assert(sizeof(struct tw_hh_line) == 64,
 	       "a sketch line is a cache line");
 _Static_assert(sizeof(struct tw_prov) == 64, "provisional entry size");

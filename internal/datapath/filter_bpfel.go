@@ -166,7 +166,7 @@ type filterTwHhBucket struct {
 	Win  uint32
 	Pkts uint32
 	Syns uint32
-	Live uint32
+	Pad  uint32
 }
 
 type filterTwHhConfig struct {
@@ -208,14 +208,21 @@ const (
 type filterTwHhLimit uint32
 
 const (
-	filterTwHhLimitTW_HH_LINES    filterTwHhLimit = 4096
-	filterTwHhLimitTW_HH_SLOTS    filterTwHhLimit = 4
-	filterTwHhLimitTW_HH_MAX_CPUS filterTwHhLimit = 64
+	filterTwHhLimitTW_HH_LINES      filterTwHhLimit = 4096
+	filterTwHhLimitTW_HH_SLOTS      filterTwHhLimit = 4
+	filterTwHhLimitTW_HH_MAX_CPUS   filterTwHhLimit = 64
+	filterTwHhLimitTW_HH_MARK_LINES filterTwHhLimit = 512
+	filterTwHhLimitTW_HH_MARK_SLOTS filterTwHhLimit = 16
 )
 
 type filterTwHhLine struct {
 	_ structs.HostLayout
 	B [4]filterTwHhBucket
+}
+
+type filterTwHhMarks struct {
+	_     structs.HostLayout
+	Until [16]uint32
 }
 
 type filterTwHhPcpu struct {
@@ -379,6 +386,7 @@ const (
 	filterMapTwHhCpu          = "tw_hh_cpu"
 	filterMapTwHhCtr          = "tw_hh_ctr"
 	filterMapTwHhEvents       = "tw_hh_events"
+	filterMapTwHhLive         = "tw_hh_live"
 	filterMapTwHhShared       = "tw_hh_shared"
 	filterMapTwHhSketch       = "tw_hh_sketch"
 	filterMapTwJmp            = "tw_jmp"
@@ -476,6 +484,7 @@ type filterMapSpecs struct {
 	TwHhCpu    *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
+	TwHhLive   *ebpf.MapSpec `ebpf:"tw_hh_live"`
 	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
@@ -549,6 +558,7 @@ type filterMaps struct {
 	TwHhCpu    *ebpf.Map `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
+	TwHhLive   *ebpf.Map `ebpf:"tw_hh_live"`
 	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.Map `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
@@ -589,6 +599,7 @@ func (m *filterMaps) Close() error {
 		m.TwHhCpu,
 		m.TwHhCtr,
 		m.TwHhEvents,
+		m.TwHhLive,
 		m.TwHhShared,
 		m.TwHhSketch,
 		m.TwJmp,

@@ -436,9 +436,9 @@ func TestHeavyHitterJustUnderNeverCaught(t *testing.T) {
 	}
 }
 
-// A live catch costs the other sources no provisional-table lookup (the
-// marks in their sketch lines say they cannot have an entry), and the
-// caught source is dropped on every CPU, not only the one that caught it.
+// A live catch costs the other sources no provisional-table lookup (their
+// marks say they cannot have an entry), and the caught source is dropped
+// on every CPU, not only the one that caught it.
 func TestHeavyHitterMarks(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs two CPUs")
@@ -459,8 +459,8 @@ func TestHeavyHitterMarks(t *testing.T) {
 		sendN(t, d, udpFrom(fmt.Sprintf("10.15.%d.%d", i>>8, i&255)), 1)
 	}
 	after, _ := d.HeavyHitterStats()
-	// Each other source shares both marked counters of the one catch
-	// with probability 1/(4096 x 6).
+	// Each other source shares both marks of the one catch with
+	// probability 1/(512 x 120).
 	if n := after.Marked - before.Marked; n > others/100 {
 		t.Errorf("%d of %d other sources looked the provisional table up", n, others)
 	}

@@ -130,8 +130,13 @@ type benchpartsTwHhLine struct {
 		Win  uint32
 		Pkts uint32
 		Syns uint32
-		Live uint32
+		Pad  uint32
 	}
+}
+
+type benchpartsTwHhMarks struct {
+	_     structs.HostLayout
+	Until [16]uint32
 }
 
 type benchpartsTwHhPcpu struct {
@@ -274,6 +279,7 @@ const (
 	benchpartsMapTwHhCpu          = "tw_hh_cpu"
 	benchpartsMapTwHhCtr          = "tw_hh_ctr"
 	benchpartsMapTwHhEvents       = "tw_hh_events"
+	benchpartsMapTwHhLive         = "tw_hh_live"
 	benchpartsMapTwHhShared       = "tw_hh_shared"
 	benchpartsMapTwHhSketch       = "tw_hh_sketch"
 	benchpartsMapTwJmp            = "tw_jmp"
@@ -385,6 +391,7 @@ type benchpartsMapSpecs struct {
 	TwHhCpu    *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
+	TwHhLive   *ebpf.MapSpec `ebpf:"tw_hh_live"`
 	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
@@ -456,6 +463,7 @@ type benchpartsMaps struct {
 	TwHhCpu    *ebpf.Map `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
+	TwHhLive   *ebpf.Map `ebpf:"tw_hh_live"`
 	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.Map `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
@@ -494,6 +502,7 @@ func (m *benchpartsMaps) Close() error {
 		m.TwHhCpu,
 		m.TwHhCtr,
 		m.TwHhEvents,
+		m.TwHhLive,
 		m.TwHhShared,
 		m.TwHhSketch,
 		m.TwJmp,
