@@ -69,4 +69,64 @@ int bp_exact(struct xdp_md *ctx)
 	return tw_verdict(TW_R_PASS, len);
 }
 
+/* What one call of a helper (or of a global function) costs, for the
+ * heavy-hitter detector's choices (heavy.h): each program makes eight, and
+ * bp_calls_none is the same program with none. On hosts whose kernel
+ * returns through a mitigation thunk (SRSO "safe RET" on these AMD hosts)
+ * every call pays it; the inlined ones (bpf_jiffies64, the CPU id, an
+ * array lookup) do not. */
+volatile __u64 bp_sink;
+
+__noinline int bp_global(__u32 x)
+{
+	if (!x)
+		return 0;
+	bp_sink += x;
+	return 1;
+}
+
+#define BP_EIGHT(x) x x x x x x x x
+
+SEC("xdp")
+int bp_calls_none(struct xdp_md *ctx)
+{
+	BP_EIGHT(bp_sink += ctx->ingress_ifindex;)
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int bp_calls_ktime(struct xdp_md *ctx)
+{
+	BP_EIGHT(bp_sink += bpf_ktime_get_ns();)
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int bp_calls_coarse(struct xdp_md *ctx)
+{
+	BP_EIGHT(bp_sink += bpf_ktime_get_coarse_ns();)
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int bp_calls_jiffies(struct xdp_md *ctx)
+{
+	BP_EIGHT(bp_sink += bpf_jiffies64();)
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int bp_calls_prandom(struct xdp_md *ctx)
+{
+	BP_EIGHT(bp_sink += bpf_get_prandom_u32();)
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int bp_calls_global(struct xdp_md *ctx)
+{
+	BP_EIGHT(bp_global(ctx->data_end - ctx->data);)
+	return XDP_PASS;
+}
+
 char _license[] SEC("license") = "GPL";

@@ -96,7 +96,8 @@ int tw_filter(struct xdp_md *ctx)
 
 	/* Sources the heavy-hitter detector caught, before the daemon has
 	 * seen them (heavy.h); a monitor-only catch passes on, marked. */
-	int prov = tw_hh_provisional(&p, len);
+	struct tw_hh_pre hh = {};
+	int prov = tw_hh_provisional(&p, len, &hh, !cfg->frule_n);
 	if (prov == TW_R_DROP_PROVISIONAL)
 		return tw_exit(ctx, prov, len);
 
@@ -107,8 +108,8 @@ int tw_filter(struct xdp_md *ctx)
 			return tw_exit(ctx, r, len);
 	}
 	if (r == TW_R_PASS) {
-		if (prov == TW_R_PASS)
-			tw_hh_observe(&p);
+		if (prov == TW_R_PASS && !hh.counted && (hh.sampled || p.syn))
+			tw_hh_observe(&p, &hh);
 		else if (prov == TW_R_PASS_PROVISIONAL)
 			r = prov;
 	}

@@ -12,8 +12,9 @@ enum tw_layout {
 	/* 4: exact tables and counters mmapable; 5: flow rules, the
 	 * known-good lists, tw_jmp and the port profile in the feature
 	 * buffers; 6: the heavy-hitter detector and provisional drops; 7:
-	 * exact rules' counters in their slots, shared by the CPUs */
-	TW_LAYOUT_VERSION = 7,
+	 * exact rules' counters in their slots, shared by the CPUs; 8: the
+	 * heavy hitter counts in jiffies, samples, and marks its catches */
+	TW_LAYOUT_VERSION = 8,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy
@@ -99,9 +100,9 @@ enum tw_port_profile {
 };
 
 /* The heavy-hitter detector (heavy.h): a count-min sketch, per CPU, over
- * windows of tw_hh_config.window_ns, in TW_HH_LINES cache lines of
+ * windows of 1 << tw_hh_config.tick_shift jiffies, in TW_HH_LINES cache lines of
  * TW_HH_SLOTS counters. A source has two counters in one line (a blocked
- * sketch: one cache miss a packet); an innocent source is over-counted
+ * sketch: one cache miss a counted packet); an innocent source is over-counted
  * only when a heavy one shares its line and both of its slots, about
  * 1 / (TW_HH_LINES x 6) per heavy source. Cost and memory are fixed
  * whatever the number of sources. TW_HH_MAX_CPUS bounds the cross-CPU
@@ -110,11 +111,12 @@ enum tw_hh_limit {
 	TW_HH_LINES = 4096, /* per CPU: 256 KiB */
 	TW_HH_SLOTS = 4,
 	TW_HH_MAX_CPUS = 64,
+	/* Catch marks (tw_hh_marks): 512 lines of 16, 32 KiB for all CPUs;
+	 * a source shares both of its marks with one live entry with
+	 * probability about 1 / (512 x 120). */
+	TW_HH_MARK_LINES = 512,
+	TW_HH_MARK_SLOTS = 16,
 };
-
-/* The provisional check's gate reads the coarse clock (a tick of a few
- * milliseconds); this much slack keeps it from closing early. */
-#define TW_HH_COARSE_SLACK_NS 20000000ULL
 
 /* What put a source in the provisional table. */
 enum tw_hh_kind {

@@ -259,6 +259,20 @@ struct {
 } tw_hh_shared SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_hh_pcpu);
+	__uint(max_entries, 1);
+} tw_hh_cpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_hh_marks);
+	__uint(max_entries, TW_HH_MARK_LINES);
+} tw_hh_live SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, struct tw_hh_line);

@@ -190,7 +190,7 @@ struct tw_good {
  * threshold in all is over the local one on at least one CPU, so only
  * then are the other CPUs' counters read. */
 struct tw_hh_config {
-	__u64 window_ns; /* 0: detector off */
+	__u64 window_ns; /* 0: detector off; else the effective window */
 	__u64 ttl_ns;    /* a provisional entry's life unless confirmed */
 	__u32 pkt_thresh;
 	__u32 syn_thresh;
@@ -199,26 +199,60 @@ struct tw_hh_config {
 	__u32 seed;    /* sketch hash seed, random per created state */
 	__u32 monitor; /* 1: provisional entries count but never drop */
 	__u32 prefix6; /* IPv6 sources are counted per prefix of this length */
-	/* The window is 1 << window_shift ns (window_ns rounded down to a
-	 * power of two): a shift, where a division would cost the packet
-	 * path tens of cycles. */
-	__u32 window_shift;
+	/* The window is 1 << tick_shift jiffies: the packet path reads
+	 * jiffies, an inlined load, where either ktime helper is a call
+	 * (tens of ns with the return thunks of these hosts), and a
+	 * window of whole ticks holds exactly its length of traffic. */
+	__u32 tick_shift;
+	/* How long, in jiffies, a catch's marks (tw_hh_marks) hold: the TTL rounded up, plus slack for jiffies lagging
+	 * the precise clock the entry expires by. */
+	__u32 ttl_ticks;
+	/* Sampling: the sketch counts 1 in 2^sample_shift packets (SYNs
+	 * always, for the SYN threshold), the daemon's choice from the
+	 * packet threshold so that it stays at 64 sampled packets a window or
+	 * more; 0 counts every packet. When sampling, the sketch only finds
+	 * candidates (the sum of the CPUs' sampled counts at pkt_sum), which
+	 * are caught on an exact count of pkt_thresh (tw_prov.cand); when
+	 * not, pkt_sum is pkt_thresh and the sketch catches. pkt_local is in
+	 * the sketch's (sampled) units, pkt_thresh in packets. */
+	__u32 sample_shift;
+	__u32 pkt_sum;
+	__u32 _pad;
 };
 
-/* Shared by all CPUs, written only when a provisional entry is made: the
- * packet path looks the table up only while one may be live. */
+/* Shared by all CPUs, written only when a catch or a candidate is marked:
+ * until marks_until (jiffies) no mark can be live, and the packet path
+ * reads none. */
 struct tw_hh_state {
-	__u64 last_insert_ns;
+	__u64 marks_until;
+};
+
+/* Per CPU: the sampling countdown, packets until the next one the
+ * sketch counts, reloaded at random (rng: a xorshift state, 0 until
+ * seeded) so that a source cannot time its packets around it. */
+struct tw_hh_pcpu {
+	__u32 skip;
+	__u32 rng;
 };
 
 /* One sketch counter; win is the window it counts (the low 32 bits of
- * now >> window_shift), so a stale counter is reset by the first packet of a
- * new window instead of by a sweep. */
+ * jiffies >> tick_shift), so a stale counter is reset by the first packet
+ * of a new window instead of by a sweep. */
 struct tw_hh_bucket {
 	__u32 win;
 	__u32 pkts;
 	__u32 syns;
 	__u32 _pad;
+};
+
+/* A line of catch marks (the map tw_hh_live): each slot holds the jiffy (low 32
+ * bits) until which a provisional entry, a catch or a candidate, may hold
+ * a source whose two marks are there. The packet path looks the
+ * provisional table up only for a source whose two marks are both live,
+ * so a live catch costs the other sources a read of this small table,
+ * shared by the CPUs and written only by catches, not a hash-table miss. */
+struct tw_hh_marks {
+	__u32 until[TW_HH_MARK_SLOTS];
 };
 
 /* A sketch line: one cache line of counters. A source's two counters are
@@ -228,16 +262,28 @@ struct tw_hh_line {
 };
 
 /* A provisional drop (tw_prov4, tw_prov6). Counters are shared by the CPUs
- * (atomic adds): only a source already caught pays for them. */
+ * (atomic adds): only a source already caught pays for them.
+ *
+ * Or, while cand is 1, a candidate: the sampled sketch found the source
+ * near its packet threshold, and its packets are now counted exactly,
+ * per window (cwin, cpkts), shared by the CPUs; it is caught only when
+ * that exact count reaches the threshold (cand goes to 0, the entry
+ * becomes a provisional drop in place), else it expires after a few
+ * windows. Never dropped, never reported, not listed to the daemon. */
 struct tw_prov {
 	__u64 added_ns;   /* CLOCK_MONOTONIC */
 	__u64 expires_ns; /* passes (and is removed) from then on */
 	__u64 packets;
 	__u64 bytes;
-	__u32 count; /* the window's estimate that caught it */
+	__u32 count; /* the window's count that caught it */
 	__u8 kind;   /* enum tw_hh_kind */
 	__u8 flags;  /* enum tw_prov_flag */
 	__u16 _pad;
+	__u32 cwin; /* the window cpkts counts (jiffies >> tick_shift) */
+	__u32 _pad2;
+	/* 64 bits: atomics on 32 need a newer BPF ISA than the filter's. */
+	__u64 cand; /* 1: a candidate; 0 once caught (compare-and-swap) */
+	__u64 cpkts;
 };
 
 /* Reported through tw_hh_events when a provisional entry is made. */
@@ -253,14 +299,17 @@ struct tw_hh_event {
 
 /* Per CPU: what the detector did, for saturation and exemptions. */
 struct tw_hh_stats {
-	__u64 caught;         /* provisional entries made */
-	__u64 table_full;     /* over threshold, no room in the table */
-	__u64 ring_full;      /* entry made, its event lost */
-	__u64 exempt_good;    /* over threshold, known good: not caught */
-	__u64 exempt_protect; /* over threshold, protected: not caught */
-	__u64 expired;        /* entries the data plane found expired */
-	__u64 checks;         /* cross-CPU sums */
-	__u64 _pad;
+	__u64 caught;     /* provisional entries made */
+	__u64 table_full; /* over threshold (or a candidate): no room */
+	__u64 ring_full;  /* entry made, its event lost */
+	/* Over threshold (or a candidate), known good or protected: not
+	 * caught, not watched. */
+	__u64 exempt_good;
+	__u64 exempt_protect;
+	__u64 expired; /* entries (not candidates) found expired */
+	__u64 checks;  /* cross-CPU sums */
+	__u64 marked;  /* provisional-table lookups the sketch's marks let by */
+	__u64 candidates; /* candidates made (sampled counting only) */
 };
 
 _Static_assert(sizeof(struct tw_exact4) == 32, "two exact4 slots a line");
@@ -285,11 +334,12 @@ _Static_assert(sizeof(struct tw_frule_set) == 64 * TW_FRULE_MAX,
 _Static_assert(sizeof(struct tw_fctr) == 32, "flow rule counter size");
 _Static_assert(sizeof(struct tw_fbucket) == 16, "token bucket size");
 _Static_assert(sizeof(struct tw_good) == 8, "known-good value size");
-_Static_assert(sizeof(struct tw_hh_config) == 48, "heavy-hitter config size");
+_Static_assert(sizeof(struct tw_hh_config) == 64, "heavy-hitter config size");
 _Static_assert(sizeof(struct tw_hh_bucket) == 16, "sketch counter size");
+_Static_assert(sizeof(struct tw_hh_marks) == 64, "a mark line is a cache line");
 _Static_assert(sizeof(struct tw_hh_line) == 64,
 	       "a sketch line is a cache line");
-_Static_assert(sizeof(struct tw_prov) == 40, "provisional entry size");
+_Static_assert(sizeof(struct tw_prov) == 64, "provisional entry size");
 _Static_assert(sizeof(struct tw_hh_event) == 32, "heavy-hitter event size");
 _Static_assert(sizeof(struct tw_feat_slot) == 8 * sizeof(__u64),
 	       "a feature slot holds eight port-profile counters");

@@ -14,7 +14,7 @@ import (
 // purpose: only a source far above anything a client sends.
 type HeavyDetector struct {
 	Enabled bool          `yaml:"enabled"`
-	Window  time.Duration `yaml:"window"`  // 1ms..1s (default 10ms); counted over its power of two in ns (8.39ms)
+	Window  time.Duration `yaml:"window"`  // 1ms..1s (default 10ms); counted over its power of two in kernel ticks, at least one (8ms at HZ=250)
 	TTL     time.Duration `yaml:"ttl"`     // a provisional drop's life if the daemon says nothing (default 10s)
 	PPS     uint64        `yaml:"pps"`     // packets per second per source (0: no packet threshold)
 	SYNPPS  uint64        `yaml:"syn_pps"` // SYNs per second per source (0: none)

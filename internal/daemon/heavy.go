@@ -288,7 +288,7 @@ func (d *Daemon) settleHeavy(now time.Time) {
 	}
 	if st, err := h.hp.HeavyHitterStats(); err == nil {
 		for k, v := range map[string]uint64{"caught": st.Caught, "table_full": st.TableFull, "ring_full": st.RingFull,
-			"exempt_good": st.ExemptGood, "exempt_protected": st.ExemptProtect, "expired": st.Expired, "checks": st.Checks} {
+			"exempt_good": st.ExemptGood, "exempt_protected": st.ExemptProtect, "expired": st.Expired, "checks": st.Checks, "marked": st.Marked, "candidates": st.Candidates} {
 			d.Metrics.heavy.stats.WithLabelValues(k).Set(float64(v))
 		}
 	}

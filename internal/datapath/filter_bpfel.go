@@ -180,7 +180,11 @@ type filterTwHhConfig struct {
 	Seed        uint32
 	Monitor     uint32
 	Prefix6     uint32
-	WindowShift uint32
+	TickShift   uint32
+	TtlTicks    uint32
+	SampleShift uint32
+	PktSum      uint32
+	Pad         uint32
 }
 
 type filterTwHhEvent struct {
@@ -204,9 +208,11 @@ const (
 type filterTwHhLimit uint32
 
 const (
-	filterTwHhLimitTW_HH_LINES    filterTwHhLimit = 4096
-	filterTwHhLimitTW_HH_SLOTS    filterTwHhLimit = 4
-	filterTwHhLimitTW_HH_MAX_CPUS filterTwHhLimit = 64
+	filterTwHhLimitTW_HH_LINES      filterTwHhLimit = 4096
+	filterTwHhLimitTW_HH_SLOTS      filterTwHhLimit = 4
+	filterTwHhLimitTW_HH_MAX_CPUS   filterTwHhLimit = 64
+	filterTwHhLimitTW_HH_MARK_LINES filterTwHhLimit = 512
+	filterTwHhLimitTW_HH_MARK_SLOTS filterTwHhLimit = 16
 )
 
 type filterTwHhLine struct {
@@ -214,9 +220,20 @@ type filterTwHhLine struct {
 	B [4]filterTwHhBucket
 }
 
+type filterTwHhMarks struct {
+	_     structs.HostLayout
+	Until [16]uint32
+}
+
+type filterTwHhPcpu struct {
+	_    structs.HostLayout
+	Skip uint32
+	Rng  uint32
+}
+
 type filterTwHhState struct {
-	_            structs.HostLayout
-	LastInsertNs uint64
+	_          structs.HostLayout
+	MarksUntil uint64
 }
 
 type filterTwHhStats struct {
@@ -228,7 +245,8 @@ type filterTwHhStats struct {
 	ExemptProtect uint64
 	Expired       uint64
 	Checks        uint64
-	Pad           uint64
+	Marked        uint64
+	Candidates    uint64
 }
 
 type filterTwHot struct {
@@ -255,7 +273,7 @@ const (
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 7
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 8
 )
 
 type filterTwLpm4Key struct {
@@ -287,6 +305,10 @@ type filterTwProv struct {
 	Kind      uint8
 	Flags     uint8
 	Pad       uint16
+	Cwin      uint32
+	Pad2      uint32
+	Cand      uint64
+	Cpkts     uint64
 }
 
 type filterTwProvFlag uint32
@@ -361,8 +383,10 @@ const (
 	filterMapTwGood4          = "tw_good4"
 	filterMapTwGood6          = "tw_good6"
 	filterMapTwHhCfg          = "tw_hh_cfg"
+	filterMapTwHhCpu          = "tw_hh_cpu"
 	filterMapTwHhCtr          = "tw_hh_ctr"
 	filterMapTwHhEvents       = "tw_hh_events"
+	filterMapTwHhLive         = "tw_hh_live"
 	filterMapTwHhShared       = "tw_hh_shared"
 	filterMapTwHhSketch       = "tw_hh_sketch"
 	filterMapTwJmp            = "tw_jmp"
@@ -457,8 +481,10 @@ type filterMapSpecs struct {
 	TwGood4    *ebpf.MapSpec `ebpf:"tw_good4"`
 	TwGood6    *ebpf.MapSpec `ebpf:"tw_good6"`
 	TwHhCfg    *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
+	TwHhCpu    *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
+	TwHhLive   *ebpf.MapSpec `ebpf:"tw_hh_live"`
 	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
@@ -529,8 +555,10 @@ type filterMaps struct {
 	TwGood4    *ebpf.Map `ebpf:"tw_good4"`
 	TwGood6    *ebpf.Map `ebpf:"tw_good6"`
 	TwHhCfg    *ebpf.Map `ebpf:"tw_hh_cfg"`
+	TwHhCpu    *ebpf.Map `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
+	TwHhLive   *ebpf.Map `ebpf:"tw_hh_live"`
 	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.Map `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
@@ -568,8 +596,10 @@ func (m *filterMaps) Close() error {
 		m.TwGood4,
 		m.TwGood6,
 		m.TwHhCfg,
+		m.TwHhCpu,
 		m.TwHhCtr,
 		m.TwHhEvents,
+		m.TwHhLive,
 		m.TwHhShared,
 		m.TwHhSketch,
 		m.TwJmp,

@@ -8,10 +8,12 @@ import (
 	"math/bits"
 	"net/netip"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 )
 
 // The heavy-hitter detector (bpf/lib/heavy.h): the data plane counts the
@@ -39,14 +41,51 @@ const (
 	MaxHeavyTTL    = 10 * time.Minute
 )
 
-// EffectiveWindow is the window the data plane counts over: Window
-// rounded down to a power of two nanoseconds (10ms → 8.39ms), so that a
-// packet's window is a shift of the clock, not a division.
-func (h HeavyHitter) EffectiveWindow() time.Duration {
-	if h.Window <= 0 {
-		return 0
+// kernelTick is the kernel's jiffy (1/CONFIG_HZ): the data plane counts in
+// windows of whole jiffies, and the coarse clock's resolution is one.
+var kernelTick = sync.OnceValues(func() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
+		return 0, fmt.Errorf("reading the kernel's tick: %w", err)
 	}
-	return time.Duration(1) << (bits.Len64(uint64(h.Window)) - 1)
+	// CONFIG_HZ is 100 to 1000; anything else is not a tick.
+	if t := time.Duration(ts.Nano()); t >= time.Millisecond && t <= 10*time.Millisecond {
+		return t, nil
+	}
+	return 0, fmt.Errorf("%w: the coarse clock's resolution %v is not a kernel tick", ErrInvalid, time.Duration(ts.Nano()))
+})
+
+// provTickSlack is added to a provisional entry's life in jiffies for the
+// marks that let its source's packets reach the provisional table: jiffies
+// can lag the precise clock the entry expires by (a tick being handled
+// late), and a mark that ended early would let a caught source through.
+const provTickSlack = 20 * time.Millisecond
+
+// windowTicks is the window the data plane counts over: Window rounded
+// down to a power of two jiffies, at least one (10ms → 8ms at HZ=250), so
+// that a packet's window is a shift of jiffies, which the data plane reads
+// with a load where a precise clock costs a helper call, and so that each
+// window holds exactly its length of traffic.
+func (h HeavyHitter) windowTicks() (shift uint32, win time.Duration, err error) {
+	if h.Window <= 0 {
+		return 0, 0, nil
+	}
+	t, err := kernelTick()
+	if err != nil {
+		return 0, 0, err
+	}
+	if n := h.Window / t; n > 1 {
+		shift = uint32(bits.Len64(uint64(n)) - 1)
+	}
+	return shift, t << shift, nil
+}
+
+// EffectiveWindow is the window the data plane counts over (windowTicks);
+// 0 when off, or when the kernel's tick cannot be read (SetHeavyHitter
+// says why).
+func (h HeavyHitter) EffectiveWindow() time.Duration {
+	_, w, _ := h.windowTicks()
+	return w
 }
 
 func (h HeavyHitter) check() error {
@@ -63,8 +102,12 @@ func (h HeavyHitter) check() error {
 	case h.PacketsPerSec == 0 && h.SYNsPerSec == 0:
 		return fmt.Errorf("%w: heavy-hitter detector on with neither a packet nor a SYN threshold", ErrInvalid)
 	}
+	_, win, err := h.windowTicks()
+	if err != nil {
+		return fmt.Errorf("heavy-hitter window: %w", err)
+	}
 	for _, r := range []uint64{h.PacketsPerSec, h.SYNsPerSec} {
-		if r != 0 && r*uint64(h.EffectiveWindow())/uint64(time.Second) < 2 {
+		if r != 0 && r*uint64(win)/uint64(time.Second) < 2 {
 			return fmt.Errorf("%w: heavy-hitter threshold %d/s is under two packets per %v window", ErrInvalid, r, h.Window)
 		}
 	}
@@ -80,6 +123,28 @@ func perWindow(rate uint64, window time.Duration, ncpu uint32) (all, local uint3
 	}
 	n := min(rate*uint64(window)/uint64(time.Second), uint64(^uint32(0)-1))
 	return uint32(n), uint32(max(n/uint64(ncpu), 1))
+}
+
+// minSampled is the fewest sampled packets a window's packet threshold
+// may stand for: the sketch samples 1 in 2^s packets with s as large as
+// keeps the threshold at minSampled samples or more. Sampling spares most
+// packets the sketch's writes, its dearest part; the sampled count only
+// finds candidates (at half the sampled threshold, which a source at the
+// threshold passes with a margin of four standard deviations at 64), and
+// a candidate is caught on an exact count, so sampling noise can neither
+// miss a source over its threshold nor catch one under it.
+const minSampled = 64
+
+// maxSampleShift bounds the sampling at 1 in 65536, far beyond any
+// threshold a window holds in practice.
+const maxSampleShift = 16
+
+// sampleShift is the sampling of a packet threshold of all per window.
+func sampleShift(all uint32) uint32 {
+	if all == ^uint32(0) || all < 2*minSampled {
+		return 0
+	}
+	return min(uint32(bits.Len32(all/minSampled)-1), maxSampleShift)
 }
 
 // SetHeavyHitter configures the detector (Window 0 turns it off). The
@@ -105,13 +170,22 @@ func (d *Datapath) SetHeavyHitter(h HeavyHitter) error {
 		}
 		c.Seed = binary.NativeEndian.Uint32(b[:]) | 1
 	}
-	win := h.EffectiveWindow()
-	c.WindowNs, c.TtlNs = uint64(win), uint64(h.TTL)
-	c.WindowShift = 0
+	shift, win, err := h.windowTicks()
+	if err != nil {
+		return fmt.Errorf("heavy-hitter window: %w", err)
+	}
+	c.WindowNs, c.TtlNs, c.TickShift, c.TtlTicks = uint64(win), uint64(h.TTL), shift, 0
 	if win > 0 {
-		c.WindowShift = uint32(bits.Len64(uint64(win)) - 1)
+		t, _ := kernelTick() // read by windowTicks already
+		c.TtlTicks = uint32((h.TTL+provTickSlack+t-1)/t) + 1
 	}
 	c.PktThresh, c.PktLocal = perWindow(h.PacketsPerSec, win, d.sizes.ncpu)
+	c.PktSum, c.SampleShift = c.PktThresh, sampleShift(c.PktThresh)
+	if c.SampleShift > 0 {
+		// The sketch's sum makes a candidate at half the sampled threshold.
+		c.PktSum = max((c.PktThresh>>c.SampleShift)/2, 1)
+		c.PktLocal = max(c.PktSum/d.sizes.ncpu, 1)
+	}
 	c.SynThresh, c.SynLocal = perWindow(h.SYNsPerSec, win, d.sizes.ncpu)
 	c.Prefix6 = uint32(h.Prefix6)
 	c.Monitor = 0
@@ -161,31 +235,49 @@ func provisional(p netip.Prefix, v *filterTwProv) Provisional {
 }
 
 // Provisionals lists the provisional tables, expired entries included
-// (ExpireProvisionals removes them).
+// (ExpireProvisionals removes them), candidates not: those are the data
+// plane's own, neither dropped nor reported.
 func (d *Datapath) Provisionals() ([]Provisional, error) {
+	ps, _, err := d.provisionals()
+	return ps, err
+}
+
+// provisionals lists the catches, and the candidates' prefixes that have
+// expired.
+func (d *Datapath) provisionals() (_ []Provisional, expiredCands []netip.Prefix, _ error) {
+	now := monoNow()
 	var c filterTwHhConfig
 	if err := d.maps.TwHhCfg.Lookup(uint32(0), &c); err != nil {
-		return nil, fmt.Errorf("reading the heavy-hitter config: %w", err)
+		return nil, nil, fmt.Errorf("reading the heavy-hitter config: %w", err)
 	}
 	var out []Provisional
+	var cands []netip.Prefix
+	add := func(p netip.Prefix, v *filterTwProv) {
+		switch {
+		case v.Cand == 0:
+			out = append(out, provisional(p, v))
+		case v.ExpiresNs <= now:
+			cands = append(cands, p)
+		}
+	}
 	var k4 uint32
 	var v filterTwProv
 	it := d.maps.TwProv4.Iterate()
 	for it.Next(&k4, &v) {
-		out = append(out, provisional(netip.PrefixFrom(addr4(k4), 32), &v))
+		add(netip.PrefixFrom(addr4(k4), 32), &v)
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("listing IPv4 provisional drops: %w", err)
+		return nil, nil, fmt.Errorf("listing IPv4 provisional drops: %w", err)
 	}
 	var k6 [16]byte
 	it = d.maps.TwProv6.Iterate()
 	for it.Next(&k6, &v) {
-		out = append(out, provisional(netip.PrefixFrom(netip.AddrFrom16(k6), int(c.Prefix6)), &v))
+		add(netip.PrefixFrom(netip.AddrFrom16(k6), int(c.Prefix6)), &v)
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("listing IPv6 provisional drops: %w", err)
+		return nil, nil, fmt.Errorf("listing IPv6 provisional drops: %w", err)
 	}
-	return out, nil
+	return out, cands, nil
 }
 
 // provKey is the map and key of a provisional prefix: a /32, or an IPv6
@@ -237,6 +329,7 @@ func (d *Datapath) RevokeProvisional(p netip.Prefix, exempt time.Duration) error
 	}
 	v.ExpiresNs = now + uint64(exempt)
 	v.Flags |= uint8(filterTwProvFlagTW_PROV_REVOKED)
+	v.Cand = 0 // a candidate revoked is a revoked entry, counted no more
 	if err := m.Put(k, &v); err != nil {
 		return fmt.Errorf("revoking provisional %v: %w", p, err)
 	}
@@ -244,11 +337,17 @@ func (d *Datapath) RevokeProvisional(p netip.Prefix, exempt time.Duration) error
 }
 
 // ExpireProvisionals removes the entries past their expiry and says how
-// many; the data plane removes those it meets, this the rest.
+// many; the data plane removes those it meets, this the rest. Expired
+// candidates are removed too, and not counted: they were never catches.
 func (d *Datapath) ExpireProvisionals() (int, error) {
-	ps, err := d.Provisionals()
+	ps, cands, err := d.provisionals()
 	if err != nil {
 		return 0, err
+	}
+	for _, p := range cands {
+		if err := d.RemoveProvisional(p); err != nil {
+			return 0, err
+		}
 	}
 	now, n := time.Now(), 0
 	for _, p := range ps {
@@ -340,6 +439,8 @@ type HeavyStats struct {
 	ExemptProtect uint64 `json:"exempt_protect"` // over threshold, protected
 	Expired       uint64 `json:"expired"`        // removed by the data plane at expiry
 	Checks        uint64 `json:"checks"`         // cross-CPU sums
+	Marked        uint64 `json:"marked"`         // provisional-table lookups the sketch's marks let by
+	Candidates    uint64 `json:"candidates"`     // sources counted exactly after the sampled sketch found them near the threshold
 }
 
 // HeavyHitterStats sums the detector's per-CPU counters.
@@ -357,6 +458,8 @@ func (d *Datapath) HeavyHitterStats() (HeavyStats, error) {
 		s.ExemptProtect += c.ExemptProtect
 		s.Expired += c.Expired
 		s.Checks += c.Checks
+		s.Marked += c.Marked
+		s.Candidates += c.Candidates
 	}
 	return s, nil
 }

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/pkt"
@@ -16,11 +18,15 @@ import (
 
 // The heavy-hitter detector through BPF_PROG_TEST_RUN: a window long
 // enough that a test run's packets fall in one or two of them.
-// The window is a power of two nanoseconds, as the data plane counts.
 var testHeavy = HeavyHitter{Window: 1 << 28, TTL: time.Minute, PacketsPerSec: 500, SYNsPerSec: 250, Prefix6: 64}
 
-// 134 packets or 67 SYNs per window (268 ms).
-const testPktThresh, testSynThresh = 500 * (1 << 28) / 1_000_000_000, 250 * (1 << 28) / 1_000_000_000
+// The thresholds per window, as the data plane counts them: the window is
+// a power of two jiffies (256 ms at HZ=250, 128 and 64 packets).
+var testPktThresh, testSynThresh = testPerWindow(500), testPerWindow(250)
+
+func testPerWindow(rate uint64) int {
+	return int(rate * uint64(testHeavy.EffectiveWindow()) / uint64(time.Second))
+}
 
 func heavyDatapath(t *testing.T, h HeavyHitter, o Options) *Datapath {
 	t.Helper()
@@ -85,11 +91,11 @@ func TestHeavyHitterCatchesAndReports(t *testing.T) {
 	// Caught at the first cross-CPU sum at or over the threshold (every
 	// eighth packet past the per-CPU share); a window boundary inside
 	// the run restarts the count once at most.
-	if got["drop_provisional"] < n-3*testPktThresh || got["drop_provisional"]+got["pass"] != n {
+	if got["drop_provisional"] < uint64(n-3*testPktThresh) || got["drop_provisional"]+got["pass"] != n {
 		t.Fatalf("10.1.1.1 at %d packets: verdicts %v", n, got)
 	}
 	p, ok := provisionals(t, d)["10.1.1.1/32"]
-	if !ok || p.Kind != "packets" || p.Packets != got["drop_provisional"] || p.Count < testPktThresh || p.Monitor || p.Revoked {
+	if !ok || p.Kind != "packets" || p.Packets != got["drop_provisional"] || p.Count < uint32(testPktThresh) || p.Monitor || p.Revoked {
 		t.Fatalf("entry %+v (present %v), dropped %d", p, ok, got["drop_provisional"])
 	}
 	if !p.Expires.After(time.Now().Add(50*time.Second)) || p.Expires.After(time.Now().Add(time.Minute)) {
@@ -101,7 +107,7 @@ func TestHeavyHitterCatchesAndReports(t *testing.T) {
 	}
 
 	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.2.2.2"), testPktThresh/2) })
-	if got["pass"] != testPktThresh/2 || len(provisionals(t, d)) != 1 {
+	if got["pass"] != uint64(testPktThresh/2) || len(provisionals(t, d)) != 1 {
 		t.Errorf("10.2.2.2 under the threshold: verdicts %v, entries %v", got, provisionals(t, d))
 	}
 	st, err := d.HeavyHitterStats()
@@ -150,26 +156,79 @@ func sendOnCPU(t *testing.T, d *Datapath, frame []byte, n, cpu int) {
 	}
 }
 
+// jiffiesProg returns the low 32 bits of jiffies, the data plane's
+// clock, which user space cannot read otherwise.
+var jiffiesProg = sync.OnceValues(func() (*ebpf.Program, error) {
+	return ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.FnJiffies64.Call(), asm.Return()}})
+})
+
+func jiffiesNow(t *testing.T) uint32 {
+	t.Helper()
+	p, err := jiffiesProg()
+	if err != nil {
+		t.Fatalf("loading the jiffies reader: %v", err)
+	}
+	j, err := p.Run(&ebpf.RunOptions{Data: make([]byte, 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// waitWindow returns just after h's next window begins in the data plane.
+func waitWindow(t *testing.T, h HeavyHitter) {
+	t.Helper()
+	shift, _, err := h.windowTicks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0 := jiffiesNow(t) >> shift
+	for jiffiesNow(t)>>shift == w0 {
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
 // One source spread over every CPU, under the threshold on each, over it
-// in all, is caught: the CPUs' counts are summed.
+// in all, is caught. Unsampled (a threshold under 2 x minSampled a window),
+// the sketch sums the CPUs' counts and catches it in the window; sampled,
+// the sum makes it a candidate, whose exact count, shared by the CPUs,
+// catches it in the next window (a per-CPU count never would).
 func TestHeavyHitterSumsCPUs(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs two CPUs")
 	}
-	d := heavyDatapath(t, testHeavy, Options{})
-	frame := udpFrom("10.3.3.3")
-	// 70 packets on each CPU, under the threshold of 100 on either, 140
-	// in all, inside one window: start just after a window begins.
-	w := uint64(testHeavy.Window)
-	time.Sleep(time.Duration(w - monoNow()%w))
-	got := verdictDelta(t, d, func() {
-		for i := 0; i < 2; i++ {
-			sendOnCPU(t, d, frame, 35, 0)
-			sendOnCPU(t, d, frame, 35, 1)
-		}
-	})
-	if got["drop_provisional"] == 0 {
-		t.Fatalf("spread over two CPUs: verdicts %v", got)
+	for _, tc := range []struct {
+		name    string
+		pps     uint64
+		shift   uint32
+		windows int
+	}{{"exact", 250, 0, 1}, {"sampled", 500, 1, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := testHeavy
+			h.PacketsPerSec = tc.pps
+			d := heavyDatapath(t, h, Options{})
+			var c filterTwHhConfig
+			if err := d.maps.TwHhCfg.Lookup(uint32(0), &c); err != nil || c.SampleShift != tc.shift {
+				t.Fatalf("sampling 1 in 2^%d (%v), want 2^%d", c.SampleShift, err, tc.shift)
+			}
+			frame := udpFrom("10.3.3.3")
+			// Under the threshold on either CPU, over it in all,
+			// inside each window: start just after one begins.
+			each := testPerWindow(tc.pps)/2 + 6
+			got := verdictDelta(t, d, func() {
+				for w := 0; w < tc.windows; w++ {
+					waitWindow(t, h)
+					for i := 0; i < 2; i++ {
+						sendOnCPU(t, d, frame, each/2, 0)
+						sendOnCPU(t, d, frame, each-each/2, 1)
+					}
+				}
+			})
+			if got["drop_provisional"] == 0 {
+				t.Fatalf("spread over two CPUs, %d a window on each: verdicts %v", each, got)
+			}
+		})
 	}
 }
 
@@ -230,7 +289,7 @@ func TestHeavyHitterRevokeAndMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := verdictDelta(t, d, func() { sendN(t, d, src, 5*testPktThresh) })
-	if got["pass"] != 5*testPktThresh {
+	if got["pass"] != uint64(5*testPktThresh) {
 		t.Errorf("revoked: %v", got)
 	}
 	if e := provisionals(t, d)[p.String()]; !e.Revoked {
@@ -249,7 +308,7 @@ func TestHeavyHitterRevokeAndMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.8.8.8"), 5*testPktThresh) })
-	if got["drop_provisional"] != 0 || got["pass_provisional"] == 0 || got["pass"]+got["pass_provisional"] != 5*testPktThresh {
+	if got["drop_provisional"] != 0 || got["pass_provisional"] == 0 || got["pass"]+got["pass_provisional"] != uint64(5*testPktThresh) {
 		t.Errorf("monitor-only: %v", got)
 	}
 	if e := provisionals(t, d)["10.8.8.8/32"]; !e.Monitor || e.Packets != got["pass_provisional"] {
@@ -279,7 +338,7 @@ func TestHeavyHitterExpiresAndOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.11.11.11"), 5*testPktThresh) })
-	if got["pass"] != 5*testPktThresh {
+	if got["pass"] != uint64(5*testPktThresh) {
 		t.Errorf("detector off: %v", got)
 	}
 }
@@ -320,5 +379,157 @@ func TestHeavyHitterRefusesBadSettings(t *testing.T) {
 	got := verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.12.12.12"), 3*testPktThresh) })
 	if got["drop_provisional"] == 0 {
 		t.Errorf("the settings before the refusals were lost: %v", got)
+	}
+}
+
+// sendWindows sends n packets of frame right after each of windows window
+// starts.
+func sendWindows(t *testing.T, d *Datapath, h HeavyHitter, frame []byte, n, windows int) {
+	t.Helper()
+	for w := 0; w < windows; w++ {
+		waitWindow(t, h)
+		sendN(t, d, frame, n)
+	}
+}
+
+// Just under the threshold in every window is never caught: not by the
+// sketch's windows running into each other (the data plane's window is
+// the one the daemon computed, in jiffies), and not by sampling noise
+// when the sketch samples (the sampled count alone would reach the
+// threshold in about a third of the windows at 97% of it; the exact
+// count of a candidate never does).
+func TestHeavyHitterJustUnderNeverCaught(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pps   uint64
+		shift uint32
+	}{{"exact", 250, 0}, {"sampled", 500, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := testHeavy
+			h.PacketsPerSec, h.SYNsPerSec = tc.pps, 0
+			d := heavyDatapath(t, h, Options{})
+			var c filterTwHhConfig
+			if err := d.maps.TwHhCfg.Lookup(uint32(0), &c); err != nil || c.SampleShift != tc.shift {
+				t.Fatalf("sampling 1 in 2^%d (%v), want 2^%d", c.SampleShift, err, tc.shift)
+			}
+			thresh := testPerWindow(tc.pps)
+			under := thresh * 97 / 100
+			src := udpFrom("10.13.13.13")
+			got := verdictDelta(t, d, func() { sendWindows(t, d, h, src, under, 8) })
+			if got["pass"] != uint64(8*under) {
+				t.Fatalf("%d a window (threshold %d), 8 windows: verdicts %v, entries %v", under, thresh, got, provisionals(t, d))
+			}
+			st, err := d.HeavyHitterStats()
+			if err != nil || st.Caught != 0 {
+				t.Fatalf("stats %+v, %v", st, err)
+			}
+			if tc.shift > 0 && st.Candidates == 0 {
+				t.Errorf("stats %+v: at 97%% of the threshold, the sampled sketch never made it a candidate", st)
+			}
+			// Over it, the same way: caught, within two windows.
+			got = verdictDelta(t, d, func() { sendWindows(t, d, h, src, thresh+thresh/4, 2) })
+			if got["drop_provisional"] == 0 {
+				st2, _ := d.HeavyHitterStats()
+				t.Errorf("%d a window (threshold %d): verdicts %v, stats before %+v after %+v", thresh+thresh/4, thresh, got, st, st2)
+			}
+		})
+	}
+}
+
+// A live catch costs the other sources no provisional-table lookup (their
+// marks say they cannot have an entry), and the caught source is dropped
+// on every CPU, not only the one that caught it.
+func TestHeavyHitterMarks(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two CPUs")
+	}
+	d := heavyDatapath(t, testHeavy, Options{})
+	caught := udpFrom("10.14.14.14")
+	sendOnCPU(t, d, caught, 4*testPktThresh, 0)
+	if _, ok := provisionals(t, d)["10.14.14.14/32"]; !ok {
+		t.Fatal("not caught")
+	}
+	got := verdictDelta(t, d, func() { sendOnCPU(t, d, caught, 10, 1) })
+	if got["drop_provisional"] != 10 {
+		t.Errorf("the caught source on the other CPU: verdicts %v", got)
+	}
+	before, _ := d.HeavyHitterStats()
+	const others = 4096
+	for i := 0; i < others; i++ {
+		sendN(t, d, udpFrom(fmt.Sprintf("10.15.%d.%d", i>>8, i&255)), 1)
+	}
+	after, _ := d.HeavyHitterStats()
+	// Each other source shares both marks of the one catch with
+	// probability 1/(512 x 120).
+	if n := after.Marked - before.Marked; n > others/100 {
+		t.Errorf("%d of %d other sources looked the provisional table up", n, others)
+	}
+	got = verdictDelta(t, d, func() { sendN(t, d, caught, 10) })
+	if got["drop_provisional"] != 10 {
+		t.Errorf("the caught source after the others: verdicts %v", got)
+	}
+}
+
+// The sampling the data plane is given: as coarse as keeps the packet
+// threshold at 64 sampled packets a window or more, none under 128, and
+// the sums and per-CPU shares in sampled units.
+func TestHeavyHitterSampling(t *testing.T) {
+	for _, tc := range []struct{ all, shift uint32 }{
+		{^uint32(0), 0}, {64, 0}, {127, 0}, {128, 1},
+		{800, 3}, // 100,000 pps over 8 ms
+		{1 << 30, maxSampleShift},
+	} {
+		if got := sampleShift(tc.all); got != tc.shift {
+			t.Errorf("sampleShift(%d) = %d, want %d", tc.all, got, tc.shift)
+		}
+	}
+	d := heavyDatapath(t, HeavyHitter{Window: 10 * time.Millisecond, TTL: time.Minute, PacketsPerSec: 100000, Prefix6: 64}, Options{})
+	var c filterTwHhConfig
+	if err := d.maps.TwHhCfg.Lookup(uint32(0), &c); err != nil {
+		t.Fatal(err)
+	}
+	win := (HeavyHitter{Window: 10 * time.Millisecond}).EffectiveWindow()
+	thresh := uint32(100000 * win / time.Second)
+	shift := sampleShift(thresh)
+	if c.PktThresh != thresh || c.SampleShift != shift || c.PktSum != (thresh>>shift)/2 || c.PktLocal != max(c.PktSum/d.sizes.ncpu, 1) {
+		t.Errorf("config %+v for %d a window", c, thresh)
+	}
+}
+
+// An entry that expired and was not removed (no packet of its source met
+// it, and the daemon sweeps once an interval) does not keep its source
+// from being caught: a revocation that ran out, here.
+func TestHeavyHitterExpiredEntryReplaced(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	p := netip.MustParsePrefix("10.16.16.16/32")
+	if err := d.RevokeProvisional(p, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	got := verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.16.16.16"), 4*testPktThresh) })
+	if got["drop_provisional"] == 0 {
+		t.Fatalf("flooding after its revocation expired: verdicts %v, entries %v", got, provisionals(t, d))
+	}
+	if e := provisionals(t, d)[p.String()]; e.Revoked || e.Packets == 0 {
+		t.Errorf("entry %+v, want a fresh catch", e)
+	}
+}
+
+// With flow rules in place the detector counts after them (the filter's
+// second call): a source a flow rule drops is never counted, so never
+// caught, and one no rule decides is.
+func TestHeavyHitterAfterFlowRules(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	if err := d.SetFlowRules(mustFlowRules(t, []string{"dst 198.18.9.0/24 drop"})); err != nil {
+		t.Fatal(err)
+	}
+	dropped := flowPkt{src: "10.17.17.17", dst: "198.18.9.1", proto: pkt.ProtoUDP, sport: 1000, dport: 53}.build()
+	got := verdictDelta(t, d, func() { sendN(t, d, dropped, 5*testPktThresh) })
+	if got["drop_flow"] != uint64(5*testPktThresh) || len(provisionals(t, d)) != 0 {
+		t.Errorf("a source the flow rule drops: verdicts %v, entries %v", got, provisionals(t, d))
+	}
+	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.18.18.18"), 5*testPktThresh) })
+	if got["drop_provisional"] == 0 {
+		t.Errorf("a source no rule decides: verdicts %v", got)
 	}
 }

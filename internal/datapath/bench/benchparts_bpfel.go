@@ -116,7 +116,11 @@ type benchpartsTwHhConfig struct {
 	Seed        uint32
 	Monitor     uint32
 	Prefix6     uint32
-	WindowShift uint32
+	TickShift   uint32
+	TtlTicks    uint32
+	SampleShift uint32
+	PktSum      uint32
+	Pad         uint32
 }
 
 type benchpartsTwHhLine struct {
@@ -130,9 +134,20 @@ type benchpartsTwHhLine struct {
 	}
 }
 
+type benchpartsTwHhMarks struct {
+	_     structs.HostLayout
+	Until [16]uint32
+}
+
+type benchpartsTwHhPcpu struct {
+	_    structs.HostLayout
+	Skip uint32
+	Rng  uint32
+}
+
 type benchpartsTwHhState struct {
-	_            structs.HostLayout
-	LastInsertNs uint64
+	_          structs.HostLayout
+	MarksUntil uint64
 }
 
 type benchpartsTwHhStats struct {
@@ -144,7 +159,8 @@ type benchpartsTwHhStats struct {
 	ExemptProtect uint64
 	Expired       uint64
 	Checks        uint64
-	Pad           uint64
+	Marked        uint64
+	Candidates    uint64
 }
 
 type benchpartsTwHot struct {
@@ -197,6 +213,10 @@ type benchpartsTwProv struct {
 	Kind      uint8
 	Flags     uint8
 	Pad       uint16
+	Cwin      uint32
+	Pad2      uint32
+	Cand      uint64
+	Cpkts     uint64
 }
 
 type benchpartsTwReason uint32
@@ -256,8 +276,10 @@ const (
 	benchpartsMapTwGood4          = "tw_good4"
 	benchpartsMapTwGood6          = "tw_good6"
 	benchpartsMapTwHhCfg          = "tw_hh_cfg"
+	benchpartsMapTwHhCpu          = "tw_hh_cpu"
 	benchpartsMapTwHhCtr          = "tw_hh_ctr"
 	benchpartsMapTwHhEvents       = "tw_hh_events"
+	benchpartsMapTwHhLive         = "tw_hh_live"
 	benchpartsMapTwHhShared       = "tw_hh_shared"
 	benchpartsMapTwHhSketch       = "tw_hh_sketch"
 	benchpartsMapTwJmp            = "tw_jmp"
@@ -269,9 +291,16 @@ const (
 	benchpartsMapTwProv4          = "tw_prov4"
 	benchpartsMapTwProv6          = "tw_prov6"
 	benchpartsMapTwVerdicts       = "tw_verdicts"
+	benchpartsProgBpCallsCoarse   = "bp_calls_coarse"
+	benchpartsProgBpCallsGlobal   = "bp_calls_global"
+	benchpartsProgBpCallsJiffies  = "bp_calls_jiffies"
+	benchpartsProgBpCallsKtime    = "bp_calls_ktime"
+	benchpartsProgBpCallsNone     = "bp_calls_none"
+	benchpartsProgBpCallsPrandom  = "bp_calls_prandom"
 	benchpartsProgBpExact         = "bp_exact"
 	benchpartsProgBpParse         = "bp_parse"
 	benchpartsProgBpVerdict       = "bp_verdict"
+	benchpartsVarBpSink           = "bp_sink"
 	benchpartsVarTwAllowCap       = "tw_allow_cap"
 	benchpartsVarTwEx4Slots       = "tw_ex4_slots"
 	benchpartsVarTwEx6Slots       = "tw_ex6_slots"
@@ -324,9 +353,15 @@ type benchpartsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchpartsProgramSpecs struct {
-	BpExact   *ebpf.ProgramSpec `ebpf:"bp_exact"`
-	BpParse   *ebpf.ProgramSpec `ebpf:"bp_parse"`
-	BpVerdict *ebpf.ProgramSpec `ebpf:"bp_verdict"`
+	BpCallsCoarse  *ebpf.ProgramSpec `ebpf:"bp_calls_coarse"`
+	BpCallsGlobal  *ebpf.ProgramSpec `ebpf:"bp_calls_global"`
+	BpCallsJiffies *ebpf.ProgramSpec `ebpf:"bp_calls_jiffies"`
+	BpCallsKtime   *ebpf.ProgramSpec `ebpf:"bp_calls_ktime"`
+	BpCallsNone    *ebpf.ProgramSpec `ebpf:"bp_calls_none"`
+	BpCallsPrandom *ebpf.ProgramSpec `ebpf:"bp_calls_prandom"`
+	BpExact        *ebpf.ProgramSpec `ebpf:"bp_exact"`
+	BpParse        *ebpf.ProgramSpec `ebpf:"bp_parse"`
+	BpVerdict      *ebpf.ProgramSpec `ebpf:"bp_verdict"`
 }
 
 // benchpartsMapSpecs contains maps before they are loaded into the kernel.
@@ -353,8 +388,10 @@ type benchpartsMapSpecs struct {
 	TwGood4    *ebpf.MapSpec `ebpf:"tw_good4"`
 	TwGood6    *ebpf.MapSpec `ebpf:"tw_good6"`
 	TwHhCfg    *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
+	TwHhCpu    *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
+	TwHhLive   *ebpf.MapSpec `ebpf:"tw_hh_live"`
 	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
@@ -372,6 +409,7 @@ type benchpartsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchpartsVariableSpecs struct {
+	BpSink           *ebpf.VariableSpec `ebpf:"bp_sink"`
 	TwAllowCap       *ebpf.VariableSpec `ebpf:"tw_allow_cap"`
 	TwEx4Slots       *ebpf.VariableSpec `ebpf:"tw_ex4_slots"`
 	TwEx6Slots       *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
@@ -422,8 +460,10 @@ type benchpartsMaps struct {
 	TwGood4    *ebpf.Map `ebpf:"tw_good4"`
 	TwGood6    *ebpf.Map `ebpf:"tw_good6"`
 	TwHhCfg    *ebpf.Map `ebpf:"tw_hh_cfg"`
+	TwHhCpu    *ebpf.Map `ebpf:"tw_hh_cpu"`
 	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
 	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
+	TwHhLive   *ebpf.Map `ebpf:"tw_hh_live"`
 	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
 	TwHhSketch *ebpf.Map `ebpf:"tw_hh_sketch"`
 	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
@@ -459,8 +499,10 @@ func (m *benchpartsMaps) Close() error {
 		m.TwGood4,
 		m.TwGood6,
 		m.TwHhCfg,
+		m.TwHhCpu,
 		m.TwHhCtr,
 		m.TwHhEvents,
+		m.TwHhLive,
 		m.TwHhShared,
 		m.TwHhSketch,
 		m.TwJmp,
@@ -479,6 +521,7 @@ func (m *benchpartsMaps) Close() error {
 //
 // It can be passed to loadBenchpartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchpartsVariables struct {
+	BpSink           *ebpf.Variable `ebpf:"bp_sink"`
 	TwAllowCap       *ebpf.Variable `ebpf:"tw_allow_cap"`
 	TwEx4Slots       *ebpf.Variable `ebpf:"tw_ex4_slots"`
 	TwEx6Slots       *ebpf.Variable `ebpf:"tw_ex6_slots"`
@@ -493,13 +536,25 @@ type benchpartsVariables struct {
 //
 // It can be passed to loadBenchpartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchpartsPrograms struct {
-	BpExact   *ebpf.Program `ebpf:"bp_exact"`
-	BpParse   *ebpf.Program `ebpf:"bp_parse"`
-	BpVerdict *ebpf.Program `ebpf:"bp_verdict"`
+	BpCallsCoarse  *ebpf.Program `ebpf:"bp_calls_coarse"`
+	BpCallsGlobal  *ebpf.Program `ebpf:"bp_calls_global"`
+	BpCallsJiffies *ebpf.Program `ebpf:"bp_calls_jiffies"`
+	BpCallsKtime   *ebpf.Program `ebpf:"bp_calls_ktime"`
+	BpCallsNone    *ebpf.Program `ebpf:"bp_calls_none"`
+	BpCallsPrandom *ebpf.Program `ebpf:"bp_calls_prandom"`
+	BpExact        *ebpf.Program `ebpf:"bp_exact"`
+	BpParse        *ebpf.Program `ebpf:"bp_parse"`
+	BpVerdict      *ebpf.Program `ebpf:"bp_verdict"`
 }
 
 func (p *benchpartsPrograms) Close() error {
 	return _BenchpartsClose(
+		p.BpCallsCoarse,
+		p.BpCallsGlobal,
+		p.BpCallsJiffies,
+		p.BpCallsKtime,
+		p.BpCallsNone,
+		p.BpCallsPrandom,
 		p.BpExact,
 		p.BpParse,
 		p.BpVerdict,

@@ -113,3 +113,47 @@ func BenchHeavy(sources, rounds, repeat int, seed uint64) (*HeavyBenchResult, er
 	}
 	return r, nil
 }
+
+// CallCost is what one call costs, ns, median over rounds: the helpers
+// the heavy-hitter detector could read a clock or a random number with,
+// and a call of a global BPF function (bpf/bench_parts.c, bp_calls_*).
+type CallCost struct {
+	Name string
+	Ns   float64
+}
+
+// BenchCalls measures each bp_calls_* program against bp_calls_none (the
+// same program without the calls), eight calls a run, repeat runs per
+// round, and returns the difference per call.
+func BenchCalls(rounds, repeat int) ([]CallCost, error) {
+	var o benchpartsObjects
+	if err := loadParts(&o, netip.MustParseAddr("192.0.2.1"), 1); err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	progs := []struct {
+		name string
+		p    *ebpf.Program
+	}{{"none", o.BpCallsNone}, {"bpf_ktime_get_ns", o.BpCallsKtime}, {"bpf_ktime_get_coarse_ns", o.BpCallsCoarse},
+		{"bpf_jiffies64 (inlined)", o.BpCallsJiffies}, {"bpf_get_prandom_u32", o.BpCallsPrandom}, {"a global BPF function", o.BpCallsGlobal}}
+	ns := make([][]float64, len(progs))
+	frame := make([]byte, 64)
+	for r := 0; r < rounds; r++ {
+		for i, p := range progs {
+			ret, d, err := p.p.Benchmark(frame, repeat, nil)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", p.name, err)
+			}
+			if ret != xdpPass {
+				return nil, fmt.Errorf("%s returned %d", p.name, ret)
+			}
+			ns[i] = append(ns[i], float64(d.Nanoseconds()))
+		}
+	}
+	base := median(ns[0])
+	var out []CallCost
+	for i, p := range progs[1:] {
+		out = append(out, CallCost{Name: p.name, Ns: (median(ns[i+1]) - base) / 8})
+	}
+	return out, nil
+}

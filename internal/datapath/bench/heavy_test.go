@@ -28,3 +28,19 @@ func TestBenchHeavyRuns(t *testing.T) {
 		}
 	}
 }
+
+// The call-cost programs load and run (what they measure is logged, not
+// checked: a test checks no time).
+func TestBenchCallsRuns(t *testing.T) {
+	testutil.RequireRoot(t)
+	cs, err := BenchCalls(3, 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 5 {
+		t.Fatalf("%d costs, want 5", len(cs))
+	}
+	for _, c := range cs {
+		t.Logf("%-26s %6.1f ns a call", c.Name, c.Ns)
+	}
+}
