@@ -115,7 +115,7 @@ hardware:
 detectors:
   rate: {enabled: true, learn_intervals: 10, margin: 1.5, min_pps: 100}
   entropy: {enabled: false}
-  heavy: {enabled: true, window: 50ms, learned_factor: 3}
+  heavy: {enabled: true, window: 20ms, learned_factor: 3}
 bans: {ttl: 10m, hold: 5s, unban_pps: 100}
 rails:
   protected: [%s/32]
