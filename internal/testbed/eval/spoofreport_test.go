@@ -51,6 +51,15 @@ func TestSpoofTargetsFollowRows(t *testing.T) {
 	if !strings.Contains(got, "syn-spoof-200k (at 200 Kpps)") || !strings.Contains(got, "95% of the connection rate | yes |") {
 		t.Errorf("SYN flood stopped, yet:\n%s", got)
 	}
+	syn.PassiveOpens = syn.ClientConns + 4 // the 4 reference clients' last connections
+	if got = spoofDoc(t, []SpoofRow{syn}); !strings.Contains(got, "95% of the connection rate | yes |") {
+		t.Errorf("the reference clients' connections in flight counted against it:\n%s", got)
+	}
+	syn.PassiveOpens++ // one the clients never asked for
+	if got = spoofDoc(t, []SpoofRow{syn}); !strings.Contains(got, "95% of the connection rate | **no** |") {
+		t.Errorf("a connection no client opened, yet:\n%s", got)
+	}
+	syn.PassiveOpens = 900
 	syn.PassedFrom3 = 1
 	if got = spoofDoc(t, []SpoofRow{syn}); !strings.Contains(got, "95% of the connection rate | **no** |") {
 		t.Errorf("an attack packet passed to the stack, yet:\n%s", got)
