@@ -209,7 +209,7 @@ struct tw_hh_config {
 	__u32 ttl_ticks;
 	/* Sampling: the sketch counts 1 in 2^sample_shift packets (SYNs
 	 * always, for the SYN threshold), the daemon's choice from the
-	 * packet threshold so that it stays at 64 sampled packets a window or
+	 * packet threshold so that it stays at 32 sampled packets a window or
 	 * more; 0 counts every packet. When sampling, the sketch only finds
 	 * candidates (the sum of the CPUs' sampled counts at pkt_sum), which
 	 * are caught on an exact count of pkt_thresh (tw_prov.cand); when

@@ -171,7 +171,7 @@ func benchContended(b *bytes.Buffer, rounds, repeat int) {
 // (clean traffic) and on the one it must not (drops of banned sources).
 func benchHeavy(b *bytes.Buffer, rounds, repeat int) {
 	fmt.Fprintf(b, "\n## The heavy-hitter detector's cost\n\n")
-	fmt.Fprintf(b, "Clean traffic, the path the detector works on: 64-byte UDP from 65,536 distinct sources (uniform, none banned, none over the threshold), one exact rule in place, through the same wrapper as above; the filter with the detector off, on at its defaults (10 ms windows, 100,000 pps: the sketch samples 1 in 8 packets; nothing caught, so no packet reads a catch mark), and on while a catch is live (as during an attack: every packet also reads its two catch marks, and looks the provisional table up only if both are live). The three interleaved in %d rounds of %d packets. Target: ≤ +15 ns per packet.\n\n", rounds, repeat)
+	fmt.Fprintf(b, "Clean traffic, the path the detector works on: 64-byte UDP from 65,536 distinct sources (uniform, none banned, none over the threshold), one exact rule in place, through the same wrapper as above; the filter with the detector off, on at its defaults (10 ms windows, %d pps: the sketch samples 1 in %d packets; nothing caught, so no packet reads a catch mark), and on while a catch is live (as during an attack: every packet also reads its two catch marks, and looks the provisional table up only if both are live). The three interleaved in %d rounds of %d packets. Target: ≤ +15 ns per packet.\n\n", bench.HeavyDefault.PacketsPerSec, bench.HeavyDefault.SampledOneIn(), rounds, repeat)
 	fmt.Fprintf(os.Stderr, "bench: heavy hitter, clean traffic...\n")
 	r, err := bench.BenchHeavy(1<<16, rounds, repeat, 42)
 	if err != nil {

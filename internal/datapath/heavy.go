@@ -88,6 +88,13 @@ func (h HeavyHitter) EffectiveWindow() time.Duration {
 	return w
 }
 
+// SampledOneIn is the sketch's sampling at this configuration: it counts
+// one packet in SampledOneIn (1: every packet).
+func (h HeavyHitter) SampledOneIn() uint32 {
+	all, _ := perWindow(h.PacketsPerSec, h.EffectiveWindow(), 1)
+	return 1 << sampleShift(all)
+}
+
 func (h HeavyHitter) check() error {
 	if h.Window == 0 {
 		return nil
@@ -130,10 +137,14 @@ func perWindow(rate uint64, window time.Duration, ncpu uint32) (all, local uint3
 // keeps the threshold at minSampled samples or more. Sampling spares most
 // packets the sketch's writes, its dearest part; the sampled count only
 // finds candidates (at half the sampled threshold, which a source at the
-// threshold passes with a margin of four standard deviations at 64), and
-// a candidate is caught on an exact count, so sampling noise can neither
-// miss a source over its threshold nor catch one under it.
-const minSampled = 64
+// threshold passes with a margin of 2.8 standard deviations at 32: it
+// fails to in about 1 window in 400, and becomes one in the next), and a
+// candidate is caught on an exact count, so sampling noise can neither
+// miss a source over its threshold nor catch one under it. 32, not 64:
+// the sketch's work on a sampled packet (~55 ns, its line mostly out of
+// cache) is most of the detector's clean-path cost, and 1 in 16 at the
+// defaults costs ~4 ns a packet less than 1 in 8 (BENCHMARKS.md).
+const minSampled = 32
 
 // maxSampleShift bounds the sampling at 1 in 65536, far beyond any
 // threshold a window holds in practice.

@@ -203,7 +203,7 @@ func TestHeavyHitterSumsCPUs(t *testing.T) {
 		pps     uint64
 		shift   uint32
 		windows int
-	}{{"exact", 250, 0, 1}, {"sampled", 500, 1, 2}} {
+	}{{"exact", 125, 0, 1}, {"sampled", 500, 2, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := testHeavy
 			h.PacketsPerSec = tc.pps
@@ -396,14 +396,14 @@ func sendWindows(t *testing.T, d *Datapath, h HeavyHitter, frame []byte, n, wind
 // sketch's windows running into each other (the data plane's window is
 // the one the daemon computed, in jiffies), and not by sampling noise
 // when the sketch samples (the sampled count alone would reach the
-// threshold in about a third of the windows at 97% of it; the exact
-// count of a candidate never does).
+// threshold in nearly half of the windows at 97% of it; the exact count
+// of a candidate never does).
 func TestHeavyHitterJustUnderNeverCaught(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		pps   uint64
 		shift uint32
-	}{{"exact", 250, 0}, {"sampled", 500, 1}} {
+	}{{"exact", 125, 0}, {"sampled", 500, 2}} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := testHeavy
 			h.PacketsPerSec, h.SYNsPerSec = tc.pps, 0
@@ -471,12 +471,12 @@ func TestHeavyHitterMarks(t *testing.T) {
 }
 
 // The sampling the data plane is given: as coarse as keeps the packet
-// threshold at 64 sampled packets a window or more, none under 128, and
+// threshold at 32 sampled packets a window or more, none under 64, and
 // the sums and per-CPU shares in sampled units.
 func TestHeavyHitterSampling(t *testing.T) {
 	for _, tc := range []struct{ all, shift uint32 }{
-		{^uint32(0), 0}, {64, 0}, {127, 0}, {128, 1},
-		{800, 3}, // 100,000 pps over 8 ms
+		{^uint32(0), 0}, {32, 0}, {63, 0}, {64, 1}, {127, 1}, {128, 2},
+		{800, 4}, // 100,000 pps over 8 ms
 		{1 << 30, maxSampleShift},
 	} {
 		if got := sampleShift(tc.all); got != tc.shift {

@@ -37,20 +37,23 @@ type Options struct {
 
 // Summary is what the demo measured.
 type Summary struct {
-	AttackSent     uint64        `json:"attack_packets_sent"`
-	AttackPPS      float64       `json:"attack_pps"`
-	DroppedNIC     uint64        `json:"dropped_nic"`
-	DroppedXDP     uint64        `json:"dropped_xdp"`
-	Bans           int           `json:"bans"`
-	BansInHW       int           `json:"bans_in_hardware"`
-	BaselineRPS    float64       `json:"legit_rps_without_attack"`
-	AttackRPS      float64       `json:"legit_rps_under_attack"`
-	FirstBan       time.Duration `json:"time_to_first_ban_ns"`
-	FirstDrop      time.Duration `json:"time_to_first_drop_ns"`
-	Mitigated      time.Duration `json:"time_to_95pct_dropped_ns"`
-	FalsePositives []string      `json:"false_positives"`
-	LostOnWire     uint64        `json:"lost_on_wire"`
-	LegitFailures  uint64        `json:"legit_failed_requests"`
+	AttackSent  uint64        `json:"attack_packets_sent"`
+	AttackPPS   float64       `json:"attack_pps"`
+	DroppedNIC  uint64        `json:"dropped_nic"`
+	DroppedXDP  uint64        `json:"dropped_xdp"`
+	Bans        int           `json:"bans"`
+	BansInHW    int           `json:"bans_in_hardware"`
+	BaselineRPS float64       `json:"legit_rps_without_attack"`
+	AttackRPS   float64       `json:"legit_rps_under_attack"`
+	FirstBan    time.Duration `json:"time_to_first_ban_ns"`
+	FirstDrop   time.Duration `json:"time_to_first_drop_ns"`
+	// FirstDropPolled is when the poll of the drop counters saw it: an
+	// upper bound of FirstDrop, late by the poller's scheduling.
+	FirstDropPolled time.Duration `json:"first_drop_polled_ns"`
+	Mitigated       time.Duration `json:"time_to_95pct_dropped_ns"`
+	FalsePositives  []string      `json:"false_positives"`
+	LostOnWire      uint64        `json:"lost_on_wire"`
+	LegitFailures   uint64        `json:"legit_failed_requests"`
 }
 
 func inNS(name string, f func() error) error { return netnsx.Do(name, -1, f) }
@@ -194,29 +197,43 @@ api: {socket: %s}
 	genErr := make(chan error, 1)
 	// The first drop of the attack: both tiers' drop counters polled
 	// every millisecond, timed from the generator's first frame (its
-	// set-up before that is not the attack; the time is an upper bound
-	// by the poll).
+	// set-up before that is not the attack). The poll is an upper bound,
+	// and a loose one: with both CPUs saturated by the flood, nginx and
+	// the clients, its 1 ms sleeps wake tens of milliseconds late. So
+	// when the first drop is the heavy hitter's, its time is the kernel's
+	// timestamp of the earliest catch that went on to drop (the
+	// provisional entry's, read before the daemon confirms it; the next
+	// packet of the source is the one dropped), as in the detect→drop
+	// benchmark.
 	before := read()
-	firstDrop := make(chan time.Duration, 1)
-	start := time.Now()
+	firstDrop := make(chan firstDropTimes, 1)
 	began := make(chan time.Time, 1)
 	go func() {
 		var t0 time.Time
 		select {
 		case t0 = <-began:
 		case <-actx.Done():
-			firstDrop <- 0
+			firstDrop <- firstDropTimes{}
 			return
 		}
 		for time.Since(t0) < o.Attack {
 			if c := read(); c.nicDrop > before.nicDrop || c.xdpDrop > before.xdpDrop {
-				firstDrop <- time.Since(t0)
+				f := firstDropTimes{Polled: time.Since(t0)}
+				if ps, err := host.Provisionals(); err == nil {
+					for _, p := range ps {
+						if p.Packets > 0 && !p.Monitor && p.Added.After(t0) && (f.Caught == 0 || p.Added.Sub(t0) < f.Caught) {
+							f.Caught = p.Added.Sub(t0)
+						}
+					}
+				}
+				firstDrop <- f
 				return
 			}
 			time.Sleep(time.Millisecond)
 		}
-		firstDrop <- 0
+		firstDrop <- firstDropTimes{}
 	}()
+	start := time.Now()
 	go func() {
 		var rep *trafgen.Report
 		err := inNS(lab.NSInet, func() error {
@@ -297,7 +314,8 @@ loop:
 	s.AttackRPS = float64(attackOK) / elapsed.Seconds()
 	s.LegitFailures = load.Failed.Load()
 	s.FirstBan, s.Mitigated = firstBan, mitigated
-	s.FirstDrop = <-firstDrop
+	fd := <-firstDrop
+	s.FirstDrop, s.FirstDropPolled = fd.first(), fd.Polled
 	var rules []struct {
 		Prefix string
 		Tier   string
@@ -355,7 +373,11 @@ loop:
 	say("   reached the host's stack before the bans: about %d (%.1f%%)", passed, 100*float64(passed)/total)
 	say("   bans: %d (%d in the NIC's hardware table)", s.Bans, s.BansInHW)
 	if s.FirstDrop > 0 {
-		say("   first packet of the attack dropped after %v (target ≤ 50 ms: the XDP heavy-hitter detector acts before the daemon's interval)", s.FirstDrop.Round(time.Millisecond))
+		how := "the drop counters' poll"
+		if s.FirstDrop < s.FirstDropPolled {
+			how = fmt.Sprintf("the kernel's timestamp of the heavy hitter's first catch; the counters' poll saw it at %v", s.FirstDropPolled.Round(time.Millisecond))
+		}
+		say("   first packet of the attack dropped after %v (%s; target ≤ 50 ms: the XDP heavy-hitter detector acts before the daemon's interval)", s.FirstDrop.Round(time.Millisecond), how)
 	} else {
 		say("   no packet of the attack was dropped")
 	}
@@ -370,4 +392,19 @@ loop:
 		return s, errors.New("demo: fewer than 90% of the attackers were banned")
 	}
 	return s, nil
+}
+
+// firstDropTimes is when the attack's first drop was seen, from the
+// generator's first frame: by the poll of the drop counters, and by the
+// kernel's timestamp of the heavy hitter's earliest catch that dropped
+// (0: none by the time the poll saw a drop).
+type firstDropTimes struct {
+	Polled, Caught time.Duration
+}
+
+func (f firstDropTimes) first() time.Duration {
+	if f.Caught > 0 && f.Caught < f.Polled {
+		return f.Caught
+	}
+	return f.Polled
 }
