@@ -85,7 +85,20 @@ func (p *Probed) Run(ctx context.Context) error {
 	}
 	p.log.Info("probe running", "mode", p.cfg.Probe.Mode, "interface", p.cfg.Interface,
 		"nic", caps.Name, "nic_capacity", caps.Capacity, "dpi", p.cfg.Probe.DPI.Engine)
-	err := p.Engine.Run(ctx)
+	// The engine runs on a goroutine of its own, not the caller's: the
+	// caller is locked to its OS thread (cmd/tierwall locks main, which
+	// entered the network namespace), and a locked goroutine that blocks
+	// hands its P to another thread, and takes it back on every wake-up:
+	// on a probe polling tens of times a second that hand-off was about a
+	// sixth of its CPU (eval-flows, perf). Nothing the engine calls
+	// depends on the thread's namespace: it works on descriptors opened
+	// before (the BPF maps and rings, the flow table's, the exporter's
+	// sockets); a flow-table backend that talks netlink must open its
+	// socket when it is made, as a socket stays in the namespace it was
+	// opened in.
+	done := make(chan error, 1)
+	go func() { done <- p.Engine.Run(ctx) }()
+	err := <-done
 	if p.closer != nil {
 		err = errors.Join(err, p.closer())
 	}

@@ -21,7 +21,7 @@ import (
 // by the event room), so a 1M-flow table never stalls it.
 
 const (
-	fwTick     = 10 * time.Millisecond // longest sleep: ring and sweep polling (each wake-up of this locked thread costs the host's threads a hand-off)
+	fwTick     = 50 * time.Millisecond // longest sleep: ring and sweep polling (each wake-up of this locked thread costs the host's threads a hand-off; the sweep's slice follows the time since the last step, so a longer tick only notices an ended flow later)
 	fwMaxBatch = 4096                  // requests per map batch
 	sweepMin   = 64                    // entries the sweep reads per step, at least
 	sweepMax   = 64 << 10              // and at most
