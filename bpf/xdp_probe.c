@@ -89,4 +89,42 @@ int tw_probe_set_state(struct tw_probe_ctl *c)
 	return TW_CTL_OK;
 }
 
+static long tw_probe_op_run(__u32 i, void *unused)
+{
+	struct tw_probe_op *op = bpf_map_lookup_elem(&tw_probe_ops, &i);
+	if (!op)
+		return 1;
+	struct tw_flow *f = bpf_map_lookup_elem(&tw_probe_flows, &op->key);
+	if (!f) {
+		op->ret = TW_CTL_NO_FLOW;
+		return 0;
+	}
+	if (op->kind == TW_OP_TAKE) {
+		/* As the single lookup-and-delete: a packet in flight on
+		 * another CPU may still add to the entry after the copy. */
+		__builtin_memcpy(&op->flow, f, sizeof(op->flow));
+		if (bpf_map_delete_elem(&tw_probe_flows, &op->key)) {
+			op->ret = TW_CTL_NO_FLOW;
+			return 0;
+		}
+	} else {
+		f->state = op->state;
+		f->action = op->action;
+	}
+	op->ret = TW_CTL_OK;
+	return 0;
+}
+
+/* tw_probe_ctl_batch runs the first n operations of tw_probe_ops, in
+ * order, each with its own result. */
+SEC("syscall")
+int tw_probe_ctl_batch(struct tw_probe_batch *b)
+{
+	__u32 n = b->n;
+	if (n > TW_PROBE_OPS)
+		n = TW_PROBE_OPS;
+	bpf_loop(n, tw_probe_op_run, NULL, 0);
+	return 0;
+}
+
 char _license[] SEC("license") = "GPL";

@@ -146,6 +146,25 @@ type SoftwareTier interface {
 	Close() error
 }
 
+// Op is one state change or delete of a batch (Batcher).
+type Op struct {
+	Key    tier.FlowKey
+	Delete bool   // delete the flow and return its last counters in Entry; else SetState
+	State  State  // SetState
+	Action Action // SetState
+	Entry  Entry  // Delete: the flow's last counters
+	Err    error  // the op's own failure (a flow not in the table), set by Apply
+}
+
+// Batcher is a SoftwareTier that runs many SetState and Delete operations
+// in one call: one system call for a batch where each alone costs one.
+type Batcher interface {
+	// Apply runs ops in order, each with its own outcome in Err; the
+	// error returned is for the batch as a whole (nothing was applied
+	// past the op where it stopped, which holds it in Err too).
+	Apply(ops []Op) error
+}
+
 // MonoTime converts a CLOCK_MONOTONIC reading in nanoseconds (what
 // bpf_ktime_get_ns returns) to wall-clock time.
 func MonoTime(ns uint64) time.Time { return NewMonoBase().Time(ns) }

@@ -141,6 +141,10 @@ type Probe struct {
 	sweeps    uint64
 	walked    int          // entries the last walk of the software table found
 	ending    []endingFlow // ended in the NIC, in order of endAt: finished after EndGrace
+	pending   []pendingOp  // software-table operations for the next batch (flushOps)
+	spare     []pendingOp
+	opBuf     []flow.Op
+	flushing  bool
 
 	stats Stats
 	view  view
@@ -254,6 +258,7 @@ func (p *Probe) step(deadline time.Time) (n int, err error) {
 			return n, err
 		}
 	}
+	p.flushOps()
 	p.flushLearns()
 	return n, nil
 }
@@ -311,16 +316,16 @@ func (p *Probe) decide(k tier.FlowKey, t *tracked, v Verdict) {
 		p.keepInSoftware(k, t)
 		return
 	}
-	// Software first: a flow whose entry is gone (a late sample of a
-	// flow that already ended) must not take a place in the NIC.
-	if !p.setState(k, t, flow.StateLearning) {
-		return
-	}
 	p.nextID++
 	t.id = p.nextID
 	t.learnAt = p.cfg.Now()
 	p.byID[t.id] = k
 	p.learns = append(p.learns, tier.Learn{ID: t.id, Key: k, Action: p.nicAction(t.decision), Options: p.cfg.Learn})
+	// Software first: the state change runs before the learn goes out
+	// (flushOps, then flushLearns), and a flow whose entry is gone (a
+	// late sample of a flow that already ended) takes its learn back
+	// rather than a place in the NIC.
+	p.setState(k, t, flow.StateLearning)
 }
 
 // nicAction maps a decision to the NIC's action. A passive probe only
@@ -346,18 +351,96 @@ func (p *Probe) keepInSoftware(k tier.FlowKey, t *tracked) {
 	p.setState(k, t, flow.StateSoftware)
 }
 
-// setState moves flow k to state s in software; false when its entry is
-// gone, and then the probe's own state of it is let go (orphan).
-func (p *Probe) setState(k tier.FlowKey, t *tracked, s flow.State) bool {
+// setState moves flow k to state s: the probe's own state at once, the
+// software entry's with the next batch (flushOps). If the entry turns out
+// gone, the probe's state of it is let go then (stateFailed).
+func (p *Probe) setState(k tier.FlowKey, t *tracked, s flow.State) {
 	t.state = s
-	if err := p.sw.SetState(k, s, t.swAction()); err != nil {
-		// The entry is gone (refused or ended meanwhile): the
-		// next sample or sweep starts over.
-		p.stats.StateErrors++
-		p.orphan(k, t)
-		return false
+	p.queue(pendingOp{op: flow.Op{Key: k, State: s, Action: t.swAction()}, t: t, learn: t.id})
+}
+
+// pendingOp is a software-table operation waiting for its batch, and what
+// its outcome is for: t's state change (learn: the id of the learn queued
+// with it, 0 if none), or t's end (finish: the record it makes).
+type pendingOp struct {
+	op     flow.Op
+	t      *tracked
+	learn  uint64
+	reason EndReason // finish only
+}
+
+// maxPendingOps bounds the queue between two batches: a step that queues
+// more (a sweep ending a million flows) runs a batch at once.
+const maxPendingOps = 4096
+
+func (p *Probe) queue(o pendingOp) {
+	p.pending = append(p.pending, o)
+	if len(p.pending) >= maxPendingOps && !p.flushing {
+		p.flushOps()
 	}
-	return true
+}
+
+// flushOps runs the queued software-table operations in order, in one
+// batch where the tier can (flow.Batcher: a system call for all of them,
+// where each alone was one), and then what each outcome calls for. An
+// outcome may queue more (a failed state change finishing a flow): those
+// run in the next round.
+func (p *Probe) flushOps() {
+	if p.flushing {
+		return
+	}
+	p.flushing = true
+	defer func() { p.flushing = false }()
+	for len(p.pending) > 0 {
+		batch := p.pending
+		p.pending, p.spare = p.spare[:0], nil
+		ops := p.opBuf[:0]
+		for i := range batch {
+			ops = append(ops, batch[i].op)
+		}
+		if b, ok := p.sw.(flow.Batcher); ok {
+			if err := b.Apply(ops); err != nil {
+				p.stats.BatchErrors++ // each op not applied holds it too
+			}
+		} else {
+			for i := range ops {
+				if ops[i].Delete {
+					ops[i].Entry, ops[i].Err = p.sw.Delete(ops[i].Key)
+				} else {
+					ops[i].Err = p.sw.SetState(ops[i].Key, ops[i].State, ops[i].Action)
+				}
+			}
+		}
+		for i := range batch {
+			if ops[i].Delete {
+				p.finished(&batch[i], &ops[i])
+			} else if ops[i].Err != nil {
+				p.stateFailed(&batch[i])
+			}
+		}
+		clear(batch)
+		p.spare, p.opBuf = batch[:0], ops[:0]
+	}
+}
+
+// stateFailed: the flow's software entry is gone (refused, or ended
+// meanwhile), so the probe lets go of its state of it (orphan) and takes
+// back the learn queued with the change; the next sample or sweep starts
+// over.
+func (p *Probe) stateFailed(o *pendingOp) {
+	p.stats.StateErrors++
+	k, t := o.op.Key, o.t
+	if o.learn != 0 && t.id == o.learn {
+		for i, l := range p.learns {
+			if l.ID == o.learn {
+				p.learns = append(p.learns[:i], p.learns[i+1:]...)
+				break
+			}
+		}
+		delete(p.byID, t.id)
+		t.id = 0
+	}
+	p.orphan(k, t)
 }
 
 // orphan lets go of the probe's state of a flow whose software entry is
@@ -571,6 +654,7 @@ func (p *Probe) Flush() error {
 	for k, d := range p.dpi {
 		p.endDPI(k, d)
 	}
+	p.flushOps()
 	p.publish()
 	return errors.Join(errs...)
 }

@@ -476,3 +476,40 @@ func TestSweepLooksUpSoftwareFlowsAmongOffloaded(t *testing.T) {
 		t.Fatal("eight sweeps and no walk of the whole table")
 	}
 }
+
+// unbatched hides the tier's Apply: the probe then runs each operation
+// with its own call.
+type unbatched struct{ flow.SoftwareTier }
+
+// A software tier without batches (no flow.Batcher) gets the same
+// operations one call each, with the same outcomes: a decided flow is
+// learned, one whose entry is gone takes its learn back, and every flow
+// ends with its record.
+func TestOpsWithoutBatches(t *testing.T) {
+	r := newRig(t, 16, Config{})
+	r.p.sw = unbatched{r.sw}
+	c1, s1, k1 := tcpFlow(40020)
+	r.send(6, c1, s1, 0x18, "GET / HTTP/1.1\r\n", 1)
+	c2, s2, k2 := tcpFlow(40021)
+	r.send(6, c2, s2, 0x18, "GET / HTTP/1.1\r\n", 1)
+	if _, err := r.sw.Delete(k2); err != nil { // gone before its samples are read
+		t.Fatal(err)
+	}
+	r.step()
+	r.step()
+	if r.nic.Occupancy() != 1 {
+		t.Fatalf("NIC holds %d flows, want the one whose entry is there", r.nic.Occupancy())
+	}
+	if st := r.p.Stats(); st.StateErrors != 1 || st.Orphans != 1 {
+		t.Fatalf("stats %+v: want one failed state change, one orphan", st)
+	}
+	if err := r.p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if rec := r.final(k1); rec.Reason != EndForced || rec.Packets[0] != 1 {
+		t.Fatalf("%v: %+v", k1, rec)
+	}
+	if r.sw.Batches != 0 || len(r.sw.Flows) != 0 || r.nic.Occupancy() != 0 {
+		t.Fatalf("%d batches, software %d flows, NIC %d", r.sw.Batches, len(r.sw.Flows), r.nic.Occupancy())
+	}
+}

@@ -25,6 +25,7 @@ type Stats struct {
 	DPIGiveups       uint64 // flows DPI gave up on
 	Classified       map[string]uint64
 	StateErrors      uint64 // state updates of flows gone from software
+	BatchErrors      uint64 // batches of software-table operations that failed as a whole
 	LearnRequests    uint64
 	LearnQueueFull   uint64 // learns the firmware queue refused: kept in software
 	LearnDone        uint64

@@ -192,13 +192,10 @@ func (p *Probe) exportActive(k tier.FlowKey, t *tracked, now time.Time) {
 	p.emit(t.record(k, ep, EndActive, false))
 }
 
-// finish deletes flow k from software and reports its last record.
+// finish ends flow k: the probe lets go of it now, and its software entry
+// is deleted with the next batch (flushOps), whose counters make its last
+// record (finished).
 func (p *Probe) finish(k tier.FlowKey, t *tracked) {
-	e, err := p.sw.Delete(k)
-	var ep *flow.Entry
-	if err == nil {
-		ep = &e
-	}
 	if t.id != 0 {
 		// Still in the NIC (a software end seen first): its
 		// counters arrive with the unlearn, as an orphan record.
@@ -215,8 +212,18 @@ func (p *Probe) finish(k tier.FlowKey, t *tracked) {
 	if t.cause == tier.CauseApp || t.cause == tier.CauseFlush || t.cause == 0 {
 		reason = EndForced
 	}
-	r := t.record(k, ep, reason, true)
-	r.Reason = endReason(k, r.Reason, r.TCPFlags)
+	p.queue(pendingOp{op: flow.Op{Key: k, Delete: true}, t: t, reason: reason})
+}
+
+// finished reports the last record of a flow whose software entry the
+// batch deleted (or found gone: then the NIC's counters alone make it).
+func (p *Probe) finished(o *pendingOp, op *flow.Op) {
+	var ep *flow.Entry
+	if op.Err == nil {
+		ep = &op.Entry
+	}
+	r := o.t.record(op.Key, ep, o.reason, true)
+	r.Reason = endReason(op.Key, r.Reason, r.TCPFlags)
 	p.emit(r)
 }
 

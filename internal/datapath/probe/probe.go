@@ -28,6 +28,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/flow"
@@ -111,7 +112,17 @@ type Probe struct {
 	// Entries this process deleted; the program counts those it created
 	// (TW_PV_FLOW_NEW), so the table's size costs no walk.
 	deleted atomic.Uint64
+
+	// Apply's batch: tw_probe_ops mapped (ops over raw), one batch at a
+	// time.
+	opsMu  sync.Mutex
+	ops    []probeTwProbeOp
+	opsRaw []byte
 }
+
+// opsLimit is TW_PROBE_OPS, the operations one run of the batch program
+// takes.
+const opsLimit = int(probeTwProbeOpsLimitTW_PROBE_OPS)
 
 var _ flow.SoftwareTier = (*Probe)(nil)
 
@@ -155,6 +166,12 @@ func Load(c Config) (_ *Probe, err error) {
 	if p.ring, err = ringbuf.NewReader(p.objs.TwProbeRing); err != nil {
 		return nil, fmt.Errorf("opening sample ring: %w", err)
 	}
+	size := opsLimit * int(unsafe.Sizeof(probeTwProbeOp{}))
+	if p.opsRaw, err = unix.Mmap(p.objs.TwProbeOps.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		p.ring.Close()
+		return nil, fmt.Errorf("mapping the control batch: %w", err)
+	}
+	p.ops = unsafe.Slice((*probeTwProbeOp)(unsafe.Pointer(&p.opsRaw[0])), opsLimit)
 	return p, nil
 }
 
@@ -214,6 +231,12 @@ func (p *Probe) Close() error {
 	if p.ring != nil {
 		errs = append(errs, p.ring.Close())
 	}
+	p.opsMu.Lock()
+	if p.opsRaw != nil {
+		errs = append(errs, unix.Munmap(p.opsRaw))
+		p.ops, p.opsRaw = nil, nil
+	}
+	p.opsMu.Unlock()
 	errs = append(errs, p.objs.Close())
 	return errors.Join(errs...)
 }
@@ -297,6 +320,65 @@ func (p *Probe) SetState(k tier.FlowKey, s flow.State, a flow.Action) error {
 		return fmt.Errorf("setting state of %s: %w", k, ErrNoFlow)
 	}
 	return fmt.Errorf("setting state of %s: control program returned %d", k, ret)
+}
+
+var _ flow.Batcher = (*Probe)(nil)
+
+// Apply runs ops in order (flow.Batcher): up to TW_PROBE_OPS at a time
+// written into the mapped tw_probe_ops and run by tw_probe_ctl_batch, one
+// system call for all of them.
+func (p *Probe) Apply(ops []flow.Op) error {
+	p.opsMu.Lock()
+	defer p.opsMu.Unlock()
+	if p.ops == nil {
+		return fmt.Errorf("%w: the probe is closed", datapath.ErrInvalid)
+	}
+	mb := flow.NewMonoBase()
+	for done := 0; done < len(ops); {
+		chunk := ops[done:min(len(ops), done+opsLimit)]
+		for i := range chunk {
+			ck, err := bpfKey(chunk[i].Key)
+			if err != nil {
+				return p.fail(ops[done:], err)
+			}
+			op := &p.ops[i]
+			*op = probeTwProbeOp{Key: ck, Kind: uint8(probeTwProbeOpKindTW_OP_SET_STATE),
+				State: uint8(chunk[i].State), Action: uint8(chunk[i].Action), Ret: 0xff}
+			if chunk[i].Delete {
+				op.Kind = uint8(probeTwProbeOpKindTW_OP_TAKE)
+			}
+		}
+		b := probeTwProbeBatch{N: uint32(len(chunk))}
+		ctx := unsafe.Slice((*byte)(unsafe.Pointer(&b)), unsafe.Sizeof(b))
+		if _, err := p.objs.TwProbeCtlBatch.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
+			return p.fail(ops[done:], fmt.Errorf("running the control batch: %w", err))
+		}
+		for i := range chunk {
+			o, op := &chunk[i], &p.ops[i]
+			switch probeTwProbeCtlRet(op.Ret) {
+			case probeTwProbeCtlRetTW_CTL_OK:
+				o.Err = nil
+				if o.Delete {
+					o.Entry = entryOf(&op.Flow, mb)
+					p.deleted.Add(1)
+				}
+			case probeTwProbeCtlRetTW_CTL_NO_FLOW:
+				o.Err = fmt.Errorf("%s: %w", o.Key, ErrNoFlow)
+			default:
+				o.Err = fmt.Errorf("%s: the control batch left result %d", o.Key, op.Ret)
+			}
+		}
+		done += len(chunk)
+	}
+	return nil
+}
+
+// fail gives every op not applied the batch's error.
+func (p *Probe) fail(ops []flow.Op, err error) error {
+	for i := range ops {
+		ops[i].Err = err
+	}
+	return err
 }
 
 // Lookup returns a flow's current state and counters.

@@ -101,6 +101,12 @@ const (
 	probeTwFlowStateTW_FS_ENDED     probeTwFlowState = 5
 )
 
+type probeTwProbeBatch struct {
+	_   structs.HostLayout
+	N   uint32
+	Pad uint32
+}
+
 type probeTwProbeBtf struct {
 	_      structs.HostLayout
 	Sample struct {
@@ -137,10 +143,12 @@ type probeTwProbeBtf struct {
 		Pad2   uint32
 		FlowId uint64
 	}
-	Mark   uint32
-	State  uint32
-	Action uint32
-	CtlRet uint32
+	Mark     uint32
+	State    uint32
+	Action   uint32
+	CtlRet   uint32
+	OpKind   uint32
+	OpsLimit uint32
 }
 
 type probeTwProbeCtl struct {
@@ -157,6 +165,30 @@ type probeTwProbeCtlRet uint32
 const (
 	probeTwProbeCtlRetTW_CTL_OK      probeTwProbeCtlRet = 0
 	probeTwProbeCtlRetTW_CTL_NO_FLOW probeTwProbeCtlRet = 1
+)
+
+type probeTwProbeOp struct {
+	_      structs.HostLayout
+	Key    probeTwFlowKey
+	Kind   uint8
+	State  uint8
+	Action uint8
+	Ret    uint8
+	Pad    uint32
+	Flow   probeTwFlow
+}
+
+type probeTwProbeOpKind uint32
+
+const (
+	probeTwProbeOpKindTW_OP_SET_STATE probeTwProbeOpKind = 1
+	probeTwProbeOpKindTW_OP_TAKE      probeTwProbeOpKind = 2
+)
+
+type probeTwProbeOpsLimit uint32
+
+const (
+	probeTwProbeOpsLimitTW_PROBE_OPS probeTwProbeOpsLimit = 256
 )
 
 type probeTwProbeVerdict uint32
@@ -189,9 +221,11 @@ const (
 const (
 	probeMapTwProbeEgress    = "tw_probe_egress"
 	probeMapTwProbeFlows     = "tw_probe_flows"
+	probeMapTwProbeOps       = "tw_probe_ops"
 	probeMapTwProbeRing      = "tw_probe_ring"
 	probeMapTwProbeStats     = "tw_probe_stats"
 	probeProgTwProbe         = "tw_probe"
+	probeProgTwProbeCtlBatch = "tw_probe_ctl_batch"
 	probeProgTwProbeSetState = "tw_probe_set_state"
 	probeVarTwProbeBtfAnchor = "tw_probe_btf_anchor"
 	probeVarTwProbeDpiPkts   = "tw_probe_dpi_pkts"
@@ -243,6 +277,7 @@ type probeSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type probeProgramSpecs struct {
 	TwProbe         *ebpf.ProgramSpec `ebpf:"tw_probe"`
+	TwProbeCtlBatch *ebpf.ProgramSpec `ebpf:"tw_probe_ctl_batch"`
 	TwProbeSetState *ebpf.ProgramSpec `ebpf:"tw_probe_set_state"`
 }
 
@@ -252,6 +287,7 @@ type probeProgramSpecs struct {
 type probeMapSpecs struct {
 	TwProbeEgress *ebpf.MapSpec `ebpf:"tw_probe_egress"`
 	TwProbeFlows  *ebpf.MapSpec `ebpf:"tw_probe_flows"`
+	TwProbeOps    *ebpf.MapSpec `ebpf:"tw_probe_ops"`
 	TwProbeRing   *ebpf.MapSpec `ebpf:"tw_probe_ring"`
 	TwProbeStats  *ebpf.MapSpec `ebpf:"tw_probe_stats"`
 }
@@ -289,6 +325,7 @@ func (o *probeObjects) Close() error {
 type probeMaps struct {
 	TwProbeEgress *ebpf.Map `ebpf:"tw_probe_egress"`
 	TwProbeFlows  *ebpf.Map `ebpf:"tw_probe_flows"`
+	TwProbeOps    *ebpf.Map `ebpf:"tw_probe_ops"`
 	TwProbeRing   *ebpf.Map `ebpf:"tw_probe_ring"`
 	TwProbeStats  *ebpf.Map `ebpf:"tw_probe_stats"`
 }
@@ -297,6 +334,7 @@ func (m *probeMaps) Close() error {
 	return _ProbeClose(
 		m.TwProbeEgress,
 		m.TwProbeFlows,
+		m.TwProbeOps,
 		m.TwProbeRing,
 		m.TwProbeStats,
 	)
@@ -318,12 +356,14 @@ type probeVariables struct {
 // It can be passed to loadProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probePrograms struct {
 	TwProbe         *ebpf.Program `ebpf:"tw_probe"`
+	TwProbeCtlBatch *ebpf.Program `ebpf:"tw_probe_ctl_batch"`
 	TwProbeSetState *ebpf.Program `ebpf:"tw_probe_set_state"`
 }
 
 func (p *probePrograms) Close() error {
 	return _ProbeClose(
 		p.TwProbe,
+		p.TwProbeCtlBatch,
 		p.TwProbeSetState,
 	)
 }

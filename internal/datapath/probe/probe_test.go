@@ -638,6 +638,69 @@ func TestLookupDeleteWalk(t *testing.T) {
 	}
 }
 
+// Apply runs a batch in order, each op with its own outcome, over more
+// than one run of the batch program (TW_PROBE_OPS): state changes land in
+// place, deletes return the entry's counters, and an op on a flow not in
+// the table fails alone.
+func TestApplyBatch(t *testing.T) {
+	p := loadTestProbe(t, Config{})
+	n := opsLimit + 44
+	var keys []tier.FlowKey
+	for i := 0; i < n; i++ {
+		dst := netip.AddrPortFrom(srv4.Addr(), uint16(1000+i))
+		for j := 0; j <= i%3; j++ {
+			runPacket(t, p, packet{frame: frame(pkt.ProtoUDP, cli4, dst, 0, "q"), mark: noMeta})
+		}
+		keys = append(keys, key(pkt.ProtoUDP, cli4, dst))
+	}
+	missing := key(pkt.ProtoUDP, cli4, netip.AddrPortFrom(srv4.Addr(), 9))
+	var ops []flow.Op
+	for i, k := range keys {
+		// Every flow's state set, then every other one deleted: the
+		// delete must see the state written before it in the batch.
+		ops = append(ops, flow.Op{Key: k, State: flow.StateOffloaded, Action: flow.Discard})
+		if i%2 == 0 {
+			ops = append(ops, flow.Op{Key: k, Delete: true})
+		}
+	}
+	ops = append(ops, flow.Op{Key: missing, Delete: true}, flow.Op{Key: keys[0], Delete: true},
+		flow.Op{Key: missing, State: flow.StateSoftware})
+	if err := p.Apply(ops); err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for _, o := range ops[:len(ops)-3] {
+		if o.Err != nil {
+			t.Fatalf("%+v: %v", o.Key, o.Err)
+		}
+		if !o.Delete {
+			continue
+		}
+		deleted++
+		i := int(o.Key.Hi.Port()) - 1000
+		if want := uint64(i%3 + 1); o.Entry.Packets != [2]uint64{want, 0} || o.Entry.State != flow.StateOffloaded || o.Entry.Action != flow.Discard {
+			t.Errorf("flow %d deleted: %+v, want %d packets, offloaded, discard", i, o.Entry, want)
+		}
+	}
+	for _, o := range ops[len(ops)-3:] {
+		if !errors.Is(o.Err, ErrNoFlow) {
+			t.Errorf("%+v on a flow not in the table: %v, want ErrNoFlow", o, o.Err)
+		}
+	}
+	for i, k := range keys {
+		e, err := p.Lookup(k)
+		switch {
+		case i%2 == 0 && !errors.Is(err, ErrNoFlow):
+			t.Errorf("flow %d after its delete: %v", i, err)
+		case i%2 == 1 && (err != nil || e.State != flow.StateOffloaded || e.Action != flow.Discard):
+			t.Errorf("flow %d: %+v, %v", i, e, err)
+		}
+	}
+	if s, err := p.Stats(); err != nil || s.Flows != n-deleted {
+		t.Errorf("stats %+v (%v): want %d flows", s, err, n-deleted)
+	}
+}
+
 // SetState runs while packets are counted on other CPUs: no increment may
 // be lost, which a whole-value map update could not promise.
 func TestSetStateKeepsConcurrentCounts(t *testing.T) {

@@ -25,6 +25,7 @@ type Tier struct {
 	Deleted int
 	Walks   int // calls of Walk
 	Lookups int // calls of Lookup
+	Batches int // calls of Apply
 }
 
 var _ flow.SoftwareTier = (*Tier)(nil)
@@ -139,3 +140,19 @@ func (t *Tier) Stats() (flow.TierStats, error) {
 }
 
 func (t *Tier) Close() error { return nil }
+
+// Apply runs ops one by one (flow.Batcher), as the program does in a
+// batch; Batches counts the calls.
+func (t *Tier) Apply(ops []flow.Op) error {
+	t.Batches++
+	for i := range ops {
+		if ops[i].Delete {
+			ops[i].Entry, ops[i].Err = t.Delete(ops[i].Key)
+		} else {
+			ops[i].Err = t.SetState(ops[i].Key, ops[i].State, ops[i].Action)
+		}
+	}
+	return nil
+}
+
+var _ flow.Batcher = (*Tier)(nil)
