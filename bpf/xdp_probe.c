@@ -100,13 +100,26 @@ static long tw_probe_op_run(__u32 i, void *unused)
 		return 0;
 	}
 	if (op->kind == TW_OP_TAKE) {
-		/* As the single lookup-and-delete: a packet in flight on
-		 * another CPU may still add to the entry after the copy. */
+		/* The entry is read again after it is unlinked: a packet that
+		 * found it just before (on another CPU, where the probe's XDP
+		 * runs) has added to it by then, where a copy made only
+		 * before the unlink would lose its count (eval-flows once
+		 * lost a packet so at 1M flows). A preallocated element is
+		 * never freed, only reused by a later insert, which sets
+		 * first_ns: the copy made before the unlink stands if that
+		 * changed (a reuse within the delete's own time, which a
+		 * freelist per CPU makes unlikely). */
+		__u64 first = f->first_ns;
 		__builtin_memcpy(&op->flow, f, sizeof(op->flow));
 		if (bpf_map_delete_elem(&tw_probe_flows, &op->key)) {
 			op->ret = TW_CTL_NO_FLOW;
 			return 0;
 		}
+		struct tw_flow after;
+		__builtin_memcpy(&after, f, sizeof(after));
+		if (after.first_ns == first &&
+		    *(volatile __u64 *)&f->first_ns == first)
+			__builtin_memcpy(&op->flow, &after, sizeof(after));
 	} else {
 		f->state = op->state;
 		f->action = op->action;

@@ -488,12 +488,16 @@ static __always_inline int tw_hh_count(struct tw_pkt *p,
 	tw_hh_bump(b1, win, sampled, syn);
 	__u32 pe = b0->pkts < b1->pkts ? b0->pkts : b1->pkts;
 	__u32 se = b0->syns < b1->syns ? b0->syns : b1->syns;
-	/* Over the local threshold: sum the CPUs, at its crossing and then
-	 * every eighth count, so a source that stays between the local
-	 * and the global threshold costs little more than the others. */
-	int due =
-		(sampled && pe >= c->pkt_local && !((pe - c->pkt_local) & 7)) ||
-		(syn && se >= c->syn_local && !((se - c->syn_local) & 7));
+	/* Over the local threshold: sum the CPUs at its crossing, then
+	 * every eighth count, so a source that stays between the local and
+	 * the global threshold costs little more than the others; and when
+	 * this CPU's count alone reaches the global threshold, so a source
+	 * that RSS keeps on one CPU (the common case) is caught at its
+	 * threshold, not up to seven counts past it. */
+	int due = (sampled && pe >= c->pkt_local &&
+		   (!((pe - c->pkt_local) & 7) || pe == c->pkt_sum)) ||
+		  (syn && se >= c->syn_local &&
+		   (!((se - c->syn_local) & 7) || se == c->syn_thresh));
 	if (!due)
 		return 0;
 	struct tw_hh_stats *st = tw_hh_stats_get();

@@ -232,6 +232,28 @@ func TestHeavyHitterSumsCPUs(t *testing.T) {
 	}
 }
 
+// A source all on one CPU is caught at its threshold's packet, not at the
+// next eighth count past the local threshold (which sums the CPUs): at 20
+// a window (local 10 on two CPUs) those sums came at 10, 18 and 26.
+func TestHeavyHitterOneCPUCaughtAtThreshold(t *testing.T) {
+	h := testHeavy
+	h.PacketsPerSec, h.SYNsPerSec = 80, 0
+	d := heavyDatapath(t, h, Options{})
+	thresh := testPerWindow(h.PacketsPerSec)
+	if thresh != 20 || h.SampledOneIn() != 1 {
+		t.Fatalf("threshold %d a window, sampling 1 in %d: want 20, unsampled", thresh, h.SampledOneIn())
+	}
+	frame := udpFrom("10.21.21.21")
+	waitWindow(t, h)
+	got := verdictDelta(t, d, func() {
+		sendOnCPU(t, d, frame, thresh, 0)
+		sendOnCPU(t, d, frame, 1, 0)
+	})
+	if got["pass"] != uint64(thresh) || got["drop_provisional"] != 1 {
+		t.Fatalf("%d packets on one CPU, then one more: verdicts %v, want %d passed and the next dropped", thresh, got, thresh)
+	}
+}
+
 // The rails in the data plane: protected and known-good sources are never
 // caught, allowlisted ones never reach the detector; an IPv6 prefix is
 // not caught over a protected host inside it, and a known-good client

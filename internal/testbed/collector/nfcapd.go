@@ -178,8 +178,30 @@ func Read(files ...string) ([]Flow, error) {
 
 // read reads an nfcapd file: -o json for the flows, and the %end format
 // element, in the same order, for the end reasons json lacks.
+// noFlows is what nfdump prints for a file without flows, in every output
+// format (inside the brackets of its json, and with -q too): a file nfcapd
+// rotated to on the hour just before it was stopped has none.
+const noFlows = "No matching flows"
+
+// nfdump runs nfdump with args and returns its output without the
+// noFlows line.
+func nfdump(args ...string) ([]byte, error) {
+	out, err := exec.Command("nfdump", args...).Output()
+	if err != nil {
+		return nil, err
+	}
+	lines := bytes.SplitAfter(out, []byte("\n"))
+	kept := lines[:0]
+	for _, l := range lines {
+		if string(bytes.TrimSpace(l)) != noFlows {
+			kept = append(kept, l)
+		}
+	}
+	return bytes.Join(kept, nil), nil
+}
+
 func read(file string) ([]Flow, error) {
-	out, err := exec.Command("nfdump", "-r", file, "-o", "json").Output()
+	out, err := nfdump("-r", file, "-o", "json")
 	if err != nil {
 		return nil, fmt.Errorf("nfdump -o json: %w", err)
 	}
@@ -187,7 +209,7 @@ func read(file string) ([]Flow, error) {
 	if err := json.Unmarshal(out, &rows); err != nil {
 		return nil, fmt.Errorf("nfdump's json: %w", err)
 	}
-	ends, err := exec.Command("nfdump", "-q", "-N", "-r", file, "-o", "fmt:%end").Output()
+	ends, err := nfdump("-q", "-N", "-r", file, "-o", "fmt:%end")
 	if err != nil {
 		return nil, fmt.Errorf("nfdump -o fmt:%%end: %w", err)
 	}
@@ -253,7 +275,7 @@ func ReadTotals(files ...string) (Totals, error) {
 func readTotals(file string) (Totals, error) {
 	// One CSV line per flow of just the counters: small enough for a
 	// few million flows, and exact (json prints the same numbers).
-	out, err := exec.Command("nfdump", "-q", "-N", "-r", file, "-o", "fmt:%pkt %byt %opkt %obyt").Output()
+	out, err := nfdump("-q", "-N", "-r", file, "-o", "fmt:%pkt %byt %opkt %obyt")
 	if err != nil {
 		return Totals{}, fmt.Errorf("nfdump totals of %s: %w", file, err)
 	}
