@@ -334,27 +334,42 @@ func (p *Probe) Apply(ops []flow.Op) error {
 		return fmt.Errorf("%w: the probe is closed", datapath.ErrInvalid)
 	}
 	mb := flow.NewMonoBase()
-	for done := 0; done < len(ops); {
-		chunk := ops[done:min(len(ops), done+opsLimit)]
-		for i := range chunk {
-			ck, err := bpfKey(chunk[i].Key)
+	// An op whose key is malformed fails alone (its Err); the others
+	// still run: slot maps each slot of the batch to its op.
+	var slot [opsLimit]int
+	for next := 0; next < len(ops); {
+		n := 0
+		for ; next < len(ops) && n < opsLimit; next++ {
+			o := &ops[next]
+			ck, err := bpfKey(o.Key)
 			if err != nil {
-				return p.fail(ops[done:], err)
+				o.Err = err
+				continue
 			}
-			op := &p.ops[i]
+			op := &p.ops[n]
 			*op = probeTwProbeOp{Key: ck, Kind: uint8(probeTwProbeOpKindTW_OP_SET_STATE),
-				State: uint8(chunk[i].State), Action: uint8(chunk[i].Action), Ret: 0xff}
-			if chunk[i].Delete {
+				State: uint8(o.State), Action: uint8(o.Action), Ret: 0xff}
+			if o.Delete {
 				op.Kind = uint8(probeTwProbeOpKindTW_OP_TAKE)
 			}
+			slot[n] = next
+			n++
 		}
-		b := probeTwProbeBatch{N: uint32(len(chunk))}
+		if n == 0 {
+			continue
+		}
+		b := probeTwProbeBatch{N: uint32(n)}
 		ctx := unsafe.Slice((*byte)(unsafe.Pointer(&b)), unsafe.Sizeof(b))
 		if _, err := p.objs.TwProbeCtlBatch.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
-			return p.fail(ops[done:], fmt.Errorf("running the control batch: %w", err))
+			err = fmt.Errorf("running the control batch: %w", err)
+			for _, i := range slot[:n] {
+				ops[i].Err = err
+			}
+			p.fail(ops[next:], err)
+			return err
 		}
-		for i := range chunk {
-			o, op := &chunk[i], &p.ops[i]
+		for j, i := range slot[:n] {
+			o, op := &ops[i], &p.ops[j]
 			switch probeTwProbeCtlRet(op.Ret) {
 			case probeTwProbeCtlRetTW_CTL_OK:
 				o.Err = nil
@@ -368,17 +383,15 @@ func (p *Probe) Apply(ops []flow.Op) error {
 				o.Err = fmt.Errorf("%s: the control batch left result %d", o.Key, op.Ret)
 			}
 		}
-		done += len(chunk)
 	}
 	return nil
 }
 
 // fail gives every op not applied the batch's error.
-func (p *Probe) fail(ops []flow.Op, err error) error {
+func (p *Probe) fail(ops []flow.Op, err error) {
 	for i := range ops {
 		ops[i].Err = err
 	}
-	return err
 }
 
 // Lookup returns a flow's current state and counters.

@@ -663,11 +663,18 @@ func TestApplyBatch(t *testing.T) {
 			ops = append(ops, flow.Op{Key: k, Delete: true})
 		}
 	}
+	// A malformed key (endpoints unsorted) fails alone, mid-batch.
+	bad := tier.FlowKey{Proto: pkt.ProtoUDP, Lo: srv4, Hi: cli4}
+	ops = append(ops[:10], append([]flow.Op{{Key: bad, Delete: true}}, ops[10:]...)...)
 	ops = append(ops, flow.Op{Key: missing, Delete: true}, flow.Op{Key: keys[0], Delete: true},
 		flow.Op{Key: missing, State: flow.StateSoftware})
 	if err := p.Apply(ops); err != nil {
 		t.Fatal(err)
 	}
+	if !errors.Is(ops[10].Err, tier.ErrInvalid) {
+		t.Fatalf("malformed key: %v, want ErrInvalid", ops[10].Err)
+	}
+	ops = append(ops[:10], ops[11:]...)
 	deleted := 0
 	for _, o := range ops[:len(ops)-3] {
 		if o.Err != nil {
