@@ -174,15 +174,17 @@ type xdpMDLive struct {
 }
 
 // Send transmits frame n times (in one test run) and returns how many
-// frames the program handed to the kernel for transmission, and how many
-// of them each sample index was the source of (nil in spoof mode).
-func (g *Generator) Send(frame []byte, n uint32) (uint64, []uint64, error) {
+// frames the program handed to the kernel for transmission. Which
+// sample each frame came from is not counted here: Cursor and AddWalked
+// say it for a whole stretch of sends, so a sender whose CPU is shared
+// with the receiver (the lab's wire) does no per-source work per call.
+func (g *Generator) Send(frame []byte, n uint32) (uint64, error) {
 	if n == 0 {
-		return 0, nil, nil
+		return 0, nil
 	}
 	before, err := g.state()
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	_, err = g.objs.TwGen.Run(&ebpf.RunOptions{
 		Data:    frame,
@@ -191,18 +193,44 @@ func (g *Generator) Send(frame []byte, n uint32) (uint64, []uint64, error) {
 		Context: &xdpMDLive{Data: 0, DataEnd: uint32(len(frame)), IngressIfindex: uint32(g.ifindex)},
 	})
 	if err != nil {
-		return 0, nil, fmt.Errorf("live-frames run: %w", err)
+		return 0, fmt.Errorf("live-frames run: %w", err)
 	}
 	after, err := g.state()
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	var sent uint64
-	per := make([]uint64, g.samples)
 	for cpu := range after {
 		sent += after[cpu].Sent - before[cpu].Sent
+	}
+	return sent, nil
+}
+
+// Cursor is where each CPU's walk over the samples stands.
+type Cursor []uint64
+
+// Cursor reads the walk's position on every CPU.
+func (g *Generator) Cursor() (Cursor, error) {
+	st, err := g.state()
+	if err != nil {
+		return nil, err
+	}
+	c := make(Cursor, len(st))
+	for cpu := range st {
+		c[cpu] = st[cpu].Seq
+	}
+	return c, nil
+}
+
+// AddWalked adds to per[i] the frames sample index i was the source of
+// between the cursors from and to (per has one slot per sample).
+func (g *Generator) AddWalked(per []uint64, from, to Cursor) error {
+	if len(per) != g.samples || len(from) != len(to) {
+		return fmt.Errorf("%w: %d counts for %d samples, cursors of %d and %d CPUs", datapath.ErrInvalid, len(per), g.samples, len(from), len(to))
+	}
+	for cpu := range to {
 		// This CPU walked samples [seq0, seq1): full cycles plus a window.
-		s0, k := before[cpu].Seq, after[cpu].Seq-before[cpu].Seq
+		s0, k := from[cpu], to[cpu]-from[cpu]
 		full, rest := k/uint64(g.samples), k%uint64(g.samples)
 		if full > 0 {
 			for i := range per {
@@ -213,7 +241,7 @@ func (g *Generator) Send(frame []byte, n uint32) (uint64, []uint64, error) {
 			per[(s0+i)%uint64(g.samples)]++
 		}
 	}
-	return sent, per, nil
+	return nil
 }
 
 func (g *Generator) state() ([]trafgenTwGenState, error) {

@@ -32,6 +32,12 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) (_ []R
 	if err := lab.StartNginx(); err != nil {
 		return nil, err
 	}
+	// nginx is the host's: it runs on the host's CPU, beside its NAPI and
+	// XDP; the clients (wrk) run on CPU 0 with the generator and the NIC
+	// stage, as the internet and the card do.
+	if err := pinComm("nginx", rxCPU); err != nil {
+		return nil, err
+	}
 	src, dst, err := labMACs()
 	if err != nil {
 		return nil, err
@@ -107,6 +113,10 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 			_ = teardown()
 			return nil, err
 		}
+		if err := pinNAPI(lab.NSNic, lab.IfWire, nicCPU); err != nil {
+			_ = teardown()
+			return nil, err
+		}
 		return teardown, nil
 	}
 	nic, _, teardown, err := labMode(mode, srcs)
@@ -128,7 +138,7 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 // timeout: the paper's weighttp setup) and returns completed requests/s.
 func wrkRate(ctx context.Context, dur time.Duration) (float64, error) {
 	secs := max(1, int(dur.Seconds()+0.5))
-	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", lab.NSInet, "wrk", "-t2", "-c200",
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", lab.NSInet, "taskset", "-c", strconv.Itoa(genCPU), "wrk", "-t2", "-c200",
 		fmt.Sprintf("-d%ds", secs), "--timeout", "5s", "http://"+lab.Host4.String()+"/").CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("wrk: %v: %s", err, out)

@@ -58,8 +58,8 @@ func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 				if err != nil {
 					return rows, fmt.Errorf("%s, %d sources: %w", modeName(mode), n, err)
 				}
-				fmt.Fprintf(p.Log, "eval: %-15s %-8s %7d sources: sent %.2f Mpps, dropped %.3f Mpps (hw %.3f), rx CPU %.0f%% %s\n",
-					r.Mechanism, r.Dist, n, r.SentMpps, r.DropMpps, r.Extra, r.CPUPct, r.Note)
+				fmt.Fprintf(p.Log, "eval: %-15s %-8s %7d sources: sent %.2f Mpps, arrived %.3f Mpps, dropped %.3f Mpps (hw %.3f), rx CPU %.0f%% %s\n",
+					r.Mechanism, r.Dist, n, r.SentMpps, r.Arrived, r.DropMpps, r.Extra, r.CPUPct, r.Note)
 				rows = append(rows, r)
 			}
 		}
@@ -219,7 +219,7 @@ func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *da
 	// The NIC stage's XDP gives the wire a NAPI to pin. The host's veth
 	// has one only with XDP on it, i.e. with the filter (host, hybrid):
 	// in the NIC modes there may be nothing to pin there.
-	if err := pinNAPI(lab.NSNic, lab.IfWire, rxCPU); err != nil {
+	if err := pinNAPI(lab.NSNic, lab.IfWire, nicCPU); err != nil {
 		_ = detach() // the pinning error is the one to report
 		return nil, nil, nil, err
 	}

@@ -302,8 +302,36 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 	defer g.Close()
 
 	rep := &Report{Sources: s.Sources, Epochs: 1}
+	// Per-source counts are taken per epoch of the sample table, from the
+	// walk's cursors, never per send: the lab's wire shares this CPU.
+	var per []uint64
+	var cur0 gen.Cursor
+	walked := func() error {
+		if per == nil {
+			return nil
+		}
+		cur1, err := g.Cursor()
+		if err != nil {
+			return err
+		}
+		if err := g.AddWalked(per, cur0, cur1); err != nil {
+			return err
+		}
+		for i, c := range per {
+			if c > 0 {
+				rep.PerSource[spec.Samples[i]] += c
+				per[i] = 0
+			}
+		}
+		cur0 = cur1
+		return nil
+	}
 	if !s.Spoof.IsValid() {
 		rep.PerSource = make(map[netip.Addr]uint64, s.Sources)
+		per = make([]uint64, len(spec.Samples))
+		if cur0, err = g.Cursor(); err != nil {
+			return nil, err
+		}
 	}
 	// Each test run ends with an RCU grace period (~20 ms here): runs of
 	// about 100 ms keep that overhead small and the rate cap smooth.
@@ -325,6 +353,9 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 			break
 		}
 		if s.Reshuffle > 0 && !now.Before(nextShuffle) && !s.Spoof.IsValid() {
+			if err := walked(); err != nil {
+				return rep, err
+			}
 			rng.Shuffle(len(rank), func(a, b int) { rank[a], rank[b] = rank[b], rank[a] })
 			table = sampleTable(weights, rank, len(table), rng)
 			for i, src := range table {
@@ -352,7 +383,7 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 			n = min(chunk, total-rep.Sent)
 		}
 		callStart := time.Now()
-		sent, per, err := g.Send(frame, uint32(min(n, math.MaxUint32)))
+		sent, err := g.Send(frame, uint32(min(n, math.MaxUint32)))
 		if err != nil {
 			return rep, err
 		}
@@ -360,13 +391,6 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 			rate = float64(sent) / d.Seconds()
 		}
 		rep.Sent += sent
-		if rep.PerSource != nil {
-			for i, c := range per {
-				if c > 0 {
-					rep.PerSource[spec.Samples[i]] += c
-				}
-			}
-		}
 		if s.Rate > 0 {
 			// Pace: sleep until the schedule catches up with what was sent.
 			if ahead := time.Duration(rep.Sent*uint64(time.Second)/s.Rate) - time.Since(start); ahead > 0 {
@@ -379,5 +403,5 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 	}
 	rep.Elapsed = time.Since(start)
 	rep.PPS = float64(rep.Sent) / rep.Elapsed.Seconds()
-	return rep, nil
+	return rep, walked()
 }
