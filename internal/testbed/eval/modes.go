@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath"
@@ -29,8 +30,11 @@ func modeName(m nicstage.Mode) string {
 	return "lab-" + string(m)
 }
 
-// LabModes measures each mode's drop rate on the lab: generator → NIC
-// stage → host, all receive-side work pinned to one CPU.
+// LabModes measures each mode's drop rate on the lab: generator and NIC
+// stage on CPU 0, the host on CPU 1. Every size and distribution is
+// measured at the generator's full rate (figure "drop-rate"); at
+// p.SweepSizes, uniform traffic is also offered at each of p.SweepRates,
+// the same for every mode (figure "offered").
 func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 	if err := lab.Up(); err != nil {
 		return nil, err
@@ -44,37 +48,71 @@ func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var rows []Row
+	bg := background(p.Duration)
+	fmt.Fprintf(p.Log, "eval: lab background: CPU %d busy %.1f%% with nothing sent\n", rxCPU, bg.CPUPct)
+	rows := []Row{bg}
+	sizes := slices.Clone(p.Sizes)
+	for _, n := range p.SweepSizes {
+		if !slices.Contains(sizes, n) {
+			sizes = append(sizes, n)
+		}
+	}
 	for _, mode := range Modes {
 		if p.Only != nil && !p.Only[modeName(mode)] {
 			continue
 		}
-		for _, n := range p.Sizes {
+		for _, n := range sizes {
 			for _, d := range p.Dists {
 				if ctx.Err() != nil {
 					return rows, ctx.Err()
 				}
-				r, err := labCell(ctx, mode, n, d, src, dst, p.Duration, p.Repeat)
+				var rates []uint64
+				if d == trafgen.Uniform && slices.Contains(p.SweepSizes, n) {
+					rates = p.SweepRates
+				}
+				full := slices.Contains(p.Sizes, n)
+				if !full && len(rates) == 0 {
+					continue
+				}
+				rs, err := labCell(ctx, mode, n, d, src, dst, p.Duration, p.Repeat, full, rates)
+				for _, r := range rs {
+					fmt.Fprintf(p.Log, "eval: %-9s %-15s %-8s %7d sources: sent %.2f Mpps, arrived %.3f Mpps, dropped %.3f Mpps (hw %.3f), rx CPU %.0f%% %s\n",
+						r.Figure, r.Mechanism, r.Dist, n, r.SentMpps, r.Arrived, r.DropMpps, r.Extra, r.CPUPct, r.Note)
+				}
+				rows = append(rows, rs...)
 				if err != nil {
 					return rows, fmt.Errorf("%s, %d sources: %w", modeName(mode), n, err)
 				}
-				fmt.Fprintf(p.Log, "eval: %-15s %-8s %7d sources: sent %.2f Mpps, arrived %.3f Mpps, dropped %.3f Mpps (hw %.3f), rx CPU %.0f%% %s\n",
-					r.Mechanism, r.Dist, n, r.SentMpps, r.Arrived, r.DropMpps, r.Extra, r.CPUPct, r.Note)
-				rows = append(rows, r)
 			}
 		}
 	}
 	return rows, nil
 }
 
-func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration, repeat int) (_ Row, err error) {
+// background is CPU 1's busy share with the lab up and nothing sent: the
+// part of every cell's host CPU that is not the packets' (this process,
+// timers). The verdicts on host CPU allow for it.
+func background(dur time.Duration) Row {
+	b0, t0 := cpuTimes(rxCPU)
+	time.Sleep(dur)
+	b1, t1 := cpuTimes(rxCPU)
+	r := Row{Figure: "background", Mechanism: "lab", Dist: string(trafgen.Uniform)}
+	if t1 > t0 {
+		r.CPUPct = 100 * float64(b1-b0) / float64(t1-t0)
+	}
+	return r
+}
+
+// labCell attaches mode with rules for n sources, runs placement, then
+// measures at the generator's full rate (when full) and at each of rates.
+func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration, repeat int, full bool, rates []uint64) (_ []Row, err error) {
 	srcs, err := trafgen.Addresses(lab.AttackNet4, n)
 	if err != nil {
-		return Row{}, err
+		return nil, err
 	}
 	nic, dp, detach, err := labMode(mode, srcs)
 	if err != nil {
-		return Row{}, err
+		return nil, err
 	}
 	// The next cell attaches to the same interfaces: a failed detach
 	// must not pass unnoticed.
@@ -85,8 +123,8 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 	}()
 
 	spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: src, DstMAC: dst, Dst: lab.Host4, Sources: n, Dist: d, Seed: uint64(n)}
-	flood := func(t time.Duration) (*trafgen.Report, error) {
-		spec.Duration = t
+	flood := func(t time.Duration, rate uint64) (*trafgen.Report, error) {
+		spec.Duration, spec.Rate = t, rate
 		var rep *trafgen.Report
 		err := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e })
 		return rep, err
@@ -109,8 +147,8 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 	}
 	// Placement with the paper's algorithm: one interval of traffic, then
 	// the heaviest sources move to the NIC table (hybrid, nic-hw).
-	if _, err := flood(dur / 2); err != nil {
-		return Row{}, err
+	if _, err := flood(dur/2, 0); err != nil {
+		return nil, err
 	}
 	if mode == nicstage.Hybrid || mode == nicstage.HW {
 		off := &placement.Offloader{Table: nic, Params: placement.Params{MaxRate: 1}}
@@ -127,50 +165,78 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 		}
 		c0, err := counted()
 		if err != nil {
-			return Row{}, err
+			return nil, err
 		}
 		if _, err := off.Step(ctx, time.Now(), c0); err != nil {
-			return Row{}, err
+			return nil, err
 		}
-		if _, err := flood(dur / 2); err != nil {
-			return Row{}, err
+		if _, err := flood(dur/2, 0); err != nil {
+			return nil, err
 		}
 		c1, err := counted()
 		if err != nil {
-			return Row{}, err
+			return nil, err
 		}
 		if _, err := off.Step(ctx, time.Now(), c1); err != nil {
-			return Row{}, err
+			return nil, err
 		}
 	}
-	return medianOf(repeat, func() (Row, error) {
-		hw0, sw0, ov0, ar0, err := counters()
+	measure := func(fig string, rate uint64) (Row, error) {
+		return medianOf(repeat, func() (Row, error) {
+			// The window opens when the first frame goes, not before the
+			// generator's set-up (loading its program, writing up to 2^21
+			// samples: longer at 128K sources than at 1K), which sends
+			// nothing and would dilute the rates.
+			var hw0, sw0, ov0, ar0, b0, t0 uint64
+			var start time.Time
+			var cerr error
+			spec.Started = func(t time.Time) {
+				hw0, sw0, ov0, ar0, cerr = counters()
+				b0, t0 = cpuTimes(rxCPU)
+				start = t
+			}
+			defer func() { spec.Started = nil }()
+			rep, err := flood(dur, rate)
+			if err != nil {
+				return Row{}, err
+			}
+			if cerr != nil {
+				return Row{}, cerr
+			}
+			time.Sleep(20 * time.Millisecond) // the host's queue drains
+			el := time.Since(start).Seconds()
+			b1, t1 := cpuTimes(rxCPU)
+			hw1, sw1, ov1, ar1, err := counters()
+			if err != nil {
+				return Row{}, err
+			}
+			r := Row{Figure: fig, Mechanism: modeName(mode), Dist: string(d), Sources: n, SentMpps: rep.PPS / 1e6,
+				DropMpps: float64(hw1-hw0+sw1-sw0) / el / 1e6, Extra: float64(hw1-hw0) / el / 1e6, Arrived: float64(ar1-ar0) / el / 1e6}
+			if t1 > t0 {
+				r.CPUPct = 100 * float64(b1-b0) / float64(t1-t0)
+			}
+			if ov := ov1 - ov0; ov > 0 {
+				r.Note = fmt.Sprintf("NIC CPU overload drops %.3f Mpps;", float64(ov)/el/1e6)
+			}
+			return r, nil
+		})
+	}
+	var rows []Row
+	if full {
+		r, err := measure("drop-rate", 0)
 		if err != nil {
-			return Row{}, err
+			return rows, err
 		}
-		b0, t0 := cpuTimes(rxCPU)
-		start := time.Now()
-		rep, err := flood(dur)
+		rows = append(rows, r)
+	}
+	for _, rate := range rates {
+		r, err := measure("offered", rate)
 		if err != nil {
-			return Row{}, err
+			return rows, err
 		}
-		time.Sleep(50 * time.Millisecond)
-		el := time.Since(start).Seconds()
-		b1, t1 := cpuTimes(rxCPU)
-		hw1, sw1, ov1, ar1, err := counters()
-		if err != nil {
-			return Row{}, err
-		}
-		r := Row{Figure: "drop-rate", Mechanism: modeName(mode), Dist: string(d), Sources: n, SentMpps: rep.PPS / 1e6,
-			DropMpps: float64(hw1-hw0+sw1-sw0) / el / 1e6, Extra: float64(hw1-hw0) / el / 1e6, Arrived: float64(ar1-ar0) / el / 1e6}
-		if t1 > t0 {
-			r.CPUPct = 100 * float64(b1-b0) / float64(t1-t0)
-		}
-		if ov := ov1 - ov0; ov > 0 {
-			r.Note = fmt.Sprintf("NIC CPU overload drops %.3f Mpps;", float64(ov)/el/1e6)
-		}
-		return r, nil
-	})
+		rows = append(rows, r)
+	}
+	return rows, nil
 }
 
 func hostPrefixes(as []netip.Addr) []netip.Prefix {
@@ -219,7 +285,7 @@ func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *da
 	// The NIC stage's XDP gives the wire a NAPI to pin. The host's veth
 	// has one only with XDP on it, i.e. with the filter (host, hybrid):
 	// in the NIC modes there may be nothing to pin there.
-	if err := pinNAPI(lab.NSNic, lab.IfWire, nicCPU); err != nil {
+	if err := pinNIC(); err != nil {
 		_ = detach() // the pinning error is the one to report
 		return nil, nil, nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/netnsx"
+	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
@@ -47,7 +48,15 @@ type Row struct {
 	CPUPct    float64 `json:"rx_cpu_pct"`   // receiver CPU busy, percent
 	Extra     float64 `json:"extra"`        // figure-specific: NIC-table drops (Mpps), HTTP req/s, model values
 	Arrived   float64 `json:"arrived_mpps"` // lab: attack packets that reached the NIC stage
-	Note      string  `json:"note,omitempty"`
+	// The range of the measurements the row is the median of (drop Mpps;
+	// for HTTP rows, requests/s): how far a difference is noise.
+	Lo float64 `json:"lo"`
+	Hi float64 `json:"hi"`
+	// CPUPct is the median of the measurements' CPU shares (not the CPU of
+	// the median-drop one); CPULo and CPUHi their range.
+	CPULo float64 `json:"cpu_lo"`
+	CPUHi float64 `json:"cpu_hi"`
+	Note  string  `json:"note,omitempty"`
 }
 
 func inNS(name string, cpu int, f func() error) error { return netnsx.Do(name, cpu, f) }
@@ -89,8 +98,33 @@ func pinNAPI(ns, iface string, cpu int) error {
 	return pinComm("napi/"+iface, cpu)
 }
 
+// pinNIC makes the NIC stage's NAPI a kthread on nicCPU that preempts
+// everything else there (SCHED_FIFO). The generator and the clients
+// share that CPU: at equal priority the generator, three times faster
+// than the stage, would overflow the wire port's ring and lose two
+// frames in three before the "card" saw them. A real wire loses nothing
+// it carries; with the stage first, the generator sends only as fast as
+// the stage takes frames, and that shared CPU's rate is the lab's line
+// rate.
+func pinNIC() error {
+	if err := pinNAPI(lab.NSNic, lab.IfWire, nicCPU); err != nil {
+		return err
+	}
+	return forComm("napi/"+lab.IfWire, func(pid int) error {
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 50}
+		return unix.SchedSetAttr(pid, &attr, 0)
+	})
+}
+
 // pinComm moves every thread whose name starts with prefix to cpu.
 func pinComm(prefix string, cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	return forComm(prefix, func(pid int) error { return unix.SchedSetaffinity(pid, &set) })
+}
+
+// forComm runs f on every thread whose name starts with prefix.
+func forComm(prefix string, f func(pid int) error) error {
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -99,10 +133,8 @@ func pinComm(prefix string, cpu int) error {
 		}
 		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
 		if strings.HasPrefix(strings.TrimSpace(string(comm)), prefix) {
-			var set unix.CPUSet
-			set.Set(cpu)
-			if err := unix.SchedSetaffinity(pid, &set); err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: gone since listed
-				return fmt.Errorf("pinning %s to CPU %d: %w", strings.TrimSpace(string(comm)), cpu, err)
+			if err := f(pid); err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: gone since listed
+				return fmt.Errorf("%s: %w", strings.TrimSpace(string(comm)), err)
 			}
 		}
 	}
@@ -148,8 +180,12 @@ type Params struct {
 	Dists    []trafgen.Dist
 	Duration time.Duration // of each measurement
 	Repeat   int           // measurements per cell; the median is reported (default 1)
-	Only     map[string]bool
-	Log      io.Writer
+	// The lab's sweep of offered attack rates (packets/s, uniform traffic)
+	// at each of SweepSizes, every mode at the same rates.
+	SweepRates []uint64
+	SweepSizes []int
+	Only       map[string]bool
+	Log        io.Writer
 }
 
 // DropRate measures every host mechanism at every size and distribution
@@ -220,21 +256,28 @@ func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, src, dst [
 	if err := inNS(nsTx, genCPU, func() error { _, err := trafgen.Run(ctx, spec); return err }); err != nil {
 		return Row{}, err
 	}
-	var d0, d1 uint64
+	var d0, d1, b0, t0 uint64
+	var derr error
+	var start time.Time
 	get := func(v *uint64) error {
 		return inNS(nsRx, -1, func() error { var err error; *v, err = m.Dropped(); return err })
 	}
-	if err := get(&d0); err != nil {
-		return Row{}, err
+	// The window opens at the first frame, after the generator's set-up
+	// (its program, up to 2^21 samples), which grows with the sources.
+	spec.Started = func(t time.Time) {
+		derr = get(&d0)
+		b0, t0 = cpuTimes(rxCPU)
+		start = t
 	}
-	b0, t0 := cpuTimes(rxCPU)
 	spec.Duration = dur
 	var rep *trafgen.Report
-	start := time.Now()
 	if err := inNS(nsTx, genCPU, func() error { var err error; rep, err = trafgen.Run(ctx, spec); return err }); err != nil {
 		return Row{}, err
 	}
-	time.Sleep(50 * time.Millisecond) // let the receiver finish its queue
+	if derr != nil {
+		return Row{}, derr
+	}
+	time.Sleep(20 * time.Millisecond) // let the receiver finish its queue
 	el := time.Since(start)
 	b1, t1 := cpuTimes(rxCPU)
 	if err := get(&d1); err != nil {
@@ -252,6 +295,11 @@ func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, src, dst [
 // median drop rate: one slow or fast moment of this shared machine must
 // not decide a cell.
 func medianOf(n int, f func() (Row, error)) (Row, error) {
+	return medianBy(n, func(r Row) float64 { return r.DropMpps }, f)
+}
+
+// medianBy is medianOf on the value v of a row; Lo and Hi keep the range.
+func medianBy(n int, v func(Row) float64, f func() (Row, error)) (Row, error) {
 	var rs []Row
 	for i := 0; i < max(n, 1); i++ {
 		r, err := f()
@@ -260,10 +308,17 @@ func medianOf(n int, f func() (Row, error)) (Row, error) {
 		}
 		rs = append(rs, r)
 	}
-	sort.Slice(rs, func(i, j int) bool { return rs[i].DropMpps < rs[j].DropMpps })
+	cpu := make([]float64, len(rs))
+	for i, r := range rs {
+		cpu[i] = r.CPUPct
+	}
+	sort.Float64s(cpu)
+	sort.Slice(rs, func(i, j int) bool { return v(rs[i]) < v(rs[j]) })
 	m := rs[len(rs)/2]
+	m.Lo, m.Hi = v(rs[0]), v(rs[len(rs)-1])
+	m.CPUPct, m.CPULo, m.CPUHi = cpu[len(cpu)/2], cpu[0], cpu[len(cpu)-1]
 	if len(rs) > 1 {
-		m.Note = strings.TrimSpace(fmt.Sprintf("%s median of %d (%.3f–%.3f)", m.Note, len(rs), rs[0].DropMpps, rs[len(rs)-1].DropMpps))
+		m.Note = strings.TrimSpace(fmt.Sprintf("%s median of %d (%.3f–%.3f)", m.Note, len(rs), m.Lo, m.Hi))
 	}
 	return m, nil
 }
