@@ -35,6 +35,13 @@ func Run(ctx context.Context, o Options) error {
 		p.Repeat = 1
 		p.SweepSizes, p.SweepRates = []int{64}, []uint64{200_000}
 	}
+	// This process sends from CPU 0; its runtime must not add to the busy
+	// share measured on CPU 1.
+	restore, err := pinProcess(genCPU)
+	if err != nil {
+		return err
+	}
+	defer restore()
 	rows, err := DropRate(ctx, p)
 	if err != nil {
 		return err

@@ -34,7 +34,10 @@ func modeName(m nicstage.Mode) string {
 // stage on CPU 0, the host on CPU 1. Every size and distribution is
 // measured at the generator's full rate (figure "drop-rate"); at
 // p.SweepSizes, uniform traffic is also offered at each of p.SweepRates,
-// the same for every mode (figure "offered").
+// the same for every mode (figure "offered"). The modes take turns at each
+// size and distribution (host, hybrid, nic-hw, nic, host, …, p.Repeat
+// rounds, medians reported): the machine's drift over minutes must not
+// decide which mode drops more.
 func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 	if err := lab.Up(); err != nil {
 		return nil, err
@@ -48,8 +51,11 @@ func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 	if err != nil {
 		return nil, err
 	}
-	bg := background(p.Duration)
-	fmt.Fprintf(p.Log, "eval: lab background: CPU %d busy %.1f%% with nothing sent\n", rxCPU, bg.CPUPct)
+	bg, err := background(ctx, p.Duration)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(p.Log, "eval: lab background: CPU %d busy %.1f%% while the generator sends %.2f Mpps into a sink\n", rxCPU, bg.CPUPct, bg.SentMpps)
 	rows := []Row{bg}
 	sizes := slices.Clone(p.Sizes)
 	for _, n := range p.SweepSizes {
@@ -57,31 +63,47 @@ func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 			sizes = append(sizes, n)
 		}
 	}
+	var modes []nicstage.Mode
 	for _, mode := range Modes {
-		if p.Only != nil && !p.Only[modeName(mode)] {
-			continue
+		if p.Only == nil || p.Only[modeName(mode)] {
+			modes = append(modes, mode)
 		}
-		for _, n := range sizes {
-			for _, d := range p.Dists {
-				if ctx.Err() != nil {
-					return rows, ctx.Err()
+	}
+	for _, n := range sizes {
+		for _, d := range p.Dists {
+			var rates []uint64
+			if d == trafgen.Uniform && slices.Contains(p.SweepSizes, n) {
+				rates = p.SweepRates
+			}
+			full := slices.Contains(p.Sizes, n)
+			if !full && len(rates) == 0 {
+				continue
+			}
+			// runs[mode][i]: the i-th measurement of each round.
+			runs := map[nicstage.Mode][][]Row{}
+			for range max(p.Repeat, 1) {
+				for _, mode := range modes {
+					if ctx.Err() != nil {
+						return rows, ctx.Err()
+					}
+					rs, err := labCell(ctx, mode, n, d, src, dst, p.Duration, full, rates)
+					if err != nil {
+						return rows, fmt.Errorf("%s, %d sources: %w", modeName(mode), n, err)
+					}
+					for i, r := range rs {
+						if len(runs[mode]) <= i {
+							runs[mode] = append(runs[mode], nil)
+						}
+						runs[mode][i] = append(runs[mode][i], r)
+					}
 				}
-				var rates []uint64
-				if d == trafgen.Uniform && slices.Contains(p.SweepSizes, n) {
-					rates = p.SweepRates
-				}
-				full := slices.Contains(p.Sizes, n)
-				if !full && len(rates) == 0 {
-					continue
-				}
-				rs, err := labCell(ctx, mode, n, d, src, dst, p.Duration, p.Repeat, full, rates)
-				for _, r := range rs {
+			}
+			for _, mode := range modes {
+				for _, rs := range runs[mode] {
+					r := pickMedian(rs, func(r Row) float64 { return r.DropMpps })
 					fmt.Fprintf(p.Log, "eval: %-9s %-15s %-8s %7d sources: sent %.2f Mpps, arrived %.3f Mpps, dropped %.3f Mpps (hw %.3f), rx CPU %.0f%% %s\n",
 						r.Figure, r.Mechanism, r.Dist, n, r.SentMpps, r.Arrived, r.DropMpps, r.Extra, r.CPUPct, r.Note)
-				}
-				rows = append(rows, rs...)
-				if err != nil {
-					return rows, fmt.Errorf("%s, %d sources: %w", modeName(mode), n, err)
+					rows = append(rows, r)
 				}
 			}
 		}
@@ -89,23 +111,44 @@ func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 	return rows, nil
 }
 
-// background is CPU 1's busy share with the lab up and nothing sent: the
-// part of every cell's host CPU that is not the packets' (this process,
-// timers). The verdicts on host CPU allow for it.
-func background(dur time.Duration) Row {
-	b0, t0 := cpuTimes(rxCPU)
-	time.Sleep(dur)
+// background is CPU 1's busy share while the generator sends at full
+// rate into a veth pair inside the internet namespace, which the host
+// never sees: the part of every cell's host CPU that is not the packets'
+// (the generator's RCU grace periods and IPIs, timers). The verdicts on
+// host CPU allow for it.
+func background(ctx context.Context, dur time.Duration) (Row, error) {
+	const sink = lab.Prefix + "bgsink0"
+	for _, c := range [][]string{
+		{"ip", "-n", lab.NSInet, "link", "add", sink, "type", "veth", "peer", "name", sink + "p"},
+		{"ip", "-n", lab.NSInet, "link", "set", sink, "up"},
+		{"ip", "-n", lab.NSInet, "link", "set", sink + "p", "up"},
+	} {
+		if _, err := sh(c...); err != nil {
+			return Row{}, err
+		}
+	}
+	defer sh("ip", "-n", lab.NSInet, "link", "del", sink)
+	var b0, t0 uint64
+	var start time.Time
+	spec := trafgen.Spec{Iface: sink, Dst: lab.Host4, Sources: 1000, Dist: trafgen.Uniform, Duration: dur, Seed: 1,
+		Started: func(t time.Time) { b0, t0 = cpuTimes(rxCPU); start = t }}
+	var rep *trafgen.Report
+	if err := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e }); err != nil {
+		return Row{}, fmt.Errorf("the background's generator: %w", err)
+	}
 	b1, t1 := cpuTimes(rxCPU)
-	r := Row{Figure: "background", Mechanism: "lab", Dist: string(trafgen.Uniform)}
+	r := Row{Figure: "background", Mechanism: "lab", Dist: string(trafgen.Uniform), SentMpps: float64(rep.Sent) / time.Since(start).Seconds() / 1e6}
 	if t1 > t0 {
 		r.CPUPct = 100 * float64(b1-b0) / float64(t1-t0)
 	}
-	return r
+	r.CPULo, r.CPUHi = r.CPUPct, r.CPUPct
+	return r, nil
 }
 
 // labCell attaches mode with rules for n sources, runs placement, then
-// measures at the generator's full rate (when full) and at each of rates.
-func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration, repeat int, full bool, rates []uint64) (_ []Row, err error) {
+// measures once at the generator's full rate (when full) and at each of
+// rates.
+func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration, full bool, rates []uint64) (_ []Row, err error) {
 	srcs, err := trafgen.Addresses(lab.AttackNet4, n)
 	if err != nil {
 		return nil, err
@@ -182,7 +225,7 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 		}
 	}
 	measure := func(fig string, rate uint64) (Row, error) {
-		return medianOf(repeat, func() (Row, error) {
+		return func() (Row, error) {
 			// The window opens when the first frame goes, not before the
 			// generator's set-up (loading its program, writing up to 2^21
 			// samples: longer at 128K sources than at 1K), which sends
@@ -219,7 +262,7 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 				r.Note = fmt.Sprintf("NIC CPU overload drops %.3f Mpps;", float64(ov)/el/1e6)
 			}
 			return r, nil
-		})
+		}()
 	}
 	var rows []Row
 	if full {

@@ -443,6 +443,8 @@ func markdown(rows, model, http []Row, meta RunMeta, dir string) string {
 			h, y := model[i], model[i+1]
 			fmt.Fprintf(&b, "| %s | %d | %.0f | %.3f | %.1f | %.1f |\n", h.Dist, h.Sources, h.Extra, y.Extra, h.DropMpps, y.DropMpps)
 		}
+		b.WriteString("\n")
+		b.WriteString(modelCheck(rows, meta.Sizes, meta.Dists))
 	}
 	return b.String()
 }

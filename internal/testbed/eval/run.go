@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -308,11 +309,19 @@ func medianBy(n int, v func(Row) float64, f func() (Row, error)) (Row, error) {
 		}
 		rs = append(rs, r)
 	}
+	return pickMedian(rs, v), nil
+}
+
+// pickMedian returns the row with the median v, with the range of v in
+// Lo and Hi and the median and range of the CPU shares (measured apart
+// from the drops: the median-drop run's CPU is not the median CPU).
+func pickMedian(rs []Row, v func(Row) float64) Row {
 	cpu := make([]float64, len(rs))
 	for i, r := range rs {
 		cpu[i] = r.CPUPct
 	}
 	sort.Float64s(cpu)
+	rs = slices.Clone(rs)
 	sort.Slice(rs, func(i, j int) bool { return v(rs[i]) < v(rs[j]) })
 	m := rs[len(rs)/2]
 	m.Lo, m.Hi = v(rs[0]), v(rs[len(rs)-1])
@@ -320,5 +329,39 @@ func medianBy(n int, v func(Row) float64, f func() (Row, error)) (Row, error) {
 	if len(rs) > 1 {
 		m.Note = strings.TrimSpace(fmt.Sprintf("%s median of %d (%.3f–%.3f)", m.Note, len(rs), m.Lo, m.Hi))
 	}
-	return m, nil
+	return m
+}
+
+// pinProcess moves every thread of this process to cpu, so that its
+// runtime (timers, the collector, threads made for namespaces) stays off
+// the CPU whose busy share is measured; threads made later inherit it.
+// The returned func gives the threads the process's previous CPUs back.
+func pinProcess(cpu int) (restore func(), err error) {
+	var prev unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &prev); err != nil {
+		return nil, fmt.Errorf("reading this process's CPUs: %w", err)
+	}
+	set := func(s *unix.CPUSet) error {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, s); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("pinning thread %d: %w", tid, err)
+			}
+		}
+		return nil
+	}
+	var one unix.CPUSet
+	one.Set(cpu)
+	if err := set(&one); err != nil {
+		_ = set(&prev) // the pinning error is the one to report
+		return nil, err
+	}
+	return func() { _ = set(&prev) }, nil
 }
