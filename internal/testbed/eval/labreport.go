@@ -8,6 +8,7 @@ package eval
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -72,35 +73,17 @@ func hostCostOK(hybrid, host Row, bg float64) (want float64, ok bool) {
 }
 
 // offered lists a mode's sweep rows at n sources, by offered rate.
-func offered(rows []Row, mech string, n int) []Row {
-	var out []Row
-	for _, r := range rows {
-		if r.Figure == "offered" && r.Mechanism == mech && r.Sources == n {
-			out = append(out, r)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].SentMpps < out[j].SentMpps })
-	return out
-}
+func offered(rows []Row, mech string, n int) []Row { return byRate(rows, "offered", mech, n) }
 
 func sweepSizes(rows []Row) []int {
 	var ns []int
 	for _, r := range rows {
-		if r.Figure == "offered" && !containsInt(ns, r.Sources) {
+		if r.Figure == "offered" && !slices.Contains(ns, r.Sources) {
 			ns = append(ns, r.Sources)
 		}
 	}
 	sort.Ints(ns)
 	return ns
-}
-
-func containsInt(xs []int, x int) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // labCharts draws the host's CPU per dropped packet against sources, and
@@ -305,10 +288,14 @@ func labTargets(rows []Row, sizes []int, dists []string) string {
 }
 
 // httpSeries is a mechanism's HTTP rows at n attackers, by attack rate.
-func httpSeries(rows []Row, mech string, n int) []Row {
+func httpSeries(rows []Row, mech string, n int) []Row { return byRate(rows, "http", mech, n) }
+
+// byRate lists the rows of figure fig for mech at n sources, by the rate
+// the generator sent.
+func byRate(rows []Row, fig, mech string, n int) []Row {
 	var out []Row
 	for _, r := range rows {
-		if r.Figure == "http" && r.Mechanism == mech && r.Sources == n {
+		if r.Figure == fig && r.Mechanism == mech && r.Sources == n {
 			out = append(out, r)
 		}
 	}
