@@ -127,7 +127,8 @@ func background(ctx context.Context, dur time.Duration) (Row, error) {
 			return Row{}, err
 		}
 	}
-	defer sh("ip", "-n", lab.NSInet, "link", "del", sink)
+	// A sink left behind goes with the lab's namespace at lab.Down.
+	defer func() { _, _ = sh("ip", "-n", lab.NSInet, "link", "del", sink) }()
 	var b0, t0 uint64
 	var start time.Time
 	spec := trafgen.Spec{Iface: sink, Dst: lab.Host4, Sources: 1000, Dist: trafgen.Uniform, Duration: dur, Seed: 1,
