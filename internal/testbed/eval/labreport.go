@@ -72,6 +72,14 @@ func hostCostOK(hybrid, host Row, bg float64) (want float64, ok bool) {
 	return want, nsPerDrop(lo) <= want
 }
 
+// labPair is host-only's and the hybrid's full-rate rows at n sources of
+// dist d, when both dropped something.
+func labPair(rows []Row, d string, n int) (host, hybrid Row, ok bool) {
+	host, ok1 := lookup(rows, "drop-rate", "lab-host", d, n)
+	hybrid, ok2 := lookup(rows, "drop-rate", "lab-hybrid", d, n)
+	return host, hybrid, ok1 && ok2 && host.DropMpps > 0 && hybrid.DropMpps > 0
+}
+
 // offered lists a mode's sweep rows at n sources, by offered rate.
 func offered(rows []Row, mech string, n int) []Row { return byRate(rows, "offered", mech, n) }
 
@@ -202,9 +210,8 @@ func labTargets(rows []Row, sizes []int, dists []string) string {
 	var cells, costCells int
 	for _, d := range dists {
 		for _, n := range sizes {
-			h, ok1 := lookup(rows, "drop-rate", "lab-hybrid", d, n)
-			o, ok2 := lookup(rows, "drop-rate", "lab-host", d, n)
-			if !ok1 || !ok2 || h.DropMpps <= 0 || o.DropMpps <= 0 {
+			o, h, ok := labPair(rows, d, n)
+			if !ok {
 				continue
 			}
 			cells++
@@ -313,9 +320,8 @@ func modelCheck(rows []Row, sizes []int, dists []string) string {
 	var b strings.Builder
 	for _, d := range dists {
 		for _, n := range sizes {
-			o, ok1 := lookup(rows, "drop-rate", "lab-host", d, n)
-			h, ok2 := lookup(rows, "drop-rate", "lab-hybrid", d, n)
-			if !ok1 || !ok2 || o.DropMpps <= 0 || h.DropMpps <= 0 {
+			o, h, ok := labPair(rows, d, n)
+			if !ok {
 				continue
 			}
 			if b.Len() == 0 {
