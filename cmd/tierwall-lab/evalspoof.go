@@ -17,6 +17,7 @@ func newEvalSpoof() *cobra.Command {
 	var baseline, attack, interval time.Duration
 	var clients int
 	var rate uint64
+	var clientRate, connRate float64
 	c := &cobra.Command{
 		Use:   "eval-spoof",
 		Short: "Floods whose sources cannot be listed (spoofed /16, /9, all IPv4, IPv6, reflection, SYN) against the daemon's defaults on the lab: docs/EVALUATION-SPOOF.md",
@@ -24,7 +25,7 @@ func newEvalSpoof() *cobra.Command {
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
-			p := eval.SpoofParams{Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, Rate: rate, Log: os.Stderr}
+			p := eval.SpoofParams{Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, ClientRate: clientRate, ConnRate: connRate, Rate: rate, Log: os.Stderr}
 			start := time.Now()
 			rows, err := eval.Spoof(ctx, p)
 			if err != nil {
@@ -42,6 +43,8 @@ func newEvalSpoof() *cobra.Command {
 	c.Flags().DurationVar(&attack, "attack", 12*time.Second, "length of each flood")
 	c.Flags().DurationVar(&interval, "interval", 500*time.Millisecond, "the daemon's interval")
 	c.Flags().IntVar(&clients, "clients", 64, "legitimate HTTP clients")
+	c.Flags().Float64Var(&clientRate, "client-rate", 200, "requests/s each keep-alive client offers (0: as fast as answered)")
+	c.Flags().Float64Var(&connRate, "conn-rate", 30, "new connections/s each client opens in the SYN floods (0: as fast as answered)")
 	c.Flags().Uint64Var(&rate, "rate", 0, "cap the flood at this many packets/s (0: the generator's full rate)")
 	return c
 }

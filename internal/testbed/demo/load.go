@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -26,6 +27,11 @@ type Load struct {
 	// of SYNs: keep-alive clients would not notice a stack that cannot
 	// accept.
 	NewConns bool
+	// Rate paces each client to this many requests/s (0: the next
+	// request as soon as the last is answered). A paced client that falls
+	// behind does not catch up in a burst: its rate is the lower of Rate
+	// and one over its latency, so a stall shows as lost requests.
+	Rate float64
 }
 
 // dialIn connects from inside network namespace ns, from local.
@@ -86,7 +92,28 @@ func (l *Load) Run(ctx context.Context, ns, url string, clients []netip.Addr) {
 			tr := &http.Transport{DialContext: dialIn(ns, local), MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1, DisableKeepAlives: l.NewConns}
 			defer tr.CloseIdleConnections()
 			hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+			var (
+				gap  time.Duration
+				next = time.Now()
+			)
+			if l.Rate > 0 {
+				gap = time.Duration(float64(time.Second) / l.Rate)
+				// Clients start spread over one gap, not in step.
+				next = next.Add(time.Duration(rand.Int64N(int64(gap))))
+			}
 			for ctx.Err() == nil {
+				if gap > 0 {
+					if d := time.Until(next); d > 0 {
+						select {
+						case <-ctx.Done():
+							return
+						case <-time.After(d):
+						}
+					}
+					if next = next.Add(gap); next.Before(time.Now()) {
+						next = time.Now()
+					}
+				}
 				req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
 				resp, err := hc.Do(req)
 				if err != nil {

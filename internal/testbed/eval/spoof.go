@@ -26,6 +26,7 @@ import (
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
+	"golang.org/x/sys/unix"
 )
 
 // sinkIf is the reference phase's sink, in the internet namespace.
@@ -129,6 +130,9 @@ type SpoofParams struct {
 	Attack   time.Duration
 	Interval time.Duration
 	Clients  int
+	// ClientRate and ConnRate pace each client (requests/s, keep-alive;
+	// new connections/s in the SYN floods).
+	ClientRate, ConnRate float64
 	// Rate caps the flood (packets/s, all generators together); 0: the
 	// generator's full rate.
 	Rate uint64
@@ -163,6 +167,21 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 	if err := lab.StartNginx(); err != nil {
 		return nil, err
 	}
+	// The lab split as in LabModes: the wire and the card are outside
+	// the host. CPU 0 runs the generator, the NIC stage and the clients
+	// (this process: demo.Load's goroutines); CPU 1 runs the host: its
+	// NAPI and XDP, nginx and the daemon. Without it the clients, nginx
+	// and the host's XDP drops met on whichever CPU the scheduler chose,
+	// and the clients' share of their CPU, not the defence, set their
+	// rate under attack.
+	if err := pinComm("nginx", rxCPU); err != nil {
+		return nil, err
+	}
+	restore, err := pinProcess(genCPU)
+	if err != nil {
+		return nil, err
+	}
+	defer restore()
 	clients := demo.ClientAddrs(p.Clients)
 	for _, c := range clients {
 		if err := harness.Run("ip", "-n", lab.NSInet, "addr", "replace", c.String()+"/16", "dev", lab.IfInet); err != nil {
@@ -234,6 +253,9 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 		nic.Close()
 		err = errors.Join(err, inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") }))
 	}()
+	if err := pinNIC(); err != nil {
+		return row, err
+	}
 	var egress *nicstage.Egress
 	if sc.SYN {
 		// The card's transmit side: the cookie SYN-ACKs XDP sends back
@@ -252,6 +274,11 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 			return row, fmt.Errorf("the NIC's transmit side: %w", err)
 		}
 		defer egress.Close()
+		// The card's transmit side is the card's work: on CPU 0, not
+		// on the host CPU whose XDP_TX woke it.
+		if err := pinNAPI(lab.NSNic, lab.IfHPort, nicCPU); err != nil {
+			return row, fmt.Errorf("the NIC's transmit side: %w", err)
+		}
 	}
 	dir, err := os.MkdirTemp("", "tierwall-spoof")
 	if err != nil {
@@ -270,11 +297,16 @@ api: {socket: %s}
 		return row, err
 	}
 	harness.RemovePins(lab.NSHost)
-	dmn, err := harness.StartDaemon(harness.Options{Tierwall: p.Tierwall, Netns: lab.NSHost, Config: cfgPath, Socket: sock, Timeout: 30 * time.Second})
+	dmn, err := harness.StartDaemon(harness.Options{Tierwall: p.Tierwall, Netns: lab.NSHost, Config: cfgPath, Socket: sock, Timeout: 30 * time.Second,
+		CPUs: strconv.Itoa(rxCPU)})
 	if err != nil {
 		return row, err
 	}
 	defer dmn.Stop()
+	// The daemon's XDP gave the host's port a NAPI: the host's CPU.
+	if err := pinNAPIFirst(lab.NSHost, lab.IfHost, rxCPU); err != nil {
+		return row, err
+	}
 	var host *datapath.Datapath
 	if err := inNS(lab.NSHost, -1, func() error { var e error; host, e = datapath.Open(lab.IfHost, ""); return e }); err != nil {
 		return row, err
@@ -367,7 +399,21 @@ api: {socket: %s}
 					spec.Seed = uint64(11 + i)
 				}
 				var rep *trafgen.Report
-				e := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e })
+				e := inNS(lab.NSInet, genCPU, func() error {
+					// The attacker's CPU is not the clients' on a real
+					// network; here they share CPU 0, so the generator
+					// takes only what the clients leave (nice 19, this
+					// thread only), in the reference as under attack,
+					// and the clients' rate measures the host, not their
+					// share of CPU 0 against the generator.
+					if err := unix.Setpriority(unix.PRIO_PROCESS, 0, 19); err != nil {
+						return fmt.Errorf("lowering the generator's priority: %w", err)
+					}
+					defer func() { _ = unix.Setpriority(unix.PRIO_PROCESS, 0, 0) }()
+					var e error
+					rep, e = trafgen.Run(ctx, spec)
+					return e
+				})
 				if rep != nil {
 					sent.Add(rep.Sent)
 				}
@@ -383,7 +429,7 @@ api: {socket: %s}
 	_, t0, _ := drops()
 	// Reference: the clients alone at the victim, the same flood into the
 	// sink; the daemon learns the victim and its clients meanwhile.
-	base := &demo.Load{NewConns: sc.SYN}
+	base := &demo.Load{NewConns: sc.SYN, Rate: p.clientRate(sc)}
 	bctx, bcancel := context.WithTimeout(ctx, p.Baseline)
 	baseDone := make(chan struct{})
 	go func() { base.Run(bctx, lab.NSInet, url, clients); close(baseDone) }()
@@ -406,7 +452,7 @@ api: {socket: %s}
 	if err != nil {
 		return row, err
 	}
-	load := &demo.Load{NewConns: sc.SYN}
+	load := &demo.Load{NewConns: sc.SYN, Rate: p.clientRate(sc)}
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
 	loadDone := make(chan struct{})
@@ -740,4 +786,12 @@ func (m *maxRSS) watch(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// clientRate is one client's pace in sc.
+func (p SpoofParams) clientRate(sc SpoofScenario) float64 {
+	if sc.SYN {
+		return p.ConnRate
+	}
+	return p.ClientRate
 }
