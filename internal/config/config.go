@@ -70,6 +70,9 @@ type Capacity struct {
 	// KnownGood the known-good list of each family.
 	FlowRules int `yaml:"flow_rules"`
 	KnownGood int `yaml:"known_good"`
+	// MemoryMiB is the daemon's memory budget (0: none): its Go heap is
+	// held under what the data plane's mapped tables leave of it.
+	MemoryMiB int `yaml:"memory_mib"`
 }
 
 // Hardware selects the NIC tier.
@@ -332,6 +335,9 @@ func (c *Config) Validate() error {
 		if v < 0 || v > 1<<26 {
 			return bad(f, v, "outside 0..67108864")
 		}
+	}
+	if m := c.Capacity.MemoryMiB; m != 0 && (m < 64 || m > 1<<20) {
+		return bad("capacity.memory_mib", m, "outside 64..1048576 (0: no budget)")
 	}
 	h := &c.Hardware
 	switch h.Backend {

@@ -38,6 +38,7 @@ func TestErrorsNameFieldAndValue(t *testing.T) {
 		{"interface: eth0\napi:\n  tcp: 0.0.0.0:9480\n  token_file: x\n", "api.tcp: 0.0.0.0:9480"},
 		{"interface: eth0\napi:\n  tcp: 127.0.0.1:9480\n  token_file: " + short + "\n", "shorter than 16"},
 		{"interface: eth0\nlog:\n  format: xml\n", "log.format: xml"},
+		{"interface: eth0\ncapacity: {memory_mib: 16}\n", "capacity.memory_mib: 16"},
 		{"interface: eth0\ndetectors:\n  rate: {enabled: false}\n  entropy: {enabled: false}\n  victim: {enabled: false}\n", "all are disabled"},
 		{"interface: eth0\ndetectors:\n  lists: {enabled: true, paths: [/nonexistent/feed]}\n", "detectors.lists.paths[0]: /nonexistent/feed"},
 		{"interface: eth0\nrails:\n  max_established_share: 2\n", "rails.max_established_share: 2"},

@@ -145,6 +145,11 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 			own.Release()
 		}
 	}()
+	// The budget is checked before anything is attached: a budget the
+	// tables alone exceed is a configuration error that changes nothing.
+	if err := applyMemoryBudget(cfg, log); err != nil {
+		return nil, err
+	}
 	dp, err := attachDataPlane(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
@@ -171,9 +176,7 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 var (
 	ownerDir        = bpffs.RunDir
 	attachDataPlane = func(cfg *config.Config, log *slog.Logger) (DataPlane, error) {
-		dp, err := datapath.Attach(cfg.Interface, datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
-			PrefixCapacity: cfg.Capacity.Prefix, AllowCapacity: cfg.Capacity.Allow, FeatureCapacity: cfg.Capacity.Features,
-			KnownGoodCapacity: cfg.Capacity.KnownGood})
+		dp, err := datapath.Attach(cfg.Interface, dataPlaneOptions(cfg))
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -727,3 +728,24 @@ func (d *Datapath) updateConfig(f func(*filterTwConfig)) error {
 
 // lock takes the interface's lock for a state change.
 func (d *Datapath) lock() (*bpffs.FileLock, error) { return bpffs.Lock(d.Dir) }
+
+// MappedBytes is the data plane's memory a daemon with these options maps
+// to read it in place (the two feature buffers, the exact tables and
+// their hot entries), at the most: what a memory budget for the daemon
+// must leave room for besides its heap. It is fixed by the capacities and
+// the number of CPUs, whatever the traffic.
+func (o Options) MappedBytes() (uint64, error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, fmt.Errorf("counting CPUs: %w", err)
+	}
+	s, err := o.sizes(ncpu)
+	if err != nil {
+		return 0, err
+	}
+	n := 2 * uint64(s.featEntries()) * uint64(unsafe.Sizeof(filterTwFeatSlot{}))
+	n += uint64(s.slots4) * uint64(unsafe.Sizeof(filterTwExact4{}))
+	n += uint64(s.slots6) * uint64(unsafe.Sizeof(filterTwExact6{}))
+	n += 2 * uint64(hotSlots) * uint64(s.ncpu) * uint64(unsafe.Sizeof(filterTwHot{}))
+	return n, nil
+}

@@ -150,6 +150,26 @@ func forComm(prefix string, f func(pid int) error) error {
 	return nil
 }
 
+// cpuMark is a CPU's counters at one moment; busyPct is its busy share
+// since then.
+type cpuMark struct {
+	cpu         int
+	busy, total uint64
+}
+
+func markCPU(cpu int) cpuMark {
+	b, t := cpuTimes(cpu)
+	return cpuMark{cpu, b, t}
+}
+
+func (m cpuMark) busyPct() float64 {
+	b, t := cpuTimes(m.cpu)
+	if t <= m.total {
+		return 0
+	}
+	return 100 * float64(b-m.busy) / float64(t-m.total)
+}
+
 // cpuTimes reads one CPU's busy and total jiffies.
 func cpuTimes(cpu int) (busy, total uint64) {
 	b, _ := os.ReadFile("/proc/stat")

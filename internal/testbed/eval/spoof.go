@@ -88,7 +88,15 @@ type SpoofRow struct {
 	Mitigations     []string `json:"mitigations"` // what the daemon put in force, as its events say
 	BaselineRPS     float64  `json:"baseline_rps"`
 	AttackRPS       float64  `json:"attack_rps"`
-	ClientFails     uint64   `json:"client_failures"`
+	// HostCPUBefore and HostCPUDuring are the host CPU's busy share (%)
+	// with the clients alone and during the flood: the headroom the
+	// clients' paced load leaves, and what the flood took of it.
+	HostCPUBefore float64 `json:"host_cpu_before_pct"`
+	HostCPUDuring float64 `json:"host_cpu_during_pct"`
+	// ClientPace is each client's offered rate (requests or connections
+	// per second; 0: unpaced).
+	ClientPace  float64 `json:"client_pace"`
+	ClientFails uint64  `json:"client_failures"`
 	// ClientsBanned are bans that ever covered a client address.
 	ClientsBanned []string `json:"clients_banned"`
 	// Reflection: the host's own DNS and NTP exchanges, answered/asked,
@@ -213,8 +221,8 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", sc.Name, err)
 		}
-		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps (%.0f%% reached XDP), detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s, %d client bans; %s\n",
-			sc.Name, r.SentMpps, 100*r.ReachedXDP, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, len(r.ClientsBanned), strings.Join(r.Mitigations, "; "))
+		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps (%.0f%% reached XDP), detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s (host CPU %.0f%% → %.0f%%), %d client bans, daemon peak RSS %d MB; %s\n",
+			sc.Name, r.SentMpps, 100*r.ReachedXDP, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, r.HostCPUBefore, r.HostCPUDuring, len(r.ClientsBanned), r.DaemonMaxRSSMB, strings.Join(r.Mitigations, "; "))
 		fmt.Fprintf(p.Log, "  XDP verdicts during the flood: %v\n", r.Verdicts)
 		for _, b := range r.BeforeFlood {
 			fmt.Fprintf(p.Log, "  before the flood (a false positive): %s\n", b)
@@ -276,7 +284,7 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 		defer egress.Close()
 		// The card's transmit side is the card's work: on CPU 0, not
 		// on the host CPU whose XDP_TX woke it.
-		if err := pinNAPI(lab.NSNic, lab.IfHPort, nicCPU); err != nil {
+		if err := pinNAPIFirst(lab.NSNic, lab.IfHPort, nicCPU); err != nil {
 			return row, fmt.Errorf("the NIC's transmit side: %w", err)
 		}
 	}
@@ -290,7 +298,7 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 	cfg := fmt.Sprintf(`interface: %s
 interval: %v
 state_file: %s/state.json
-capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 262144}
+capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 262144, memory_mib: 256}
 api: {socket: %s}
 `, lab.IfHost, p.Interval, dir, sock)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
@@ -432,10 +440,12 @@ api: {socket: %s}
 	base := &demo.Load{NewConns: sc.SYN, Rate: p.clientRate(sc)}
 	bctx, bcancel := context.WithTimeout(ctx, p.Baseline)
 	baseDone := make(chan struct{})
+	refCPU := markCPU(rxCPU)
 	go func() { base.Run(bctx, lab.NSInet, url, clients); close(baseDone) }()
 	_, ferr := flood(bctx, sinkIf, p.Baseline, nil)
 	<-baseDone
 	bcancel()
+	row.HostCPUBefore, row.ClientPace = refCPU.busyPct(), p.clientRate(sc)
 	if ferr != nil && bctx.Err() == nil {
 		return row, fmt.Errorf("generator into the sink: %w", ferr)
 	}
@@ -490,11 +500,12 @@ api: {socket: %s}
 	var (
 		start     time.Time
 		okAtStart uint64
+		atkCPU    cpuMark
 		once      sync.Once
 		begun     = make(chan struct{})
 	)
 	began := func(t time.Time) {
-		once.Do(func() { start, okAtStart = t, load.OK.Load(); close(begun) })
+		once.Do(func() { start, okAtStart, atkCPU = t, load.OK.Load(), markCPU(rxCPU); close(begun) })
 	}
 	// The host's TCP counters from the third interval on: before the
 	// daemon's first decision the flood meets only the kernel.
@@ -516,6 +527,12 @@ api: {socket: %s}
 	sent, gerr := flood(actx, lab.IfInet, p.Attack, began)
 	end := time.Now()
 	okAtEnd := load.OK.Load()
+	var atkPct float64
+	select {
+	case <-begun:
+		atkPct = atkCPU.busyPct()
+	default:
+	}
 	scancel()
 	acancel()
 	<-loadDone
@@ -528,6 +545,7 @@ api: {socket: %s}
 		return row, errors.New("generator: no frame sent")
 	}
 	elapsed := end.Sub(start)
+	row.HostCPUDuring = atkPct
 	row.Sent = sent
 	row.SentMpps = float64(row.Sent) / elapsed.Seconds() / 1e6
 	row.AttackRPS = float64(okAtEnd-okAtStart) / elapsed.Seconds()
