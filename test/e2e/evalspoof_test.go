@@ -1,0 +1,52 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/testbed/eval"
+	"github.com/tierwall/tierwall/internal/testutil"
+)
+
+// The spoofed-flood experiment's pipeline (make eval-spoof) on a spoofed
+// UDP flood and a SYN flood, capped at a rate CI's machine takes whole:
+// the lab split pins everything it names, the daemon (with its memory
+// budget) detects each flood and XDP drops it, and no client is banned.
+// Behaviour with counts; the rates are make eval-spoof's.
+func TestEvalSpoofSmoke(t *testing.T) {
+	testutil.RequireRoot(t)
+	var log bytes.Buffer
+	rows, err := eval.Spoof(context.Background(), eval.SpoofParams{Tierwall: bin, Only: "udp-spoof-16,syn-spoof-200k",
+		Baseline: 6 * time.Second, Attack: 4 * time.Second, Clients: 8, ClientRate: 50, ConnRate: 10, Rate: 100_000, Log: &log})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if len(rows) != 2 {
+		t.Fatalf("%d rows, want 2\n%s", len(rows), log.String())
+	}
+	for _, r := range rows {
+		name := r.Scenario.Name
+		if r.DetectIntervals < 0 || r.DroppedFrom3 < 0.95 {
+			t.Errorf("%s: detected after %.1f intervals, %.1f%% dropped from the 3rd", name, r.DetectIntervals, 100*r.DroppedFrom3)
+		}
+		if r.BaselineRPS == 0 || r.AttackRPS == 0 || r.HostCPUBefore <= 0 || r.HostCPUDuring <= 0 {
+			t.Errorf("%s: nothing measured: %.0f → %.0f req/s, host CPU %.0f%% → %.0f%%", name, r.BaselineRPS, r.AttackRPS, r.HostCPUBefore, r.HostCPUDuring)
+		}
+		if len(r.ClientsBanned) != 0 || len(r.BeforeFlood) != 0 {
+			t.Errorf("%s: clients banned %v, before the flood %v", name, r.ClientsBanned, r.BeforeFlood)
+		}
+		// The stack opens no connection the clients did not ask for
+		// (each may have one in flight from the reference phase).
+		if r.Scenario.SYN && (r.ClientConns == 0 || r.PassiveOpens > r.ClientConns+8) {
+			t.Errorf("%s: %d passive opens for %d client connections", name, r.PassiveOpens, r.ClientConns)
+		}
+		if r.DaemonMaxRSSMB == 0 || r.DaemonMaxRSSMB > 256 {
+			t.Errorf("%s: daemon peak RSS %d MB, outside its 256 MiB budget", name, r.DaemonMaxRSSMB)
+		}
+	}
+	if t.Failed() {
+		t.Log(log.String())
+	}
+}
