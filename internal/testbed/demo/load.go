@@ -34,7 +34,8 @@ type Load struct {
 	Rate float64
 }
 
-// dialIn connects from inside network namespace ns, from local.
+// dialIn connects from inside network namespace ns ("": this
+// process's), from local.
 func dialIn(ns string, local netip.Addr) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		type res struct {
@@ -44,17 +45,21 @@ func dialIn(ns string, local netip.Addr) func(ctx context.Context, network, addr
 		ch := make(chan res, 1)
 		go func() {
 			// The socket is made on a thread inside ns; the thread is never
-			// unlocked and dies with this goroutine.
+			// unlocked and dies with this goroutine. ns "": this one's.
 			runtime.LockOSThread()
-			h, err := netns.GetFromName(ns)
-			if err != nil {
-				ch <- res{nil, err}
-				return
-			}
-			defer h.Close()
-			if err := netns.Set(h); err != nil {
-				ch <- res{nil, err}
-				return
+			if ns == "" {
+				defer runtime.UnlockOSThread()
+			} else {
+				h, err := netns.GetFromName(ns)
+				if err != nil {
+					ch <- res{nil, err}
+					return
+				}
+				defer h.Close()
+				if err := netns.Set(h); err != nil {
+					ch <- res{nil, err}
+					return
+				}
 			}
 			// IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect
 			// time, knowing the destination, as for a client that never
