@@ -31,8 +31,7 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 	fmt.Fprintf(&b, "Each scenario on the lab (`internal/testbed/lab`): a fresh `tierwall run` on the host with the default detectors (rate, entropy and the per-victim detector with its mitigation ladder), interval %v; the emulated NIC forwards everything, so every drop is the host's XDP. %d legitimate HTTP clients (`demo.Load`, one address each) fetch from nginx for %v, then the flood runs at the generator's full rate (unless the scenario names a rate) for %v with the clients still running. Every time counts from the flood's first frame (the generator's report), not from when the generators were asked to start.\n\n",
 		p.Interval, p.Clients, p.Baseline, p.Attack)
 	b.WriteString("The lab is split as the internet and the card are from the host (as in `make eval`): CPU 0 runs the generator (`tierwall-lab gen`, XDP live frames), the NIC stage and the clients; CPU 1 runs the host: its port's NAPI and XDP, nginx and the daemon. The NIC stage's NAPI and the host's run at `SCHED_FIFO`, as a softirq preempts user space on a real machine; at normal priority a NAPI thread waited out nginx's time slice while its 256-entry veth ring overflowed, and the clients' lost packets, not the defence, set their rate. The generator runs at nice 19: it shares CPU 0 with the clients here, but an attacker does not share the clients' machines, so it takes what they leave, in the reference as under attack. In the SYN floods the NIC's transmit side (`nicstage.AttachEgress`, its NAPI on CPU 0) passes what the host sends to the lab's networks on to the wire and drops what it sends elsewhere (the cookie SYN-ACKs to spoofed sources), as the internet would take them.\n\n")
-	fmt.Fprintf(&b, "The clients are paced as a server's regular users are, not run flat out: %s each, keep-alive, and %s each (a new connection per request) in the SYN floods; a client that falls behind does not catch up in a burst. *Host CPU before* shows the headroom that load leaves on the host; a victim already saturated by its own clients loses to any flood whatever the defence, in proportion to what dropping the flood costs (the per-packet costs are in `docs/EVALUATION.md`).\n\n",
-		paceText(p.ClientRate, "requests/s"), paceText(p.ConnRate, "connections/s"))
+	b.WriteString(paceText(p.ClientRate, p.ConnRate))
 	b.WriteString("- *Detected* is intervals from the flood's first packet to the daemon's first mitigation event (a ban or a flow rule).\n")
 	b.WriteString("- *Dropped from the 3rd interval* is XDP's drop verdicts (bans, prefixes, flow rules; in a SYN flood also the packets a syn-cookie rule handed to the SYN proxy, which answers or drops them in XDP) from three intervals after the start to the end, over the flood's packets that reached XDP in that time (every packet XDP saw, less the clients' at their reference rate). *Reached XDP* is the share of the flood's packets sent then that got to the host's XDP at all: the rest was lost in the host port's receive ring (a veth's 256 entries; a real NIC counts these as missed) while the host's NAPI was behind.\n")
 	b.WriteString("- *HTTP* is completed requests/s of the legitimate clients. *Before* is the reference: the same flood sent into a sink veth inside the internet namespace, so the generator's CPU is taken as during the attack but nothing reaches the host. *Host CPU* is CPU 1's busy share in the reference and during the flood. *Client bans* are bans the daemon ever applied that cover a client. *Passed from the 3rd interval* is what XDP passed to the host's stack from sources not known good (verdict `pass`: matched no rule, or admitted under a rate limit) from the third interval on. *False positives* are mitigations the daemon applied while only the clients were sending.\n\n")
@@ -109,10 +108,18 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 	return os.WriteFile(md, []byte(b.String()), 0o644)
 }
 
-// paceText says one client's pace.
-func paceText(rate float64, unit string) string {
-	if rate <= 0 {
-		return "unpaced (the next as soon as the last is answered)"
+// paceText says how the clients were paced: each at rate requests/s
+// (keep-alive) and conn new connections/s (SYN floods); 0: unpaced.
+func paceText(rate, conn float64) string {
+	pace := func(r float64, unit string) string {
+		if r <= 0 {
+			return "unpaced (the next as soon as the last is answered)"
+		}
+		return fmt.Sprintf("%g %s each", r, unit)
 	}
-	return fmt.Sprintf("%g %s", rate, unit)
+	headroom := " *Host CPU before* shows the headroom that load leaves on the host; a victim already saturated by its own clients loses to any flood whatever the defence, in proportion to what dropping the flood costs (the per-packet costs are in `docs/EVALUATION.md`).\n\n"
+	if rate <= 0 && conn <= 0 {
+		return "The clients are not paced: each sends its next request as soon as the last is answered, so they load the host as far as it serves them." + headroom
+	}
+	return fmt.Sprintf("The clients are paced as a server's regular users are, not run flat out: %s, keep-alive, and %s (a new connection per request) in the SYN floods; a client that falls behind does not catch up in a burst.", pace(rate, "requests/s"), pace(conn, "connections/s")) + headroom
 }
