@@ -1151,6 +1151,17 @@ func (d *Daemon) reload(now time.Time) {
 		c.BGP = d.cfg.BGP
 		c.BGP.Announce = ann
 	}
+	if c.Capacity.MemoryMiB != d.cfg.Capacity.MemoryMiB {
+		// The tables were sized at attach: the new budget is checked
+		// against the running capacities, and a budget they leave too
+		// little of keeps the old one.
+		run := *d.cfg
+		run.Capacity.MemoryMiB = c.Capacity.MemoryMiB
+		if err := applyMemoryBudget(&run, d.log); err != nil {
+			d.event(now, "error", netip.Prefix{}, "reload: keeping capacity.memory_mib %d: %v", d.cfg.Capacity.MemoryMiB, err)
+			c.Capacity.MemoryMiB = d.cfg.Capacity.MemoryMiB
+		}
+	}
 	detChanged := !reflect.DeepEqual(c.Detectors, d.cfg.Detectors)
 	d.cfg = c
 	d.store.Rails, d.store.TTL = rails(c), c.Bans.TTL

@@ -13,6 +13,9 @@ import (
 // and the mapped tables: the binary's pages (about 20 MiB) and stacks.
 const memoryReserve = 32 << 20
 
+// startLimit is the Go memory limit the process started with.
+var startLimit = debug.SetMemoryLimit(-1)
+
 // dataPlaneOptions sizes the data plane from the configuration.
 func dataPlaneOptions(cfg *config.Config) datapath.Options {
 	return datapath.Options{ExactCapacity4: cfg.Capacity.Exact4, ExactCapacity6: cfg.Capacity.Exact6,
@@ -28,6 +31,9 @@ func dataPlaneOptions(cfg *config.Config) datapath.Options {
 // little of is refused before anything is attached.
 func applyMemoryBudget(cfg *config.Config, log *slog.Logger) error {
 	if cfg.Capacity.MemoryMiB == 0 {
+		// No budget (again, after a reload): the limit the process
+		// started with (GOMEMLIMIT, or none).
+		debug.SetMemoryLimit(startLimit)
 		return nil
 	}
 	mapped, err := dataPlaneOptions(cfg).MappedBytes()

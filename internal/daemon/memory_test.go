@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"testing"
 
@@ -54,5 +57,47 @@ func TestMemoryBudgetRefusedBeforeAttach(t *testing.T) {
 	}
 	if got, want := debug.SetMemoryLimit(-1), int64(1024<<20-mapped-memoryReserve); got != want {
 		t.Fatalf("heap limit %d, want %d (1 GiB less %d mapped, less the reserve)", got, want, mapped)
+	}
+}
+
+// A reload applies a new budget against the running tables; one they
+// leave too little of is refused with an event and the old one kept;
+// none brings back the limit the process started with.
+func TestMemoryBudgetReloaded(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	cfg := testConfig(t)
+	h := newHarness(t, cfg, false)
+	mapped, err := dataPlaneOptions(cfg).MappedBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "tierwall.yaml")
+	h.d.cfgPath = file
+	reload := func(mib int) {
+		t.Helper()
+		y := fmt.Sprintf("interface: %s\nstate_file: %s\ncapacity: {memory_mib: %d}\n", cfg.Interface, cfg.StateFile, mib)
+		if err := os.WriteFile(file, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h.d.reload(h.now)
+	}
+
+	reload(1024)
+	if got, want := debug.SetMemoryLimit(-1), int64(1024<<20-mapped-memoryReserve); got != want || h.d.cfg.Capacity.MemoryMiB != 1024 {
+		t.Fatalf("after a reload to 1 GiB: limit %d, want %d; memory_mib %d", got, want, h.d.cfg.Capacity.MemoryMiB)
+	}
+	// Too little for the running tables (64 MiB at least, as validation
+	// allows; the default feature buffers alone take more).
+	reload(64)
+	if got := debug.SetMemoryLimit(-1); got != int64(1024<<20-mapped-memoryReserve) || h.d.cfg.Capacity.MemoryMiB != 1024 {
+		t.Fatalf("a budget the tables exceed: limit %d, memory_mib %d; want the old ones", got, h.d.cfg.Capacity.MemoryMiB)
+	}
+	if !hasEvent(h.d, "error", "keeping capacity.memory_mib 1024") {
+		t.Errorf("no event for the refused budget; events %+v", h.d.events)
+	}
+	reload(0)
+	if got := debug.SetMemoryLimit(-1); got != startLimit {
+		t.Fatalf("no budget: limit %d, want the start's %d", got, startLimit)
 	}
 }
