@@ -156,7 +156,9 @@ type VictimDetector struct {
 	K float64 `yaml:"k"`
 	// MinPPS: never an attack below this (per victim).
 	MinPPS float64 `yaml:"min_pps"`
-	// ColdPPS judges a destination with no baseline yet.
+	// ColdPPS judges a destination with no baseline yet (volume that
+	// is established TCP, ≥ 90% without SYN from sources sending more
+	// than two packets, is not judged by it).
 	ColdPPS float64 `yaml:"cold_pps"`
 	// LearnIntervals: clean intervals before a baseline is used.
 	LearnIntervals int `yaml:"learn_intervals"`

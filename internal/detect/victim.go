@@ -656,7 +656,7 @@ func (v *Victims) measure(t *Traffic, d *Dest, a *destAcc, s *victimState) Evide
 	if !s.learned(c.LearnIntervals) {
 		ev.Signals = SigCold
 		ev.ThresholdPPS = c.ColdPPS
-		if ev.PPS > c.ColdPPS {
+		if ev.PPS > c.ColdPPS && !establishedTCP(d, ev) {
 			ev.Signals |= SigPPS
 		}
 		if float64(a.new) > c.ColdNewSources {
@@ -688,6 +688,25 @@ func (v *Victims) measure(t *Traffic, d *Dest, a *destAcc, s *victimState) Evide
 		ev.Signals |= SigFew
 	}
 	return ev
+}
+
+// establishedTCP is a destination's traffic that, without a baseline,
+// volume alone does not make an attack: at least 90% of it TCP without
+// SYN (the rest of handshakes a spoofed source cannot answer) from
+// sources that mostly send more than two packets. A busy server's own
+// clients look like this when the daemon starts (measured: the demo's 256
+// keep-alive clients at 58K pps on a faster host crossed the 50K cold
+// threshold, and the prefix rung, with no client known-good yet, banned
+// their /24). A flood that does not look like this (UDP, SYNs, spoofed
+// one- or two-packet sources) still fires; one that does (an ACK flood
+// from real hosts) is left to the per-source detectors until the
+// baseline is learned.
+func establishedTCP(d *Dest, ev Evidence) bool {
+	if d.Packets == 0 || ev.FewShare >= 0.5 {
+		return false
+	}
+	nonSYN := d.TCP.Packets - min(d.SYNs, d.TCP.Packets)
+	return float64(nonSYN) >= 0.9*float64(d.Packets)
 }
 
 // learn feeds a clean interval to a victim's baselines.

@@ -882,3 +882,45 @@ func TestVictimSYNFloodMinorityOfTCP(t *testing.T) {
 		t.Fatalf("first mitigation %v, want SYN cookies on %s", r, victimA)
 	}
 }
+
+// Without a baseline (the daemon just started), a busy server's own
+// keep-alive clients above the cold threshold are not an attack: no
+// mitigation, no packet of theirs dropped, and they become known-good.
+// The same volume as UDP from the same sources still is.
+func TestVictimColdBusyClientsAreNotAnAttack(t *testing.T) {
+	c := VictimConfig{}
+	s := newSim(t, c)
+	busy := func(proto uint8) func(emit) {
+		return func(e emit) {
+			for i := 0; i < 256; i++ {
+				src := netip.AddrFrom4([4]byte{172, 16, 1, byte(i)})
+				if proto == 6 {
+					s.regular[src] = true
+				}
+				syn := uint64(0)
+				if i%50 == 0 {
+					syn = 1
+				}
+				// 256 × 230 = 58,880 pps, over the 50,000 cold threshold.
+				e(flow{src: src, dst: victimA, proto: proto, sport: uint16(40000 + i), dport: 80, packets: 230, syns: syn, size: 200})
+			}
+		}
+	}
+	for range 6 {
+		if dec := s.step(busy(6)); len(dec.Attacks) > 0 || len(dec.Apply) > 0 {
+			t.Fatalf("interval %d: busy keep-alive clients judged an attack: %+v", s.n, dec.Attacks)
+		}
+	}
+	if s.clientDrops != 0 {
+		t.Fatalf("%d client packets dropped", s.clientDrops)
+	}
+	if !s.v.Good.Contains(netip.AddrFrom4([4]byte{172, 16, 1, 7})) {
+		t.Error("a busy client is not known-good after 6 clean intervals")
+	}
+
+	u := newSim(t, c)
+	s = u
+	if dec := u.step(busy(17)); len(dec.Attacks) == 0 {
+		t.Fatal("the same volume as UDP, cold, was not judged an attack")
+	}
+}
