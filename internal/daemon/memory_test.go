@@ -12,12 +12,12 @@ import (
 )
 
 func TestHeapLimit(t *testing.T) {
-	if got, err := heapLimit(256<<20, 128<<20); err != nil || got != 96<<20 {
-		t.Fatalf("256 MiB budget, 128 MiB mapped: %d MiB, %v; want 96 MiB", got>>20, err)
+	if got, err := heapLimit(256<<20, 128<<20); err != nil || got != 80<<20 {
+		t.Fatalf("256 MiB budget, 128 MiB mapped: %d MiB, %v; want 80 MiB", got>>20, err)
 	}
 	// The tables alone, or the tables with too little left for a heap:
 	// a configuration error.
-	for _, mapped := range []uint64{256 << 20, 200 << 20, 300 << 20} {
+	for _, mapped := range []uint64{256 << 20, 170 << 20, 300 << 20} {
 		if _, err := heapLimit(256<<20, mapped); !errors.Is(err, config.ErrInvalid) {
 			t.Errorf("%d MiB mapped in a 256 MiB budget: %v, want a configuration error", mapped>>20, err)
 		}
