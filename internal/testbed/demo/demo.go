@@ -34,8 +34,8 @@ type Options struct {
 	// ClientRate paces each client (requests/s, default 40): a server's
 	// regular users, not a load that saturates it. Unpaced, the clients'
 	// rate (and with it every baseline the detectors learn) was whatever
-	// the host could serve: 9.6K requests/s on one host this VM class runs
-	// on, 64K on another, where the attack's 1.2K pps per source then sat
+	// the host could serve: about 64K requests/s on the Intel host this VM
+	// ran on 2026-11-24, where the attack's 1.2K pps per source then sat
 	// under the learned per-source thresholds.
 	ClientRate float64
 	Keep       bool // leave the lab up afterwards
