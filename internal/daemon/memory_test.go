@@ -44,19 +44,21 @@ func TestMemoryBudgetRefusedBeforeAttach(t *testing.T) {
 		t.Fatalf("the refused daemon changed the memory limit to %d", got)
 	}
 
+	// A budget with 256 MiB over the tables (their size depends on the
+	// machine's CPUs).
 	cfg = testConfig(t)
-	cfg.Capacity.MemoryMiB = 1024
+	mapped, err := dataPlaneOptions(cfg).MappedBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Capacity.MemoryMiB = int(mapped>>20) + 256
 	d, err := New(cfg, "", quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = d.shutdown() }()
-	mapped, err := dataPlaneOptions(cfg).MappedBytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := debug.SetMemoryLimit(-1), int64(1024<<20-mapped-memoryReserve); got != want {
-		t.Fatalf("heap limit %d, want %d (1 GiB less %d mapped, less the reserve)", got, want, mapped)
+	if got, want := debug.SetMemoryLimit(-1), int64(uint64(cfg.Capacity.MemoryMiB)<<20-mapped-memoryReserve); got != want {
+		t.Fatalf("heap limit %d, want %d (%d MiB less %d mapped, less the reserve)", got, want, cfg.Capacity.MemoryMiB, mapped)
 	}
 }
 
@@ -83,17 +85,19 @@ func TestMemoryBudgetReloaded(t *testing.T) {
 		h.d.reload(h.now)
 	}
 
-	reload(1024)
-	if got, want := debug.SetMemoryLimit(-1), int64(1024<<20-mapped-memoryReserve); got != want || h.d.cfg.Capacity.MemoryMiB != 1024 {
-		t.Fatalf("after a reload to 1 GiB: limit %d, want %d; memory_mib %d", got, want, h.d.cfg.Capacity.MemoryMiB)
+	roomy := int(mapped>>20) + 256 // their size depends on the machine's CPUs
+	want := int64(uint64(roomy)<<20 - mapped - memoryReserve)
+	reload(roomy)
+	if got := debug.SetMemoryLimit(-1); got != want || h.d.cfg.Capacity.MemoryMiB != roomy {
+		t.Fatalf("after a reload to %d MiB: limit %d, want %d; memory_mib %d", roomy, got, want, h.d.cfg.Capacity.MemoryMiB)
 	}
 	// Too little for the running tables (64 MiB at least, as validation
 	// allows; the default feature buffers alone take more).
 	reload(64)
-	if got := debug.SetMemoryLimit(-1); got != int64(1024<<20-mapped-memoryReserve) || h.d.cfg.Capacity.MemoryMiB != 1024 {
+	if got := debug.SetMemoryLimit(-1); got != want || h.d.cfg.Capacity.MemoryMiB != roomy {
 		t.Fatalf("a budget the tables exceed: limit %d, memory_mib %d; want the old ones", got, h.d.cfg.Capacity.MemoryMiB)
 	}
-	if !hasEvent(h.d, "error", "keeping capacity.memory_mib 1024") {
+	if !hasEvent(h.d, "error", fmt.Sprintf("keeping capacity.memory_mib %d", roomy)) {
 		t.Errorf("no event for the refused budget; events %+v", h.d.events)
 	}
 	reload(0)
