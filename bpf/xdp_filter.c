@@ -36,34 +36,66 @@ __noinline int tw_filter_parse(struct xdp_md *ctx, struct tw_pkt *p)
 	return r;
 }
 
+/* The IPv4 source lists: the allowlist first, then the exact blocklist.
+ * Returns the verdict reason, TW_R_PASS when neither has the source. */
+static __always_inline int tw_lists4(struct tw_config *cfg, __u32 src,
+				     __u32 cpu, __u32 len)
+{
+	if (cfg->allow4_n) {
+		struct tw_lpm4_key k = { .prefixlen = 32, .addr = src };
+		if (tw_lpm_hit(&tw_allow4, &k, &tw_allow_ctr, tw_allow_cap, cpu,
+			       len))
+			return TW_R_ALLOW;
+	}
+	if (cfg->exact4_n && tw_exact4_hit(src, cfg->seed, len))
+		return TW_R_DROP_EXACT;
+	return TW_R_PASS;
+}
+
 SEC("xdp")
 int tw_filter(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 len = data_end - data;
-	struct tw_pkt p = {};
-
-	int r = tw_filter_parse(ctx, &p);
-	if (r != TW_R_PASS)
-		return tw_exit(ctx, r, len);
-
 	__u32 zero = 0;
 	struct tw_config *cfg = bpf_map_lookup_elem(&tw_cfg, &zero);
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct tw_pkt p;
+	int r;
+
+	/* A plain IPv4 frame has its source lists asked before the parser,
+	 * which is a call (a global function, see tw_filter_parse): a
+	 * flood from listed sources is dropped for what the lists cost and
+	 * little more. The verdict is the one the full path gives, which
+	 * asks the same lists in the same order once the parser has
+	 * accepted the frame, as it accepts every plain one. */
+	__u32 src4;
+	int listed = 0;
+	if (cfg && tw_plain4(data, data_end, &src4)) {
+		r = tw_lists4(cfg, src4, cpu, len);
+		if (r == TW_R_ALLOW)
+			return tw_verdict(r, len);
+		if (r != TW_R_PASS)
+			return tw_exit(ctx, r, len);
+		listed = 1;
+	}
+
+	__builtin_memset(&p, 0, sizeof(p));
+	r = tw_filter_parse(ctx, &p);
+	if (r != TW_R_PASS)
+		return tw_exit(ctx, r, len);
 	if (!cfg)
 		return tw_verdict(TW_R_PASS, len);
-	__u32 cpu = bpf_get_smp_processor_id();
 
 	if (p.family == 4) {
-		if (cfg->allow4_n) {
-			struct tw_lpm4_key k = { .prefixlen = 32,
-						 .addr = p.src4 };
-			if (tw_lpm_hit(&tw_allow4, &k, &tw_allow_ctr,
-				       tw_allow_cap, cpu, len))
-				return tw_verdict(TW_R_ALLOW, len);
+		if (!listed) {
+			r = tw_lists4(cfg, p.src4, cpu, len);
+			if (r == TW_R_ALLOW)
+				return tw_verdict(r, len);
+			if (r != TW_R_PASS)
+				return tw_exit(ctx, r, len);
 		}
-		if (cfg->exact4_n && tw_exact4_hit(p.src4, cfg->seed, len))
-			return tw_exit(ctx, TW_R_DROP_EXACT, len);
 		if (cfg->pfx4_n) {
 			struct tw_lpm4_key k = { .prefixlen = 32,
 						 .addr = p.src4 };

@@ -417,7 +417,10 @@ func (g *rig) measureOnAll(p *ebpf.Program, want uint32, ncpu int) (float64, err
 // pieces (bpf/bench_parts.c): each rung is the previous one plus one
 // piece, all through the same wrapper, interleaved in rounds.
 type LadderResult struct {
-	Empty, Parse, Verdict, Exact, Filter, Baseline []float64 // ns/packet per round
+	Empty, Plain, Verdict, Exact, Filter, Baseline []float64 // ns/packet per round
+	// Parse is the full parser alone (a global function), which the
+	// filter's drop path of a plain IPv4 frame skips: not a rung.
+	Parse []float64
 }
 
 // BenchLadder measures the rungs against the filter and the plain hash,
@@ -443,8 +446,9 @@ func BenchLadder(rounds, repeat int) (*LadderResult, error) {
 		for _, step := range []struct {
 			p   *ebpf.Program
 			out *[]float64
-		}{{g.base.BlEmpty, &r.Empty}, {parts.BpParse, &r.Parse}, {parts.BpVerdict, &r.Verdict},
-			{parts.BpExact, &r.Exact}, {g.d.Program(), &r.Filter}, {g.base.BlHashLookup, &r.Baseline}} {
+		}{{g.base.BlEmpty, &r.Empty}, {parts.BpPlain, &r.Plain}, {parts.BpVerdict, &r.Verdict},
+			{parts.BpExact, &r.Exact}, {g.d.Program(), &r.Filter}, {g.base.BlHashLookup, &r.Baseline},
+			{parts.BpParse, &r.Parse}} {
 			ns, err := g.measure(step.p, xdpDrop)
 			if err != nil {
 				return nil, err

@@ -299,6 +299,7 @@ const (
 	benchpartsProgBpCallsPrandom  = "bp_calls_prandom"
 	benchpartsProgBpExact         = "bp_exact"
 	benchpartsProgBpParse         = "bp_parse"
+	benchpartsProgBpPlain         = "bp_plain"
 	benchpartsProgBpVerdict       = "bp_verdict"
 	benchpartsVarBpSink           = "bp_sink"
 	benchpartsVarTwAllowCap       = "tw_allow_cap"
@@ -361,6 +362,7 @@ type benchpartsProgramSpecs struct {
 	BpCallsPrandom *ebpf.ProgramSpec `ebpf:"bp_calls_prandom"`
 	BpExact        *ebpf.ProgramSpec `ebpf:"bp_exact"`
 	BpParse        *ebpf.ProgramSpec `ebpf:"bp_parse"`
+	BpPlain        *ebpf.ProgramSpec `ebpf:"bp_plain"`
 	BpVerdict      *ebpf.ProgramSpec `ebpf:"bp_verdict"`
 }
 
@@ -544,6 +546,7 @@ type benchpartsPrograms struct {
 	BpCallsPrandom *ebpf.Program `ebpf:"bp_calls_prandom"`
 	BpExact        *ebpf.Program `ebpf:"bp_exact"`
 	BpParse        *ebpf.Program `ebpf:"bp_parse"`
+	BpPlain        *ebpf.Program `ebpf:"bp_plain"`
 	BpVerdict      *ebpf.Program `ebpf:"bp_verdict"`
 }
 
@@ -557,6 +560,7 @@ func (p *benchpartsPrograms) Close() error {
 		p.BpCallsPrandom,
 		p.BpExact,
 		p.BpParse,
+		p.BpPlain,
 		p.BpVerdict,
 	)
 }
