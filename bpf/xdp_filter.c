@@ -64,12 +64,13 @@ int tw_filter(struct xdp_md *ctx)
 	struct tw_pkt p;
 	int r;
 
-	/* A plain IPv4 frame has its source lists asked before the parser,
-	 * which is a call (a global function, see tw_filter_parse): a
-	 * flood from listed sources is dropped for what the lists cost and
-	 * little more. The verdict is the one the full path gives, which
-	 * asks the same lists in the same order once the parser has
-	 * accepted the frame, as it accepts every plain one. */
+	/* A plain IPv4 frame has its source lists asked before the full
+	 * parser (tags, IPv6 extension headers, the L4 fields the later
+	 * stages read, and the zeroing of the struct it fills): a flood from
+	 * listed sources is dropped for what the lists cost and little
+	 * more. The verdict is the one the full path gives, which asks the
+	 * same lists in the same order once the parser has accepted the
+	 * frame, as it accepts every plain one. */
 	__u32 src4;
 	int listed = 0;
 	if (cfg && tw_plain4(data, data_end, &src4)) {
