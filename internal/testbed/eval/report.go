@@ -373,7 +373,7 @@ func markdown(rows, model, http []Row, meta RunMeta, dir string) string {
 		fmt.Fprintf(&b, " The NIC CPU is modelled as slower than the host by a rate cap of %.1f Mpps (the paper's card managed ~15 Mpps against ~26 on the host); packets over it are dropped unfiltered and reported as overload, not as mitigation.", meta.NICRate)
 	}
 	b.WriteString(" Placement runs the paper's Listing 1 on the counters of a first half-interval of traffic before the measurement. *Host CPU* is CPU 1's busy share.\n")
-	b.WriteString("- What a veth testbed cannot show: the NIC stage is XDP on a CPU of the same VM, so the line rate is what one vCPU forwards beside the generator (about 1 Mpps), not 25G; the table's drops cost CPU 0, not nothing, and so lower what CPU 0 can send. Absolute rates are those of one core of a small VM against the paper's 4-core Xeon and 25G card. Ratios between mechanisms measured in the same run, and the host's CPU per dropped packet, are what carry over.\n\n")
+	b.WriteString("- What a veth testbed cannot show: the NIC stage is XDP on a CPU of the same VM, so the line rate is what one vCPU forwards beside the generator (lab-host's *arrived* rate, under *What the numbers say*), not 25G; the table's drops cost CPU 0, not nothing, and so lower what CPU 0 can send. Absolute rates are those of one core of a small VM against the paper's 4-core Xeon and 25G card. Ratios between mechanisms measured in the same run, and the host's CPU per dropped packet, are what carry over.\n\n")
 
 	for _, d := range meta.Dists {
 		fmt.Fprintf(&b, "## Drop rate vs attackers, %s traffic (Fig. 2%s) — measured\n\n![](%s/fig2-%s.svg)\n\n", d, map[string]string{"uniform": "a", "gaussian": "b"}[d], rel, d)
