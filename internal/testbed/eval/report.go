@@ -583,7 +583,7 @@ func findings(rows []Row, sizes []int) string {
 				}
 			}
 			if ratio < 0.9 {
-				b.WriteString(" ARCHITECTURE.md discusses the per-packet memory reads behind it (a key slot and a per-CPU counter line, which stop fitting in cache) and why per-CPU counters were kept.")
+				b.WriteString(" ARCHITECTURE.md (exact tables) discusses the per-packet memory reads behind it: a random slot, with its rule's counters, in a table that stops fitting in cache, and the locked add that counts it.")
 			}
 			b.WriteString("\n")
 		}
