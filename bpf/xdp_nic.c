@@ -11,15 +11,7 @@
 #include "lib/types.h"
 #include "lib/parse.h"
 #include "lib/nic.h"
-
-static __always_inline void tw_nic_count(void *map, __u32 idx, __u32 bytes)
-{
-	struct tw_ctr *c = bpf_map_lookup_elem(map, &idx);
-	if (c) {
-		c->packets++;
-		c->bytes += bytes;
-	}
-}
+#include "lib/nic_cpu.h"
 
 static __always_inline int tw_nic_out(struct tw_nic_config *cfg, __u32 v,
 				      __u32 bytes)
@@ -118,21 +110,10 @@ int tw_nic(struct xdp_md *ctx)
 		__builtin_memcpy(k.src, p.src6, 16);
 		__builtin_memcpy(k.dst, p.dst6, 16);
 	}
-	struct tw_nic_rule *r = NULL;
-	if (cfg && cfg->flows_n) {
-		k.proto = p.proto;
-		k.sport = p.sport;
-		k.dport = p.dport;
-		r = bpf_map_lookup_elem(&tw_nic_rules, &k);
-	}
-	if (!r) {
-		/* A source rule: everything but family and source zero. */
-		k.proto = 0;
-		k.sport = 0;
-		k.dport = 0;
-		__builtin_memset(k.dst, 0, sizeof(k.dst));
-		r = bpf_map_lookup_elem(&tw_nic_rules, &k);
-	}
+	k.proto = p.proto;
+	k.sport = p.sport;
+	k.dport = p.dport;
+	struct tw_nic_rule *r = tw_nic_lookup(cfg, &k);
 	/* Without the table (modes wire and nic) the lookup above still runs
 	 * and its answer is ignored: a hardware match stage costs the same
 	 * per packet whatever it finds, so the NIC stage's capacity, which

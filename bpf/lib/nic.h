@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
-/* nic.h - types and maps of the emulated SmartNIC stage (xdp_nic.c): an
- * exact-match hardware table of capacity K with per-rule counters, in front
- * of the host. Kept apart from maps.h: the NIC stage is a different device
- * with its own state and never sees the filter's maps. */
+/* nic.h - the emulated SmartNIC's match stage: an exact-match hardware
+ * table of capacity K with per-rule counters, in front of the host, and
+ * its lookup. Kept apart from maps.h: the NIC stage is a different device
+ * with its own state and never sees the filter's maps. Its NIC CPU is in
+ * nic_cpu.h: the lab's generator runs this table (xdp_gen.c) but never
+ * the NIC CPU. */
 #ifndef TW_NIC_H
 #define TW_NIC_H
 
@@ -65,31 +67,6 @@ struct tw_nic_config {
 _Static_assert(sizeof(struct tw_nic_key) == 40, "nic key size");
 _Static_assert(sizeof(struct tw_nic_config) == 32, "nic config size");
 
-/* Set before load: CPUs sharing the NIC CPU rate. */
-volatile const __u32 tw_nic_ncpu = 1;
-
-/* The filter program the NIC CPU runs (slot 0), loaded with its own maps
- * by internal/datapath and inserted here instead of attached to a link. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__type(key, __u32);
-	__type(value, __u32);
-	__uint(max_entries, 1);
-} tw_nic_cpu SEC(".maps");
-
-/* Per-CPU token bucket for cpu_rate_pps: credit in nanopackets. */
-struct tw_nic_bucket {
-	__u64 credit;
-	__u64 last_ns;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, struct tw_nic_bucket);
-	__uint(max_entries, 1);
-} tw_nic_bucket SEC(".maps");
-
 /* Capacity K is the map size: the kernel itself refuses rule K+1. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -118,5 +95,33 @@ struct {
 	__type(value, struct tw_nic_config);
 	__uint(max_entries, 1);
 } tw_nic_cfg SEC(".maps");
+
+static __always_inline void tw_nic_count(void *map, __u32 idx, __u32 bytes)
+{
+	struct tw_ctr *c = bpf_map_lookup_elem(map, &idx);
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+}
+
+/* The table's rule for k, a packet's full key: its 5-tuple rule when any
+ * is installed, else its source's. A miss leaves k as the source key. */
+static __always_inline struct tw_nic_rule *
+tw_nic_lookup(const struct tw_nic_config *cfg, struct tw_nic_key *k)
+{
+	struct tw_nic_rule *r = NULL;
+	if (cfg && cfg->flows_n)
+		r = bpf_map_lookup_elem(&tw_nic_rules, k);
+	if (!r) {
+		/* A source rule: everything but family and source zero. */
+		k->proto = 0;
+		k->sport = 0;
+		k->dport = 0;
+		__builtin_memset(k->dst, 0, sizeof(k->dst));
+		r = bpf_map_lookup_elem(&tw_nic_rules, k);
+	}
+	return r;
+}
 
 #endif

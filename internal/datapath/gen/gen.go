@@ -12,6 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 )
 
 // The traffic generator's kernel side (bpf/xdp_gen.c): BPF_PROG_TEST_RUN
@@ -30,7 +31,15 @@ type GenSpec struct {
 	// gets a random source inside Spoof.
 	Samples []netip.Addr
 	Spoof   netip.Prefix
+	// Card, if set, is the emulated NIC's match table: the generator then
+	// runs it on every frame it builds and drops what the card drops, at
+	// the end of the wire, before any interface sees it (bpf/xdp_gen.c
+	// says why).
+	Card *nicstage.MatchTable
 }
+
+// cardMaps are the maps of the NIC's table the program uses.
+var cardMaps = []string{"tw_nic_rules", "tw_nic_ctr", "tw_nic_stats", "tw_nic_cfg"}
 
 // Generator sends frames at the kernel's live-frames rate.
 type Generator struct {
@@ -38,6 +47,10 @@ type Generator struct {
 	ifindex int
 	ncpu    int
 	samples int
+	// perRun is the frames one repetition of the test run put on the
+	// wire so far (more than 1 when the card drops some: it builds the
+	// next frame in the same page); Send sizes its runs by it.
+	perRun float64
 }
 
 // NewGenerator loads the generator for spec.
@@ -76,11 +89,27 @@ func NewGenerator(spec GenSpec) (*Generator, error) {
 	if err := gspec.Variables["tw_gen_mask"].Set(uint32(n - 1)); err != nil {
 		return nil, err
 	}
-	g := &Generator{ifindex: ifc.Index, samples: n}
+	var opts *ebpf.CollectionOptions
+	if spec.Card != nil {
+		opts = &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
+		for _, name := range cardMaps {
+			m := spec.Card.Maps()[name]
+			if m == nil {
+				return nil, fmt.Errorf("%w: card map %s missing", datapath.ErrInvalid, name)
+			}
+			// The table's capacity is the card's, not the object's default.
+			gspec.Maps[name].MaxEntries = m.MaxEntries()
+			opts.MapReplacements[name] = m
+		}
+		if err := gspec.Variables["tw_gen_card"].Set(uint32(1)); err != nil {
+			return nil, err
+		}
+	}
+	g := &Generator{ifindex: ifc.Index, samples: n, perRun: 1}
 	if g.ncpu, err = ebpf.PossibleCPU(); err != nil {
 		return nil, err
 	}
-	if err := gspec.LoadAndAssign(&g.objs, nil); err != nil {
+	if err := gspec.LoadAndAssign(&g.objs, opts); err != nil {
 		return nil, fmt.Errorf("loading generator: %w", err)
 	}
 	if err := g.objs.TwGenCfg.Put(uint32(0), cfg); err != nil {
@@ -137,6 +166,18 @@ func genConfig(t []byte) (*trafgenTwGenConfig, error) {
 	if int(c.L4CsumOff)+2 > len(t) {
 		return nil, fmt.Errorf("%w: template truncated before its L4 checksum", datapath.ErrInvalid)
 	}
+	// The card's key: ports as the frame holds them (network order in
+	// memory), the destination in the key's leading bytes.
+	k := &c.CardKey
+	k.Family, k.Proto = uint8(c.Family), proto
+	k.Sport, k.Dport = binary.LittleEndian.Uint16(t[l4:]), binary.LittleEndian.Uint16(t[l4+2:])
+	if c.Family == 4 {
+		copy(k.Dst[:], t[14+16:14+20])
+		c.CardL3len = uint32(binary.BigEndian.Uint16(t[14+2:]))
+	} else {
+		copy(k.Dst[:], t[14+24:14+40])
+		c.CardL3len = 40 + uint32(binary.BigEndian.Uint16(t[14+4:]))
+	}
 	c.L4Csum = uint32(binary.BigEndian.Uint16(t[c.L4CsumOff:]))
 	c.HdrLen = uint32(copy(c.Hdr[:], t))
 	if c.Udp == 1 && c.L4Csum == 0xffff {
@@ -174,7 +215,8 @@ type xdpMDLive struct {
 }
 
 // Send transmits frame n times (in one test run) and returns how many
-// frames the program handed to the kernel for transmission. Which
+// frames the program put on the wire: handed to the kernel for
+// transmission, or dropped by the card's table (GenSpec.Card). Which
 // sample each frame came from is not counted here: Cursor and AddWalked
 // say it for a whole stretch of sends, so a sender whose CPU is shared
 // with the receiver (the lab's wire) does no per-source work per call.
@@ -186,9 +228,26 @@ func (g *Generator) Send(frame []byte, n uint32) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// At most n frames: every CPU stops at n more than it has sent (the
+	// run happens on one of them). Repetitions are sized by the frames
+	// each put out so far, with a margin; the few left over when the
+	// frames run out are dropped unsent, and a run short of n returns
+	// fewer, for the caller's next call.
+	st := make([]trafgenTwGenState, len(before))
+	for cpu := range before {
+		st[cpu] = before[cpu]
+		st[cpu].Stop = before[cpu].Sent + uint64(n)
+	}
+	if err := g.objs.TwGenSt.Put(uint32(0), st); err != nil {
+		return 0, fmt.Errorf("writing generator state: %w", err)
+	}
+	reps := n
+	if g.perRun > 1 {
+		reps = uint32(min(float64(n), float64(n)/g.perRun+64))
+	}
 	_, err = g.objs.TwGen.Run(&ebpf.RunOptions{
 		Data:    frame,
-		Repeat:  n,
+		Repeat:  reps,
 		Flags:   bpfTestXDPLiveFrames,
 		Context: &xdpMDLive{Data: 0, DataEnd: uint32(len(frame)), IngressIfindex: uint32(g.ifindex)},
 	})
@@ -199,11 +258,30 @@ func (g *Generator) Send(frame []byte, n uint32) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var sent uint64
+	var sent, runs uint64
 	for cpu := range after {
 		sent += after[cpu].Sent - before[cpu].Sent
+		runs += after[cpu].Runs - before[cpu].Runs
+	}
+	if runs > 0 {
+		g.perRun = float64(sent) / float64(runs)
 	}
 	return sent, nil
+}
+
+// CardDropped is how many of the frames sent so far the card's table
+// dropped (GenSpec.Card); Send counts them as sent, since they reached
+// the end of the wire.
+func (g *Generator) CardDropped() (uint64, error) {
+	st, err := g.state()
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for cpu := range st {
+		n += st[cpu].CardDrop
+	}
+	return n, nil
 }
 
 // Cursor is where each CPU's walk over the samples stands.

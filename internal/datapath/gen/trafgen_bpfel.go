@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type trafgenTwCtr struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+}
+
 type trafgenTwGenAddr struct {
 	_ structs.HostLayout
 	A [16]uint8
@@ -28,8 +34,10 @@ type trafgenTwGenConfig struct {
 	Udp       uint32
 	SpoofLen  uint32
 	HdrLen    uint32
+	CardL3len uint32
 	SpoofBase [16]uint8
 	Hdr       [96]uint8
+	CardKey   trafgenTwNicKey
 }
 
 type trafgenTwGenMode uint32
@@ -40,10 +48,54 @@ const (
 )
 
 type trafgenTwGenState struct {
-	_    structs.HostLayout
-	Seq  uint64
-	Sent uint64
+	_        structs.HostLayout
+	Seq      uint64
+	Sent     uint64
+	CardDrop uint64
+	Runs     uint64
+	Stop     uint64
 }
+
+type trafgenTwNicConfig struct {
+	_           structs.HostLayout
+	HostIfindex uint32
+	FlowsN      uint32
+	Capacity    uint32
+	LatencyUs   uint32
+	Flags       uint32
+	Pad         uint32
+	CpuRatePps  uint64
+}
+
+type trafgenTwNicKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Pad    uint16
+	Sport  uint16
+	Dport  uint16
+	Src    [16]uint8
+	Dst    [16]uint8
+}
+
+type trafgenTwNicRule struct {
+	_      structs.HostLayout
+	Action uint32
+	Id     uint32
+}
+
+type trafgenTwNicVerdict uint32
+
+const (
+	trafgenTwNicVerdictTW_NV_HIT_DROP     trafgenTwNicVerdict = 0
+	trafgenTwNicVerdictTW_NV_HIT_FORWARD  trafgenTwNicVerdict = 1
+	trafgenTwNicVerdictTW_NV_MISS         trafgenTwNicVerdict = 2
+	trafgenTwNicVerdictTW_NV_UNHANDLED    trafgenTwNicVerdict = 3
+	trafgenTwNicVerdictTW_NV_TX_ERROR     trafgenTwNicVerdict = 4
+	trafgenTwNicVerdictTW_NV_CPU          trafgenTwNicVerdict = 5
+	trafgenTwNicVerdictTW_NV_CPU_OVERLOAD trafgenTwNicVerdict = 6
+	trafgenTwNicVerdictTW_NV_MAX          trafgenTwNicVerdict = 7
+)
 
 // Names of all BPF objects in the ELF.
 //
@@ -52,7 +104,12 @@ const (
 	trafgenMapTwGenCfg     = "tw_gen_cfg"
 	trafgenMapTwGenSamples = "tw_gen_samples"
 	trafgenMapTwGenSt      = "tw_gen_st"
+	trafgenMapTwNicCfg     = "tw_nic_cfg"
+	trafgenMapTwNicCtr     = "tw_nic_ctr"
+	trafgenMapTwNicRules   = "tw_nic_rules"
+	trafgenMapTwNicStats   = "tw_nic_stats"
 	trafgenProgTwGen       = "tw_gen"
+	trafgenVarTwGenCard    = "tw_gen_card"
 	trafgenVarTwGenMask    = "tw_gen_mask"
 )
 
@@ -108,12 +165,17 @@ type trafgenMapSpecs struct {
 	TwGenCfg     *ebpf.MapSpec `ebpf:"tw_gen_cfg"`
 	TwGenSamples *ebpf.MapSpec `ebpf:"tw_gen_samples"`
 	TwGenSt      *ebpf.MapSpec `ebpf:"tw_gen_st"`
+	TwNicCfg     *ebpf.MapSpec `ebpf:"tw_nic_cfg"`
+	TwNicCtr     *ebpf.MapSpec `ebpf:"tw_nic_ctr"`
+	TwNicRules   *ebpf.MapSpec `ebpf:"tw_nic_rules"`
+	TwNicStats   *ebpf.MapSpec `ebpf:"tw_nic_stats"`
 }
 
 // trafgenVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type trafgenVariableSpecs struct {
+	TwGenCard *ebpf.VariableSpec `ebpf:"tw_gen_card"`
 	TwGenMask *ebpf.VariableSpec `ebpf:"tw_gen_mask"`
 }
 
@@ -140,6 +202,10 @@ type trafgenMaps struct {
 	TwGenCfg     *ebpf.Map `ebpf:"tw_gen_cfg"`
 	TwGenSamples *ebpf.Map `ebpf:"tw_gen_samples"`
 	TwGenSt      *ebpf.Map `ebpf:"tw_gen_st"`
+	TwNicCfg     *ebpf.Map `ebpf:"tw_nic_cfg"`
+	TwNicCtr     *ebpf.Map `ebpf:"tw_nic_ctr"`
+	TwNicRules   *ebpf.Map `ebpf:"tw_nic_rules"`
+	TwNicStats   *ebpf.Map `ebpf:"tw_nic_stats"`
 }
 
 func (m *trafgenMaps) Close() error {
@@ -147,6 +213,10 @@ func (m *trafgenMaps) Close() error {
 		m.TwGenCfg,
 		m.TwGenSamples,
 		m.TwGenSt,
+		m.TwNicCfg,
+		m.TwNicCtr,
+		m.TwNicRules,
+		m.TwNicStats,
 	)
 }
 
@@ -154,6 +224,7 @@ func (m *trafgenMaps) Close() error {
 //
 // It can be passed to loadTrafgenObjects or ebpf.CollectionSpec.LoadAndAssign.
 type trafgenVariables struct {
+	TwGenCard *ebpf.Variable `ebpf:"tw_gen_card"`
 	TwGenMask *ebpf.Variable `ebpf:"tw_gen_mask"`
 }
 

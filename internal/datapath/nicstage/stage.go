@@ -381,6 +381,20 @@ func Detach(wire, pinRoot string) error {
 // Program is the NIC stage's program (for BPF_PROG_TEST_RUN).
 func (n *Stage) Program() *ebpf.Program { return n.objs.TwNic }
 
+// MatchTable is a stage's match table (bpf/lib/nic.h) for another
+// program to run: the lab's generator does (gen.GenSpec.Card).
+type MatchTable struct{ maps map[string]*ebpf.Map }
+
+// MatchTable returns the stage's match table: its rules, their counters,
+// the verdict counters and the configuration. Valid while n is open.
+func (n *Stage) MatchTable() *MatchTable {
+	return &MatchTable{maps: map[string]*ebpf.Map{"tw_nic_rules": n.objs.TwNicRules, "tw_nic_ctr": n.objs.TwNicCtr,
+		"tw_nic_stats": n.objs.TwNicStats, "tw_nic_cfg": n.objs.TwNicCfg}}
+}
+
+// Maps are the table's maps by their names in bpf/lib/nic.h.
+func (t *MatchTable) Maps() map[string]*ebpf.Map { return t.maps }
+
 // Capacity is K.
 func (n *Stage) Capacity() int { return n.cap }
 

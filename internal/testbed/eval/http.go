@@ -48,7 +48,7 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) (_ []R
 			continue
 		}
 		for _, n := range attackers {
-			teardown, err := httpSetup(ctx, mech, n, src, dst, p.Duration)
+			card, teardown, err := httpSetup(ctx, mech, n, src, dst, p.Duration)
 			if err != nil {
 				return rows, fmt.Errorf("%s: %w", mech, err)
 			}
@@ -59,7 +59,7 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) (_ []R
 				// The median of p.Repeat: hybrid against host-only at one
 				// attack rate is a difference of a few percent.
 				r, err := medianBy(p.Repeat, func(r Row) float64 { return r.Extra }, func() (Row, error) {
-					return httpCell(ctx, mech, n, rate, src, dst, p.Duration)
+					return httpCell(ctx, mech, n, rate, src, dst, card, p.Duration)
 				})
 				if err != nil {
 					_ = teardown() // the measurement's error is the one to report
@@ -80,10 +80,11 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) (_ []R
 // httpSetup installs the mitigation for n attackers: rules, NIC mode and
 // (hybrid, nic-hw) the heaviest sources in the NIC table. With uniform
 // attackers any K of them are the top-K; the first K are installed.
-func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur time.Duration) (func() error, error) {
+// card is the NIC's table, which the flood meets in the generator.
+func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur time.Duration) (card *nicstage.MatchTable, teardown func() error, err error) {
 	srcs, err := trafgen.Addresses(lab.AttackNet4, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mode := map[string]nicstage.Mode{"lab-host": nicstage.Wire, "lab-hybrid": nicstage.Hybrid,
 		"lab-nic-hw": nicstage.HW, "lab-nic": nicstage.CPU, "iptables": nicstage.Wire}[mech]
@@ -96,10 +97,10 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 			nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: nicstage.Wire})
 			return e
 		}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		m := iptablesRaw{}
-		teardown := func() error {
+		teardown = func() error {
 			err := inNS(lab.NSHost, -1, m.Teardown)
 			nic.Close()
 			return errors.Join(err, inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") }))
@@ -107,35 +108,35 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 		// On the error paths the setup's error is the one to report.
 		if _, err := sh("ip", "netns", "exec", lab.NSHost, "ethtool", "-K", lab.IfHost, "gro", "on"); err != nil {
 			_ = teardown()
-			return nil, err
+			return nil, nil, err
 		}
 		if err := inNS(lab.NSHost, -1, func() error { return m.Setup(lab.IfHost, srcs) }); err != nil {
 			_ = teardown()
-			return nil, err
+			return nil, nil, err
 		}
 		if err := pinNAPI(lab.NSHost, lab.IfHost, rxCPU); err != nil {
 			_ = teardown()
-			return nil, err
+			return nil, nil, err
 		}
 		if err := pinNIC(); err != nil {
 			_ = teardown()
-			return nil, err
+			return nil, nil, err
 		}
-		return teardown, nil
+		return nic.Stage().MatchTable(), teardown, nil
 	}
 	nic, _, teardown, err := labMode(mode, srcs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if mode == nicstage.Hybrid || mode == nicstage.HW {
 		for _, a := range srcs[:min(len(srcs), nic.Caps().Capacity)] {
 			if _, err := nic.Install(ctx, tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}); err != nil {
 				_ = teardown() // the install error is the one to report
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
-	return teardown, nil
+	return nic.Stage().MatchTable(), teardown, nil
 }
 
 // wrkRate runs wrk from the internet namespace (200 connections, 5 s
@@ -156,7 +157,7 @@ func wrkRate(ctx context.Context, dur time.Duration) (float64, error) {
 
 var wrkRPS = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
 
-func httpCell(ctx context.Context, mech string, n int, rate uint64, src, dst [6]byte, dur time.Duration) (Row, error) {
+func httpCell(ctx context.Context, mech string, n int, rate uint64, src, dst [6]byte, card *nicstage.MatchTable, dur time.Duration) (Row, error) {
 	lctx, cancel := context.WithTimeout(ctx, dur+10*time.Second)
 	defer cancel()
 	var rps float64
@@ -166,7 +167,7 @@ func httpCell(ctx context.Context, mech string, n int, rate uint64, src, dst [6]
 	var rep *trafgen.Report
 	var gerr error
 	if rate != 0 {
-		spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: src, DstMAC: dst, Dst: lab.Host4, Sources: n, Dist: trafgen.Uniform, Duration: dur, Seed: 3}
+		spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: src, DstMAC: dst, Dst: lab.Host4, Sources: n, Dist: trafgen.Uniform, Duration: dur, Seed: 3, Card: card}
 		if rate != ^uint64(0) {
 			spec.Rate = rate
 		}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath/gen"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -57,6 +58,10 @@ type Spec struct {
 	// numbering them from its start: reflectors are everywhere, and a
 	// flood of contiguous sources would be stopped by one prefix.
 	Spread bool
+	// Card is the emulated NIC's match table: the lab's flood meets it at
+	// the end of the wire, in the generator (gen.GenSpec.Card). Sent
+	// counts the frames it drops.
+	Card *nicstage.MatchTable
 
 	Rate      uint64        // packets/s; 0: as fast as the kernel goes
 	Duration  time.Duration // required, at most MaxDuration
@@ -93,6 +98,8 @@ type Report struct {
 	Sources   int                   `json:"sources"`
 	Epochs    int                   `json:"epochs"`
 	PerSource map[netip.Addr]uint64 `json:"-"`
+	// CardDropped of Sent were dropped by the card's table (Spec.Card).
+	CardDropped uint64 `json:"card_dropped,omitempty"`
 
 	// Flow mode. Sent = Scheduled - Dropped.
 	Scheduled uint64     `json:"scheduled,omitempty"`  // frames built
@@ -267,7 +274,7 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 	frame := f.Build()
 
 	rng := rand.New(rand.NewPCG(s.Seed, s.Seed^0x5DEECE66D))
-	spec := gen.GenSpec{Iface: s.Iface, Template: frame, Spoof: s.Spoof}
+	spec := gen.GenSpec{Iface: s.Iface, Template: frame, Spoof: s.Spoof, Card: s.Card}
 	var addrs []netip.Addr
 	var weights []float64
 	var rank []int
@@ -403,5 +410,10 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 	}
 	rep.Elapsed = time.Since(start)
 	rep.PPS = float64(rep.Sent) / rep.Elapsed.Seconds()
+	cd, err := g.CardDropped()
+	if err != nil {
+		return rep, err
+	}
+	rep.CardDropped = cd
 	return rep, walked()
 }

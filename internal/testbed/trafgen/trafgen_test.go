@@ -12,8 +12,10 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 const (
@@ -188,6 +190,139 @@ func TestSpoofedSourcesStayInPrefix(t *testing.T) {
 	}
 	if len(got) < 2500 {
 		t.Errorf("only %d distinct spoofed sources in 3000 frames", len(got))
+	}
+}
+
+// The card's table in the generator (Spec.Card): what its drop rules match
+// is dropped before the wire, counted on the rule and as the card's drops,
+// and nothing else is: not a forward rule, not a flow rule for another
+// port, and nothing at all when the stage's mode has no table.
+func TestCardDropsWhatItsTableHolds(t *testing.T) {
+	d, src, dst := lab(t)
+	srcs, err := Addresses(netip.MustParsePrefix("10.128.0.0/9"), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vic := netip.MustParseAddr("10.9.0.2")
+	flow := func(a netip.Addr, dport uint16) tier.Match {
+		return tier.Match{Src: a, Dst: vic, Proto: 17, SrcPort: 40000, DstPort: dport}
+	}
+	rules := []tier.Rule{
+		{Match: tier.SourceMatch(srcs[0]), Action: tier.Drop},
+		{Match: tier.SourceMatch(srcs[1]), Action: tier.Drop},
+		{Match: flow(srcs[2], 9), Action: tier.Drop},  // the frames' own 5-tuple
+		{Match: flow(srcs[3], 10), Action: tier.Drop}, // another port: no match
+		{Match: tier.SourceMatch(srcs[4]), Action: tier.Forward},
+	}
+	dropped := map[netip.Addr]bool{srcs[0]: true, srcs[1]: true, srcs[2]: true}
+	for _, mode := range []nicstage.Mode{nicstage.Hybrid, nicstage.Wire} {
+		t.Run(string(mode), func(t *testing.T) {
+			st, err := nicstage.LoadDetached(nicstage.Options{Mode: mode, UpdateLatency: time.Microsecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			for _, r := range rules {
+				if _, err := st.Insert(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s := Spec{Iface: ifTx, SrcMAC: src, DstMAC: dst, Dst: vic, Sources: len(srcs), Rate: 20000, Duration: 500 * time.Millisecond, Seed: 1, Card: st.MatchTable()}
+			var rep *Report
+			inNS(t, nsTx, func() { rep, err = Run(context.Background(), s) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want uint64
+			if mode == nicstage.Hybrid {
+				for a := range dropped {
+					if rep.PerSource[a] == 0 {
+						t.Errorf("no frames from blocked source %s", a)
+					}
+				}
+				for a := range dropped {
+					want += rep.PerSource[a]
+				}
+			}
+			if rep.Sent != 10000 {
+				t.Errorf("sent %d, want rate x duration = 10000 with the card's drops", rep.Sent)
+			}
+			if rep.CardDropped != want {
+				t.Errorf("card dropped %d, the blocked sources sent %d", rep.CardDropped, want)
+			}
+			got, total := received(t, d, rep.Sent-want)
+			if total != rep.Sent-want {
+				t.Errorf("receiver counted %d, want sent %d - card drops %d", total, rep.Sent, want)
+			}
+			for _, a := range srcs {
+				w := rep.PerSource[a]
+				if mode == nicstage.Hybrid && dropped[a] {
+					w = 0
+				}
+				if got[a] != w {
+					t.Errorf("%s: received %d, want %d", a, got[a], w)
+				}
+			}
+			stats, err := st.Stats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hd := stats["hit_drop"]; hd.Packets != want || hd.Bytes != 46*want {
+				t.Errorf("card's hit_drop counter %+v, want %d frames of 46 IP bytes", hd, want)
+			}
+			es, err := st.Rules()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				w := uint64(0)
+				if mode == nicstage.Hybrid && dropped[e.Rule.Match.Src] {
+					w = rep.PerSource[e.Rule.Match.Src]
+				}
+				if e.Counters.Packets != w {
+					t.Errorf("rule %+v counted %d, want %d", e.Rule.Match, e.Counters.Packets, w)
+				}
+			}
+		})
+	}
+}
+
+// A flood the card drops whole: runs of consecutive card drops end the
+// repetition with an XDP_DROP, and still every frame is counted once.
+func TestCardDropsAWholeFlood(t *testing.T) {
+	d, src, dst := lab(t)
+	srcs, err := Addresses(netip.MustParsePrefix("10.128.0.0/9"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := nicstage.LoadDetached(nicstage.Options{Mode: nicstage.Hybrid, UpdateLatency: time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, a := range srcs {
+		if _, err := st.Insert(tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := Spec{Iface: ifTx, SrcMAC: src, DstMAC: dst, Dst: netip.MustParseAddr("10.9.0.2"), Sources: len(srcs), Rate: 20000, Duration: 300 * time.Millisecond, Seed: 1, Card: st.MatchTable()}
+	var rep *Report
+	inNS(t, nsTx, func() { rep, err = Run(context.Background(), s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sent != 6000 || rep.CardDropped != 6000 {
+		t.Errorf("sent %d, card dropped %d, want 6000 and 6000", rep.Sent, rep.CardDropped)
+	}
+	if _, total := received(t, d, 1); total != 0 {
+		t.Errorf("receiver counted %d frames of a flood the card drops whole", total)
+	}
+	stats, err := st.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hd := stats["hit_drop"]; hd.Packets != 6000 {
+		t.Errorf("card's hit_drop counted %d, want 6000", hd.Packets)
 	}
 }
 
