@@ -48,7 +48,7 @@ type Row struct {
 	DropMpps  float64 `json:"drop_mpps"`
 	CPUPct    float64 `json:"rx_cpu_pct"`   // receiver CPU busy, percent
 	Extra     float64 `json:"extra"`        // figure-specific: NIC-table drops (Mpps), HTTP req/s, model values
-	Arrived   float64 `json:"arrived_mpps"` // lab: attack packets that reached the NIC stage
+	Arrived   float64 `json:"arrived_mpps"` // lab: attack packets that reached the NIC stage; plain pair: the receiver's ring
 	// The range of the measurements the row is the median of (drop Mpps;
 	// for HTTP rows, requests/s): how far a difference is noise.
 	Lo float64 `json:"lo"`
@@ -232,6 +232,11 @@ func DropRate(ctx context.Context, p Params) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One sample table for every size: the generator walks the table of
+	// the largest, so what it costs to send (a 4 MiB table at 128K
+	// sources against 1 MiB at 1K, beyond this CPU's L2) is the same in
+	// every cell, and the rates compare the receivers alone.
+	slots := trafgen.SampleSlots(slices.Max(p.Sizes))
 	var rows []Row
 	for _, m := range HostMechanisms() {
 		if p.Only != nil && !p.Only[m.Name()] {
@@ -260,7 +265,7 @@ func DropRate(ctx context.Context, p Params) ([]Row, error) {
 				if ctx.Err() != nil {
 					break
 				}
-				r, err := medianOf(p.Repeat, func() (Row, error) { return measure(ctx, m, n, d, src, dst, p.Duration) })
+				r, err := medianOf(p.Repeat, func() (Row, error) { return measure(ctx, m, n, d, slots, src, dst, p.Duration) })
 				if err != nil {
 					_ = inNS(nsRx, -1, m.Teardown)
 					return rows, err
@@ -277,9 +282,9 @@ func DropRate(ctx context.Context, p Params) ([]Row, error) {
 	return rows, ctx.Err()
 }
 
-func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, src, dst [6]byte, dur time.Duration) (Row, error) {
+func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, slots int, src, dst [6]byte, dur time.Duration) (Row, error) {
 	spec := trafgen.Spec{Iface: ifTx, SrcMAC: src, DstMAC: dst, Dst: netip.MustParseAddr("10.220.0.2"),
-		Sources: n, Dist: d, Seed: uint64(n)}
+		Sources: n, Dist: d, Seed: uint64(n), Slots: slots}
 	// Warm up (caches, NAPI thread placement), then measure.
 	spec.Duration = dur / 4
 	if err := inNS(nsTx, genCPU, func() error { _, err := trafgen.Run(ctx, spec); return err }); err != nil {
@@ -293,8 +298,13 @@ func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, src, dst [
 	}
 	// The window opens at the first frame, after the generator's set-up
 	// (its program, up to 2^21 samples), which grows with the sources.
+	var x0, x1 uint64
 	spec.Started = func(t time.Time) {
 		derr = get(&d0)
+		var xerr error
+		if x0, xerr = vethXmit(nsTx, ifTx); xerr != nil && derr == nil {
+			derr = xerr
+		}
 		b0, t0 = cpuTimes(rxCPU)
 		start = t
 	}
@@ -312,12 +322,44 @@ func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, src, dst [
 	if err := get(&d1); err != nil {
 		return Row{}, err
 	}
+	x1, err := vethXmit(nsTx, ifTx)
+	if err != nil {
+		return Row{}, err
+	}
 	cpu := 0.0
 	if t1 > t0 {
 		cpu = 100 * float64(b1-b0) / float64(t1-t0)
 	}
 	return Row{Mechanism: m.Name(), Dist: string(d), Sources: n, SentMpps: rep.PPS / 1e6,
-		DropMpps: float64(d1-d0) / el.Seconds() / 1e6, CPUPct: cpu}, nil
+		DropMpps: float64(d1-d0) / el.Seconds() / 1e6, CPUPct: cpu, Arrived: float64(x1-x0) / el.Seconds() / 1e6}, nil
+}
+
+// vethXmit is how many XDP frames iface (a veth, in namespace ns) has
+// put in its peer's ring: what the generator sent less what the ring,
+// full while the receiver's NAPI was not running, refused.
+func vethXmit(ns, iface string) (uint64, error) {
+	out, err := exec.Command("ip", "netns", "exec", ns, "ethtool", "-S", iface).Output()
+	if err != nil {
+		return 0, fmt.Errorf("ethtool -S %s in %s: %w", iface, ns, err)
+	}
+	var n uint64
+	found := false
+	for _, l := range strings.Split(string(out), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !strings.HasPrefix(k, "tx_queue_") || !strings.HasSuffix(k, "_xdp_xmit") {
+			continue
+		}
+		x, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("ethtool -S %s: %q: %w", iface, l, err)
+		}
+		n += x
+		found = true
+	}
+	if !found {
+		return 0, fmt.Errorf("ethtool -S %s in %s: no tx_queue_*_xdp_xmit counter", iface, ns)
+	}
+	return n, nil
 }
 
 // medianOf runs f n times (at least once) and returns the run with the

@@ -67,6 +67,11 @@ type Spec struct {
 	Duration  time.Duration // required, at most MaxDuration
 	Reshuffle time.Duration // every this long the ranking of sources changes (0: never)
 	Seed      uint64
+	// Slots is the size of the sample table the generator walks, a power
+	// of two from Sources to 2^21 (0: SampleSlots(Sources)). Runs that
+	// compare sizes give every size the same table, so the sender's own
+	// cost does not change with the number of sources.
+	Slots int
 	// Started, if set, is told the time just before the first frame is
 	// handed to the kernel: the attack's start, after the generator's
 	// set-up (loading its program and tables takes ~1 s of kernel time
@@ -180,6 +185,9 @@ func (s *Spec) defaults() error {
 	if s.Base.Addr().Is4() != s.Dst.Is4() {
 		return fmt.Errorf("%w: source base %s and destination %s differ in family", rule.ErrInvalid, s.Base, s.Dst)
 	}
+	if s.Slots != 0 && (s.Slots&(s.Slots-1) != 0 || s.Slots < s.Sources || s.Slots > maxSlots) {
+		return fmt.Errorf("%w: %d sample slots (want a power of two from %d sources to %d)", rule.ErrInvalid, s.Slots, s.Sources, maxSlots)
+	}
 	switch s.Dist {
 	case "":
 		s.Dist = Uniform
@@ -194,6 +202,15 @@ func (s *Spec) defaults() error {
 		s.Sigma = 1.0 / 6
 	}
 	return nil
+}
+
+// maxSlots bounds the sample table: 2^21 samples of 16 bytes, 32 MiB.
+const maxSlots = 1 << 21
+
+// SampleSlots is the default sample table for n sources: twice as many
+// slots, at least 2^16, at most 2^21, a power of two.
+func SampleSlots(n int) int {
+	return min(1<<bits.Len(uint(max(2*n, 1<<16)-1)), maxSlots)
 }
 
 // Weights is the share of the rate each source rank gets.
@@ -294,8 +311,10 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 		for i := range rank {
 			rank[i] = i
 		}
-		slots := 1 << bits.Len(uint(max(2*s.Sources, 1<<16)-1))
-		slots = min(slots, 1<<21)
+		slots := s.Slots
+		if slots == 0 {
+			slots = SampleSlots(s.Sources)
+		}
 		table = sampleTable(weights, rank, slots, rng)
 		spec.Samples = make([]netip.Addr, slots)
 		for i, src := range table {

@@ -2,6 +2,7 @@ package trafgen
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
+	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"
 	"github.com/tierwall/tierwall/internal/tier"
@@ -334,9 +336,12 @@ func TestBadSpecs(t *testing.T) {
 		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 5, Duration: time.Second, Dist: "pareto"},                               // bad distribution
 		{Dst: netip.MustParseAddr("10.0.0.1"), Spoof: netip.MustParsePrefix("2001:db8::/32"), Duration: time.Second},            // family mix
 		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 300, Base: netip.MustParsePrefix("10.1.1.0/24"), Duration: time.Second}, // does not fit
+		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 5, Duration: time.Second, Slots: 3000},                                  // not a power of two
+		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 5000, Duration: time.Second, Slots: 4096},                               // fewer slots than sources
+		{Dst: netip.MustParseAddr("10.0.0.1"), Sources: 5, Duration: time.Second, Slots: 1 << 22},                               // beyond 2^21
 	} {
-		if _, err := Run(context.Background(), s); err == nil {
-			t.Errorf("%+v accepted", s)
+		if _, err := Run(context.Background(), s); !errors.Is(err, rule.ErrInvalid) {
+			t.Errorf("%+v: %v, want an invalid-spec error", s, err)
 		}
 	}
 }
