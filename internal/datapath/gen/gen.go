@@ -7,6 +7,7 @@ package gen
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 
@@ -230,10 +231,14 @@ func (g *Generator) Send(frame []byte, n uint32) (uint64, error) {
 	}
 	// At most n frames: every CPU stops at n more than it has sent (the
 	// run happens on one of them). Repetitions are sized by the frames
-	// each put out so far, with a margin of 3%: the few left over when
-	// the frames run out are dropped unsent, and a run short of n returns
-	// fewer, for the caller's next call, whose test run costs an RCU
-	// grace period (~15 ms here) that a paced flood then runs over by.
+	// each put out so far (r), with four standard deviations of margin:
+	// a repetition puts out 1 + a geometric number of card drops (share
+	// p = 1 - 1/r), so n frames need n/r ± sqrt(n·p/r) of them. A run
+	// short of n returns fewer, for the caller's next call, whose test
+	// run costs an RCU grace period (~15 ms here) that a paced flood then
+	// runs over by; each repetition left over when the frames run out is
+	// an XDP_DROP, a free through the page pool's ring (bpf/xdp_gen.c),
+	// so the margin is no wider than that.
 	st := make([]trafgenTwGenState, len(before))
 	for cpu := range before {
 		st[cpu] = before[cpu]
@@ -244,7 +249,8 @@ func (g *Generator) Send(frame []byte, n uint32) (uint64, error) {
 	}
 	reps := n
 	if g.perRun > 1 {
-		reps = uint32(min(float64(n), 1.03*float64(n)/g.perRun+64))
+		r, fn := g.perRun, float64(n)
+		reps = uint32(min(fn, fn/r+4*math.Sqrt(fn*(1-1/r)/r)+64))
 	}
 	_, err = g.objs.TwGen.Run(&ebpf.RunOptions{
 		Data:    frame,
