@@ -201,18 +201,15 @@ static __always_inline int tw_gen_write(__u8 *data, __u8 *data_end,
 
 /* Builds the next frame in the page: 0 when it goes out, 1 when the
  * card dropped it, -1 on a broken configuration. A global function: the
- * verifier checks it once, not once per frame of tw_gen's loop. */
-__noinline int tw_gen_frame(struct xdp_md *ctx)
+ * verifier checks it once, not once per frame of tw_gen's loop (cfg and
+ * st arrive as sized memory it may not trust to be non-NULL). */
+__noinline int tw_gen_frame(struct xdp_md *ctx, struct tw_gen_config *cfg,
+			    struct tw_gen_state *st)
 {
-	if (!ctx)
+	if (!ctx || !cfg || !st)
 		return -1;
 	__u8 *data = (void *)(long)ctx->data;
 	__u8 *data_end = (void *)(long)ctx->data_end;
-	__u32 zero = 0;
-	struct tw_gen_config *cfg = bpf_map_lookup_elem(&tw_gen_cfg, &zero);
-	struct tw_gen_state *st = bpf_map_lookup_elem(&tw_gen_st, &zero);
-	if (!cfg || !st)
-		return -1;
 	struct tw_gen_addr src = {};
 	if (tw_gen_pick(cfg, st, &src) < 0)
 		return -1;
@@ -255,7 +252,7 @@ int tw_gen(struct xdp_md *ctx)
 	for (__u32 i = 0; i < TW_GEN_CARD_RUN; i++) {
 		if (st->stop && st->sent >= st->stop)
 			return XDP_DROP; /* the run's frames are all out */
-		int r = tw_gen_frame(ctx);
+		int r = tw_gen_frame(ctx, cfg, st);
 		if (r < 0)
 			return XDP_ABORTED;
 		if (r == 0) {
