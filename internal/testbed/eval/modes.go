@@ -167,8 +167,8 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 	}()
 
 	// The flood meets the card's table at the end of the wire, in the
-	// generator, in every mode (the lookup's cost is the same whatever the
-	// table holds); the wire's NIC program sees only what it passes.
+	// generator, in every mode (the lookup runs whether or not the mode
+	// uses its answer); the wire's NIC program sees only what it passes.
 	spec := trafgen.Spec{Iface: lab.IfInet, SrcMAC: src, DstMAC: dst, Dst: lab.Host4, Sources: n, Dist: d, Seed: uint64(n), Card: nic.Stage().MatchTable()}
 	flood := func(t time.Duration, rate uint64) (*trafgen.Report, error) {
 		spec.Duration, spec.Rate = t, rate
@@ -202,36 +202,34 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 	if _, err := flood(dur/2, 0); err != nil {
 		return nil, err
 	}
-	{
-		off := &placement.Offloader{Table: nic, Params: placement.Params{MaxRate: 1}}
-		counted := func() ([]placement.Counted, error) {
-			ctrs, err := dp.RuleCounters(hostPrefixes(srcs))
-			if err != nil {
-				return nil, err
-			}
-			out := make([]placement.Counted, 0, len(ctrs))
-			for p, c := range ctrs {
-				out = append(out, placement.Counted{Src: p.Addr(), Packets: c.Packets})
-			}
-			return out, nil
-		}
-		c0, err := counted()
+	off := &placement.Offloader{Table: nic, Params: placement.Params{MaxRate: 1}}
+	counted := func() ([]placement.Counted, error) {
+		ctrs, err := dp.RuleCounters(hostPrefixes(srcs))
 		if err != nil {
 			return nil, err
 		}
-		if _, err := off.Step(ctx, time.Now(), c0); err != nil {
-			return nil, err
+		out := make([]placement.Counted, 0, len(ctrs))
+		for p, c := range ctrs {
+			out = append(out, placement.Counted{Src: p.Addr(), Packets: c.Packets})
 		}
-		if _, err := flood(dur/2, 0); err != nil {
-			return nil, err
-		}
-		c1, err := counted()
-		if err != nil {
-			return nil, err
-		}
-		if _, err := off.Step(ctx, time.Now(), c1); err != nil {
-			return nil, err
-		}
+		return out, nil
+	}
+	c0, err := counted()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := off.Step(ctx, time.Now(), c0); err != nil {
+		return nil, err
+	}
+	if _, err := flood(dur/2, 0); err != nil {
+		return nil, err
+	}
+	c1, err := counted()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := off.Step(ctx, time.Now(), c1); err != nil {
+		return nil, err
 	}
 	measure := func(fig string, rate uint64) (Row, error) {
 		return func() (Row, error) {
