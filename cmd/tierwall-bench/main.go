@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/tierwall/tierwall/internal/datapath/bench"
 	"github.com/tierwall/tierwall/internal/placement"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
+	"github.com/tierwall/tierwall/internal/testbed/lab"
 )
 
 func main() {
@@ -47,6 +49,12 @@ func main() {
 		millionChild(*child)
 		return
 	}
+	// Not in the child: it runs while its parent holds the testbed.
+	release, err := lab.Hold(context.Background(), "make bench", os.Stderr)
+	if err != nil {
+		fail(err)
+	}
+	defer release()
 	want := map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
 		want[s] = true

@@ -88,6 +88,11 @@ func Run(ctx context.Context, o Options) (_ *Summary, err error) {
 	}
 	w := o.Out
 	say := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	release, err := lab.Hold(ctx, "make demo", w)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 
 	say("== lab up: internet (attackers, %d clients) → emulated NIC (hybrid, K=512, 2 ms/update) → host (tierwall, nginx)", o.Clients)
 	if err := lab.Up(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
@@ -26,6 +27,11 @@ type Options struct {
 // Run runs every experiment and writes the results.
 func Run(ctx context.Context, o Options) error {
 	started := time.Now()
+	release, err := lab.Hold(ctx, "make eval", o.Log)
+	if err != nil {
+		return err
+	}
+	defer release()
 	p := Params{Sizes: o.Sizes, Dists: o.Dists, Duration: o.Duration, Only: o.Only, Log: o.Log, Repeat: o.Repeat}
 	// The sweep's rates stay under what CPU 0 sends while it also runs
 	// the NIC stage (more than 1 Mpps arrives at full rate on every host

@@ -173,6 +173,11 @@ func Flows(ctx context.Context, p FlowsParams) ([]FlowRow, error) {
 	if p.Idle == 0 {
 		p.Idle = 10 * time.Second
 	}
+	release, err := lab.Hold(ctx, "make eval-flows", p.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	stats, err := datapath.RunTimeStats()
 	if err != nil {
 		return nil, err

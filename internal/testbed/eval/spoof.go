@@ -164,6 +164,11 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 	if p.Clients == 0 {
 		p.Clients = 64
 	}
+	release, err := lab.Hold(ctx, "make eval-spoof", p.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if err := lab.Up(); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@
 package lab
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -93,6 +94,11 @@ func killInside(ns string) {
 
 // Up builds the lab, or completes a partial one. Safe to run again.
 func Up() error {
+	release, err := Hold(context.Background(), "building the lab", os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if len(Namespaces()) == 3 && Ready() == nil {
 		return nil
 	}
@@ -154,6 +160,11 @@ func Ready() error {
 // every veth and bridge), the pinned state of tierwall inside them.
 // Idempotent; works after a crash.
 func Down() error {
+	release, err := Hold(context.Background(), "taking the lab down", os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer release()
 	StopNginx()
 	var errs []error
 	for _, ns := range Namespaces() {

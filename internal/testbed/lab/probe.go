@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -53,6 +54,11 @@ var probeLinks = [][2]string{
 
 // ProbeUp builds the probe lab from scratch.
 func ProbeUp() error {
+	release, err := Hold(context.Background(), "building the probe lab", os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := ProbeDown(); err != nil {
 		return err
 	}
@@ -97,6 +103,11 @@ func ProbeUp() error {
 
 // ProbeDown removes the probe lab. Idempotent.
 func ProbeDown() error {
+	release, err := Hold(context.Background(), "taking the probe lab down", os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer release()
 	var errs []error
 	for _, ns := range probeNamespaces() {
 		killInside(ns)
