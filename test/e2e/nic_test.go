@@ -4,13 +4,13 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/placement"
@@ -38,10 +38,8 @@ func setupNIC(t *testing.T) {
 	cleanup := func() {
 		for _, ns := range []string{nsNTx, nsNic, nsNHost} {
 			exec.Command("ip", "netns", "del", ns).Run()
+			_ = bpffs.RemoveNetns(bpffs.DefaultBPFFS, ns)
 		}
-		os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsNHost)
-		os.RemoveAll("/sys/fs/bpf/tierwall-nic/ns:" + nsNic)
-		os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsNic)
 	}
 	cleanup()
 	t.Cleanup(cleanup)

@@ -166,6 +166,16 @@ func lockFile(path string, how int) (*FileLock, error) {
 	}
 }
 
+// Describe writes s into the lock file, replacing what was there: who
+// holds it, for whoever waits on it to say.
+func (l *FileLock) Describe(s string) error {
+	if err := l.f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := l.f.WriteAt([]byte(s), 0)
+	return err
+}
+
 func (l *FileLock) Unlock() {
 	if l != nil && l.f != nil {
 		_ = unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
@@ -225,6 +235,15 @@ func NICDir(root, ifname string) string {
 	d := FilterDir(root, ifname)
 	rel, _ := filepath.Rel(filepath.Join(root, "tierwall"), d)
 	return filepath.Join(root, "tierwall-nic", rel)
+}
+
+// RemoveNetns removes the pinned state of every filter and NIC stage that
+// ran in the network namespace named ns (a name under /run/netns): what
+// deleting the namespace leaves behind, held by the pins for as long as the
+// machine runs, and found again by the next namespace of that name.
+func RemoveNetns(root, ns string) error {
+	tag := PinName("ns:" + ns)
+	return errors.Join(os.RemoveAll(filepath.Join(root, "tierwall", tag)), os.RemoveAll(filepath.Join(root, "tierwall-nic", tag)))
 }
 
 // NICDirFor maps a filter's pin directory to the NIC stage's on the same

@@ -58,3 +58,30 @@ func TestRemovedLockIsTakenAgain(t *testing.T) {
 		t.Fatalf("a third process took the lock the waiter holds: %v", err)
 	}
 }
+
+func TestRemoveNetnsTakesOnlyThatNamespace(t *testing.T) {
+	root := t.TempDir()
+	dirs := map[string]bool{ // path → survives RemoveNetns(root, "a.b")
+		"tierwall/ns:a:b/eth0":     false,
+		"tierwall-nic/ns:a:b/eth0": false,
+		"tierwall/ns:a:bc/eth0":    true, // a name that extends it
+		"tierwall/ns:a/eth0":       true,
+		"tierwall/eth0":            true, // the host's namespace
+	}
+	for d := range dirs {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := RemoveNetns(root, "a.b"); err != nil {
+		t.Fatal(err)
+	}
+	for d, keep := range dirs {
+		if Exists(filepath.Join(root, d)) != keep {
+			t.Errorf("%s: exists %v, want %v", d, !keep, keep)
+		}
+	}
+	if err := RemoveNetns(root, "gone"); err != nil { // nothing there: not an error
+		t.Error(err)
+	}
+}

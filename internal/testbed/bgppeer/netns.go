@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 )
 
 // Pair is two network namespaces joined by a veth pair: the "tierwall
@@ -99,7 +101,10 @@ func removeNetns(ns string) error {
 	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 		return fmt.Errorf("ip netns del %s: %w: %s", ns, err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	// A tierwall attached inside and never detached (a killed test)
+	// leaves its tables pinned, keyed by the namespace's name, for as
+	// long as the machine runs.
+	return bpffs.RemoveNetns(bpffs.DefaultBPFFS, ns)
 }
 
 // removeStale removes the namespaces of Pairs whose process is gone.

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
@@ -65,7 +66,7 @@ func inNS(name string, cpu int, f func() error) error { return netnsx.Do(name, c
 func pairDown() {
 	exec.Command("ip", "netns", "del", nsTx).Run()
 	exec.Command("ip", "netns", "del", nsRx).Run()
-	os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + nsRx)
+	_ = bpffs.RemoveNetns(bpffs.DefaultBPFFS, nsRx)
 }
 
 func pairUp() error {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/api"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 )
 
 // Daemon is a running `tierwall run`.
@@ -164,10 +165,7 @@ func Run(args ...string) error {
 
 // RemovePins removes the pinned state of every filter in namespace ns, so
 // the next attach there starts fresh.
-func RemovePins(ns string) {
-	os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + ns)
-	os.RemoveAll("/sys/fs/bpf/tierwall-nic/ns:" + ns)
-}
+func RemovePins(ns string) { _ = bpffs.RemoveNetns(bpffs.DefaultBPFFS, ns) }
 
 // VethPair makes two fresh network namespaces joined by a veth pair, both
 // ends up: ifA in nsA, ifB in nsB. Leftovers of a crashed run (the

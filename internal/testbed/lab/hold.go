@@ -8,8 +8,9 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 )
 
 // LockFile serialises everything that uses the machine's testbed: the
@@ -25,24 +26,24 @@ var lockPath = LockFile
 
 var hold struct {
 	sync.Mutex
-	n int      // holds in this process (Hold is reentrant)
-	f *os.File // the locked file while n > 0
+	n int             // holds in this process (Hold is reentrant)
+	l *bpffs.FileLock // the lock while n > 0
 }
 
 // Hold takes the testbed for this process, waiting while another process
 // holds it (saying so once on log, with who holds it) until ctx ends.
 // Reentrant: a process's nested holds share one lock. what says what
-// this process does with the testbed, for whoever waits on it. The
-// returned release must be called once.
+// this process does with the testbed, for whoever waits on it. Calls of
+// release after its first do nothing.
 func Hold(ctx context.Context, what string, log io.Writer) (release func(), err error) {
 	hold.Lock()
 	defer hold.Unlock()
 	if hold.n == 0 {
-		f, err := lockTestbed(ctx, what, log)
+		l, err := lockTestbed(ctx, what, log)
 		if err != nil {
 			return nil, err
 		}
-		hold.f = f
+		hold.l = l
 	}
 	hold.n++
 	var once sync.Once
@@ -51,27 +52,24 @@ func Hold(ctx context.Context, what string, log io.Writer) (release func(), err 
 			hold.Lock()
 			defer hold.Unlock()
 			if hold.n--; hold.n == 0 {
-				hold.f.Close() // releases the flock
-				hold.f = nil
+				hold.l.Unlock()
+				hold.l = nil
 			}
 		})
 	}, nil
 }
 
-func lockTestbed(ctx context.Context, what string, log io.Writer) (*os.File, error) {
-	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("testbed lock: %w", err)
-	}
+func lockTestbed(ctx context.Context, what string, log io.Writer) (*bpffs.FileLock, error) {
 	told := false
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		l, err := bpffs.TryLockFile(lockPath)
 		if err == nil {
-			break
+			// A failed write only makes the waiters' message vaguer.
+			_ = l.Describe(fmt.Sprintf("pid %d, %s, since %s\n", os.Getpid(), what, time.Now().UTC().Format(time.TimeOnly)))
+			return l, nil
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("testbed lock %s: %w", lockPath, err)
+		if !errors.Is(err, bpffs.ErrBusy) {
+			return nil, fmt.Errorf("testbed lock: %w", err)
 		}
 		if !told && log != nil {
 			b, _ := os.ReadFile(lockPath)
@@ -84,15 +82,8 @@ func lockTestbed(ctx context.Context, what string, log io.Writer) (*os.File, err
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
 			return nil, fmt.Errorf("waiting for the testbed (%s): %w", lockPath, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	// Say who holds it; a failed write only makes the waiters' message
-	// vaguer.
-	if err := f.Truncate(0); err == nil {
-		fmt.Fprintf(f, "pid %d, %s, since %s\n", os.Getpid(), what, time.Now().UTC().Format(time.TimeOnly))
-	}
-	return f, nil
 }

@@ -50,12 +50,12 @@ func TestHoldExcludesOtherProcesses(t *testing.T) {
 	}
 	inner()
 	inner() // a second call of the same release is a no-op
-	if hold.n != 1 || hold.f == nil {
-		t.Fatalf("after the inner release: %d holds, file %v", hold.n, hold.f)
+	if hold.n != 1 || hold.l == nil {
+		t.Fatalf("after the inner release: %d holds, lock %v", hold.n, hold.l)
 	}
 	outer()
-	if hold.n != 0 || hold.f != nil {
-		t.Fatalf("after the outer release: %d holds, file %v", hold.n, hold.f)
+	if hold.n != 0 || hold.l != nil {
+		t.Fatalf("after the outer release: %d holds, lock %v", hold.n, hold.l)
 	}
 
 	// Another process holds it: Hold waits, says who holds it, and

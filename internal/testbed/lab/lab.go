@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 )
 
 const (
@@ -176,8 +178,7 @@ func Down() error {
 		}
 	}
 	for _, ns := range []string{NSInet, NSNic, NSHost} {
-		os.RemoveAll("/sys/fs/bpf/tierwall/ns:" + ns)
-		os.RemoveAll("/sys/fs/bpf/tierwall-nic/ns:" + ns)
+		_ = bpffs.RemoveNetns(bpffs.DefaultBPFFS, ns)
 	}
 	os.RemoveAll(StateDir)
 	return errors.Join(errs...)
