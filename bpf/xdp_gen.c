@@ -73,14 +73,17 @@ struct {
 
 /* Per-CPU: the next sample, the frames this CPU put on the wire, how
  * many of those the card's table dropped (not transmitted), the
- * repetitions that sent or dropped a frame, and where to stop: no frame
- * once sent reaches stop (0: no limit), set by user space per run. */
+ * repetitions that sent or dropped a frame, the repetitions left over
+ * once the frames had run out (spare: each an XDP_DROP), and where to
+ * stop: no frame once sent reaches stop (0: no limit), set by user space
+ * per run. */
 struct tw_gen_state {
 	__u64 seq;
 	__u64 sent;
 	__u64 card_drop;
 	__u64 runs;
 	__u64 stop;
+	__u64 spare;
 };
 
 struct {
@@ -250,8 +253,10 @@ int tw_gen(struct xdp_md *ctx)
 	 * CPU takes for every frame it frees (live-frames runs free with
 	 * "no direct" set), and the card's drops would slow the host. */
 	for (__u32 i = 0; i < TW_GEN_CARD_RUN; i++) {
-		if (st->stop && st->sent >= st->stop)
+		if (st->stop && st->sent >= st->stop) {
+			st->spare++;
 			return XDP_DROP; /* the run's frames are all out */
+		}
 		int r = tw_gen_frame(ctx, cfg, st);
 		if (r < 0)
 			return XDP_ABORTED;

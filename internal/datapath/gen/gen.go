@@ -51,7 +51,7 @@ type Generator struct {
 	// perRun holds the frames one repetition of the test run put on the
 	// wire in each of the last runs (more than 1 when the card drops
 	// some: it builds the next frame in the same page); Send sizes its
-	// runs by the lowest.
+	// runs by the most or the fewest.
 	perRun  [perRunHistory]float64
 	perRunN int
 }
@@ -226,13 +226,27 @@ type xdpMDLive struct {
 	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
 }
 
-// Send transmits frame n times (in one test run) and returns how many
-// frames the program put on the wire: handed to the kernel for
+// Send transmits frame up to n times (in one test run) and returns how
+// many frames the program put on the wire: handed to the kernel for
 // transmission, or dropped by the card's table (GenSpec.Card). Which
 // sample each frame came from is not counted here: Cursor and AddWalked
 // say it for a whole stretch of sends, so a sender whose CPU is shared
 // with the receiver (the lab's wire) does no per-source work per call.
-func (g *Generator) Send(frame []byte, n uint32) (uint64, error) {
+//
+// Without the card every repetition of the run puts out one frame and
+// Send puts out n. With it a repetition puts out one frame for the host
+// plus the card's drops before it, so the frames a run of r repetitions
+// puts out are known only afterwards. Every CPU stops at n frames; each
+// repetition left after that is an XDP_DROP, and on the lab those cost
+// the generator's CPU far more than their share (at 128K sources, runs
+// sized to leave 0.6% of repetitions over sent 8-14% fewer frames than
+// host-only's, whose runs leave none). So without exact the run is sized
+// by the most frames a repetition put out in the recent runs, less four
+// standard deviations, and usually puts out a little fewer than n: the
+// caller's next call sends the rest. With exact (a capped flood's last
+// call, where a further call would cost an RCU grace period, ~15 ms
+// here, after its deadline) it is sized by the fewest, plus four.
+func (g *Generator) Send(frame []byte, n uint32, exact bool) (uint64, error) {
 	if n == 0 {
 		return 0, nil
 	}
@@ -240,17 +254,6 @@ func (g *Generator) Send(frame []byte, n uint32) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// At most n frames: every CPU stops at n more than it has sent (the
-	// run happens on one of them). Repetitions are sized by the fewest
-	// frames one put out in the recent runs (r), with four standard
-	// deviations of margin: a repetition puts out 1 + a geometric number
-	// of card drops (share p = 1 - 1/r), so n frames need n/r ±
-	// sqrt(n·p/r) of them. A run short of n returns fewer, for the
-	// caller's next call, whose test run costs an RCU grace period
-	// (~15 ms here) that a paced flood then runs over by; each repetition
-	// left over when the frames run out is an XDP_DROP, a free through
-	// the page pool's ring (bpf/xdp_gen.c), so the margin is no wider
-	// than the recent runs ask for.
 	st := make([]trafgenTwGenState, len(before))
 	for cpu := range before {
 		st[cpu] = before[cpu]
@@ -260,9 +263,17 @@ func (g *Generator) Send(frame []byte, n uint32) (uint64, error) {
 		return 0, fmt.Errorf("writing generator state: %w", err)
 	}
 	reps := n
-	if r := g.lowPerRun(); r > 1 {
+	if low, high := g.perRunRange(); high > 1 {
+		// A repetition puts out 1 + a geometric number of card drops
+		// (share p = 1 - 1/r), so n frames need n/r ± sqrt(n·p/r)
+		// repetitions.
 		fn := float64(n)
-		reps = uint32(min(fn, fn/r+4*math.Sqrt(fn*(1-1/r)/r)+64))
+		sd := func(r float64) float64 { return math.Sqrt(fn * (1 - 1/r) / r) }
+		if exact {
+			reps = uint32(min(fn, fn/low+4*sd(low)+64))
+		} else {
+			reps = uint32(max(1, fn/high-4*sd(high)))
+		}
 	}
 	_, err = g.objs.TwGen.Run(&ebpf.RunOptions{
 		Data:    frame,
@@ -289,32 +300,42 @@ func (g *Generator) Send(frame []byte, n uint32) (uint64, error) {
 	return sent, nil
 }
 
-// lowPerRun is the fewest frames per repetition of the recent runs; 1
-// before the first.
-func (g *Generator) lowPerRun() float64 {
+// perRunRange is the fewest and the most frames per repetition of the
+// recent runs; 1 and 1 before the first.
+func (g *Generator) perRunRange() (low, high float64) {
 	if g.perRunN == 0 {
-		return 1
+		return 1, 1
 	}
-	low := math.Inf(1)
+	low, high = math.Inf(1), 0
 	for _, r := range g.perRun[:min(g.perRunN, perRunHistory)] {
-		low = min(low, r)
+		low, high = min(low, r), max(high, r)
 	}
-	return low
+	return low, high
 }
 
-// CardDropped is how many of the frames sent so far the card's table
-// dropped (GenSpec.Card); Send counts them as sent, since they reached
-// the end of the wire.
-func (g *Generator) CardDropped() (uint64, error) {
+// Totals are the generator's counts so far, over every CPU.
+type Totals struct {
+	// CardDropped of the frames sent the card's table dropped
+	// (GenSpec.Card); Send counts them as sent, since they reached the
+	// end of the wire.
+	CardDropped uint64
+	// Spare repetitions found their run's frames all out: each was an
+	// XDP_DROP, which on the lab costs the sending CPU (Send).
+	Spare uint64
+}
+
+// Totals reads the counts so far.
+func (g *Generator) Totals() (Totals, error) {
 	st, err := g.state()
 	if err != nil {
-		return 0, err
+		return Totals{}, err
 	}
-	var n uint64
+	var t Totals
 	for cpu := range st {
-		n += st[cpu].CardDrop
+		t.CardDropped += st[cpu].CardDrop
+		t.Spare += st[cpu].Spare
 	}
-	return n, nil
+	return t, nil
 }
 
 // Cursor is where each CPU's walk over the samples stands.

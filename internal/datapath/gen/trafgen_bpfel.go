@@ -54,6 +54,7 @@ type trafgenTwGenState struct {
 	CardDrop uint64
 	Runs     uint64
 	Stop     uint64
+	Spare    uint64
 }
 
 type trafgenTwNicConfig struct {

@@ -329,7 +329,7 @@ func BenchmarkFlowGen(b *testing.B) {
 				}
 				b.ResetTimer()
 				for range b.N {
-					base = append(base, mpps(func() error { _, err := plain.Send(frame, n); return err }))
+					base = append(base, mpps(func() error { _, err := plain.Send(frame, n, true); return err }))
 					kern = append(kern, mpps(func() error { _, err := g.Send(batch); return err }))
 					whole = append(whole, mpps(func() error {
 						if err := sch.fill(batch); err != nil {

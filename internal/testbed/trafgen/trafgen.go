@@ -105,6 +105,10 @@ type Report struct {
 	PerSource map[netip.Addr]uint64 `json:"-"`
 	// CardDropped of Sent were dropped by the card's table (Spec.Card).
 	CardDropped uint64 `json:"card_dropped,omitempty"`
+	// Spare repetitions of the generator's runs found the run's frames
+	// all out (each an XDP_DROP: the cost of not knowing beforehand how
+	// many frames the card drops).
+	Spare uint64 `json:"spare,omitempty"`
 
 	// Flow mode. Sent = Scheduled - Dropped.
 	Scheduled uint64     `json:"scheduled,omitempty"`  // frames built
@@ -400,16 +404,25 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 			n = uint64(rate * min(slot, end.Sub(now)).Seconds())
 			n = min(max(n, 1024), 1<<24)
 		}
+		exact := false
 		if s.Rate > 0 {
-			// A capped flood sends exactly rate x duration frames.
+			// A capped flood sends exactly rate x duration frames. A
+			// call may send a little fewer than it asks for (the card's
+			// drops, gen.Generator.Send); the last one sends all it asks
+			// for, and takes up to half a chunk more, so that no small
+			// call is left after it, due when the deadline is closer
+			// than its test run's grace period.
 			total := s.Rate * uint64(s.Duration) / uint64(time.Second)
 			if rep.Sent >= total {
 				break
 			}
 			n = min(chunk, total-rep.Sent)
+			if left := total - rep.Sent; left <= chunk+chunk/2 {
+				n, exact = left, true
+			}
 		}
 		callStart := time.Now()
-		sent, err := g.Send(frame, uint32(min(n, math.MaxUint32)))
+		sent, err := g.Send(frame, uint32(min(n, math.MaxUint32)), exact)
 		if err != nil {
 			return rep, err
 		}
@@ -429,10 +442,10 @@ func Run(ctx context.Context, s Spec) (*Report, error) {
 	}
 	rep.Elapsed = time.Since(start)
 	rep.PPS = float64(rep.Sent) / rep.Elapsed.Seconds()
-	cd, err := g.CardDropped()
+	tot, err := g.Totals()
 	if err != nil {
 		return rep, err
 	}
-	rep.CardDropped = cd
+	rep.CardDropped, rep.Spare = tot.CardDropped, tot.Spare
 	return rep, walked()
 }
