@@ -199,9 +199,6 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 	// table of K rules costs more to search than an empty one here, so
 	// an empty table would give those modes a faster card, a higher line
 	// rate, than the others.
-	if _, err := flood(dur/2, 0); err != nil {
-		return nil, err
-	}
 	off := &placement.Offloader{Table: nic, Params: placement.Params{MaxRate: 1}}
 	counted := func() ([]placement.Counted, error) {
 		ctrs, err := dp.RuleCounters(hostPrefixes(srcs))
@@ -214,22 +211,19 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 		}
 		return out, nil
 	}
-	c0, err := counted()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := off.Step(ctx, time.Now(), c0); err != nil {
-		return nil, err
-	}
-	if _, err := flood(dur/2, 0); err != nil {
-		return nil, err
-	}
-	c1, err := counted()
-	if err != nil {
-		return nil, err
-	}
-	if _, err := off.Step(ctx, time.Now(), c1); err != nil {
-		return nil, err
+	// Two steps after an interval of traffic each: the second ranks
+	// the sources by their rates between the two.
+	for range 2 {
+		if _, err := flood(dur/2, 0); err != nil {
+			return nil, err
+		}
+		c, err := counted()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := off.Step(ctx, time.Now(), c); err != nil {
+			return nil, err
+		}
 	}
 	measure := func(fig string, rate uint64) (Row, error) {
 		return func() (Row, error) {

@@ -289,6 +289,22 @@ func TestCardDropsWhatItsTableHolds(t *testing.T) {
 	}
 }
 
+// cardDropping is a card (the NIC stage, hybrid, not attached) whose
+// table drops every frame from srcs.
+func cardDropping(t *testing.T, srcs ...netip.Addr) *nicstage.Stage {
+	st, err := nicstage.LoadDetached(nicstage.Options{Mode: nicstage.Hybrid, UpdateLatency: time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, a := range srcs {
+		if _, err := st.Insert(tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
 // A flood the card drops whole: runs of consecutive card drops end the
 // repetition with an XDP_DROP, and still every frame is counted once.
 func TestCardDropsAWholeFlood(t *testing.T) {
@@ -297,16 +313,7 @@ func TestCardDropsAWholeFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := nicstage.LoadDetached(nicstage.Options{Mode: nicstage.Hybrid, UpdateLatency: time.Microsecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for _, a := range srcs {
-		if _, err := st.Insert(tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := cardDropping(t, srcs...)
 	s := Spec{Iface: ifTx, SrcMAC: src, DstMAC: dst, Dst: netip.MustParseAddr("10.9.0.2"), Sources: len(srcs), Rate: 20000, Duration: 300 * time.Millisecond, Seed: 1, Card: st.MatchTable()}
 	var rep *Report
 	inNS(t, nsTx, func() { rep, err = Run(context.Background(), s) })
@@ -338,16 +345,7 @@ func TestCardRunsLeaveFewSpareRepetitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := nicstage.LoadDetached(nicstage.Options{Mode: nicstage.Hybrid, UpdateLatency: time.Microsecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for _, a := range srcs[:8] {
-		if _, err := st.Insert(tier.Rule{Match: tier.SourceMatch(a), Action: tier.Drop}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st := cardDropping(t, srcs[:8]...)
 	const rate, chunk = 200_000, 20_000 // 100 ms of the rate per call
 	s := Spec{Iface: ifTx, SrcMAC: src, DstMAC: dst, Dst: netip.MustParseAddr("10.9.0.2"), Sources: len(srcs), Rate: rate, Duration: time.Second, Seed: 1, Card: st.MatchTable()}
 	var rep *Report
