@@ -588,6 +588,20 @@ func findings(rows []Row, sizes []int) string {
 				fmt.Fprintf(&b, " The receiver's veth ring took %.2f Mpps at 128K and %.2f at 1K (%.0f%% and %.0f%% of what was sent; the rest was refused while the ring was full) with its CPU %.0f%% and %.0f%% busy: it loses frames while its NAPI thread waits to be woken, not at the limit of its CPU.",
 					a.Arrived, c.Arrived, 100*a.Arrived/a.SentMpps, 100*c.Arrived/c.SentMpps, a.CPUPct, c.CPUPct)
 			}
+			if a.CPUPct > 0 && c.CPUPct > 0 && c.SentMpps > 0 {
+				// Were the receiver never idle: its drops at its busy
+				// share, scaled to the whole CPU; the 1K cell capped by
+				// what the sender sent.
+				full := a.DropMpps / (a.CPUPct / 100)
+				ref := min(c.DropMpps/(c.CPUPct/100), c.SentMpps)
+				fr := full / ref
+				fmt.Fprintf(&b, " Never idle, the receiver's CPU would drop about %.2f Mpps at 128K (drops ÷ busy share), %.2f× the %.2f Mpps the 1K cell could reach (the lesser of the same figure at 1K and what the sender sent there)", full, fr, ref)
+				if fr < 0.9 {
+					b.WriteString(": a receiver that never waits would still miss the target; the per-packet path at 128K has to get shorter.")
+				} else {
+					b.WriteString(": a receiver that never waits would meet the target.")
+				}
+			}
 			if ratio < 0.9 {
 				b.WriteString(" ARCHITECTURE.md (exact tables) discusses the per-packet memory reads behind it: a random slot, with its rule's counters, in a table that stops fitting in cache, and the locked add that counts it.")
 			}

@@ -72,6 +72,14 @@ func TestFindingsLargeAttackVerdict(t *testing.T) {
 		!strings.Contains(got, "part of the fall is the sender's") {
 		t.Errorf("128K at 0.50× with a slower sender, want missed:\n%s", got)
 	}
+	// Both cells' CPUs 70% busy: never idle, 128K would drop 3/0.7 =
+	// 4.29 Mpps against the 1K cell's 7 (its sender's rate, below 6/0.7).
+	if !strings.Contains(got, "would drop about 4.29 Mpps at 128K (drops ÷ busy share), 0.61× the 7.00 Mpps") || !strings.Contains(got, "would still miss the target") {
+		t.Errorf("a receiver that never waits would still miss, want it said:\n%s", got)
+	}
+	if got := findings(base(), sizes); !strings.Contains(got, "8.29 Mpps at 128K") || !strings.Contains(got, "would meet the target") {
+		t.Errorf("5.8/0.7 = 8.29 against 7, want 'would meet':\n%s", got)
+	}
 }
 
 func TestFindingsNetfilterAndHTTPFollowRows(t *testing.T) {
