@@ -242,6 +242,11 @@ func NICDir(root, ifname string) string {
 // deleting the namespace leaves behind, held by the pins for as long as the
 // machine runs, and found again by the next namespace of that name.
 func RemoveNetns(root, ns string) error {
+	// A namespace name is one path element (ip netns refuses '/'); any
+	// other would name a directory elsewhere in the pin tree.
+	if ns == "" || strings.Contains(ns, "/") {
+		return fmt.Errorf("network namespace name %q: want one path element", ns)
+	}
 	tag := PinName("ns:" + ns)
 	return errors.Join(os.RemoveAll(filepath.Join(root, "tierwall", tag)), os.RemoveAll(filepath.Join(root, "tierwall-nic", tag)))
 }

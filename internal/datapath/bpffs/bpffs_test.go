@@ -84,4 +84,13 @@ func TestRemoveNetnsTakesOnlyThatNamespace(t *testing.T) {
 	if err := RemoveNetns(root, "gone"); err != nil { // nothing there: not an error
 		t.Error(err)
 	}
+	// Names that are not one path element are refused, and remove nothing.
+	for _, bad := range []string{"", "a:b/../..", "/", "x/y"} {
+		if err := RemoveNetns(root, bad); err == nil {
+			t.Errorf("RemoveNetns(%q) accepted", bad)
+		}
+	}
+	if !Exists(filepath.Join(root, "tierwall/eth0")) {
+		t.Error("a refused name removed the host's pins")
+	}
 }
