@@ -25,7 +25,7 @@ func newFlows() *cobra.Command {
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if n <= 0 {
-				return fmt.Errorf("%w: -n must be positive", rule.ErrInvalid)
+				return fmt.Errorf("%w: --count %d: must be positive", rule.ErrInvalid, n)
 			}
 			c, err := api.Dial(g.socket)
 			if err != nil {
@@ -89,7 +89,9 @@ func newFlows() *cobra.Command {
 			return w.Flush()
 		},
 	}
-	c.Flags().IntVarP(&n, "n", "n", 20, "flows to show")
+	// -c/--count as in top: -n is the global --netns, and a second -n made
+	// cobra panic on every use of this command.
+	c.Flags().IntVarP(&n, "count", "c", 20, "flows to show")
 	c.Flags().BoolVar(&apps, "apps", false, "totals per application")
 	c.Flags().BoolVar(&status, "status", false, "the probe's counters")
 	addJSONFlag(c)
