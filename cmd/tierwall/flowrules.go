@@ -18,6 +18,8 @@ import (
 const flowRuleSyntax = `A rule is words: dst PREFIX [proto tcp|udp|icmp|icmpv6|N] [dport N|LO-HI]
 [sport N|LO-HI] [flags VALUE/MASK] [length LO-HI] [frag none|fragment|later]
 then drop | rate-limit PPS | syn-cookie, and optionally bypass-known-good.
+A rule that stops traffic to this host's own addresses needs --force; one that
+can stop its BGP sessions or rails.management_ports (SSH) is refused even so.
 
   tierwall flowrule add dst 198.51.100.7/32 proto udp sport 53 drop
   tierwall flowrule add dst 198.51.100.7/32 proto udp rate-limit 20000 bypass-known-good --ttl 1h
@@ -35,6 +37,7 @@ func newFlowRule() *cobra.Command {
 	var (
 		ttl    time.Duration
 		reason string
+		force  bool
 	)
 	daemonOnly := func() (*api.Client, error) {
 		dc := dialDaemon()
@@ -57,7 +60,7 @@ func newFlowRule() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := dc.AddFlowRule(context.Background(), r, reason, ttl)
+			out, err := dc.PostFlowRule(context.Background(), r, reason, ttl, force)
 			if err != nil {
 				return err
 			}
@@ -66,6 +69,7 @@ func newFlowRule() *cobra.Command {
 		}}
 	add.Flags().DurationVar(&ttl, "ttl", 0, "remove the rule after this long (0: until removed)")
 	add.Flags().StringVar(&reason, "reason", "operator", "why, shown in events and listings")
+	add.Flags().BoolVar(&force, "force", false, "take a rule that stops traffic to this host's own addresses (never one that can stop its BGP or management sessions)")
 	del := &cobra.Command{Use: "del WORDS...", Short: "remove the flow rule with this match and action", Long: flowRuleSyntax,
 		Args: args(cobra.MinimumNArgs(2)),
 		RunE: func(cmd *cobra.Command, a []string) error {

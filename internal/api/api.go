@@ -209,6 +209,10 @@ type FlowRuleRequest struct {
 	Rule   string `json:"rule"`
 	Reason string `json:"reason,omitempty"`
 	TTL    string `json:"ttl,omitempty"` // Go duration; empty: no expiry (POST only)
+	// Force takes a rule that stops traffic to this host's own addresses
+	// (POST only); one that can stop its BGP or management sessions is
+	// refused even so.
+	Force bool `json:"force,omitempty"`
 }
 
 // AllowRequest is the body of POST /v1/allowlist.
@@ -488,7 +492,7 @@ func (s *Server) routes() *mux {
 		}
 		c, cancel := ctx(r)
 		defer cancel()
-		out, err := s.D.AddFlowRule(c, fr, reason, ttl)
+		out, err := s.D.AddFlowRule(c, fr, reason, ttl, req.Force)
 		if err != nil {
 			fail(w, err)
 			return

@@ -155,9 +155,17 @@ func (c *Client) FlowRules(ctx context.Context) (rs []mitigate.Rule, err error) 
 	return rs, c.Do(ctx, "GET", "/v1/flowrules", nil, &rs)
 }
 
-// AddFlowRule adds an operator's flow rule (ttl 0: until removed).
+// AddFlowRule adds an operator's flow rule (ttl 0: until removed), not
+// forced: the daemon refuses one that stops traffic to its own addresses.
 func (c *Client) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string, ttl time.Duration) (out mitigate.Rule, err error) {
-	req := FlowRuleRequest{Rule: r.String(), Reason: reason}
+	return c.PostFlowRule(ctx, r, reason, ttl, false)
+}
+
+// PostFlowRule is AddFlowRule with force: a rule that stops traffic to
+// the daemon's own addresses is taken (one that can stop its BGP or
+// management sessions never is).
+func (c *Client) PostFlowRule(ctx context.Context, r rule.FlowRule, reason string, ttl time.Duration, force bool) (out mitigate.Rule, err error) {
+	req := FlowRuleRequest{Rule: r.String(), Reason: reason, Force: force}
 	if ttl > 0 {
 		req.TTL = ttl.String()
 	}

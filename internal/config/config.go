@@ -207,6 +207,10 @@ type Rails struct {
 	MaxBanPrefixV6   int `yaml:"max_ban_prefix_v6"`
 	MaxAllowPrefixV4 int `yaml:"max_allow_prefix_v4"`
 	MaxAllowPrefixV6 int `yaml:"max_allow_prefix_v6"`
+	// ManagementPorts are the TCP ports this host is managed through
+	// (default 22, SSH): no flow rule may match their sessions to the
+	// host's own addresses, forced or not, nor any rule the BGP sessions.
+	ManagementPorts []uint16 `yaml:"management_ports"`
 
 	AllowPrefixes     []netip.Prefix `yaml:"-"`
 	ProtectedPrefixes []netip.Prefix `yaml:"-"`
@@ -303,7 +307,7 @@ func Default() *Config {
 			Heavy:   defaultHeavy(),
 		},
 		Bans:   Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
-		Rails:  Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5, MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32},
+		Rails:  Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5, MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32, ManagementPorts: []uint16{22}},
 		API:    API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
 		Alerts: defaultAlerts(),
 	}
@@ -463,6 +467,11 @@ func (c *Config) Validate() error {
 		"rails.max_allow_prefix_v4": {c.Rails.MaxAllowPrefixV4, 32}, "rails.max_allow_prefix_v6": {c.Rails.MaxAllowPrefixV6, 128}} {
 		if v[0] < 0 || v[0] > v[1] {
 			return bad(f, v[0], fmt.Sprintf("outside 0..%d", v[1]))
+		}
+	}
+	for i, p := range c.Rails.ManagementPorts {
+		if p == 0 {
+			return bad(fmt.Sprintf("rails.management_ports[%d]", i), p, "is not a TCP port")
 		}
 	}
 	for i, p := range c.Rails.AllowPrefixes {

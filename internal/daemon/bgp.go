@@ -535,40 +535,6 @@ func (d *Daemon) refuseRemote(now time.Time, reason string, p netip.Prefix, peer
 	d.bgp.refusing[k] = true
 }
 
-// cutsOff says why a peer's flow rule must not be enforced here ("": it
-// may). A flow rule is about a destination, and our own addresses are the
-// destinations it is meant for, so the source-ban rails do not apply;
-// what must not happen is a peer cutting this host off: a rule that
-// drops (or SYN-cookies) the BGP sessions that carry it, or every packet
-// to one of this host's addresses. A rate limit never cuts off and is
-// what FlowSpec is for.
-func (d *Daemon) cutsOff(fr rule.FlowRule) string {
-	if fr.Action == rule.FlowRateLimit {
-		return ""
-	}
-	for _, m := range d.mgmt {
-		a := m.Addr
-		if !fr.Dst.Contains(a) {
-			continue
-		}
-		if fr.Proto == 0 && fr.DstPorts.Any() && fr.SrcPorts.Any() && fr.TCPFlags.Mask == 0 && fr.Length.Any() && fr.Fragment == rule.FragAny {
-			return fmt.Sprintf("it would drop every packet to %s (%s)", a, m.What)
-		}
-		for _, n := range d.cfg.BGP.Neighbors {
-			// Both directions of the session as they arrive here: from the
-			// peer's port 179, or to ours.
-			for _, ports := range [][2]uint16{{179, 40000}, {40000, 179}} {
-				for _, flags := range []uint8{rule.TCPSyn, rule.TCPAck, rule.TCPSyn | rule.TCPAck} {
-					if fr.Match(a, 6, ports[0], ports[1], flags, 60, rule.FragNone) {
-						return fmt.Sprintf("it matches this host's BGP session with %s on %s", n.AddressAddr, a)
-					}
-				}
-			}
-		}
-	}
-	return ""
-}
-
 // BGPStatus is what `tierwall bgp` shows.
 type BGPStatus struct {
 	Enabled   bool           `json:"enabled"`

@@ -416,8 +416,11 @@ func (d *Daemon) FlowRules(ctx context.Context) (out []mitigate.Rule, err error)
 }
 
 // AddFlowRule adds the operator's flow rule (ttl 0: until removed) and
-// pushes the set; on any error nothing changed.
-func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string, ttl time.Duration) (out mitigate.Rule, err error) {
+// pushes the set; on any error nothing changed. The flow-rule rail
+// applies (checkOperatorFlowRule): force takes a rule that stops traffic
+// to this host's own addresses, never one that can stop its BGP or
+// management sessions.
+func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string, ttl time.Duration, force bool) (out mitigate.Rule, err error) {
 	if err := r.Check(); err != nil {
 		return out, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
@@ -428,6 +431,9 @@ func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 		f := &d.flow
 		if f.fp == nil {
 			err = fmt.Errorf("%w: this data plane has no flow rules", ErrBadRequest)
+			return
+		}
+		if err = d.checkOperatorFlowRule(r, force); err != nil {
 			return
 		}
 		now := time.Now()
@@ -453,7 +459,11 @@ func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 		f.pushed, f.dirty, f.saved = f.set.FlowRules(), false, false
 		d.Metrics.flowRules.Set(float64(len(f.pushed)))
 		d.publishFlows()
-		d.event(now, "flowrule", r.Dst, "operator: %s: %s", r, reason)
+		if why := d.hitsHost(r); why != "" {
+			d.event(now, "flowrule", r.Dst, "operator: %s: %s (forced: %s)", r, reason, why)
+		} else {
+			d.event(now, "flowrule", r.Dst, "operator: %s: %s", r, reason)
+		}
 		err = d.saveFlowRules(now)
 	})
 	return out, errors.Join(derr, err)

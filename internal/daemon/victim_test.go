@@ -230,15 +230,15 @@ func TestDaemonOperatorFlowRules(t *testing.T) {
 	h, fdp := newFlowHarness(t, false)
 	ctx := t.Context()
 	good, _ := rule.ParseFlowRule([]string{"dst", "192.0.2.0/24", "proto", "udp", "sport", "53", "drop"})
-	if _, err := h.d.AddFlowRule(ctx, good, "reflection", 0); err != nil {
+	if _, err := h.d.AddFlowRule(ctx, good, "reflection", 0, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.d.AddFlowRule(ctx, rule.FlowRule{Dst: netip.MustParsePrefix("0.0.0.0/0"), Action: rule.FlowDrop}, "typo", 0); err == nil {
+	if _, err := h.d.AddFlowRule(ctx, rule.FlowRule{Dst: netip.MustParsePrefix("0.0.0.0/0"), Action: rule.FlowDrop}, "typo", 0, false); err == nil {
 		t.Fatal("a rule wider than /8 was accepted")
 	}
 	fdp.refuse = true
 	other, _ := rule.ParseFlowRule([]string{"dst", "192.0.2.7/32", "proto", "tcp", "dport", "80", "syn-cookie"})
-	if _, err := h.d.AddFlowRule(ctx, other, "syn", 0); err == nil {
+	if _, err := h.d.AddFlowRule(ctx, other, "syn", 0, false); err == nil {
 		t.Fatal("a rule the data plane refused was reported added")
 	}
 	fdp.refuse = false

@@ -1,0 +1,250 @@
+package daemon
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/tierwall/tierwall/internal/ban"
+	"github.com/tierwall/tierwall/internal/rule"
+)
+
+// The flow-rule rail: a flow rule matches by destination, and this host's
+// own addresses are destinations like any other, so a rule can cut the
+// host off from the sessions it is run through (its BGP sessions, which
+// carry the fleet's rules and the routes upstream, and SSH) without
+// banning anyone. Whoever asks, a peer or the operator, no rule that can
+// match one packet of those sessions is enforced unless it lets them
+// through (a rate limit large enough to carry them). "Can match" is an
+// intersection, not a sample: a rule matches a session when each of its
+// components' ranges meets what a packet of the session may carry (any TCP
+// flags, any length from 40 to 65535, any ephemeral port on the far side),
+// so no choice of flags, lengths or ports slips past it.
+
+// MinSessionPPS is the smallest rate limit the rails take for one that
+// lets sessions through: a limited session shares its bucket with
+// whatever else the rule matches, and in a flood a few packets a second
+// go to the flood. A smaller limit counts as a drop. A FlowSpec
+// traffic-rate of 500 B/s is 1 pps at the default packet size: a drop.
+const MinSessionPPS = 1000
+
+// sessionLength is the IP length a session's packets may have: an IPv4
+// and TCP header with no options, up to the largest packet.
+var sessionLength = rule.Range16{Lo: 40, Hi: 65535}
+
+// farEphemeral are the ports a peer or an SSH client may dial from: any
+// above the well-known ones (their systems' ephemeral ranges differ).
+var farEphemeral = rule.PortRange{Lo: 1024, Hi: 65535}
+
+// localPorts reads the range this host dials from (net.ipv4.ip_local_port_range,
+// which IPv6 shares): the port a BGP session we dialed arrives at. Tests
+// replace it.
+var localPorts = func() (rule.PortRange, error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return rule.PortRange{}, fmt.Errorf("reading the local port range: %w", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return rule.PortRange{}, fmt.Errorf("reading the local port range: %q", b)
+	}
+	lo, err1 := strconv.ParseUint(f[0], 10, 16)
+	hi, err2 := strconv.ParseUint(f[1], 10, 16)
+	if err1 != nil || err2 != nil || lo > hi || lo == 0 {
+		return rule.PortRange{}, fmt.Errorf("reading the local port range: %q", b)
+	}
+	return rule.PortRange{Lo: uint16(lo), Hi: uint16(hi)}, nil
+}
+
+// hostSession is a kind of TCP packet that arrives at this host for one of
+// the sessions it is managed or peers through.
+type hostSession struct {
+	what         string
+	dst          netip.Addr
+	sport, dport rule.PortRange
+}
+
+// isOwnAddr reports whether m is one of this host's addresses (not a
+// gateway).
+func isOwnAddr(m ban.Managed) bool { return strings.HasPrefix(m.What, "address of") }
+
+// hostAddrs are this host's own addresses, each with what it is.
+func (d *Daemon) hostAddrs() []ban.Managed {
+	var out []ban.Managed
+	for _, m := range d.mgmt {
+		if isOwnAddr(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// hostSessions lists what this host's BGP and management sessions look
+// like as they arrive: a session we dial comes back from the peer's port to
+// one of our local ports; one the peer dials comes from its ephemeral port
+// to our listening port.
+func (d *Daemon) hostSessions() []hostSession {
+	local := rule.PortRange{Lo: 1024, Hi: 65535}
+	if r, err := localPorts(); err == nil {
+		local = r
+	}
+	var out []hostSession
+	for _, m := range d.hostAddrs() {
+		for _, p := range d.cfg.Rails.ManagementPorts {
+			out = append(out, hostSession{what: fmt.Sprintf("management (TCP %d, rails.management_ports)", p), dst: m.Addr,
+				sport: farEphemeral, dport: rule.PortRange{Lo: p, Hi: p}})
+		}
+	}
+	b := &d.cfg.BGP
+	if !b.Enabled() {
+		return out
+	}
+	for _, n := range b.Neighbors {
+		peer := n.AddressAddr
+		if !peer.IsValid() {
+			peer, _ = netip.ParseAddr(n.Address)
+		}
+		port := n.Port
+		if port == 0 {
+			port = 179
+		}
+		dsts := []netip.Addr{n.LocalAddressAddr}
+		if !n.LocalAddressAddr.IsValid() {
+			dsts = dsts[:0]
+			for _, m := range d.hostAddrs() {
+				dsts = append(dsts, m.Addr)
+			}
+		}
+		what := fmt.Sprintf("BGP session with %s", peer)
+		for _, a := range dsts {
+			if a.Is4() != peer.Unmap().Is4() && peer.IsValid() {
+				continue
+			}
+			if !n.Passive {
+				out = append(out, hostSession{what: what, dst: a, sport: rule.PortRange{Lo: port, Hi: port}, dport: local})
+			}
+			if b.ListenPort > 0 {
+				lp := uint16(b.ListenPort)
+				out = append(out, hostSession{what: what, dst: a, sport: farEphemeral, dport: rule.PortRange{Lo: lp, Hi: lp}})
+			}
+		}
+	}
+	return out
+}
+
+// meets reports whether a rule's port range m (zero: any) shares a port
+// with r.
+func meets(m, r rule.PortRange) bool {
+	return m.Any() || m.Lo <= r.Hi && r.Lo <= m.Hi
+}
+
+// mayMatch reports whether fr can match some packet of s. Fragments are
+// the one component that does not: TCP sets don't-fragment on its
+// segments (path MTU discovery), so a session has none.
+func mayMatch(fr rule.FlowRule, s hostSession) bool {
+	if !fr.Dst.Contains(s.dst) {
+		return false
+	}
+	if fr.Proto != 0 && fr.Proto != 6 {
+		return false
+	}
+	if fr.Fragment == rule.FragAnyFrag || fr.Fragment == rule.FragLater {
+		return false
+	}
+	if !meets(fr.SrcPorts, s.sport) || !meets(fr.DstPorts, s.dport) {
+		return false
+	}
+	// TCP flags: a session sends SYN, ACK, PSH, FIN, RST in their
+	// combinations, and a peer may set any other; a mask/value test
+	// (Check keeps the value within the mask) matches some of them.
+	if !fr.Length.Any() && (fr.Length.Hi < sessionLength.Lo || fr.Length.Lo > sessionLength.Hi) {
+		return false
+	}
+	return true
+}
+
+// stops reports whether fr's action keeps a session's packets from the
+// host: a drop, SYN cookies (an established session's segments carry no
+// cookie), or a rate limit below MinSessionPPS.
+func stops(fr rule.FlowRule) bool {
+	switch fr.Action {
+	case rule.FlowRateLimit:
+		return fr.RatePPS < MinSessionPPS
+	case rule.FlowDrop, rule.FlowSYNCookie:
+		return true
+	}
+	return false
+}
+
+// cutsSessions says which of this host's BGP or management sessions fr
+// would stop ("": none).
+func (d *Daemon) cutsSessions(fr rule.FlowRule) string {
+	if !stops(fr) {
+		return ""
+	}
+	for _, s := range d.hostSessions() {
+		if mayMatch(fr, s) {
+			return fmt.Sprintf("it can match this host's %s on %s (%s)", s.what, s.dst, actionText(fr))
+		}
+	}
+	return ""
+}
+
+// hitsHost says which of this host's addresses fr would stop traffic to
+// ("": none).
+func (d *Daemon) hitsHost(fr rule.FlowRule) string {
+	if !stops(fr) {
+		return ""
+	}
+	for _, m := range d.hostAddrs() {
+		if fr.Dst.Contains(m.Addr) {
+			return fmt.Sprintf("it stops traffic to this host's %s %s (%s)", m.What, m.Addr, actionText(fr))
+		}
+	}
+	return ""
+}
+
+func actionText(fr rule.FlowRule) string {
+	if fr.Action == rule.FlowRateLimit {
+		return fmt.Sprintf("a rate limit of %d pps is under the %d pps a session needs: a drop", fr.RatePPS, MinSessionPPS)
+	}
+	return fr.Action.String()
+}
+
+// cutsOff says why a peer's flow rule must not be enforced here ("": it
+// may). A flow rule is about a destination, and our own addresses are the
+// destinations it is meant for (drop UDP/53 to our resolver), so the
+// source-ban rails do not apply; what must not happen is a peer cutting
+// this host off: a rule that can stop the sessions that carry BGP or
+// manage the host, or every packet to one of its addresses.
+func (d *Daemon) cutsOff(fr rule.FlowRule) string {
+	if why := d.cutsSessions(fr); why != "" {
+		return why
+	}
+	if !stops(fr) {
+		return ""
+	}
+	for _, m := range d.mgmt {
+		if fr.Dst.Contains(m.Addr) && fr.Proto == 0 && fr.DstPorts.Any() && fr.SrcPorts.Any() && fr.TCPFlags.Mask == 0 &&
+			fr.Length.Any() && fr.Fragment == rule.FragAny {
+			return fmt.Sprintf("it would drop every packet to %s (%s)", m.Addr, m.What)
+		}
+	}
+	return ""
+}
+
+// checkOperatorFlowRule is the operator's flow-rule rail: a rule that
+// stops traffic to this host's own addresses needs force, and none that
+// can stop its BGP or management sessions is taken, forced or not (the
+// operator would lose the host that could lift it).
+func (d *Daemon) checkOperatorFlowRule(fr rule.FlowRule, force bool) error {
+	if why := d.cutsSessions(fr); why != "" {
+		return fmt.Errorf("%w: flow rule %s: %s (never, not even by force)", ErrBadRequest, fr, why)
+	}
+	if why := d.hitsHost(fr); why != "" && !force {
+		return fmt.Errorf("%w: flow rule %s: %s; force to override", ErrBadRequest, fr, why)
+	}
+	return nil
+}
