@@ -107,6 +107,39 @@ func dialDaemon() *api.Client {
 	return c
 }
 
+// needDaemon is the API of the daemon for a command that only a daemon
+// can answer (attacks, watch, flows, victims, bgp, provisional, and stats
+// where nothing is attached). Every such command finds it the same way:
+// the daemon that owns the data plane in this network namespace (from its
+// owner record, so -n NETNS alone finds the daemon running there), else
+// the one on --socket (a probe publishes no owner record, nor does a
+// daemon in another namespace). what names what the daemon provides, for
+// the error when none answers: a usage error, exit 2, in every command.
+func needDaemon(what string) (*api.Client, error) {
+	if p, err := target(); err == nil && p.owned {
+		if p.owner.Socket == "" {
+			return nil, p.errOwned(what+" comes from its API, and it serves no API socket (api.socket is off)", "enable its API")
+		}
+		c, err := api.Dial(p.owner.Socket)
+		if err != nil {
+			return nil, p.errOwned(fmt.Sprintf("%s comes from its API, and its API socket %s does not answer", what, p.owner.Socket), "check that it runs")
+		}
+		return c, nil
+	}
+	c, err := api.Dial(g.socket)
+	if err != nil {
+		return nil, errNoDaemon(what)
+	}
+	return c, nil
+}
+
+// errNoDaemon is what every command says when the daemon it needs is not
+// found.
+func errNoDaemon(what string) error {
+	return cli.Usage(fmt.Errorf("%w: %s comes from the daemon (tierwall run): no daemon owns a data plane in this network namespace, "+
+		"and none answers at %s (give its API socket with --socket)", api.ErrNoDaemon, what, g.socket))
+}
+
 // socketGiven reports whether --socket was given on the command line.
 func socketGiven() bool {
 	f := rootCmd.PersistentFlags().Lookup("socket")

@@ -128,7 +128,7 @@ func newAttacks() *cobra.Command {
 
 // withDaemon runs f against the running daemon's API.
 func withDaemon(f func(context.Context, *api.Client) error) error {
-	c, err := api.Dial(g.socket)
+	c, err := needDaemon("the attack log")
 	if err != nil {
 		return err
 	}

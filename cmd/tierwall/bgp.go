@@ -12,7 +12,6 @@ import (
 
 	"github.com/tierwall/tierwall/internal/bgp"
 	"github.com/tierwall/tierwall/internal/daemon"
-	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // newBGP shows the daemon's BGP speaker: the sessions, what goes upstream
@@ -20,9 +19,9 @@ import (
 func newBGP() *cobra.Command {
 	c := &cobra.Command{Use: "bgp", Short: "show the BGP speaker: neighbors, and routes announced and received"}
 	status := func() (daemon.BGPStatus, error) {
-		dc := dialDaemon()
-		if dc == nil {
-			return daemon.BGPStatus{}, fmt.Errorf("%w: the BGP speaker runs in the daemon (tierwall run): none answers at %s", rule.ErrInvalid, g.socket)
+		dc, err := needDaemon("the BGP speaker's state")
+		if err != nil {
+			return daemon.BGPStatus{}, err
 		}
 		return dc.BGP(context.Background())
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/api"
 	"github.com/tierwall/tierwall/internal/flow"
+	"github.com/tierwall/tierwall/internal/probed"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -27,7 +27,7 @@ func newFlows() *cobra.Command {
 			if n <= 0 {
 				return fmt.Errorf("%w: --count %d: must be positive", rule.ErrInvalid, n)
 			}
-			c, err := api.Dial(g.socket)
+			c, err := needDaemon("the flow table")
 			if err != nil {
 				return err
 			}
@@ -42,22 +42,7 @@ func newFlows() *cobra.Command {
 				if g.json {
 					return printJSON(st)
 				}
-				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintf(w, "mode\t%s\n", st.Mode)
-				fmt.Fprintf(w, "software flows\t%d of %d (refused %d)\n", st.Software.Flows, st.Software.Capacity, st.Software.Refused)
-				for m := flow.Mark(0); m < flow.NumMarks; m++ {
-					fmt.Fprintf(w, "packets %s\t%d\n", m, st.Software.Packets[m])
-				}
-				if st.NIC != nil {
-					fmt.Fprintf(w, "nic flows\t%d of %d (%s)\n", st.NIC.Occupancy, st.NIC.Caps.Capacity, st.NIC.Caps.Name)
-				}
-				e := st.Engine
-				fmt.Fprintf(w, "learns\trequested %d done %d failed %d (table full %d) queue full %d\n",
-					e.LearnRequests, e.LearnDone, e.LearnFailed, e.LearnTableFull, e.LearnQueueFull)
-				fmt.Fprintf(w, "dpi\tin progress %d, samples %d, lost %d, gave up %d, skipped %d\n",
-					e.InDPI, e.Samples, st.Software.DPILost, e.DPIGiveups, e.DPISkipped)
-				fmt.Fprintf(w, "records\t%d\n", e.Records)
-				return w.Flush()
+				return printFlowStatus(st)
 			case apps:
 				as, err := c.FlowApps(ctx)
 				if err != nil {
@@ -96,4 +81,25 @@ func newFlows() *cobra.Command {
 	c.Flags().BoolVar(&status, "status", false, "the probe's counters")
 	addJSONFlag(c)
 	return c
+}
+
+// printFlowStatus prints a probe's counters (flows --status, and stats
+// when the daemon asked runs in the probe role).
+func printFlowStatus(st probed.Status) error {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "mode\t%s\n", st.Mode)
+	fmt.Fprintf(w, "software flows\t%d of %d (refused %d)\n", st.Software.Flows, st.Software.Capacity, st.Software.Refused)
+	for m := flow.Mark(0); m < flow.NumMarks; m++ {
+		fmt.Fprintf(w, "packets %s\t%d\n", m, st.Software.Packets[m])
+	}
+	if st.NIC != nil {
+		fmt.Fprintf(w, "nic flows\t%d of %d (%s)\n", st.NIC.Occupancy, st.NIC.Caps.Capacity, st.NIC.Caps.Name)
+	}
+	e := st.Engine
+	fmt.Fprintf(w, "learns\trequested %d done %d failed %d (table full %d) queue full %d\n",
+		e.LearnRequests, e.LearnDone, e.LearnFailed, e.LearnTableFull, e.LearnQueueFull)
+	fmt.Fprintf(w, "dpi\tin progress %d, samples %d, lost %d, gave up %d, skipped %d\n",
+		e.InDPI, e.Samples, st.Software.DPILost, e.DPIGiveups, e.DPISkipped)
+	fmt.Fprintf(w, "records\t%d\n", e.Records)
+	return w.Flush()
 }

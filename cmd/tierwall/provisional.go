@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // newProvisional shows the XDP heavy-hitter detector's provisional drops:
@@ -17,9 +15,9 @@ import (
 func newProvisional() *cobra.Command {
 	c := &cobra.Command{Use: "provisional", Short: "show the heavy-hitter detector's provisional drops and counters", Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			dc := dialDaemon()
-			if dc == nil {
-				return fmt.Errorf("%w: the heavy-hitter detector is configured by the daemon (tierwall run): none answers at %s", rule.ErrInvalid, g.socket)
+			dc, err := needDaemon("the heavy-hitter detector's state")
+			if err != nil {
+				return err
 			}
 			st, err := dc.Heavy(context.Background())
 			if err != nil {

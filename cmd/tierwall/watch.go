@@ -39,9 +39,9 @@ Rates are the counters' growth between two readings. Ctrl-C ends it; --once prin
 			if every < 100*time.Millisecond {
 				return fmt.Errorf("%w: --every %v: at least 100ms", rule.ErrInvalid, every)
 			}
-			dc, err := api.Dial(g.socket)
+			dc, err := needDaemon("watch's view")
 			if err != nil {
-				return fmt.Errorf("watch needs a running daemon: %w", err)
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

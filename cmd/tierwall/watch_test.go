@@ -171,7 +171,7 @@ func TestWatchBadInput(t *testing.T) {
 	root.SetArgs([]string{"--socket", filepath.Join(t.TempDir(), "none.sock"), "watch", "--once"})
 	root.SetOut(&bytes.Buffer{})
 	root.SetErr(&bytes.Buffer{})
-	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "running daemon") {
+	if err := root.Execute(); err == nil || cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(err.Error(), "comes from the daemon (tierwall run)") {
 		t.Errorf("no daemon: %v", err)
 	}
 }
