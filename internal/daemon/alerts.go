@@ -312,6 +312,9 @@ func (d *Daemon) observations(tr *detect.Traffic, ds []detect.Detection) []alert
 		}
 	}
 	dst := topDest(tr, srcs)
+	// The sources detected without a victim, each once (two detectors may
+	// name the same one): their sum is that attack's rate.
+	alone := map[netip.Prefix][2]float64{}
 	for _, det := range ds {
 		if det.Detector == "victim" {
 			continue
@@ -325,12 +328,39 @@ func (d *Daemon) observations(tr *detect.Traffic, ds []detect.Detection) []alert
 		if len(o.Bans) == 0 {
 			o.Rung, o.Level = "", 0 // detected, not acted on (rails, monitor-only)
 		}
+		if !o.Victim.IsValid() {
+			r := alone[det.Prefix]
+			alone[det.Prefix] = [2]float64{max(r[0], o.PPS), max(r[1], o.BPS)}
+		}
 		obs = append(obs, o)
 	}
 	victims := map[netip.Addr]bool{}
 	for _, o := range obs {
 		if o.Victim.IsValid() {
 			victims[o.Victim] = true
+		}
+	}
+	// An observation's rate is the attack's, the tracker's peak being the
+	// largest: all the victim received in the interval, not the rate of
+	// the one source a per-source detection names (a 31.5 kpps flood from
+	// 30 sources was reported as its largest source's 1081 pps).
+	rates := map[netip.Addr][2]float64{}
+	for i := range tr.Dests {
+		if a := tr.DestAddr(i); victims[a] {
+			rates[a] = [2]float64{tr.Rate(tr.Dests[i].Packets), 8 * tr.Rate(tr.Dests[i].Bytes)}
+		}
+	}
+	var sum [2]float64
+	for _, r := range alone {
+		sum[0], sum[1] = sum[0]+r[0], sum[1]+r[1]
+	}
+	for i := range obs {
+		r, ok := rates[obs[i].Victim]
+		if !obs[i].Victim.IsValid() {
+			r, ok = sum, true
+		}
+		if ok {
+			obs[i].PPS, obs[i].BPS = max(obs[i].PPS, r[0]), max(obs[i].BPS, r[1])
 		}
 	}
 	top := d.alerts.top.topSources(tr, victims, 10)

@@ -257,3 +257,23 @@ func TestAlertRestoredAfterRestart(t *testing.T) {
 		t.Errorf("attacks %+v", rs)
 	}
 }
+
+// An attack's peak is all its victim received, not one source's rate: a
+// 31.5 kpps flood from 30 sources of about 1 kpps each was reported as
+// "peak 1081 pps".
+func TestAttackPeakIsTheVictimsRate(t *testing.T) {
+	h := newHarness(t, testConfig(t), false)
+	t.Cleanup(h.d.closeAlerts)
+	atk := addrs(198, 51, 30)
+	h.dp.sendUnblocked(1050, atk)
+	h.dp.send(10, netip.MustParseAddr("203.0.113.1")) // a client, under every threshold
+	h.step(t)
+	as := h.d.alerts.tracker.Active()
+	if len(as) != 1 || as[0].Victim != netip.MustParseAddr("192.0.2.1") || as[0].PeakPPS != 30*1050+10 ||
+		as[0].PeakBPS != 8*64*(30*1050+10) || as[0].BanCount != 30 {
+		for _, a := range as {
+			t.Logf("attack %+v", *a)
+		}
+		t.Fatalf("%d attacks; want one on 192.0.2.1 peaking at %d pps", len(as), 30*1050+10)
+	}
+}
