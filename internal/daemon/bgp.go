@@ -17,6 +17,7 @@ import (
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/bgp"
 	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/detect"
 	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -82,7 +83,31 @@ type bgpState struct {
 	// remote are the remote bans and their peers: applyRemote runs on
 	// every change a peer sends, so it must not walk every ban
 	remote map[netip.Prefix]netip.Addr
+	// newBans and newShare are the remote bans applied this interval and
+	// the share of the established sources they cover: the per-interval
+	// limit and the circuit breaker count every pass of the interval, not
+	// one (applyRemote runs on each change a peer sends).
+	newBans  int
+	newShare float64
+	breaker  bool
+	// why are the received routes the loop refused in the last pass, by
+	// peer and flow, with why: the speaker validated them, so only the
+	// loop knows (read by BGP and the collector, under the daemon's mu).
+	why, whying map[string]string
 }
+
+// remoteBan is a source ban a peer sent: its peer and the route's
+// destination.
+type remoteBan struct {
+	peer netip.Addr
+	flow bgp.Flow
+}
+
+// monitorOnly is why nothing received is enforced in monitor-only mode.
+const monitorOnly = "monitor-only (rails.monitor_only): nothing received is enforced"
+
+// remoteKey names a received route in bgpState.why.
+func remoteKey(peer netip.Addr, f bgp.Flow) string { return peer.String() + " " + f.String() }
 
 type bgpMetrics struct {
 	changes  *prometheus.CounterVec
@@ -94,7 +119,7 @@ func newBGPMetrics(reg *prometheus.Registry, d *Daemon) bgpMetrics {
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_bgp_updates_total",
 			Help: "Routes the speaker announced and withdrew, and remote rules applied and lifted."}, []string{"change"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_bgp_refusals_total",
-			Help: "Routes not announced or not enforced, by why (encode: the speaker could not; validation: a peer's FlowSpec failed RFC 8955 §6 or what the data plane matches; rail: allowlisted or protected space; full: the rule table)."},
+			Help: "Routes not announced or not enforced, by why (encode: the speaker could not; validation: a peer's FlowSpec failed RFC 8955 §6 or what the data plane matches; rail: the rails (guarded space, the widest ban, the per-interval limit, the circuit breaker, a destination not this host's, a rule that would cut the host off); full: max_total or the peers' share of the flow-rule table)."},
 			[]string{"reason"}),
 	}
 	for _, c := range []string{"announced", "withdrawn", "applied", "lifted"} {
@@ -126,7 +151,9 @@ func (c *bgpCollector) Collect(ch chan<- prometheus.Metric) {
 	if sp == nil {
 		return
 	}
+	refused := c.d.loopRefused()
 	for _, n := range sp.Neighbors() {
+		n.Accepted -= refused[n.Address]
 		up := 0.0
 		if n.State == "established" {
 			up = 1
@@ -137,6 +164,28 @@ func (c *bgpCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(bgpRoutesDesc, prometheus.GaugeValue, float64(n.Received), a, "received")
 		ch <- prometheus.MustNewConstMetric(bgpRoutesDesc, prometheus.GaugeValue, float64(n.Accepted), a, "accepted")
 	}
+}
+
+// loopRefused counts, per peer, the received routes the speaker accepted
+// and the loop refused in its last pass (the rails, the table).
+func (d *Daemon) loopRefused() map[netip.Addr]int {
+	sp := d.speaker()
+	if sp == nil {
+		return nil
+	}
+	d.mu.Lock()
+	why := d.bgp.why
+	d.mu.Unlock()
+	if len(why) == 0 {
+		return nil
+	}
+	out := map[netip.Addr]int{}
+	for _, r := range sp.Received() {
+		if r.Refused == "" && why[remoteKey(r.Peer, r.Flow)] != "" {
+			out[r.Peer]++
+		}
+	}
+	return out
 }
 
 // speaker returns the speaker under mu (the collector's view; the loop
@@ -209,6 +258,7 @@ func (d *Daemon) syncBGP(now time.Time, overflow uint64) {
 	if d.bgp.sp == nil {
 		return
 	}
+	d.bgp.newBans, d.bgp.newShare = 0, 0
 	d.applyRemote(now)
 	saturated := overflow > d.bgp.overflowAt
 	d.bgp.overflowAt = overflow
@@ -368,17 +418,22 @@ func (d *Daemon) applyRemote(now time.Time) {
 			up[n.Address] = n.Since
 		}
 	}
-	wantBans := map[netip.Prefix]netip.Addr{}
+	wantBans := map[netip.Prefix]remoteBan{}
 	wantRules := map[rule.FlowRule]netip.Addr{}
-	d.bgp.refusing = map[string]bool{}
-	defer func() { d.bgp.refused, d.bgp.refusing = d.bgp.refusing, nil }()
+	d.bgp.refusing, d.bgp.whying = map[string]bool{}, map[string]string{}
+	defer func() {
+		d.bgp.refused, d.bgp.refusing = d.bgp.refusing, nil
+		d.mu.Lock()
+		d.bgp.why, d.bgp.whying = d.bgp.whying, nil
+		d.mu.Unlock()
+	}()
 	for _, r := range recv {
 		if r.Refused != "" {
-			d.refuseRemote(now, "validation", netip.Prefix{}, r.Peer, r.Flow, "not enforced: flowspec %s from %s: %s", r.Flow.String(), r.Peer, r.Refused)
+			d.refuseRemote(now, "validation", netip.Prefix{}, r.Peer, r.Flow, fmt.Sprintf("not enforced: flowspec %s from %s", r.Flow.String(), r.Peer), r.Refused)
 			continue
 		}
 		if r.Flow.Src.IsValid() {
-			wantBans[r.Flow.Src] = r.Peer
+			wantBans[r.Flow.Src] = remoteBan{peer: r.Peer, flow: r.Flow}
 		} else {
 			wantRules[r.Flow.FlowRule] = r.Peer
 		}
@@ -414,10 +469,12 @@ func (d *Daemon) applyRemote(now time.Time) {
 			d.event(now, "bgp", p, "lifted remote ban from %s: the route was withdrawn", peer)
 		}
 	}
-	if !monitor {
-		for _, p := range slices.SortedFunc(maps.Keys(wantBans), lessPrefixCmp) {
-			d.applyRemoteBan(now, p, wantBans[p])
+	if monitor {
+		for _, rb := range wantBans {
+			d.bgp.whying[remoteKey(rb.peer, rb.flow)] = monitorOnly
 		}
+	} else {
+		d.applyRemoteBans(now, wantBans)
 	}
 	d.applyRemoteRules(now, wantRules, gone, monitor)
 }
@@ -442,22 +499,94 @@ func remotePeer(b ban.Ban) (netip.Addr, bool) {
 	return a, err == nil
 }
 
-// applyRemoteBan bans p for peer through the rails: a peer cannot make us
-// drop our own, allowlisted or protected space, and a local ban of p stays
-// the local one.
+// applyRemoteBans bans the peers' new source prefixes through the same
+// rails as a detector's (ban.Store.Propose): guarded space and the widest
+// ban, then the per-interval limit, the total, and the circuit breaker
+// over the established sources the interval's remote bans would cover. A
+// peer's ban is also applied only when its route's destination is this
+// host's (one of its addresses or protected prefixes): a source ban drops
+// the source for every destination here, and a route about another host
+// of the fleet is not a reason to. A local ban of p stays the local one.
+// What the limits hold back waits, as a detection does, for a later
+// interval.
+func (d *Daemon) applyRemoteBans(now time.Time, want map[netip.Prefix]remoteBan) {
+	var fresh []netip.Prefix
+	for _, p := range slices.SortedFunc(maps.Keys(want), lessPrefixCmp) {
+		rb := want[p]
+		if _, ok := d.store.Get(p); ok {
+			continue
+		}
+		if why := d.store.Guarded(p); why != "" {
+			d.refuseRemote(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), why)
+			continue
+		}
+		if !d.oursDst(rb.flow.Dst) {
+			d.refuseRemote(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
+				fmt.Sprintf("its destination %s holds none of this host's addresses or protected prefixes", rb.flow.Dst))
+			continue
+		}
+		fresh = append(fresh, p)
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	r := &d.store.Rails
+	admit := len(fresh)
+	if n := r.MaxNewPerInterval; n > 0 {
+		admit = min(admit, max(n-d.bgp.newBans, 0))
+	}
+	if n := r.MaxTotal; n > 0 {
+		admit = min(admit, max(n-d.store.Len(), 0))
+	}
+	if r.MaxEstablishedShare > 0 && admit > 0 {
+		share := d.establishedShare(&detect.Traffic{})
+		total := d.bgp.newShare
+		for _, p := range fresh[:admit] {
+			total += share(p)
+		}
+		if total > r.MaxEstablishedShare {
+			if !d.bgp.breaker {
+				d.event(now, "breaker", netip.Prefix{}, "circuit breaker open for remote bans: %d would cover %.0f%% of the established sources (limit %.0f%%)",
+					len(fresh), 100*total, 100*r.MaxEstablishedShare)
+			}
+			d.bgp.breaker = true
+			for _, p := range fresh {
+				rb := want[p]
+				d.refuseRemote(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
+					fmt.Sprintf("circuit breaker: the remote bans would cover %.0f%% of the established sources (limit %.0f%%)", 100*total, 100*r.MaxEstablishedShare))
+			}
+			return
+		}
+		d.bgp.newShare = total
+	}
+	d.bgp.breaker = false
+	for i, p := range fresh {
+		rb := want[p]
+		if i >= admit {
+			if r.MaxTotal > 0 && d.store.Len() >= r.MaxTotal {
+				d.refuseRemote(now, "full", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), fmt.Sprintf("%d bans, the rails' max_total", d.store.Len()))
+			} else {
+				d.refuseRemote(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), fmt.Sprintf("more than %d new remote bans this interval (rails.max_new_per_interval)", r.MaxNewPerInterval))
+			}
+			continue
+		}
+		d.applyRemoteBan(now, p, rb.peer)
+	}
+}
+
+// oursDst reports whether a remote ban's destination is this host's: it
+// holds one of its addresses or overlaps a protected prefix.
+func (d *Daemon) oursDst(dst netip.Prefix) bool {
+	for _, m := range d.hostAddrs() {
+		if dst.Contains(m.Addr) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(d.cfg.Rails.ProtectedPrefixes, dst.Overlaps)
+}
+
+// applyRemoteBan bans p for peer once the rails admitted it.
 func (d *Daemon) applyRemoteBan(now time.Time, p netip.Prefix, peer netip.Addr) {
-	if _, ok := d.store.Get(p); ok {
-		return
-	}
-	f := bgp.Flow{Src: p}
-	if why := d.store.Guarded(p); why != "" {
-		d.refuseRemote(now, "rail", p, peer, f, "remote ban from %s: %s", peer, why)
-		return
-	}
-	if d.cfg.Rails.MaxTotal > 0 && d.store.Len() >= d.cfg.Rails.MaxTotal {
-		d.refuseRemote(now, "full", p, peer, f, "remote ban from %s: %d bans, the rails' max_total", peer, d.store.Len())
-		return
-	}
 	if err := d.admit(p); err != nil {
 		d.event(now, "error", p, "remote ban from %s: %v", peer, err)
 		return
@@ -468,6 +597,7 @@ func (d *Daemon) applyRemoteBan(now time.Time, p netip.Prefix, peer netip.Addr) 
 		return
 	}
 	d.bgp.remote[p] = peer
+	d.bgp.newBans++
 	d.dirty = true
 	d.Metrics.bgp.changes.WithLabelValues("applied").Inc()
 	d.event(now, "bgp", p, "applied remote ban from %s", peer)
@@ -477,6 +607,11 @@ func (d *Daemon) applyRemoteBan(now time.Time, p netip.Prefix, peer netip.Addr) 
 // and takes out those gone; the set goes to the data plane as one.
 func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Addr, gone func(netip.Addr) bool, monitor bool) {
 	f := &d.flow
+	if f.set == nil || f.fp == nil {
+		for fr, peer := range want {
+			d.refuseRemote(now, "validation", fr.Dst, peer, bgp.Flow{FlowRule: fr}, fmt.Sprintf("remote flow rule %s from %s", fr, peer), "this data plane has no flow rules")
+		}
+	}
 	if f.set == nil {
 		return
 	}
@@ -497,20 +632,42 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 		}
 	}
 	if monitor || f.fp == nil {
+		if monitor {
+			for fr, peer := range want {
+				d.bgp.whying[remoteKey(peer, bgp.Flow{FlowRule: fr})] = monitorOnly
+			}
+		}
 		d.pushFlowRules(now)
 		return
 	}
-	for fr, peer := range want {
+	remote := 0
+	for _, r := range f.set.Rules() {
+		if r.Origin == mitigate.Remote {
+			remote++
+		}
+	}
+	room := remoteFlowSlots(f.set.Cap())
+	// In a stable order, so that which rules the slots hold does not
+	// change from one pass to the next.
+	for _, fr := range slices.SortedFunc(maps.Keys(want), func(a, b rule.FlowRule) int { return strings.Compare(a.String(), b.String()) }) {
+		peer := want[fr]
+		what := fmt.Sprintf("remote flow rule %s from %s", fr, peer)
 		if why := d.cutsOff(fr); why != "" {
-			d.refuseRemote(now, "rail", fr.Dst, peer, bgp.Flow{FlowRule: fr}, "remote flow rule %s from %s: %s", fr, peer, why)
+			d.refuseRemote(now, "rail", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, why)
+			continue
+		}
+		if remote >= room {
+			d.refuseRemote(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what,
+				fmt.Sprintf("peers' rules may take %d of the %d flow-rule slots; the rest are this host's own", room, f.set.Cap()))
 			continue
 		}
 		added, err := f.set.Add(mitigate.Rule{FlowRule: fr, Origin: mitigate.Remote, Reason: remoteReason + peer.String(), Added: now})
 		if err != nil {
-			d.refuseRemote(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, "remote flow rule %s from %s: %v", fr, peer, err)
+			d.refuseRemote(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, err.Error())
 			continue
 		}
 		if added {
+			remote++
 			f.dirty = true
 			d.Metrics.bgp.changes.WithLabelValues("applied").Inc()
 			d.event(now, "bgp", fr.Dst, "applied remote flow rule %s from %s", fr, peer)
@@ -519,10 +676,21 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 	d.pushFlowRules(now)
 }
 
+// remoteFlowSlots is how many of the flow-rule table's slots peers' rules
+// may take: half. The rest are kept for this host's own rules (the
+// operator's, the ladder's SYN cookies and rate limits), which a fleet's
+// rules must never crowd out: 100 remote rules once filled the 64-slot
+// table and the ladder's SYN-cookie rule failed with "table full".
+func remoteFlowSlots(capacity int) int { return capacity / 2 }
+
 // refuseRemote counts and reports a received route not enforced, once
 // while the peer keeps sending it (applyRemote's pass collects the
-// refusals in refusing; the last pass's are in refused).
-func (d *Daemon) refuseRemote(now time.Time, reason string, p netip.Prefix, peer netip.Addr, f bgp.Flow, format string, args ...any) {
+// refusals in refusing; the last pass's are in refused), and records why
+// for the operator (`tierwall bgp routes`).
+func (d *Daemon) refuseRemote(now time.Time, reason string, p netip.Prefix, peer netip.Addr, f bgp.Flow, what, why string) {
+	if d.bgp.whying != nil {
+		d.bgp.whying[remoteKey(peer, f)] = why
+	}
 	k := reason + " " + peer.String() + " " + f.String()
 	if !d.bgp.refused[k] {
 		d.Metrics.bgp.refusals.WithLabelValues(reason).Inc()
@@ -530,7 +698,7 @@ func (d *Daemon) refuseRemote(now time.Time, reason string, p netip.Prefix, peer
 		if reason == "validation" {
 			kind = "bgp"
 		}
-		d.event(now, kind, p, format, args...)
+		d.event(now, kind, p, "%s: %s", what, why)
 	}
 	d.bgp.refusing[k] = true
 }
@@ -554,8 +722,22 @@ func (d *Daemon) BGP() BGPStatus {
 	}
 	d.mu.Lock()
 	st := BGPStatus{Enabled: true, ASN: d.bgp.asn, RouterID: d.bgp.routerID}
+	why := d.bgp.why
 	d.mu.Unlock()
 	st.Neighbors, st.Announced, st.Received = sp.Neighbors(), sp.Announced(), sp.Received()
+	// The speaker validated what it received; the loop's rails and table
+	// may still have refused it, and then it is not enforced.
+	refused := map[netip.Addr]int{}
+	for i := range st.Received {
+		r := &st.Received[i]
+		if w := why[remoteKey(r.Peer, r.Flow)]; r.Refused == "" && w != "" {
+			r.Refused = w
+			refused[r.Peer]++
+		}
+	}
+	for i := range st.Neighbors {
+		st.Neighbors[i].Accepted -= refused[st.Neighbors[i].Address]
+	}
 	if st.Announced == nil {
 		st.Announced = []bgp.Route{}
 	}

@@ -91,16 +91,7 @@ func (d *Daemon) hostSessions() []hostSession {
 		local = r
 	}
 	var out []hostSession
-	for _, m := range d.hostAddrs() {
-		for _, p := range d.cfg.Rails.ManagementPorts {
-			out = append(out, hostSession{what: fmt.Sprintf("management (TCP %d, rails.management_ports)", p), dst: m.Addr,
-				sport: farEphemeral, dport: rule.PortRange{Lo: p, Hi: p}})
-		}
-	}
 	b := &d.cfg.BGP
-	if !b.Enabled() {
-		return out
-	}
 	for _, n := range b.Neighbors {
 		peer := n.AddressAddr
 		if !peer.IsValid() {
@@ -129,6 +120,12 @@ func (d *Daemon) hostSessions() []hostSession {
 				lp := uint16(b.ListenPort)
 				out = append(out, hostSession{what: what, dst: a, sport: farEphemeral, dport: rule.PortRange{Lo: lp, Hi: lp}})
 			}
+		}
+	}
+	for _, m := range d.hostAddrs() {
+		for _, p := range d.cfg.Rails.ManagementPorts {
+			out = append(out, hostSession{what: fmt.Sprintf("management (TCP %d, rails.management_ports)", p), dst: m.Addr,
+				sport: farEphemeral, dport: rule.PortRange{Lo: p, Hi: p}})
 		}
 	}
 	return out
