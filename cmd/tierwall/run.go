@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -32,15 +31,16 @@ func newRun() *cobra.Command {
 they keep being enforced after the daemon exits, and the next start reconciles them
 with the state file.
 
---check validates the file and exits: 0 when the daemon would accept it, 1 with
-every error (file:line: field: what is wrong) when not. It needs neither root nor
-BPF, and touches nothing.`,
+--check validates the file and exits: 0 when the daemon would accept it, 2 with
+every error (file:line: field: what is wrong) when not, including what this
+binary was built without (probe.dpi.engine: ndpi). It needs neither root nor BPF,
+and touches nothing.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if check {
 				return checkConfig(cmd, path)
 			}
-			cfg, err := config.Load(path)
+			cfg, err := loadConfig(path)
 			if err != nil {
 				return err
 			}
@@ -95,34 +95,8 @@ BPF, and touches nothing.`,
 		},
 	}
 	c.Flags().StringVarP(&path, "config", "c", "/etc/tierwall/tierwall.yaml", "configuration file")
-	c.Flags().BoolVar(&check, "check", false, "validate the configuration offline and exit (0: valid, 1: invalid)")
+	c.Flags().BoolVar(&check, "check", false, "validate the configuration offline and exit (0: valid, 2: invalid, with every error)")
 	return c
-}
-
-// errCheckFailed is --check's verdict. It wraps nothing on purpose: a
-// refused file exits 1, like nginx -t, not 2 as a usage error would.
-type errCheckFailed struct {
-	path string
-	n    int
-}
-
-func (e errCheckFailed) Error() string {
-	return fmt.Sprintf("%s: refused (%d error(s) above)", e.path, e.n)
-}
-
-// checkConfig loads path as run would, prints every error on stderr one a
-// line, and changes nothing.
-func checkConfig(cmd *cobra.Command, path string) error {
-	cfg, err := config.Load(path)
-	if err != nil {
-		lines := strings.Split(err.Error(), "\n")
-		for _, l := range lines {
-			fmt.Fprintln(cmd.ErrOrStderr(), l)
-		}
-		return errCheckFailed{path: path, n: len(lines)}
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (role %s, interface %s)\n", path, cfg.Role, cfg.Interface)
-	return nil
 }
 
 // serveAPI serves srv on the configured unix socket and TCP address until
