@@ -31,6 +31,20 @@ const (
 	idleAfterReset = 3 * time.Second
 )
 
+// A neighbour past max_prefixes is taken down by GoBGP and left down: its
+// FSM stays idle in the "prefix count" admin state whatever its idle hold
+// time (IdleHoldTimeAfterReset only applies to an administrative reset),
+// until someone enables it again. The speaker does, after an idle hold
+// that starts at prefixLimitIdle and doubles each time the peer is taken
+// down again, up to prefixLimitIdleMax; a session that stayed up that
+// long starts over. A peer that keeps sending too much is thus retried
+// a few times an hour, not in a loop, and one that was fixed comes back
+// without a restart of tierwall.
+const (
+	prefixLimitIdle    = 30 * time.Second
+	prefixLimitIdleMax = 15 * time.Minute
+)
+
 // Names of the export policy objects in GoBGP.
 const (
 	policyName           = "tierwall-export"
@@ -51,6 +65,9 @@ type Speaker struct {
 	changed chan struct{}
 	kick    chan struct{}
 	now     func() time.Time
+	// pfxIdle is the first idle hold after max_prefixes (prefixLimitIdle;
+	// tests shorten it).
+	pfxIdle time.Duration
 
 	// amu serialises Announce, which talks to GoBGP without holding mu.
 	amu sync.Mutex
@@ -82,6 +99,10 @@ type peerState struct {
 	// not finished re-sending).
 	eor    map[bgp.Family]bool
 	routes map[string]*remoteEntry
+	// pfxHold is the next idle hold after max_prefixes took the session
+	// down, and pfxTimer the pending re-enable (nil: none).
+	pfxHold  time.Duration
+	pfxTimer *time.Timer
 }
 
 // remoteEntry is one received FlowSpec route, keyed by its NLRI.
@@ -116,6 +137,7 @@ func New(cfg config.BGP, log *slog.Logger) (*Speaker, error) {
 		changed:   make(chan struct{}, 1),
 		kick:      make(chan struct{}, 1),
 		now:       time.Now,
+		pfxIdle:   prefixLimitIdle,
 		announced: map[string]announcedRoute{},
 		peers:     map[netip.Addr]*peerState{},
 	}
@@ -370,6 +392,10 @@ func (s *Speaker) Stop() {
 	now := s.now()
 	for _, p := range s.peers {
 		p.state, p.since, p.families = bgp.BGP_FSM_IDLE, now, nil
+		if p.pfxTimer != nil {
+			p.pfxTimer.Stop()
+			p.pfxTimer = nil
+		}
 	}
 	s.mu.Unlock()
 	s.signal()
@@ -652,8 +678,18 @@ func (s *Speaker) onPeer(ev *apiutil.WatchEventMessage_PeerEvent, t time.Time) {
 		s.mu.Unlock()
 		return
 	}
-	was := p.state
+	was, wasSince := p.state, p.since
 	p.state, p.since = st, s.now()
+	if st != bgp.BGP_FSM_ESTABLISHED && ev.Peer.State.AdminState == api.PeerState_ADMIN_STATE_PFX_CT && p.pfxTimer == nil {
+		hold := p.pfxHold
+		if hold == 0 || was == bgp.BGP_FSM_ESTABLISHED && p.since.Sub(wasSince) >= prefixLimitIdleMax {
+			hold = s.pfxIdle
+		}
+		p.pfxHold = min(2*hold, prefixLimitIdleMax)
+		p.pfxTimer = time.AfterFunc(hold, func() { s.enableAfterPrefixLimit(a) })
+		s.log.Warn("bgp: neighbour sent more than max_prefixes: session down, retried after an idle hold",
+			"neighbor", a, "max_prefixes", p.cfg.MaxPrefixes, "idle_hold", hold)
+	}
 	if st == bgp.BGP_FSM_ESTABLISHED {
 		p.eor = map[bgp.Family]bool{}
 		p.families = negotiated(ev.Peer.State.LocalCap, ev.Peer.State.RemoteCap)
@@ -677,6 +713,24 @@ func (s *Speaker) onPeer(ev *apiutil.WatchEventMessage_PeerEvent, t time.Time) {
 	s.mu.Unlock()
 	s.signal()
 	s.resyncSoon()
+}
+
+// enableAfterPrefixLimit brings back a neighbour GoBGP took down for
+// max_prefixes, once its idle hold is over.
+func (s *Speaker) enableAfterPrefixLimit(a netip.Addr) {
+	s.mu.Lock()
+	p, srv := s.peers[a], s.srv
+	stopped := s.stopped
+	if p != nil {
+		p.pfxTimer = nil
+	}
+	s.mu.Unlock()
+	if p == nil || stopped || srv == nil {
+		return
+	}
+	if err := srv.EnablePeer(context.Background(), &api.EnablePeerRequest{Address: a.String()}); err != nil {
+		s.log.Warn("bgp: enabling the neighbour after its idle hold", "neighbor", a, "err", err)
+	}
 }
 
 // negotiated is the families both sides announced (RFC 4760).

@@ -662,3 +662,40 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// A peer that sent more than max_prefixes is taken down, and comes back
+// by itself after the idle hold (GoBGP alone leaves it down until a
+// restart); one that keeps sending too much is taken down again.
+func TestPrefixLimitComesBack(t *testing.T) {
+	r := newRouter(t, "127.0.0.2", "10.0.0.2")
+	n := r.neighbor(nil, true)
+	n.MaxPrefixes = 2
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := New(validated(t, baseConfig(n)), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pfxIdle = time.Second
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	established(t, s)
+	for i := range 3 {
+		r.announce(t, flow(t, "", fmt.Sprintf("dst 198.51.100.%d/32 drop", i+1)))
+	}
+	eventually(t, "the session taken down past max_prefixes", func() bool { return s.Neighbors()[0].State != "established" })
+	down := time.Now()
+	eventually(t, "the session back after the idle hold", func() bool { return s.Neighbors()[0].State == "established" })
+	if since := time.Since(down); since < 500*time.Millisecond {
+		t.Errorf("back %v after the teardown, before the idle hold", since)
+	}
+	// Still over the limit: down again, and the next hold is longer.
+	eventually(t, "taken down again", func() bool { return s.Neighbors()[0].State != "established" })
+	s.mu.Lock()
+	next := s.peers[s.order[0]].pfxHold
+	s.mu.Unlock()
+	if next < 4*time.Second {
+		t.Errorf("next idle hold %v, want it doubled twice from 1s", next)
+	}
+}
