@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 // The control plane at attack scale (issue 10): one daemon interval at

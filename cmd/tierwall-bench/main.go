@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command tierwall-bench runs tierwall's benchmarks and writes the report
 // to docs/BENCHMARKS.md (or stdout). Needs root (BPF_PROG_TEST_RUN).
 package main

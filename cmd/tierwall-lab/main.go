@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command tierwall-lab is tierwall's testbed, kept out of the product
 // binary: the namespace lab (internet → emulated NIC → host), the
 // live-frames traffic generator, the demo and the paper's evaluation.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command tierwall drives the tierwall data plane: attach the XDP filter
 // to an interface, manage block and allow rules, read counters and the
 // heaviest sources. Rules live in pinned BPF maps, so they keep working

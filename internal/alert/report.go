@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package alert tells operators about attacks: it follows each attack
 // from its first detection to its end (Tracker), keeps a report of it in a
 // bounded JSON-lines log with a pcap of sampled packets beside it (Log,

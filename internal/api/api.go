@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package api is the daemon's HTTP API: JSON over a unix socket (mode
 // 0600: file permissions are the authentication) and, optionally, over TCP
 // on localhost with a bearer token. Every error is a JSON object with a

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ban is the ban lifecycle of the control loop: what is blocked,
 // why, since when, and until when; the safety rails every new ban passes;
 // the rate monitor that lifts bans on sources gone quiet (Miano et al.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package ban
 
 // The state on disk is a snapshot plus a journal. Rewriting every ban on

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bgp is tierwall's BGP speaker: GoBGP embedded as a library (the
 // only package that imports it). It announces source bans upstream as
 // RTBH (RFC 7999) or FlowSpec (RFC 8955/8956) and flow rules as FlowSpec,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package bgp
 
 // String is a FlowSpec rule as events and the CLI show it: a source ban

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cli is what tierwall's commands share: exit codes that tell bad
 // input from failures, argument checks that report usage errors, entering
 // a network namespace for -n, and JSON output.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package config is the daemon's YAML configuration: parsing (unknown
 // fields are errors), defaults, and validation whose errors name the field
 // and the value, so an operator sees at once what to fix.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package daemon is `tierwall run`: the control loop that closes the
 // paper's pipeline. Every interval it takes the feature snapshot, runs the
 // detectors, turns detections into bans through the safety rails, blocks

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package datapath is tierwall's software tier in the kernel and, with its
 // subpackages, the only code that imports cilium/ebpf. It loads the XDP
 // filter (bpf/), attaches it with a bpf_link, pins maps and link under one

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package datapath
 
 // The BPF objects and their Go bindings are generated here and committed;

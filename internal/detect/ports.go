@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package detect
 
 // PortProfile is one interval's packets per port, for TCP and UDP, by

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package detect holds tierwall's detection module (Miano et al. §IV-C):
 // detectors that look at one interval of traffic that passed the filter
 // (the feature snapshot, aggregated here per source and destination) and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dpi names the application of a new flow from its first packets,
 // so that the flow probe can decide what the NIC does with it once it is
 // learned. Two classifiers implement one interface: a small built-in one in

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package export sends the flow probe's records to flow collectors, IPFIX
 // or NetFlow v9 over UDP (package ipfix encodes). The probe hands records
 // to Export, which never blocks: a bounded queue, and a full queue drops

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package flow holds the flow probe's shared vocabulary: the marks, states
 // and actions of bpf/lib/flow.h, a DPI sample, a software flow entry and the
 // interface of the software flow tier. It sits below the probe engine

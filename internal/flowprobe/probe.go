@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package flowprobe is tierwall's flow probe (Deri, Cardigliano, Fusco,
 // HPSR 2024): the software flow tier in XDP keeps every flow and hands the
 // first packets of each new one to DPI here; once DPI has a verdict (or

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package mitigate owns the flow rules (rule.FlowRule): the operator's and
 // those the mitigation ladder chose, their order, their lifetimes, what
 // their counters showed, and the file that keeps them across restarts.

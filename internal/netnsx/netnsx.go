@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package netnsx runs code inside a named network namespace. Go switches
 // namespaces per OS thread, so f runs on a fresh goroutine locked to its
 // thread; the thread is never unlocked and dies with the goroutine rather

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package pkt builds raw Ethernet frames, well-formed or deliberately
 // broken, for BPF fixture tests, end-to-end tests and benchmarks. It is
 // written by hand rather than with gopacket because most fixtures are

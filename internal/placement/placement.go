@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package placement decides which blocked sources the NIC's hardware table
 // holds: the offloading algorithm of Miano et al. (IEEE Access 2019,
 // Listing 1). The hardware table is a cache of the XDP blacklist: every

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package probed runs tierwall in the probe role: the software flow tier
 // in XDP, the NIC's flow table, DPI and the flowprobe engine, with the
 // probe's metrics and the status the API serves. It is to the probe what

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rule parses what operators type as rules: a bare address (a
 // /32 or /128 rule) or a prefix, one per argument or per line of a file.
 package rule

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sdnotify tells systemd how the daemon is doing (sd_notify(3)),
 // for the unit's Type=notify: READY=1 once the filter is attached and the
 // API listens, so that units ordered after tierwall start against a host

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package synproxy sets up the kernel half of the SYN-cookie stage: the
 // nftables SYNPROXY that takes the ACKs whose cookies the XDP program
 // (internal/datapath/synproxy) passed, checks them again and opens the real

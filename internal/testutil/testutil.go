@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testutil holds helpers shared by tests that need privileges.
 package testutil
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tier is tierwall's NIC tier: one interface over the hardware
 // tables of real NICs (tc flower with skip_sw, ethtool ntuple) and of the
 // emulated SmartNIC the tests, benchmarks and demo run on. A table is small

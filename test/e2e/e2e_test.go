@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e runs the tierwall binary against real packets over veth in
 // network namespaces: blocked and clean IPv4/IPv6 sources, what arrives at
 // a socket versus what the counters say, persistence after the attaching

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package install tests what an operator installs: make install into a
 // staged DESTDIR, the generated systemd unit (verified and scored by
 // systemd-analyze, offline: no systemd as PID 1 needed), the man page, and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bench holds the filter benchmark's programs (bpf/bench_wrap.c,
 // bpf/bench_baseline.c), never attached anywhere, its drivers, and the code
 // that fills xdp-tools' maps for the evaluation's baseline: everything

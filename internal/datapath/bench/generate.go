@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package bench
 
 // The benchmark programs and bindings are generated here and committed

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bpffs is the pin layout shared by tierwall's BPF stages: where
 // bpffs is mounted (and how it stays reachable from `ip netns exec`), the
 // directory of each stage per network namespace and interface, the lock

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gen is the live-frames traffic generator (bpf/xdp_gen.c):
 // BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES transmits a template
 // frame through a veth, rewriting the source per frame from a sample table

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package gen
 
 // The generator's object and bindings are generated here and committed

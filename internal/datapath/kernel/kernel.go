@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kernel says what the running kernel gives tierwall: the BPF
 // features each part needs, probed as bpftool feature probes them, and
 // whether every program of the product loads, with the instructions the

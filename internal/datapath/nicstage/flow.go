@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package nicstage
 
 // The emulated NIC in flow mode (bpf/xdp_nicflow.c): a hardware flow table

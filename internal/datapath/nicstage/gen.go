@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package nicstage
 
 // The NIC stage's objects and their Go bindings are generated here and

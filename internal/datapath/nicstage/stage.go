@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nicstage is tierwall's emulated SmartNIC (bpf/xdp_nic.c): a
 // bump-in-the-wire XDP stage with an exact-match table of capacity K,
 // attached to the wire-facing port of a "nic" network namespace and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package probe
 
 // The probe's object and its Go bindings are generated here and committed

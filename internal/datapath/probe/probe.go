@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package probe is the flow probe's software tier (bpf/xdp_probe.c): a flow
 // table in XDP on the host port, per-direction counters and the NIC's marks
 // per flow, and the first packets of each new flow handed to user space for

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package synproxy
 
 // The SYN-cookie stage's object and its Go bindings are generated here and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package synproxy loads the SYN-cookie stage (bpf/xdp_synproxy.c): an XDP
 // program that answers SYNs with cookie SYN-ACKs itself, passes ACKs with a
 // valid cookie to the kernel's SYNPROXY (set up by internal/synproxy),

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ipfix encodes the flow probe's records as IPFIX (RFC 7011/7012,
 // biflows per RFC 5103, the application per RFC 6759) or as NetFlow v9
 // (RFC 3954), IPFIX's ancestor with the same template model, for older

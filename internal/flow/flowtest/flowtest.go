@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package flowtest is the software flow tier in memory, for tests of the
 // probe engine without root: Packet does what bpf/xdp_probe.c does with a
 // packet (count once, send the first samples to DPI, refuse when full).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bgppeer runs real BGP daemons for tierwall's speaker tests:
 // Debian 12's GoBGP 3.10 (gobgpd, gobgp), BIRD 2.0.12 and FRR 8.4
 // (bgpd). Each runs inside a given network namespace with a generated

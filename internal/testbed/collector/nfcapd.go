@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package collector runs a real flow collector for the testbed: Debian's
 // nfdump 1.7 (nfcapd receives, nfdump reads back). One copy, used by the
 // exporter's end-to-end test, the probe's end-to-end tests and the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package demo is `tierwall-lab demo` (what `make demo` runs): the whole
 // scenario on the lab in about a minute and a half — the emulated NIC in
 // hybrid mode, the daemon, legitimate HTTP traffic, a 1K-source flood at

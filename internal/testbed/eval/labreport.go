@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package eval
 
 // The lab's part of EVALUATION.md: what the "hardware" saves the host.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package eval
 
 // One look for every evaluation figure: a mechanism keeps its colour and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package harness runs the product for the testbed: a `tierwall run`
 // daemon in a network namespace with its output captured and its typed API
 // client. One copy, so a fix reaches the demo, the benchmarks and the

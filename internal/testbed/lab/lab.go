@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package lab builds tierwall's testbed on one machine: network
 // namespaces joined by veth, with the emulated NIC between "the internet"
 // and the host.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package trafgen drives tierwall's live-frames generator
 // (gen.Generator): floods of 64-byte UDP or TCP SYN frames from N
 // sources with a uniform, Gaussian (the paper's Fig. 2b) or Zipf rate

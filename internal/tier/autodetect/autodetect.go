@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package autodetect picks the hardware-table backend that really works on an
 // interface: tc flower first (per-rule counters, flows, IPv6), then
 // ethtool n-tuple (no counters). When neither does, tierwall runs XDP-only

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package flower is tierwall's backend for NICs with tc flower offload
 // (mlx5, ice, nfp, ...), both tables on the clsact ingress hook, with
 // skip_sw so their filters exist only in hardware:

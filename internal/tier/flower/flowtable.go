@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package flower
 
 // The flow probe's hardware flow table on tc flower (tier.FlowTable): a

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ntuple is the tier.Table backend for NICs with ethtool n-tuple
 // filters (Intel Flow Director and others): drop rules (ring cookie
 // RX_CLS_FLOW_DISC, the "action -1" of `ethtool -N`) and, for flows, steer

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tiertest is a hardware table in memory, for tests of everything
 // that drives a tier.Table (placement, the daemon) without a NIC or root.
 // It keeps the contract of real backends: Install refuses past capacity,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ipfixtest reads back what package ipfix sends with an
 // independent decoder, goflow2's (github.com/netsampler/goflow2/v2/
 // decoders/netflow, standard library only), so that tests do not check
