@@ -125,15 +125,20 @@ uninstall:
 
 # A Debian package from a staged install under /usr: dpkg-deb only (in
 # dpkg, on every Debian), no debhelper. The version is the last commit's
-# date and hash unless given (make deb DEB_VERSION=1.0.0).
+# date and hash unless given (make deb DEB_VERSION=1.0.0); the binary is
+# linked with it (tierwall version says it; a build from a work tree says
+# only "(devel)"), through GOFLAGS, which the install's go build reads.
 DEB_VERSION ?= 0.0~git$(shell git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo 0)
 DEB_ARCH    ?= $(shell dpkg --print-architecture)
 DEB_STAGE   := $(BIN)/deb/tierwall
 deb:
 	rm -rf $(DEB_STAGE)
-	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DEB_STAGE)) PREFIX=/usr \
+	GOFLAGS='$(GOFLAGS) -ldflags=-X=github.com/tierwall/tierwall/internal/cli.version=$(DEB_VERSION)' \
+		$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DEB_STAGE)) PREFIX=/usr \
 		ZSHCOMPDIR=/usr/share/zsh/vendor-completions
 	gzip -9n $(DEB_STAGE)/usr/share/man/man8/tierwall.8
+	install -d $(DEB_STAGE)/usr/share/doc/tierwall
+	install -m 0644 deploy/debian/copyright $(DEB_STAGE)/usr/share/doc/tierwall/copyright
 	install -d $(DEB_STAGE)/DEBIAN
 	sed -e 's|@VERSION@|$(DEB_VERSION)|' -e 's|@ARCH@|$(DEB_ARCH)|' \
 		-e "s|@SIZE@|$$(du -sk --exclude=DEBIAN $(DEB_STAGE) | cut -f1)|" deploy/debian/control.in > $(DEB_STAGE)/DEBIAN/control
