@@ -19,8 +19,12 @@ struct nf_conn {
 	unsigned long status;
 };
 
-/* NF_BPF_CT_OPTS_SZ (16) since the zone fields came (6.6); the kfunc
- * takes the size so that older layouts keep working. */
+/* NF_BPF_CT_OPTS_SZ is 16 since the zone fields came (6.6); the kfunc
+ * takes the size so that older layouts keep working. 6.1 takes only 12
+ * (and with 16 fails every lookup, so that every ACK would count as a
+ * conntrack error and be dropped): the lookup passes TW_CT_OPTS_SZ, the
+ * layout without the zone, which 6.1, 6.12 and 6.18 accept. tierwall
+ * looks up in the default zone only. */
 struct bpf_ct_opts {
 	__s32 netns_id;
 	__s32 error; /* out: -ENOENT when the flow is unknown */
@@ -32,6 +36,7 @@ struct bpf_ct_opts {
 };
 
 _Static_assert(sizeof(struct bpf_ct_opts) == 16, "NF_BPF_CT_OPTS_SZ");
+#define TW_CT_OPTS_SZ 12
 
 extern struct nf_conn *bpf_xdp_ct_lookup(struct xdp_md *xdp_ctx,
 					 struct bpf_sock_tuple *bpf_tuple,
@@ -67,7 +72,7 @@ static __always_inline int tw_ct_known(struct xdp_md *ctx,
 		t.ipv6.dport = p->dport;
 		sz = sizeof(t.ipv6);
 	}
-	struct nf_conn *ct = bpf_xdp_ct_lookup(ctx, &t, sz, &o, sizeof(o));
+	struct nf_conn *ct = bpf_xdp_ct_lookup(ctx, &t, sz, &o, TW_CT_OPTS_SZ);
 	if (ct) {
 		bpf_ct_release(ct);
 		return 1;

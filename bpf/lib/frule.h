@@ -128,9 +128,15 @@ static __always_inline int tw_frule_match(const struct tw_frule *r,
 
 static __always_inline int tw_known_good(const struct tw_fview *v)
 {
-	if (v->src4)
-		return bpf_map_lookup_elem(&tw_good4, &v->src[0]) != NULL;
-	return bpf_map_lookup_elem(&tw_good6, v->src) != NULL;
+	/* Keys copied to the stack: v is a global function's argument,
+	 * which 6.1's verifier does not take as a map key. */
+	if (v->src4) {
+		__u32 k4 = v->src[0];
+		return bpf_map_lookup_elem(&tw_good4, &k4) != NULL;
+	}
+	__u32 k6[4];
+	__builtin_memcpy(k6, v->src, 16);
+	return bpf_map_lookup_elem(&tw_good6, k6) != NULL;
 }
 
 /* Per-CPU token bucket: each CPU admits rate/nr_cpus packets per second,

@@ -37,6 +37,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "verifier.h"
 #include "maps.h"
 #include "parse.h"
 #include "table.h"
@@ -126,7 +127,9 @@ static __always_inline __u32 tw_hh_s0(__u32 h)
 
 static __always_inline __u32 tw_hh_s1(__u32 h)
 {
-	return tw_hh_s0(h) ^ (1 + ((h >> 14) & 1));
+	/* Masked again, a no-op the barrier keeps: 6.1's verifier does not
+	 * bound an xor, and this indexes a map value. */
+	return tw_bound(tw_hh_s0(h) ^ (1 + ((h >> 14) & 1)), TW_HH_SLOTS - 1);
 }
 
 static __always_inline struct tw_hh_line *tw_hh_line_get(__u32 cpu, __u32 line)
@@ -150,13 +153,27 @@ static __always_inline __u32 tw_hh_m0(__u32 h)
 
 static __always_inline __u32 tw_hh_m1(__u32 h)
 {
-	return tw_hh_m0(h) ^ (1 + ((h >> 29) & 7));
+	return tw_bound(tw_hh_m0(h) ^ (1 + ((h >> 29) & 7)),
+			TW_HH_MARK_SLOTS - 1); /* as tw_hh_s1 */
 }
 
-/* A mark holds until its jiffies (low 32 bits, compared across the wrap). */
-static __always_inline int tw_hh_marked(__u32 live, __u32 j)
+/* The longest a mark lasts, in ticks: a catch's TTL or a candidate's
+ * three windows (tw_hh_add), whichever is longer. */
+static __always_inline __u32 tw_hh_span(const struct tw_hh_config *c)
 {
-	return (__s32)(live - j) >= 0;
+	__u32 cand = (3U << (c->tick_shift & 31)) + 2;
+	return c->ttl_ticks > cand ? c->ttl_ticks : cand;
+}
+
+/* A mark holds until its jiffies (low 32 bits): it is live while it lies
+ * at most one span ahead of now. A mark never set is 0 and never live; a
+ * signed comparison alone would take it (and any mark 2^31 ticks old) as
+ * live whenever the low 32 bits of jiffies are at or past 2^31, which is
+ * the first five minutes after every boot (INITIAL_JIFFIES) and then half
+ * of every 2^32-tick cycle. */
+static __always_inline int tw_hh_marked(__u32 live, __u32 j, __u32 span)
+{
+	return live != 0 && live - j <= span;
 }
 
 static __always_inline __u32 tw_hh_win(const struct tw_hh_config *c, __u64 j)
@@ -187,8 +204,9 @@ tw_hh_prov_get(const struct tw_pkt *p, const struct tw_hh_config *c,
 	 * is for a source that passes anyway, and a catch it refuses with
 	 * EEXIST). */
 	struct tw_hh_marks *m = tw_hh_marks_get(h);
-	if (!m || !tw_hh_marked(m->until[tw_hh_m0(h)], j) ||
-	    !tw_hh_marked(m->until[tw_hh_m1(h)], j))
+	__u32 span = tw_hh_span(c);
+	if (!m || !tw_hh_marked(m->until[tw_hh_m0(h)], j, span) ||
+	    !tw_hh_marked(m->until[tw_hh_m1(h)], j, span))
 		return NULL;
 	struct tw_hh_stats *st = tw_hh_stats_get();
 	if (st)
@@ -197,19 +215,25 @@ tw_hh_prov_get(const struct tw_pkt *p, const struct tw_hh_config *c,
 	return bpf_map_lookup_elem(*map, k);
 }
 
-/* Marks a source until until (a later mark already there stays: the marks
- * of the sources sharing one only ever move forward), and the shared word
- * that says a mark may be live. */
-static __always_inline void tw_hh_mark(__u32 h, __u32 until, __u64 until64)
+/* Marks a source until j + life (a later live mark already there stays:
+ * the marks of the sources sharing one only ever move forward), and the
+ * shared word that says a mark may be live. A mark is never 0, which
+ * means "never set". */
+static __always_inline void tw_hh_mark(const struct tw_hh_config *c, __u32 h,
+				       __u64 j, __u32 life)
 {
 	__u32 zero = 0;
+	__u32 until = (__u32)j + life;
+	__u64 until64 = j + life;
+	until |= until == 0; /* one tick longer, once in 2^32 */
 	struct tw_hh_marks *m = tw_hh_marks_get(h);
 	if (m) {
+		__u32 span = tw_hh_span(c);
 		__u32 *m0 = &m->until[tw_hh_m0(h)],
 		      *m1 = &m->until[tw_hh_m1(h)];
-		if ((__s32)(until - *m0) > 0)
+		if (!tw_hh_marked(*m0, j, span) || (__s32)(until - *m0) > 0)
 			*(volatile __u32 *)m0 = until;
-		if ((__s32)(until - *m1) > 0)
+		if (!tw_hh_marked(*m1, j, span) || (__s32)(until - *m1) > 0)
 			*(volatile __u32 *)m1 = until;
 	}
 	struct tw_hh_state *s = bpf_map_lookup_elem(&tw_hh_shared, &zero);
@@ -227,7 +251,10 @@ static __always_inline int tw_hh_exempt(const struct tw_pkt *p,
 				st->exempt_protect++;
 			return 1;
 		}
-		if (bpf_map_lookup_elem(&tw_good4, &p->src4)) {
+		/* On the stack: p is a global function's argument, which
+		 * 6.1's verifier does not take as a map key. */
+		__u32 k4 = p->src4;
+		if (bpf_map_lookup_elem(&tw_good4, &k4)) {
 			if (st)
 				st->exempt_good++;
 			return 1;
@@ -241,7 +268,7 @@ static __always_inline int tw_hh_exempt(const struct tw_pkt *p,
 			st->exempt_protect++;
 		return 1;
 	}
-	if (bpf_map_lookup_elem(&tw_good6, p->src6)) {
+	if (bpf_map_lookup_elem(&tw_good6, pk.addr)) {
 		if (st)
 			st->exempt_good++;
 		return 1;
@@ -300,7 +327,7 @@ static __always_inline int tw_hh_promote(const struct tw_pkt *p,
 	v->kind = kind;
 	v->flags = flags;
 	v->expires_ns = now + c->ttl_ns;
-	tw_hh_mark(h, (__u32)j + c->ttl_ticks, j + c->ttl_ticks);
+	tw_hh_mark(c, h, j, c->ttl_ticks);
 	tw_hh_report(p, c, k, st, kind, flags, n, now);
 	return 1;
 }
@@ -457,7 +484,7 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 			st->table_full++;
 		return;
 	}
-	tw_hh_mark(h, (__u32)j + life, j + life);
+	tw_hh_mark(c, h, j, life);
 	if (cand) {
 		if (st)
 			st->candidates++;
@@ -541,8 +568,12 @@ static __always_inline int tw_hh_check(struct tw_pkt *p, __u32 len,
 	}
 	/* An IPv6 entry holds a whole prefix: a known-good client inside
 	 * it keeps passing while its neighbours flood. */
-	if (p->family == 6 && bpf_map_lookup_elem(&tw_good6, p->src6))
-		return TW_R_MAX;
+	if (p->family == 6) {
+		__u32 k6[4]; /* on the stack, for 6.1 (tw_hh_exempt) */
+		__builtin_memcpy(k6, p->src6, 16);
+		if (bpf_map_lookup_elem(&tw_good6, k6))
+			return TW_R_MAX;
+	}
 	__sync_fetch_and_add(&v->packets, 1);
 	__sync_fetch_and_add(&v->bytes, len);
 	if (v->flags & TW_PROV_MONITOR)

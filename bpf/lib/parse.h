@@ -18,6 +18,7 @@
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
 #include "consts.h"
+#include "verifier.h"
 
 #define TW_ETH_P_8021Q 0x8100
 #define TW_ETH_P_8021AD 0x88A8
@@ -135,7 +136,7 @@ static __always_inline int tw_parse_ipv4(void *l3, void *data_end,
 	__u32 hlen = iph->ihl * 4;
 	if (hlen < sizeof(*iph) || l3 + hlen > data_end)
 		return TW_R_IP4_IHL;
-	__u32 tot = bpf_ntohs(iph->tot_len);
+	__u32 tot = tw_bound(bpf_ntohs(iph->tot_len), 0xffff);
 	/* Frames may carry Ethernet padding after the datagram, never less. */
 	if (tot < hlen || l3 + tot > data_end)
 		return TW_R_IP4_LEN;
@@ -170,7 +171,7 @@ static __always_inline int tw_parse_ipv6(void *l3, void *data_end,
 	if (ip6->version != 6)
 		return TW_R_IP6_VERSION;
 	void *cur = (void *)(ip6 + 1);
-	void *lim = cur + bpf_ntohs(ip6->payload_len);
+	void *lim = cur + tw_bound(bpf_ntohs(ip6->payload_len), 0xffff);
 	if (lim > data_end)
 		return TW_R_IP6_LEN;
 
@@ -278,7 +279,7 @@ static __always_inline int tw_plain4(void *data, void *data_end, __u32 *src)
 		return 0;
 	if (eth->h_proto != bpf_htons(ETH_P_IP) || *(__u8 *)iph != 0x45)
 		return 0;
-	__u32 tot = bpf_ntohs(iph->tot_len);
+	__u32 tot = tw_bound(bpf_ntohs(iph->tot_len), 0xffff);
 	if (tot < sizeof(*iph) || (void *)iph + tot > data_end)
 		return 0;
 	if (!(iph->frag_off & bpf_htons(TW_IP_OFFMASK))) {

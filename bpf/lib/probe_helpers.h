@@ -11,6 +11,7 @@
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include "verifier.h"
 #include "consts.h"
 #include "types.h"
 #include "parse.h"
@@ -166,7 +167,8 @@ static __always_inline void tw_probe_sample(struct xdp_md *ctx,
 		cap = tw_probe_snaplen;
 	/* The helper wants a size the verifier can bound: 1..sizeof(data). */
 	if (cap < 1 || cap > TW_DPI_SNAP_MAX ||
-	    bpf_xdp_load_bytes(ctx, p->l3off, s->data, cap) < 0) {
+	    bpf_xdp_load_bytes(ctx, p->l3off, s->data,
+			       tw_size(cap, TW_DPI_SNAP_MAX)) < 0) {
 		bpf_ringbuf_discard(s, 0);
 		__sync_fetch_and_add(&f->dpi_lost, 1);
 		tw_probe_count(TW_PV_DPI_LOST, 0);

@@ -11,6 +11,7 @@
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include "verifier.h"
 #include "stats.h"
 
 #define TW_SAMPLE_SNAP 256
@@ -54,14 +55,12 @@ __noinline int tw_sample_drop(struct xdp_md *ctx, __u32 reason)
 	if (*every > 1 && bpf_get_prandom_u32() % *every)
 		return 0;
 	__u32 len = ctx->data_end - ctx->data;
-	/* 64 bits: compared as a __u32, clang emits 32-bit tests and the
-	 * verifier is left without the lower bound bpf_xdp_load_bytes
-	 * needs. */
-	__u64 cap = len;
+	__u32 cap = len;
 	if (cap > TW_SAMPLE_SNAP)
 		cap = TW_SAMPLE_SNAP;
 	if (cap < 1)
 		return 0;
+	cap = tw_size(cap, TW_SAMPLE_SNAP);
 	struct tw_sample_rec *r =
 		bpf_ringbuf_reserve(&tw_sample_rb, sizeof(*r), 0);
 	if (!r)

@@ -5,7 +5,10 @@ package datapath
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -555,5 +558,72 @@ func TestHeavyHitterAfterFlowRules(t *testing.T) {
 	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.18.18.18"), 5*testPktThresh) })
 	if got["drop_provisional"] == 0 {
 		t.Errorf("a source no rule decides: verdicts %v", got)
+	}
+}
+
+// jiffies reads the kernel's tick counter (/proc/timer_list), as the
+// program's bpf_jiffies64 sees it.
+func jiffies(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/timer_list")
+	if err != nil {
+		t.Fatalf("reading the tick counter: %v", err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "jiffies: "); ok {
+			j, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatalf("parsing jiffies %q: %v", v, err)
+			}
+			return j
+		}
+	}
+	t.Fatal("no jiffies line in /proc/timer_list")
+	return 0
+}
+
+// A mark slot that holds no live mark sends no packet to the provisional
+// table, at any uptime: one never set (0) and one far from now in either
+// direction of the 32-bit wrap. A signed comparison alone took 0 as live
+// whenever the low 32 bits of jiffies were at or past 2^31 (the first five
+// minutes after boot, then half of every cycle), and a mark 2^31 ticks
+// old as live at any uptime; every packet then paid the lookup.
+func TestHeavyHitterStaleMarksNotLive(t *testing.T) {
+	d := heavyDatapath(t, testHeavy, Options{})
+	// A catch makes the shared word say a mark may be live.
+	caught := udpFrom("10.14.14.14")
+	sendN(t, d, caught, 4*testPktThresh)
+	if _, ok := provisionals(t, d)["10.14.14.14/32"]; !ok {
+		t.Fatal("not caught")
+	}
+	for _, tc := range []struct {
+		name  string
+		value func(j uint32) uint32
+	}{
+		{"never set", func(uint32) uint32 { return 0 }},
+		{"2^31 ticks away", func(j uint32) uint32 { return j + 1<<31 - 1000 }},
+		{"just past the span", func(j uint32) uint32 { return j + 1<<30 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m filterTwHhMarks
+			v := tc.value(uint32(jiffies(t)))
+			for i := range m.Until {
+				m.Until[i] = v
+			}
+			for line := uint32(0); line < 512; line++ {
+				if err := d.maps.TwHhLive.Put(line, &m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, _ := d.HeavyHitterStats()
+			const others = 256
+			for i := 0; i < others; i++ {
+				sendN(t, d, udpFrom(fmt.Sprintf("10.16.%d.%d", i>>8, i&255)), 1)
+			}
+			after, _ := d.HeavyHitterStats()
+			if n := after.Marked - before.Marked; n != 0 {
+				t.Errorf("%d of %d sources with no live mark looked the provisional table up", n, others)
+			}
+		})
 	}
 }
