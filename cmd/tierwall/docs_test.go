@@ -79,3 +79,26 @@ func TestDocumentedConfigsLoad(t *testing.T) {
 		t.Errorf("found only %d configuration examples", n)
 	}
 }
+
+// README.md had two "Scraping" sections, and following its nic attach
+// alone left ping at 100% loss: the two ports must be bridged, which it
+// did not say (nor show).
+func TestReadme(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "## ") {
+			if seen[l] {
+				t.Errorf("README.md has %q twice", l)
+			}
+			seen[l] = true
+		}
+	}
+	nic := regexp.MustCompile("(?s)ip link set WIRE master (\\S+)\nip link set HOST master (\\S+)\n.*?tierwall nic attach -i WIRE HOST")
+	if m := nic.FindStringSubmatch(string(b)); m == nil || m[1] != m[2] {
+		t.Error("README.md does not show bridging WIRE and HOST before tierwall nic attach")
+	}
+}
