@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -84,6 +86,34 @@ func TestFlowsCountFlag(t *testing.T) {
 		_, err := execute(args...)
 		if err == nil || !strings.Contains(err.Error(), "must be positive") {
 			t.Errorf("%v: %v, want a refused count", args, err)
+		}
+	}
+}
+
+// The man page's COMMANDS section names every top-level command (it
+// listed flows but not attacks, provisional, bgp, watch, victims or
+// flowrule), each in bold where an entry names it.
+func TestManPageNamesEveryCommand(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy/tierwall.8"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, _ := strings.Cut(string(b), "\n.SH COMMANDS\n")
+	sec, _, _ = strings.Cut(sec, "\n.SH ")
+	named := map[string]bool{}
+	for _, l := range strings.Split(sec, "\n") {
+		if !strings.HasPrefix(l, ".B ") && !strings.HasPrefix(l, ".BR ") {
+			continue
+		}
+		// .BR stats ", " top | .B watch \fR[...] | .BR bgp " " neighbors | routes
+		l = strings.NewReplacer(`\-`, "-", `\fR`, " ", `\fB`, " ", `\fI`, " ", `"`, " ", ",", " ", "|", " ").Replace(l)
+		for _, w := range strings.Fields(l)[1:] {
+			named[w] = true
+		}
+	}
+	for _, c := range newRoot().Commands() {
+		if c.Name() != "help" && !named[c.Name()] {
+			t.Errorf("deploy/tierwall.8: COMMANDS has no entry naming %s", c.Name())
 		}
 	}
 }
