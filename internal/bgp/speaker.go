@@ -105,6 +105,9 @@ type peerState struct {
 	// down, and pfxTimer the pending re-enable (nil: none).
 	pfxHold  time.Duration
 	pfxTimer *time.Timer
+	// peerRestart is the restart time the peer announced (RFC 4724),
+	// with graceful restart on: see onPeer.
+	peerRestart time.Duration
 }
 
 // remoteEntry is one received FlowSpec route, keyed by its NLRI.
@@ -688,6 +691,12 @@ func (s *Speaker) onPeer(ev *apiutil.WatchEventMessage_PeerEvent, t time.Time) {
 			hold = s.pfxIdle
 		}
 		p.pfxHold = min(2*hold, prefixLimitIdleMax)
+		// GoBGP takes its own teardown for the peer's graceful restart
+		// (the closed connection reads as a failure) and keeps the peer's
+		// routes as stale until the restart time it announced: enabled
+		// before that, the session comes up with the stale routes still
+		// counted and is over the limit again at once.
+		hold = max(hold, p.peerRestart+time.Second)
 		p.pfxTimer = time.AfterFunc(hold, func() { s.enableAfterPrefixLimit(a) })
 		s.log.Warn("bgp: neighbour sent more than max_prefixes: session down, retried after an idle hold",
 			"neighbor", a, "max_prefixes", p.cfg.MaxPrefixes, "idle_hold", hold)
@@ -695,6 +704,14 @@ func (s *Speaker) onPeer(ev *apiutil.WatchEventMessage_PeerEvent, t time.Time) {
 	if st == bgp.BGP_FSM_ESTABLISHED {
 		p.eor = map[bgp.Family]bool{}
 		p.families = negotiated(ev.Peer.State.LocalCap, ev.Peer.State.RemoteCap)
+		p.peerRestart = 0
+		if p.cfg.GracefulRestartOn() {
+			for _, c := range ev.Peer.State.RemoteCap {
+				if gr, ok := c.(*bgp.CapGracefulRestart); ok {
+					p.peerRestart = time.Duration(gr.Time) * time.Second
+				}
+			}
+		}
 	} else {
 		p.families = nil
 	}
