@@ -5,6 +5,7 @@ package testutil
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -19,4 +20,21 @@ func RequireRoot(t testing.TB) {
 		t.Fatal("test needs root (BPF, network namespaces) and CI=true forbids skipping")
 	}
 	t.Skip("skipping: needs root for BPF and network namespaces")
+}
+
+// RequireKernel skips a test whose kernel feature this kernel lacks (the
+// VM-run kernels have it: scripts/vmtest.sh), with the reason, but fails
+// it when TIERWALL_REQUIRE names the feature: on a kernel that must have
+// it, a skip would hide a failure.
+func RequireKernel(t testing.TB, feature string, have bool, why string) {
+	t.Helper()
+	if have {
+		return
+	}
+	for _, f := range strings.Fields(os.Getenv("TIERWALL_REQUIRE")) {
+		if f == feature {
+			t.Fatalf("this kernel lacks %s (%s) and TIERWALL_REQUIRE names it", feature, why)
+		}
+	}
+	t.Skipf("skipping: this kernel lacks %s (%s)", feature, why)
 }

@@ -99,6 +99,7 @@ const (
 	flowerKeyUDPDst   = 21
 	flowerFlags       = 22
 	flowerInHWCount   = 86
+	clsFlagsSkipHW    = 1 << 0
 	clsFlagsSkipSW    = 1 << 1
 	clsFlagsInHW      = 1 << 2
 	actKind           = 1
@@ -167,6 +168,13 @@ func encodeAdd(ifindex int, handle uint32, r tier.Rule) ([]byte, error) {
 // encodeFilter is encodeAdd at priority prio with the action cookie
 // cookie (at most 16 bytes, TC_COOKIE_MAX_SIZE).
 func encodeFilter(ifindex int, handle uint32, prio uint16, r tier.Rule, cookie []byte) ([]byte, error) {
+	return encodeFilterFlags(ifindex, handle, prio, r, cookie, clsFlagsSkipSW)
+}
+
+// encodeFilterFlags is encodeFilter with the filter's skip flag:
+// clsFlagsSkipSW (hardware only, the product) or clsFlagsSkipHW (software
+// only, a Software table).
+func encodeFilterFlags(ifindex int, handle uint32, prio uint16, r tier.Rule, cookie []byte, skip uint32) ([]byte, error) {
 	ae := netlink.NewAttributeEncoder()
 	ae.String(tcaKind, "flower")
 	nest(ae, tcaOptions, func(o *netlink.AttributeEncoder) error {
@@ -219,7 +227,7 @@ func encodeFilter(ifindex int, handle uint32, prio uint16, r tier.Rule, cookie [
 			})
 			return nil
 		})
-		o.Uint32(flowerFlags, clsFlagsSkipSW)
+		o.Uint32(flowerFlags, skip)
 		o.Uint16(flowerKeyEthType, htons(family(m)))
 		return nil
 	})
@@ -260,7 +268,11 @@ type filter struct {
 	cookie   []byte
 	inHW     bool
 	hwCount  uint32
-	counters tier.Counters
+	counters tier.Counters // the rule's, by pickCounters
+	// The action's stats as the kernel reports them: hardware only, and
+	// combined (software and hardware).
+	hwCtr, allCtr tier.Counters
+	sawHW         bool
 }
 
 // decodeFilter parses an RTM_NEWTFILTER message (a dump or get reply).
@@ -339,6 +351,7 @@ func parseFilter(b []byte, prios ...uint16) (f filter, ok bool, err error) {
 	if err := ad.Err(); err != nil {
 		return f, false, fmt.Errorf("decoding flower filter: %w", err)
 	}
+	f.pickCounters()
 	if kind != "flower" || f.cookie == nil {
 		return f, false, nil
 	}
@@ -374,32 +387,45 @@ func decodeAction(g *netlink.AttributeDecoder, f *filter) {
 			})
 		case actStats:
 			g.Nested(func(s *netlink.AttributeDecoder) error {
-				took := false // the last basic stats were taken
+				var last *tier.Counters // what a following 64-bit count belongs to
 				for s.Next() {
-					// Hardware-only stats when the driver reports them,
-					// else the combined ones (skip_sw: hardware anyway).
-					switch t := s.Type(); {
-					case t == statsBasicHW || (t == statsBasic && f.counters == (tier.Counters{})):
-						took = false
-						if b := s.Bytes(); len(b) >= 12 {
-							f.counters = tier.Counters{Bytes: binary.NativeEndian.Uint64(b), Packets: uint64(binary.NativeEndian.Uint32(b[8:]))}
-							took = true
+					switch t := s.Type(); t {
+					case statsBasicHW, statsBasic:
+						last = &f.allCtr
+						if t == statsBasicHW {
+							last, f.sawHW = &f.hwCtr, true
 						}
-					case t == statsPkt64:
+						if b := s.Bytes(); len(b) >= 12 {
+							*last = tier.Counters{Bytes: binary.NativeEndian.Uint64(b), Packets: uint64(binary.NativeEndian.Uint32(b[8:]))}
+						} else {
+							last = nil
+						}
+					case statsPkt64:
 						// gnet_stats_basic's packets are 32 bits:
 						// the kernel follows it with the 64-bit
 						// count once that wraps (4G packets, half a
 						// minute of a 100G link's small packets).
-						if b := s.Bytes(); took && len(b) >= 8 {
-							f.counters.Packets = binary.NativeEndian.Uint64(b)
+						if b := s.Bytes(); last != nil && len(b) >= 8 {
+							last.Packets = binary.NativeEndian.Uint64(b)
 						}
+						last = nil
 					default:
-						took = false
+						last = nil
 					}
 				}
 				return nil
 			})
 		}
+	}
+}
+
+// pickCounters: a filter in hardware counts in hardware (the driver's
+// stats); one in software only (skip_hw, or a driver that refused it) has
+// hardware stats that are always 0, and counts in the combined ones.
+func (f *filter) pickCounters() {
+	f.counters = f.allCtr
+	if f.inHW && f.sawHW {
+		f.counters = f.hwCtr
 	}
 }
 
@@ -419,11 +445,24 @@ var _ tier.Table = (*Table)(nil)
 // flower has no query for it. When the probe fails the error wraps
 // tier.ErrUnsupported and nothing is left behind.
 func Open(iface string, capacity int) (*Table, error) {
+	return openTable(iface, capacity, false)
+}
+
+// OpenSoftware is Open with the rules in the kernel's software path
+// (skip_hw): the backend's whole netlink path against a real cls_flower on
+// an interface that offloads nothing (a veth), with counters. It protects
+// nothing XDP does not already; it is there to test the backend on a
+// kernel with flower (Debian's), where no NIC is at hand.
+func OpenSoftware(iface string, capacity int) (*Table, error) {
+	return openTable(iface, capacity, true)
+}
+
+func openTable(iface string, capacity int, software bool) (*Table, error) {
 	conn, err := netlink.Dial(unix.NETLINK_ROUTE, nil)
 	if err != nil {
 		return nil, fmt.Errorf("opening rtnetlink: %w", err)
 	}
-	t, err := open(conn, iface, capacity)
+	t, err := open(conn, iface, capacity, software)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -431,7 +470,7 @@ func Open(iface string, capacity int) (*Table, error) {
 	return t, nil
 }
 
-func open(conn *netlink.Conn, iface string, capacity int) (*Table, error) {
+func open(conn *netlink.Conn, iface string, capacity int, software bool) (*Table, error) {
 	ifc, err := net.InterfaceByName(iface)
 	if err != nil {
 		return nil, fmt.Errorf("%w: flower: no interface %s", tier.ErrUnsupported, iface)
@@ -439,7 +478,7 @@ func open(conn *netlink.Conn, iface string, capacity int) (*Table, error) {
 	if capacity == 0 {
 		capacity = defaultFlowerCap
 	}
-	t := &Table{tcLink: tcLink{conn: conn, iface: iface, ifindex: ifc.Index}, cap: capacity, rules: map[tier.Match]uint32{}, next: firstHandle}
+	t := &Table{tcLink: tcLink{conn: conn, iface: iface, ifindex: ifc.Index, software: software}, cap: capacity, rules: map[tier.Match]uint32{}, next: firstHandle}
 	created, err := t.ensureClsact()
 	if err != nil {
 		return nil, fmt.Errorf("%w: flower on %s: clsact qdisc: %v", tier.ErrUnsupported, iface, err)
@@ -495,6 +534,11 @@ type tcLink struct {
 	conn    *netlink.Conn
 	iface   string
 	ifindex int
+	// software puts filters in the kernel's software path (skip_hw)
+	// instead of the NIC (skip_sw): the same netlink, dumps and counters
+	// against a real cls_flower on an interface with no offload (veth),
+	// which is how the tests run the backend on a kernel that has flower.
+	software bool
 }
 
 func (t *tcLink) execute(typ netlink.HeaderType, flags netlink.HeaderFlags, body []byte) ([]netlink.Message, error) {
@@ -527,7 +571,11 @@ func (t *tcLink) deleteClsact() {
 // hardware; a filter that is not is removed again and reported as
 // ErrNotInHardware.
 func (t *tcLink) addFilter(handle uint32, prio uint16, r tier.Rule, cookie []byte) (time.Duration, error) {
-	body, err := encodeFilter(t.ifindex, handle, prio, r, cookie)
+	skip := uint32(clsFlagsSkipSW)
+	if t.software {
+		skip = clsFlagsSkipHW
+	}
+	body, err := encodeFilterFlags(t.ifindex, handle, prio, r, cookie, skip)
 	if err != nil {
 		return 0, err
 	}
@@ -546,7 +594,7 @@ func (t *tcLink) addFilter(handle uint32, prio uint16, r tier.Rule, cookie []byt
 	}
 	f, err := t.getFilter(handle, prio, family(r.Match))
 	lat := time.Since(start)
-	if err != nil || !f.inHW || f.hwCount == 0 {
+	if err != nil || (!t.software && (!f.inHW || f.hwCount == 0)) {
 		_ = t.delFilter(handle, prio, family(r.Match))
 		if err == nil {
 			err = fmt.Errorf("in_hw=%v in_hw_count=%d", f.inHW, f.hwCount)

@@ -189,6 +189,46 @@ func TestDecodeRoundTrip(t *testing.T) {
 	}
 }
 
+// A filter in software only (skip_hw, or not taken by the driver) has
+// hardware stats that stay 0, as 6.1's cls_flower reports them beside the
+// combined ones: its counters are the combined stats, with the 64-bit
+// count that follows them. A filter in hardware counts in hardware.
+func TestDecodeSoftwareCounters(t *testing.T) {
+	basic := func(s *netlink.AttributeEncoder, typ uint16, pkts uint32, bytes_ uint64) {
+		b := make([]byte, 16)
+		binary.NativeEndian.PutUint64(b, bytes_)
+		binary.NativeEndian.PutUint32(b[8:], pkts)
+		s.Bytes(typ, b)
+	}
+	g := goldenRules[0]
+	body, _ := encodeAdd(goldenIfindex, g.handle, g.rule)
+	for _, tc := range []struct {
+		name string
+		inHW bool
+		want tier.Counters
+	}{
+		{"software", false, tier.Counters{Packets: 5<<32 + 7, Bytes: 99000}},
+		{"hardware", true, tier.Counters{Packets: 3, Bytes: 300}},
+	} {
+		view := kernelViewStats(t, body, tc.inHW, func(s *netlink.AttributeEncoder) {
+			basic(s, statsBasic, 7, 99000)
+			s.Uint64(statsPkt64, 5<<32+7)
+			if tc.inHW {
+				basic(s, statsBasicHW, 3, 300)
+			} else {
+				basic(s, statsBasicHW, 0, 0)
+			}
+		})
+		f, ok, err := decodeFilter(view)
+		if err != nil || !ok {
+			t.Fatalf("%s: ok=%v err=%v", tc.name, ok, err)
+		}
+		if f.counters != tc.want {
+			t.Errorf("%s: counters %+v, want %+v", tc.name, f.counters, tc.want)
+		}
+	}
+}
+
 // fakeKernel answers like rtnetlink for one flower-capable device,
 // keying filters as the kernel does (priority, protocol, handle) and
 // keeping one protocol per priority.
@@ -283,7 +323,7 @@ func (k *fakeKernel) handle(reqs []netlink.Message) ([]netlink.Message, error) {
 
 func fakeTable(t *testing.T, k *fakeKernel) (*Table, error) {
 	k.t, k.filters = t, map[fkey][]byte{}
-	return open(nltest.Dial(k.handle), "lo", 2)
+	return open(nltest.Dial(k.handle), "lo", 2, false)
 }
 
 func TestInstallConfirmsHardware(t *testing.T) {
@@ -306,7 +346,7 @@ func TestInstallConfirmsHardware(t *testing.T) {
 		t.Fatalf("list: %v %+v", err, es)
 	}
 	// Restart: a new Table re-adopts both rules and their handles.
-	tb2, err := open(nltest.Dial(k.handle), "lo", 4)
+	tb2, err := open(nltest.Dial(k.handle), "lo", 4, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +446,7 @@ func TestBothFamilies(t *testing.T) {
 		t.Fatalf("listed %+v", es)
 	}
 	// A restarted Table adopts both.
-	tb2, err := open(nltest.Dial(k.handle), "lo", 2)
+	tb2, err := open(nltest.Dial(k.handle), "lo", 2, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +465,7 @@ func TestBothFamilies(t *testing.T) {
 	// so rather than failing on the first IPv6 rule.
 	body, _ := encodeFilter(1, 3, Priority6, v4, []byte("someone"))
 	k.filters[keyOf(body)] = body
-	if _, err := open(nltest.Dial(k.handle), "lo", 2); !errors.Is(err, tier.ErrUnsupported) {
+	if _, err := open(nltest.Dial(k.handle), "lo", 2, false); !errors.Is(err, tier.ErrUnsupported) {
 		t.Fatalf("open with IPv4 at the IPv6 priority: %v", err)
 	}
 }
@@ -446,7 +486,7 @@ func TestMovesIPv6OffPriority(t *testing.T) {
 		body, _ := encodeFilter(1, g.handle, g.prio, g.r, Cookie)
 		k.filters[keyOf(body)] = kernelView(t, body, true, 0, 0)
 	}
-	tb, err := open(nltest.Dial(k.handle), "lo", 4)
+	tb, err := open(nltest.Dial(k.handle), "lo", 4, false)
 	if err != nil {
 		t.Fatalf("open: %v (kernel log %v)", err, k.log)
 	}

@@ -88,6 +88,10 @@ type FlowOptions struct {
 	// while the queue is full the worker serves no request and ages
 	// nothing, counting the stall, and Learn and Unlearn fill up.
 	EventQueueLen int
+	// Software puts the flows in the kernel's software path (skip_hw),
+	// as OpenSoftware does the mitigation rules: for tests on a kernel
+	// with flower and no offloading NIC.
+	Software bool
 
 	manual bool             // tests: no worker goroutine, they call step
 	now    func() time.Time // tests replace the clock
@@ -214,7 +218,7 @@ func openFlowTable(conn *netlink.Conn, iface string, o FlowOptions) (*FlowTable,
 	if err != nil {
 		return nil, fmt.Errorf("%w: flower: no interface %s", tier.ErrUnsupported, iface)
 	}
-	t := &FlowTable{link: tcLink{conn: conn, iface: iface, ifindex: ifc.Index}, o: o,
+	t := &FlowTable{link: tcLink{conn: conn, iface: iface, ifindex: ifc.Index, software: o.Software}, o: o,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		flows: map[uint64]*hwFlow{}, keys: map[tier.FlowKey]uint64{}, bySlot: map[uint32]*hwFlow{}}
 	created, err := t.link.ensureClsact()

@@ -570,7 +570,7 @@ func TestFlowLeftoversAndCoexistence(t *testing.T) {
 	}
 	// The mitigation table re-adopts only its rule, and the flow table's
 	// filters never show in its list.
-	tb, err := open(nltest.Dial(k.handle), "lo", 4)
+	tb, err := open(nltest.Dial(k.handle), "lo", 4, false)
 	if err != nil {
 		t.Fatal(err)
 	}
