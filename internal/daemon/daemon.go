@@ -24,6 +24,7 @@ import (
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/kernel"
 	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/detect"
@@ -61,6 +62,9 @@ type Daemon struct {
 	log     *slog.Logger
 
 	hostgroups *detect.HostGroups
+
+	// kernelFeatures: what the kernel had at start (checkKernel).
+	kernelFeatures []kernel.Feature
 
 	dp    DataPlane
 	hw    tier.Table // owned by off: the daemon only reads its capabilities
@@ -170,6 +174,7 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 		return nil, err
 	}
 	d.owner = own
+	d.checkKernel(log)
 	return d, nil
 }
 
