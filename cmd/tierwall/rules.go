@@ -66,6 +66,7 @@ func ruleCommands(use, short string) *cobra.Command {
 					}
 					ps = append(ps, more...)
 				}
+				ps = unique(ps)
 				if o.ttl < 0 {
 					return fmt.Errorf("%w: --ttl %v is negative", rule.ErrInvalid, o.ttl)
 				}
@@ -448,4 +449,18 @@ func printRules(rows []ruleRow) error {
 			dash(strings.ReplaceAll(r.Reason, "\t", " ")), rate, r.Packets, bytes, last, exp)
 	}
 	return w.Flush()
+}
+
+// unique drops repeated prefixes, the first kept: a rule given twice is
+// one rule (block add X X counted two).
+func unique(ps []netip.Prefix) []netip.Prefix {
+	seen := make(map[netip.Prefix]bool, len(ps))
+	out := ps[:0]
+	for _, p := range ps {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }

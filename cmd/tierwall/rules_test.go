@@ -5,11 +5,16 @@ package main
 import (
 	"encoding/json"
 	"maps"
+	"net"
+	"net/http"
 	"net/netip"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/api"
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
@@ -48,5 +53,30 @@ func TestListRowsAreOneSchema(t *testing.T) {
 	}
 	if counted.Bytes == nil || *counted.Bytes != 180 || counted.LastHit == nil || viaDaemon.Bytes != nil {
 		t.Errorf("data-plane counters: %+v / %+v", counted, viaDaemon)
+	}
+}
+
+// A prefix given twice is one rule: block add X X asked for, and counted,
+// two.
+func TestDuplicateArgumentCountedOnce(t *testing.T) {
+	var got api.BatchRequest
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/rules/batch", func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewDecoder(r.Body).Decode(&got)
+		_ = json.NewEncoder(w).Encode(api.BatchResponse{Prefixes: len(got.Prefixes), New: len(got.Prefixes)})
+	})
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+	if _, err := execute("--bpffs", t.TempDir(), "--socket", sock, "block", "add", "192.0.2.1", "198.51.100.0/24", "192.0.2.1/32"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got.Prefixes, " ") != "192.0.2.1/32 198.51.100.0/24" {
+		t.Errorf("sent %v, want each prefix once", got.Prefixes)
 	}
 }
