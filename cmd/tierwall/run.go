@@ -29,7 +29,8 @@ func newRun() *cobra.Command {
 		Use:   "run [--check] --config FILE",
 		Short: "Run the daemon: detection, bans, rate monitor and placement every interval, with the HTTP API",
 		Long: `Runs in the foreground until SIGINT or SIGTERM. SIGHUP reloads the configuration
-(a bad one is refused and the running one kept). Bans live in the pinned data plane:
+(a bad one is refused and the running one kept); a probe re-reads and checks it,
+keeps its flows and counters, and logs the changes that need a restart. Bans live in the pinned data plane:
 they keep being enforced after the daemon exits, and the next start reconciles them
 with the state file.
 
@@ -55,6 +56,22 @@ and touches nothing.`,
 			log := newLogger(cfg.Log)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// SIGHUP is caught before anything is attached: its default
+			// action ends the process, and `systemctl reload` of a probe, or
+			// of a daemon still starting, exited 129 with its XDP program
+			// gone and its socket left behind.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			reload := make(chan struct{}, 1)
+			go func() {
+				for range hup {
+					select {
+					case reload <- struct{}{}:
+					default:
+					}
+				}
+			}()
 			if cfg.Role == config.RoleProbe {
 				p, err := probed.New(cfg, log)
 				if err != nil {
@@ -68,6 +85,16 @@ and touches nothing.`,
 					defer os.Remove(cfg.API.Socket)
 				}
 				notifyProbe(ctx, log)
+				go func() {
+					for {
+						select {
+						case <-ctx.Done():
+							return
+						case <-reload:
+							p.Reload(path)
+						}
+					}
+				}()
 				return p.Run(ctx)
 			}
 			// The loop runs on this goroutine: the one locked to the main
@@ -76,17 +103,6 @@ and touches nothing.`,
 			if err != nil {
 				return err
 			}
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			reload := make(chan struct{}, 1)
-			go func() {
-				for range hup {
-					select {
-					case reload <- struct{}{}:
-					default:
-					}
-				}
-			}()
 			if err := serveAPI(ctx, log, cfg, &api.Server{D: d, MaxBody: cfg.API.MaxBody, Token: cfg.API.Token}); err != nil {
 				return err
 			}

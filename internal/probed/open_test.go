@@ -23,3 +23,20 @@ func TestFlowerBackendOnAMissingPortFails(t *testing.T) {
 		t.Fatalf("New: %v, want the flower backend's ErrUnsupported", err)
 	}
 }
+
+func TestChangedSections(t *testing.T) {
+	a, err := config.Parse([]byte("role: probe\ninterface: eth0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := config.Parse([]byte("role: probe\ninterface: eth0\nprobe: {timeouts: {idle: 7s}}\nlog: {level: debug}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := changedSections(a, a); len(got) != 0 {
+		t.Errorf("the same configuration: %v changed", got)
+	}
+	if got := strings.Join(changedSections(a, b), ","); got != "log,probe" {
+		t.Errorf("changed %q, want log,probe", got)
+	}
+}
