@@ -226,6 +226,9 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		return nil, err
 	}
 	d.restoreBaselines()
+	if err := d.drainFeatures(); err != nil {
+		return nil, err
+	}
 	if err := d.openAlerts(); err != nil {
 		return nil, err
 	}
@@ -375,13 +378,16 @@ func (d *Daemon) reconcile(now time.Time) error {
 			continue // lifted above (expired while the daemon was down)
 		}
 		if _, ok := d.store.Get(r.Prefix); !ok {
-			if _, err := d.store.Add(now, r.Prefix, "found in the data plane at start, not in the state file", 0); err != nil {
+			// With the default TTL, not forever: a new or lost state file
+			// made every pinned ban a permanent operator ban. An operator
+			// who wants one kept re-adds it without a TTL.
+			if _, err := d.store.Add(now, r.Prefix, "found in the data plane at start, not in the state file", d.cfg.Bans.TTL); err != nil {
 				// The rails win over a rule nobody manages: lift it.
 				d.unblock(now, r.Prefix)
 				d.event(now, "refused", r.Prefix, "rule found in the data plane at start: %v; lifted", err)
 				continue
 			}
-			d.event(now, "adopt", r.Prefix, "rule found in the data plane at start: adopted as an operator ban")
+			d.event(now, "adopt", r.Prefix, "rule found in the data plane at start: adopted as an operator ban, %s", adoptedExpiry(d.cfg.Bans.TTL))
 		}
 	}
 	// The first interval's rates start from the counters found here.
@@ -404,6 +410,37 @@ func (d *Daemon) reconcile(now time.Time) error {
 	d.dirty = true
 	d.countTiers()
 	return d.save(now)
+}
+
+// adoptedExpiry says how long an adopted ban lasts.
+func adoptedExpiry(ttl time.Duration) string {
+	if ttl <= 0 {
+		return "never expires (bans.ttl is 0)"
+	}
+	return fmt.Sprintf("expires in %v (bans.ttl)", ttl)
+}
+
+// drainFeatures empties the feature buffers at start. What they hold was
+// counted before this daemon ran, over a time nobody measured: pinned
+// buffers keep counting while no daemon reads them, and the first
+// interval took all of it as one interval's (3 s of ping -f, 20 s before
+// the start, banned its source for 37017 pps). Only the overflow counter
+// is kept, as the baseline of the first interval's.
+func (d *Daemon) drainFeatures() error {
+	snap, err := d.dp.Snapshot()
+	if err != nil {
+		return fmt.Errorf("draining the feature buffers at start: %w", err)
+	}
+	d.lastOverflow = snap.Overflow
+	var pkts uint64
+	for i := range snap.Flows {
+		pkts += snap.Flows[i].Packets
+	}
+	if pkts > 0 {
+		d.log.Info("discarded the feature counts from before the start", "packets", pkts, "flows", len(snap.Flows),
+			"since", snap.Start.Format(time.RFC3339))
+	}
+	return nil
 }
 
 // save writes the state file when bans changed, and at least every
@@ -529,8 +566,8 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	// Packets the feature buffers could not hold: the interval is partial,
 	// and sources missing from it may simply not have fit.
 	overflow := snap.Overflow - d.lastOverflow
-	if d.lastOverflow == 0 && d.steps <= 1 || snap.Overflow < d.lastOverflow {
-		overflow = 0 // first reading, or the counter restarted (re-attach)
+	if snap.Overflow < d.lastOverflow {
+		overflow = 0 // the counter restarted (re-attach); drainFeatures took the first reading
 	}
 	d.lastOverflow = snap.Overflow
 	tr.Overflow = overflow
