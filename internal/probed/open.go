@@ -7,13 +7,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/datapath/probe"
 	"github.com/tierwall/tierwall/internal/dpi"
 	"github.com/tierwall/tierwall/internal/export"
 	"github.com/tierwall/tierwall/internal/netnsx"
+	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/tier"
 	"github.com/tierwall/tierwall/internal/tier/flower"
 )
@@ -110,7 +115,7 @@ func New(cfg *config.Config, log *slog.Logger) (_ *Probed, err error) {
 		}
 	}
 	if err := sw.Attach(cfg.Interface); err != nil {
-		return nil, fmt.Errorf("attaching the software flow tier to %s: %w", cfg.Interface, err)
+		return nil, attachError(cfg.Interface, err)
 	}
 
 	parts := Parts{SW: sw, HW: hw, DPI: cls}
@@ -126,4 +131,21 @@ func New(cfg *config.Config, log *slog.Logger) (_ *Probed, err error) {
 	}
 	parts.Closer = closeAll
 	return Assemble(cfg, log, parts)
+}
+
+// attachError is the error of attaching the software flow tier to ifname.
+// The kernel refuses a second XDP program on an interface with EEXIST,
+// which reached the operator as a bare "create link: file exists" (exit
+// 1): say what holds the hook, the tierwall filter when its pins are here,
+// and what to do, as a usage error (exit 2).
+func attachError(ifname string, err error) error {
+	if !errors.Is(err, unix.EEXIST) && !errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("attaching the software flow tier to %s: %w", ifname, err)
+	}
+	holder, fix := "another XDP program", "remove it (ip link set dev "+ifname+" xdp off)"
+	if names, lerr := datapath.Attached(""); lerr == nil && slices.Contains(names, ifname) {
+		holder, fix = "the tierwall filter (tierwall attach, or a tierwall run daemon)", "detach it first (tierwall detach -i "+ifname+")"
+	}
+	return fmt.Errorf("%w: %s already has %s attached, and the probe needs the interface's XDP hook to itself: "+
+		"give the probe another interface (a mirror port) or %s (%w)", rule.ErrInvalid, ifname, holder, fix, err)
 }
