@@ -3,12 +3,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/synproxy"
 )
 
 func newAttach() *cobra.Command {
@@ -84,7 +91,7 @@ func newDetach() *cobra.Command {
 			// Detach leaves nothing of the interface behind (its lock file,
 			// a namespace's emptied pin directory: they piled up).
 			fmt.Printf("detached from %s\n", a[0])
-			return nil
+			return removeSynproxy(a[0])
 		},
 	}
 	addInterfaceFlag(c)
@@ -101,4 +108,59 @@ func refuseOwned(iface, what string) error {
 	}
 	p.warnDirect()
 	return nil
+}
+
+// removeSynproxy takes down the SYN proxy's kernel side in this namespace
+// once the filter on iface is gone: its nftables table and the sysctls it
+// changed (nf_conntrack_tcp_loose 1 to 0), restored to the values saved
+// in the table. The daemon leaves them in place when it stops, so that a
+// restart mid-attack keeps the clients' handshakes; detach is the end of
+// the filter, and without it the table only turns loose pickup off for
+// the whole namespace. Another filter in the namespace may be the one
+// using them: then they stay, and detach says so.
+func removeSynproxy(iface string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ok, err := synproxy.Installed(ctx, "")
+	if err != nil {
+		return fmt.Errorf("looking for the SYN proxy's table: %w", err)
+	}
+	if !ok {
+		return nil
+	}
+	if others := otherFilters(iface); len(others) > 0 {
+		fmt.Fprintf(os.Stderr, "tierwall: the SYN proxy's table inet %s stays: the filter on %s in this namespace may use it\n",
+			synproxy.Table, strings.Join(others, ", "))
+		return nil
+	}
+	if err := synproxy.Remove(ctx, ""); err != nil {
+		return fmt.Errorf("removing the SYN proxy's table and restoring its sysctls: %w", err)
+	}
+	fmt.Printf("removed the SYN proxy's table inet %s and restored the sysctls it changed\n", synproxy.Table)
+	return nil
+}
+
+// otherFilters names the interfaces other than iface with a filter pinned
+// in this network namespace.
+func otherFilters(iface string) []string {
+	root := g.pinRoot
+	if root == "" {
+		var err error
+		if root, err = bpffs.Root(); err != nil {
+			return nil
+		}
+	}
+	ents, err := os.ReadDir(filepath.Dir(bpffs.FilterDir(root, iface)))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		// ns:* are other namespaces' directories (under the host's).
+		if e.IsDir() && !strings.HasPrefix(e.Name(), "ns:") && e.Name() != bpffs.PinName(iface) {
+			out = append(out, bpffs.IfaceFromPin(e.Name()))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
