@@ -59,6 +59,12 @@ type Rails struct {
 	// have (0: any): a ban of 0.0.0.0/0 drops all traffic. Only an
 	// operator's forced ban goes past them.
 	WidestBan4, WidestBan6 int
+	// WidestAuto4 and WidestAuto6 are the shortest prefix lengths of an
+	// automatic ban (a detection; threat lists, the operator's word,
+	// excepted), 0: as WidestBan. A spoofed flood over a /8 got a /8 ban
+	// that took every client inside along (issue 32); spread that wide,
+	// it is the victim's flow rules' to meet.
+	WidestAuto4, WidestAuto6 int
 	// Management are this host's own addresses and default gateways: no
 	// ban may cover one, forced or not.
 	Management []Managed
@@ -98,6 +104,14 @@ type Store struct {
 	Rails Rails
 	TTL   time.Duration // automatic bans expire this long after LastSeen; 0 = never
 
+	// PrefixLift: an automatic prefix ban (not a single address) lifts on
+	// its own attack's rate: once its rate stays under this share of its
+	// peak (and so under the per-source threshold scaled to the flood it
+	// stopped), 0: the per-source threshold alone. A /8 ban was held up
+	// 114 s by one legitimate /24's 3,000 pps: over the per-source
+	// threshold, but a seventh of the flood that set it (issue 32).
+	PrefixLift float64
+
 	// Baselines are values detectors learned (e.g. "rate_pps"), kept in
 	// the state file so a restart mid-attack does not learn from it.
 	Baselines map[string]float64
@@ -121,6 +135,8 @@ type Store struct {
 
 	lengths map[plen]int   // bans per prefix length, for covered
 	tiers   map[string]int // bans per tier, kept as bans change
+
+	clients []netip.Addr // the verified clients, for the breaker (SetClients)
 
 	// pending are the prefixes added, replaced, removed or moved between
 	// tiers since the last Save: what the journal must record.
@@ -225,13 +241,37 @@ func (s *Store) Exempt(p netip.Prefix) []netip.Prefix {
 	return out
 }
 
+// autoTooWide says why an automatic ban on d is wider than the rails let
+// a detector go ("" when it is not).
+func (s *Store) autoTooWide(d detect.Detection) string {
+	if d.Detector == "list" {
+		return ""
+	}
+	w4, w6 := s.Rails.WidestAuto4, s.Rails.WidestAuto6
+	if w4 == 0 {
+		w4 = s.Rails.WidestBan4
+	}
+	if w6 == 0 {
+		w6 = s.Rails.WidestBan6
+	}
+	if limit, wide := TooWide(d.Prefix, w4, w6); wide {
+		return fmt.Sprintf("too wide: wider than /%d, the widest automatic ban (rails.max_auto_ban_prefix_v4/v6)", limit)
+	}
+	return ""
+}
+
 // Propose turns one interval's detections into bans, through the rails.
 // share(p) is the fraction of the established sources inside prefix p (for
-// the circuit breaker). Existing bans are refreshed.
+// the per-interval circuit breaker); the breaker over all active bans
+// reads the verified clients (SetClients). Existing bans are refreshed.
 func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.Prefix) float64) (added []Ban, refused []Refusal, breaker bool) {
 	var fresh []detect.Detection
 	for _, d := range ds {
 		if why := s.guarded(d.Prefix); why != "" {
+			refused = append(refused, Refusal{d, why})
+			continue
+		}
+		if why := s.autoTooWide(d); why != "" {
 			refused = append(refused, Refusal{d, why})
 			continue
 		}
@@ -279,7 +319,19 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 			return nil, refused, true
 		}
 	}
+	var cb *coverage
+	if s.Rails.MaxEstablishedShare > 0 && len(s.clients) > 0 {
+		cb = s.coverage()
+	}
 	for i, d := range fresh {
+		if cb != nil {
+			if n := cb.would(d.Prefix); n > 0 && float64(cb.covered+n) > s.Rails.MaxEstablishedShare*float64(len(s.clients)) {
+				refused = append(refused, Refusal{d, fmt.Sprintf("circuit breaker: the automatic bans in force and this one would cover %d of the %d verified clients (limit %.0f%%)",
+					cb.covered+n, len(s.clients), 100*s.Rails.MaxEstablishedShare)})
+				breaker = true
+				continue
+			}
+		}
 		switch {
 		case s.Rails.MaxNewPerInterval > 0 && len(added) >= s.Rails.MaxNewPerInterval:
 			refused = append(refused, Refusal{d, fmt.Sprintf("more than %d new bans this interval", s.Rails.MaxNewPerInterval)})
@@ -297,8 +349,81 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 		}
 		s.put(b)
 		added = append(added, b)
+		if cb != nil {
+			cb.take(d.Prefix)
+		}
 	}
-	return added, refused, false
+	return added, refused, breaker
+}
+
+// SetClients gives the breaker over all active bans the clients it
+// protects: the verified (known-good) clients. Their count is the
+// denominator whether or not a ban silences them, so waves of bans
+// cannot each take a share of what the last ones left (issue 32).
+func (s *Store) SetClients(as []netip.Addr) { s.clients = as }
+
+// coverage is the breaker's count of verified clients under automatic
+// bans: those covered by bans in force, and the ones this interval's
+// bans take.
+type coverage struct {
+	covered int
+	free    []netip.Addr // clients no automatic ban covers yet
+}
+
+// coverage counts the clients that an automatic ban in force covers:
+// one lookup per client and prefix length in use.
+func (s *Store) coverage() *coverage {
+	c := &coverage{}
+	for _, a := range s.clients {
+		if s.autoCovered(a) {
+			c.covered++
+		} else {
+			c.free = append(c.free, a)
+		}
+	}
+	return c
+}
+
+// would is how many clients not covered yet p covers.
+func (c *coverage) would(p netip.Prefix) int {
+	n := 0
+	for _, a := range c.free {
+		if p.Contains(a) {
+			n++
+		}
+	}
+	return n
+}
+
+// take counts p's clients as covered.
+func (c *coverage) take(p netip.Prefix) {
+	out := c.free[:0]
+	for _, a := range c.free {
+		if p.Contains(a) {
+			c.covered++
+			continue
+		}
+		out = append(out, a)
+	}
+	c.free = out
+}
+
+// autoCovered reports whether an automatic ban in force covers a.
+func (s *Store) autoCovered(a netip.Addr) bool {
+	a = a.Unmap()
+	for bits, n := range s.lengths {
+		if n == 0 || bits.v6 != a.Is6() {
+			continue
+		}
+		q, err := a.Prefix(bits.n)
+		if err != nil {
+			continue
+		}
+		if i, ok := s.index[q]; ok && !s.list[i].Manual {
+			return true
+		}
+	}
+	return false
 }
 
 // covered reports whether an existing broader ban contains p: one map
@@ -441,7 +566,11 @@ func (s *Store) MonitorMeters(now time.Time, threshold float64, hold time.Durati
 		if b.Manual || b.Detector == "list" {
 			continue
 		}
-		if b.Rate >= threshold {
+		limit := threshold
+		if s.PrefixLift > 0 && !b.Prefix.IsSingleIP() {
+			limit = max(threshold, s.PrefixLift*b.PeakRate)
+		}
+		if b.Rate >= limit {
 			b.QuietSince = time.Time{}
 			b.LastSeen = now
 			// Banned traffic never reaches the detectors again: while its
@@ -457,7 +586,7 @@ func (s *Store) MonitorMeters(now time.Time, threshold float64, hold time.Durati
 			s.touched[i] = true
 		}
 		if now.Sub(b.QuietSince) >= hold {
-			out = append(out, Unban{*b, fmt.Sprintf("below %.0f pps for %v", threshold, hold)})
+			out = append(out, Unban{*b, fmt.Sprintf("below %.0f pps for %v", limit, hold)})
 			s.del(b.Prefix)
 		}
 	}

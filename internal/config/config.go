@@ -205,10 +205,18 @@ type Rails struct {
 	// The widest ban and allowlist entry accepted without force, as the
 	// shortest prefix length per family (0: any): a ban of 0.0.0.0/0
 	// drops all traffic, an allow of ::/0 turns IPv6 filtering off.
-	MaxBanPrefixV4   int `yaml:"max_ban_prefix_v4"`
-	MaxBanPrefixV6   int `yaml:"max_ban_prefix_v6"`
-	MaxAllowPrefixV4 int `yaml:"max_allow_prefix_v4"`
-	MaxAllowPrefixV6 int `yaml:"max_allow_prefix_v6"`
+	MaxBanPrefixV4 int `yaml:"max_ban_prefix_v4"`
+	MaxBanPrefixV6 int `yaml:"max_ban_prefix_v6"`
+	// The widest automatic ban (detectors, the ladder's prefix rung) as
+	// the shortest prefix length per family: a flood spread wider is met
+	// on the destination side (flow rules on the victim), since a wide
+	// source ban takes every client inside it along (a /8 ban within
+	// 0.4 s of a spoofed flood, issue 32). Wider only when the operator
+	// sets it.
+	MaxAutoBanPrefixV4 int `yaml:"max_auto_ban_prefix_v4"`
+	MaxAutoBanPrefixV6 int `yaml:"max_auto_ban_prefix_v6"`
+	MaxAllowPrefixV4   int `yaml:"max_allow_prefix_v4"`
+	MaxAllowPrefixV6   int `yaml:"max_allow_prefix_v6"`
 	// ManagementPorts are the TCP ports this host is managed through
 	// (default 22, SSH): no flow rule may match their sessions to the
 	// host's own addresses, forced or not, nor any rule the BGP sessions.
@@ -216,6 +224,20 @@ type Rails struct {
 
 	AllowPrefixes     []netip.Prefix `yaml:"-"`
 	ProtectedPrefixes []netip.Prefix `yaml:"-"`
+}
+
+// AutoBanLimits are the widest automatic bans per family as prefix
+// lengths: max_auto_ban_prefix_v4/v6, or where 0, max_ban_prefix_v4/v6
+// (0 again: any).
+func (r *Rails) AutoBanLimits() (v4, v6 int) {
+	v4, v6 = r.MaxAutoBanPrefixV4, r.MaxAutoBanPrefixV6
+	if v4 == 0 {
+		v4 = r.MaxBanPrefixV4
+	}
+	if v6 == 0 {
+		v6 = r.MaxBanPrefixV6
+	}
+	return v4, v6
 }
 
 // AllowTooWide reports whether p is wider than the allowlist's limit for
@@ -309,7 +331,7 @@ func Default() *Config {
 			Heavy:   defaultHeavy(),
 		},
 		Bans:   Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
-		Rails:  Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5, MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32, ManagementPorts: []uint16{22}},
+		Rails:  Rails{MaxNewPerInterval: 1000, MaxTotal: 500000, MaxEstablishedShare: 0.5, MaxBanPrefixV4: 8, MaxBanPrefixV6: 32, MaxAutoBanPrefixV4: 16, MaxAutoBanPrefixV6: 48, MaxAllowPrefixV4: 8, MaxAllowPrefixV6: 32, ManagementPorts: []uint16{22}},
 		API:    API{Socket: "/run/tierwall/api.sock", MaxBody: 64 << 10},
 		Alerts: defaultAlerts(),
 	}
@@ -466,7 +488,8 @@ func (c *Config) Validate() error {
 		return bad("rails.max_established_share", c.Rails.MaxEstablishedShare, "outside 0..1")
 	}
 	for f, v := range map[string][2]int{"rails.max_ban_prefix_v4": {c.Rails.MaxBanPrefixV4, 32}, "rails.max_ban_prefix_v6": {c.Rails.MaxBanPrefixV6, 128},
-		"rails.max_allow_prefix_v4": {c.Rails.MaxAllowPrefixV4, 32}, "rails.max_allow_prefix_v6": {c.Rails.MaxAllowPrefixV6, 128}} {
+		"rails.max_allow_prefix_v4": {c.Rails.MaxAllowPrefixV4, 32}, "rails.max_allow_prefix_v6": {c.Rails.MaxAllowPrefixV6, 128},
+		"rails.max_auto_ban_prefix_v4": {c.Rails.MaxAutoBanPrefixV4, 32}, "rails.max_auto_ban_prefix_v6": {c.Rails.MaxAutoBanPrefixV6, 128}} {
 		if v[0] < 0 || v[0] > v[1] {
 			return bad(f, v[0], fmt.Sprintf("outside 0..%d", v[1]))
 		}
