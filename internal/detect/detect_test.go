@@ -101,6 +101,7 @@ func TestEntropyConcentratedAttack(t *testing.T) {
 
 func TestEntropySpoofedEscalatesToPrefixes(t *testing.T) {
 	e := learnedEntropy(t)
+	e.PrefixMinPPS = 200 // each /24 below carries 256 pps (the default floor is 1000)
 	// Every address of 20 IPv4 /24s sends one packet, and 40K random-ish
 	// addresses of two IPv6 /48s one each: spoofed sources.
 	tr := normal(11)

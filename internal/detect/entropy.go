@@ -31,8 +31,22 @@ type Entropy struct {
 	SpoofFraction float64 // share of attack sources with few packets that means spoofed (default 0.8)
 	SpoofMin      int     // and at least this many sources (default 100)
 	PrefixShare   float64 // a prefix is named above this share of the attack (default 0.01)
-	Prefix4       int     // default 24
-	Prefix6       int     // default 48
+	// PrefixMinPPS: and only when its own spoofed traffic is above this
+	// rate (default SourceMinPPS). A share alone names too much: 100
+	// spoofed pps into each of 50 /24s is 2% of that attack per /24, and
+	// banned a client's /24 among them (issue 32).
+	PrefixMinPPS float64
+	Prefix4      int // default 24
+	Prefix6      int // default 48
+
+	// Hold, set by the caller before Detect, says an attack is on by
+	// another detector's judgement (or the interval is partial): the
+	// interval is judged but never learned. The baseline is learned only
+	// from intervals without an attack; while it is not learned yet, an
+	// interval over four times the mean learned so far is not learned
+	// either. A flood in the first History intervals taught the baseline
+	// the flood, and the same attack then gave no detection (issue 32).
+	Hold bool
 
 	n                       int
 	pps, hsrc, hdst         welford
@@ -55,6 +69,7 @@ func (e *Entropy) defaults() {
 	def(&e.SourceMinPPS, DefaultMinPPS)
 	def(&e.SpoofFraction, 0.8)
 	def(&e.PrefixShare, 0.01)
+	def(&e.PrefixMinPPS, e.SourceMinPPS)
 	if e.SpoofFew == 0 {
 		e.SpoofFew = 2
 	}
@@ -110,6 +125,30 @@ func normEntropy(n int, at func(int) uint64) float64 {
 	return h / math.Log2(float64(n))
 }
 
+// State is what the detector learned, as named numbers for the state
+// file: a restart continues from it instead of learning blind (a flood in
+// the first History intervals after a start would be learned as normal).
+func (e *Entropy) State() map[string]float64 {
+	out := map[string]float64{"n": float64(e.n)}
+	for name, w := range map[string]*welford{"pps": &e.pps, "hsrc": &e.hsrc, "hdst": &e.hdst} {
+		out[name+"_n"], out[name+"_mean"], out[name+"_m2"] = w.n, w.mean, w.m2
+	}
+	return out
+}
+
+// Restore takes back what State returned; a state without "n" (none
+// saved) changes nothing.
+func (e *Entropy) Restore(st map[string]float64) {
+	n, ok := st["n"]
+	if !ok || n < 0 {
+		return
+	}
+	e.n = int(n)
+	for name, w := range map[string]*welford{"pps": &e.pps, "hsrc": &e.hsrc, "hdst": &e.hdst} {
+		*w = welford{n: st[name+"_n"], mean: st[name+"_mean"], m2: st[name+"_m2"]}
+	}
+}
+
 // Baseline reports what has been learned: mean pps and entropies.
 func (e *Entropy) Baseline() (pps, hsrc, hdst float64, ready bool) {
 	return e.pps.mean, e.hsrc.mean, e.hdst.mean, e.n >= e.History
@@ -129,7 +168,9 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 		e.n++
 	}
 	if e.n < e.History {
-		learn()
+		if !e.Hold && !(e.n >= 3 && pps > e.MinPPS && pps > 4*e.pps.mean) {
+			learn()
+		}
 		return nil
 	}
 	// Floors on the bands: a perfectly steady baseline must not turn
@@ -140,7 +181,9 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 	dstShift := math.Abs(hd-e.hdst.mean) > hBand(&e.hdst)
 	srcShift := math.Abs(hs-e.hsrc.mean) > hBand(&e.hsrc)
 	if !volume || !(dstShift || srcShift) {
-		learn() // only normal intervals shape the baseline
+		if !e.Hold {
+			learn() // only normal intervals shape the baseline
+		}
 		return nil
 	}
 
@@ -200,7 +243,7 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 				agg[pf] += p
 			}
 			for pf, p := range agg {
-				if float64(p) >= e.PrefixShare*float64(spoofPkts) {
+				if float64(p) >= e.PrefixShare*float64(spoofPkts) && t.Rate(p) > e.PrefixMinPPS {
 					name(Detection{Prefix: pf, Detector: e.Name(), Rate: t.Rate(p),
 						Reason: fmt.Sprintf("spoofed sources toward %s (%d of %d send ≤ %d packets): prefix carries %.1f%% of them; %s", target, few, n, e.SpoofFew, 100*float64(p)/float64(spoofPkts), why)})
 				}
