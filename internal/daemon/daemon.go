@@ -218,6 +218,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	d.wireHostGroups()
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
 	d.store.RefreshEvery = refreshEvery
+	d.store.PrefixLift = prefixLift
 	d.refreshManagement(now)
 	if err := d.openHeavy(now); err != nil {
 		return nil, err
@@ -241,10 +242,15 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 
 func rails(cfg *config.Config) ban.Rails {
 	r := cfg.Rails
+	w4, w6 := r.AutoBanLimits()
 	return ban.Rails{Allow: r.AllowPrefixes, Protected: r.ProtectedPrefixes, MaxNewPerInterval: r.MaxNewPerInterval,
 		MaxTotal: r.MaxTotal, MonitorOnly: r.MonitorOnly, MaxEstablishedShare: r.MaxEstablishedShare,
-		WidestBan4: r.MaxBanPrefixV4, WidestBan6: r.MaxBanPrefixV6}
+		WidestBan4: r.MaxBanPrefixV4, WidestBan6: r.MaxBanPrefixV6, WidestAuto4: w4, WidestAuto6: w6}
 }
+
+// prefixLift is the share of its peak rate under which an automatic
+// prefix ban counts as quiet (ban.Store.PrefixLift).
+const prefixLift = 0.25
 
 func (d *Daemon) buildDetectors() {
 	c := d.cfg.Detectors
@@ -584,6 +590,12 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 // detect runs every enabled detector over the interval; heavy are the
 // data plane's catches since the last one, judged with the rest.
 func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.Detection {
+	if d.entropy != nil {
+		// The entropy baseline learns only intervals without an attack
+		// (the victim detector's, still on from the last interval) and
+		// complete ones.
+		d.entropy.Hold = tr.Overflow > 0 || d.flow.victims != nil && d.flow.victims.Attacks() > 0
+	}
 	var ds []detect.Detection
 	for _, det := range d.detectors() {
 		out := det.Detect(tr)
@@ -603,14 +615,18 @@ func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.D
 	return ds
 }
 
-// spareKnownGood takes out the per-source detectors' detections of
-// known-good clients. Their thresholds are learned from those same
-// clients, and a busy interval pushes some over them: in the lab's
-// spoofed-flood run the rate detector banned 64 of 64 HTTP clients whose
-// rate rose from ~100 to ~120 pps once the flood was dropped. Members are
-// the per-victim detector's to judge: it bans one only when it floods at
-// HeavyFactor times its own usual rate (Mitigation.Revoked). Threat lists
-// are the operator's word and are not filtered.
+// spareKnownGood takes out every automatic detection of a known-good
+// client, or of a prefix holding one. Known-good is the kernel's word
+// that the source completed a handshake with this host, and its address
+// is what a spoofer aiming a ban at it sends from: spoofed at 10× its
+// rate, a verified client was banned (issue 32). The per-source
+// detectors' thresholds are learned from those same clients, too: in the
+// lab's spoofed-flood run the rate detector banned 64 of 64 HTTP clients
+// whose rate rose from ~100 to ~120 pps once the flood was dropped. A
+// member that really floods passes (the data plane's flow rules match no
+// source, so its flood's signature cannot be dropped alone); every spared
+// detection is counted (tierwall_bans_refused_total{rail="known_good"})
+// and logged. Threat lists are the operator's word and are not filtered.
 func (d *Daemon) spareKnownGood(ds []detect.Detection) []detect.Detection {
 	v := d.flow.victims
 	if v == nil || v.Good.Len() == 0 {
@@ -620,7 +636,7 @@ func (d *Daemon) spareKnownGood(ds []detect.Detection) []detect.Detection {
 	var example string
 	out := ds[:0]
 	for _, x := range ds {
-		if x.Detector == "rate" || x.Detector == "entropy" || x.Detector == "heavy" {
+		if x.Detector != "list" {
 			hit := false
 			if x.Prefix.IsSingleIP() {
 				hit = v.Good.Contains(x.Prefix.Addr())
@@ -646,8 +662,11 @@ func (d *Daemon) spareKnownGood(ds []detect.Detection) []detect.Detection {
 }
 
 // baselineRate is the state file's key for the rate detector's learned
-// threshold.
-const baselineRate = "rate_pps"
+// threshold; baselineEntropy prefixes the entropy detector's numbers.
+const (
+	baselineRate    = "rate_pps"
+	baselineEntropy = "entropy_"
+)
 
 // restoreBaselines gives the detectors what they learned before this start
 // or reload, so an attack running now cannot teach them.
@@ -655,20 +674,67 @@ func (d *Daemon) restoreBaselines() {
 	if v, ok := d.store.Baselines[baselineRate]; ok && d.rate != nil {
 		d.rate.Restore(v)
 	}
+	if d.entropy != nil {
+		st := map[string]float64{}
+		for k, v := range d.store.Baselines {
+			if name, ok := strings.CutPrefix(k, baselineEntropy); ok {
+				st[name] = v
+			}
+		}
+		d.entropy.Restore(st)
+	}
 }
 
-// keepBaselines records a newly learned value for the state file.
+// keepBaselines records newly learned values for the state file. The
+// entropy detector's change every interval it learns: they reach the disk
+// with the next periodic save (refreshEvery), the one it becomes ready in
+// at once.
 func (d *Daemon) keepBaselines() {
-	if d.rate == nil {
-		return
+	if d.store.Baselines == nil {
+		d.store.Baselines = map[string]float64{}
 	}
-	if l, ok := d.rate.Learned(); ok && d.store.Baselines[baselineRate] != l {
-		if d.store.Baselines == nil {
-			d.store.Baselines = map[string]float64{}
+	if d.rate != nil {
+		if l, ok := d.rate.Learned(); ok && d.store.Baselines[baselineRate] != l {
+			d.store.Baselines[baselineRate] = l
+			d.dirty = true
 		}
-		d.store.Baselines[baselineRate] = l
-		d.dirty = true
 	}
+	if d.entropy != nil {
+		_, _, _, ready := d.entropy.Baseline()
+		_, had := d.store.Baselines[baselineEntropy+"n"]
+		wasReady := had && d.store.Baselines[baselineEntropy+"n"] >= float64(d.entropy.History)
+		for k, v := range d.entropy.State() {
+			d.store.Baselines[baselineEntropy+k] = v
+		}
+		if ready && !wasReady {
+			d.dirty = true
+		}
+	}
+}
+
+// verifiedClients are the known-good members, for the breaker over all
+// active bans; the list is rebuilt only when the set changed.
+func (d *Daemon) verifiedClients() []netip.Addr {
+	v := d.flow.victims
+	if v == nil {
+		return nil
+	}
+	if d.flow.clientsVersion != v.Good.Version() || d.flow.clients == nil {
+		d.flow.clients = v.Good.AppendMembers(d.flow.clients[:0])
+		d.flow.clientsVersion = v.Good.Version()
+	}
+	return d.flow.clients
+}
+
+// countBreaker counts the refusals of the breakers.
+func countBreaker(rs []ban.Refusal) int {
+	n := 0
+	for _, r := range rs {
+		if strings.HasPrefix(r.Why, "circuit breaker") {
+			n++
+		}
+	}
+	return n
 }
 
 // syncLists lifts list bans whose prefix left every threat list.
@@ -705,9 +771,10 @@ func (d *Daemon) lift(now time.Time, p netip.Prefix, why string) {
 // XDP. The batch is all or nothing for the data plane, but one entry it
 // refuses never sinks the others: they are retried one by one.
 func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
+	d.store.SetClients(d.verifiedClients())
 	added, refused, breaker := d.store.Propose(now, ds, d.establishedShare(tr))
 	if breaker && !d.breaker {
-		d.event(now, "breaker", netip.Prefix{}, "circuit breaker open: %d new bans refused this interval", len(refused))
+		d.event(now, "breaker", netip.Prefix{}, "circuit breaker open: %d new bans refused this interval", countBreaker(refused))
 	}
 	d.breaker = breaker
 	d.reportRefusals(now, refused)

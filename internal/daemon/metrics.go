@@ -115,7 +115,7 @@ func buildInfo() (version, goversion, commit string) {
 
 // railLabels are the values of tierwall_bans_refused_total's rail label.
 var railLabels = []string{"allowlist", "protected", "monitor_only", "circuit_breaker", "max_new_per_interval", "max_total",
-	"known_good", "invalid", "other"}
+	"known_good", "too_wide", "invalid", "other"}
 
 // refuse counts n refusals for the reason why (a ban.Refusal's Why, or
 // one of railLabels).
@@ -144,6 +144,8 @@ func railOf(why string) string {
 		return "max_new_per_interval"
 	case strings.HasPrefix(why, "ban limit"):
 		return "max_total"
+	case strings.HasPrefix(why, "too wide"):
+		return "too_wide"
 	}
 	return "other"
 }

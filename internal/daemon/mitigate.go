@@ -50,6 +50,18 @@ type flowState struct {
 	dropped     map[netip.Addr]uint64   // per victim, packets its flow rules dropped last interval
 	lastRead    time.Time
 	syn         synStage
+	hs          handshakeState // this interval's TCP connections, for known-good (handshake.go)
+	// clients are Good's members for the ban store's breaker, as of
+	// clientsVersion.
+	clients        []netip.Addr
+	clientsVersion uint64
+}
+
+// knownGoodLister is the data plane's side that lists its known-good
+// list: read when the daemon starts or reloads, so that entries it does
+// not vouch for (an earlier run's, the CLI's) leave the list.
+type knownGoodLister interface {
+	KnownGood() ([]netip.Addr, error)
 }
 
 // quietPPS is the matched rate under which an interval counts as quiet
@@ -88,6 +100,12 @@ func (d *Daemon) mitigate(now time.Time) {
 	for _, m := range f.dec.Apply {
 		d.Metrics.mitigations.WithLabelValues(m.Rung.String()).Inc()
 		victim := netip.PrefixFrom(m.Victim, m.Victim.BitLen())
+		if len(m.Spared) > 0 {
+			// The data plane's flow rules match no source: a verified
+			// client's flood passes with its bypass (issue 32, item 3).
+			d.event(now, "refused", victim, "known-good sources above the per-source limit not banned (their connections are verified; a ban would hit them if spoofed): %v", m.Spared)
+			d.Metrics.refuse("known_good", len(m.Spared))
+		}
 		if m.Rung != detect.RungFlowRule {
 			d.event(now, "mitigation", victim, "%s: %s", m.Rung, m.Reason)
 			continue
@@ -99,15 +117,6 @@ func (d *Daemon) mitigate(now time.Time) {
 			}
 			d.event(now, "mitigation", victim, "%s (%s, not applied): %s: %s", m.Rung, why, rulesString(m.Rules), m.Reason)
 			continue
-		}
-		if len(m.Revoked) > 0 {
-			if err := f.fp.RemoveKnownGood(m.Revoked); err != nil {
-				d.event(now, "error", victim, "removing %d flooding clients from the known-good list: %v", len(m.Revoked), err)
-			}
-			for _, a := range m.Revoked {
-				delete(f.good, a)
-			}
-			f.syn.goodDirty = true
 		}
 		for _, r := range m.Rules {
 			rung := "flow-rule"
@@ -222,14 +231,39 @@ func (d *Daemon) pushFlowRules(now time.Time) {
 // client while a rule drops.
 func (d *Daemon) syncKnownGood(now time.Time) {
 	f := &d.flow
-	if f.victims == nil || f.fp == nil || d.cfg.Rails.MonitorOnly {
+	if f.fp == nil || d.cfg.Rails.MonitorOnly {
 		return
 	}
-	v := f.victims.Good.Version()
+	// Without the victim detector nobody is vouched for: the list is
+	// emptied once and stays empty.
+	var v uint64
+	if f.victims != nil {
+		v = f.victims.Good.Version()
+	}
 	if v == f.goodVersion && f.good != nil {
 		return
 	}
-	members := f.victims.Good.AppendMembers(nil)
+	if f.good == nil {
+		// Start or reload: the list may hold what no one vouches for now
+		// (an earlier run kept 60,391 poisoned entries while its successor
+		// knew 30). Read it, and the diff below removes them.
+		f.good = map[netip.Addr]struct{}{}
+		if l, ok := f.fp.(knownGoodLister); ok {
+			held, err := l.KnownGood()
+			if err != nil {
+				d.event(now, "error", netip.Prefix{}, "known-good list: reading it: %v", err)
+				f.good = nil
+				return
+			}
+			for _, a := range held {
+				f.good[a] = struct{}{}
+			}
+		}
+	}
+	var members []netip.Addr
+	if f.victims != nil {
+		members = f.victims.Good.AppendMembers(nil)
+	}
 	want := make(map[netip.Addr]struct{}, len(members))
 	for _, a := range members {
 		want[a] = struct{}{}
@@ -379,6 +413,7 @@ func (d *Daemon) openFlowRules(now time.Time) error {
 	}
 	f.set, f.saved = set, true
 	d.buildVictims()
+	d.syncKnownGood(now) // before the rules: their bypass must not pass an earlier run's list
 	if f.fp != nil && set.Len() > 0 {
 		f.dirty = true
 		d.pushFlowRules(now)
@@ -396,9 +431,15 @@ func (d *Daemon) buildVictims() {
 	if !c.Enabled {
 		return
 	}
+	// The prefix rung proposes nothing wider than the rails would take
+	// from a detector (0, any width, is /1: the rung's own default is
+	// /16).
+	w4, w6 := d.cfg.Rails.AutoBanLimits()
 	d.flow.victims = detect.NewVictims(detect.VictimConfig{K: c.K, MinPPS: c.MinPPS, ColdPPS: c.ColdPPS,
 		LearnIntervals: c.LearnIntervals, Coverage: c.Coverage, RateFactor: c.RateFactor, RateFloorPPS: c.RateFloorPPS,
-		WithdrawAfter: c.WithdrawAfter, MaxVictims: c.MaxVictims})
+		WithdrawAfter: c.WithdrawAfter, MaxVictims: c.MaxVictims, MinBits4: max(w4, 1), MinBits6: max(w6, 1)})
+	d.flow.victims.Good.Verify = d.verifyHandshake
+	d.flow.victims.Protects = d.protects
 	d.flow.goodVersion, d.flow.good = 0, nil
 }
 

@@ -124,6 +124,7 @@ func newFlowHarness(t *testing.T, monitorOnly bool) (*harness, *flowDP) {
 	cfg.Rails.MonitorOnly = monitorOnly
 	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}}
 	h := &harness{dp: fdp.fakeDP, now: t0}
+	protect(cfg, flowVictim)
 	d, err := newDaemon(cfg, "", quietLog(), fdp, nil, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -133,21 +134,26 @@ func newFlowHarness(t *testing.T, monitorOnly bool) (*harness, *flowDP) {
 	return h, fdp
 }
 
+// flowVictim is the flow tests' server, protected, so its clients can
+// become known-good.
+var flowVictim = netip.MustParseAddr("192.0.2.80")
+
 // A flood from random sources all over IPv4 at a web server: no source
 // ban or prefix can stop it without its clients, so the ladder puts a
 // rate-limit with the known-good bypass on the victim; the clients (steady
 // before the flood) keep passing, and the rule goes once the flood ends.
 func TestDaemonSpoofedFloodGetsFlowRuleClientsPass(t *testing.T) {
 	h, fdp := newFlowHarness(t, false)
-	victim := netip.MustParseAddr("192.0.2.80")
+	victim := flowVictim
 	var clients []netip.Addr
 	for i := 0; i < 50; i++ {
 		clients = append(clients, netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + i)}))
 	}
+	fakeConnections(t, victim, clients...)
 	interval := func(flood bool, rng *rand.Rand) (clientPassed, clientSent uint64) {
 		for _, c := range clients {
 			clientSent += 20
-			clientPassed += fdp.deliver(c, victim, 17, 20)
+			clientPassed += fdp.deliver(c, victim, 6, 20)
 		}
 		if flood {
 			for i := 0; i < 20000; i++ {
@@ -270,14 +276,16 @@ func TestDaemonSparesKnownGoodFromRateDetector(t *testing.T) {
 	cfg.Detectors.Rate.PPS = 1000
 	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}}
 	h := &harness{dp: fdp.fakeDP, now: t0}
+	protect(cfg, flowVictim)
 	d, err := newDaemon(cfg, "", quietLog(), fdp, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.d = d
-	victim := netip.MustParseAddr("192.0.2.80")
+	victim := flowVictim
 	client := netip.MustParseAddr("198.51.100.20")
 	stranger := netip.MustParseAddr("203.0.113.5")
+	fakeConnections(t, victim, client)
 	for i := 0; i < 40; i++ {
 		fdp.deliver(client, victim, 6, 600)
 		h.step(t)

@@ -3,58 +3,71 @@
 package detect
 
 import (
-	"math/bits"
 	"net/netip"
 )
 
-// KnownGood is the set of clients the mitigations must never touch: the
-// sources steady in the baseline, seen with TCP or UDP toward a victim in
-// at least Steady of the last 32 intervals in which that victim was
-// clean, or that sent it non-SYN TCP (the rest of a handshake, which a
-// spoofed source cannot answer) in HandshakeIntervals of them. The daemon
-// pushes Members into the data plane's known-good list, which FlowRules
-// with KnownGoodBypass let through, and the ladder asks PrefixFree before
-// it blocks a prefix.
+// KnownGood is the set of clients the mitigations must never touch: those
+// the host's own TCP stack vouches for. A source joins only when it sent
+// TCP other than SYNs to a destination the daemon protects (Victims.Protects)
+// and Verify says the kernel holds a connection between the two past its
+// handshake (sock_diag or conntrack, asked by the daemon). Packets alone
+// prove nothing: three spoofed ACKs per address made 2,000 of 2,000 spoofed
+// addresses members when "non-SYN TCP" was the proof (issue 32), and a
+// steady spoofed source is as steady as a client. Without Verify nobody
+// joins.
 //
-// Membership is learned only from the traffic of victims judged clean in
-// that interval, so an attacker cannot earn it during an attack on the
-// victim (the set is frozen for that victim). While any attack is on,
-// nothing expires either: a client that goes quiet because its server is
-// flooded keeps its place.
+// The daemon pushes Members into the data plane's known-good list, which
+// FlowRules with KnownGoodBypass let through; the ladder asks PrefixFree
+// before it blocks a prefix, and no automatic ban ever names a member.
 //
-// Memory: at most Cap entries (members and candidates together), each
-// 40 bytes plus its map slot, so ~5 MiB at the default 65536 whatever the
-// number of sources. A new candidate only replaces a candidate seen no
-// more often than itself (the least steady, by a bounded sample); members
-// leave only by expiry. A spray of one-shot sources therefore churns the
-// candidates, never the members.
+// Bounded so that an attacker cannot hold it full: at most Cap members
+// (40 bytes each and a map slot, ~5 MiB at the default 65536); at most
+// MaxJoin join per interval, so a botnet that completes handshakes fills
+// it no faster than that; a newcomer may take the place of a member
+// verified only once (the least recently seen of a sample), never of one
+// the kernel vouched for again later (Reverify intervals after its join).
+// Members leave when unseen for Expire intervals (not while an attack is
+// on: a client silenced by its flooded server keeps its place) and when
+// the kernel has not vouched for them for MaxAge intervals.
 type KnownGood struct {
-	Cap                int // entries at most (default 65536)
-	Steady             int // sightings in the last 32 clean intervals that make a member (default 5)
-	HandshakeIntervals int // clean intervals with non-SYN TCP that make a member (default 2)
-	Expire             int // intervals unseen after which a member leaves (default 600)
+	Cap     int // members at most (default 65536)
+	MaxJoin int // members joining per interval at most (default 1024)
+	// Reverify is how many intervals after its last verification a
+	// member's traffic has the kernel asked again (default 60); MaxAge
+	// how long a member stays without a verification (default 3600).
+	Reverify int
+	MaxAge   int
+	Expire   int // intervals unseen after which a member leaves (default 600)
+	// MaxChecks bounds the Verify calls for non-members per interval
+	// (default 262144): a spoofed ACK flood costs at most that many
+	// lookups, and its sources get no state.
+	MaxChecks int
+
+	// Verify reports whether the host's TCP stack holds a connection
+	// from src to dst past its handshake (any ports). nil: nobody joins.
+	Verify func(src, dst netip.Addr) bool
 
 	idx     map[Key]int32
 	ents    []kgEntry
 	hand    int    // clock hand for eviction sampling
 	epoch   uint32 // intervals so far
 	nMem    int
+	joined  int // joins this interval
+	checks  int // Verify calls for non-members this interval
 	version uint64
+
+	// Refused counts verified sources that found no room (the list full
+	// of members verified more than once), Unverified the sources the
+	// kernel did not vouch for: both for the daemon's metrics.
+	Refused, Unverified, RateCapped uint64
 }
 
 type kgEntry struct {
-	key       Key
-	seen      uint32 // bit i: seen i intervals before last
-	last      uint32 // epoch last seen
-	handshake uint8  // clean intervals with non-SYN TCP (saturating)
-	hsEpoch   uint32 // epoch+1 of the last handshake counted (0: never)
-	// usual is the most packets it sent one victim in an interval,
-	// smoothed (EWMA of per-pair packets over its clean intervals): a
-	// member flooding far above it is revoked (see revoke).
-	usual   float32
-	member  bool
-	revoked bool // was a member, caught flooding: never again while the entry lives
-	free    bool
+	key      Key
+	last     uint32 // epoch last seen
+	verified uint32 // epoch of the last verification
+	again    bool   // verified again, Reverify or more intervals after joining
+	free     bool
 }
 
 // evictSample is how many entries a newcomer looks at to find one to
@@ -65,144 +78,123 @@ func (g *KnownGood) defaults() {
 	if g.Cap <= 0 {
 		g.Cap = 1 << 16
 	}
-	if g.Steady <= 0 {
-		g.Steady = 5
+	if g.MaxJoin <= 0 {
+		g.MaxJoin = 1024
 	}
-	if g.HandshakeIntervals <= 0 {
-		g.HandshakeIntervals = 2
+	if g.Reverify <= 0 {
+		g.Reverify = 60
+	}
+	if g.MaxAge <= 0 {
+		g.MaxAge = 3600
 	}
 	if g.Expire <= 0 {
 		g.Expire = 600
 	}
+	if g.MaxChecks <= 0 {
+		g.MaxChecks = 1 << 18
+	}
 	if g.idx == nil {
-		g.idx = make(map[Key]int32, g.Cap)
-		g.ents = make([]kgEntry, 0, g.Cap)
+		g.idx = make(map[Key]int32, min(g.Cap, 1<<16))
+		g.ents = make([]kgEntry, 0, min(g.Cap, 1<<16))
 	}
 }
 
-// score is how steady e has been: its sightings in the last 32 intervals.
-func (g *KnownGood) score(e *kgEntry) int {
-	if d := g.epoch - e.last; d < 32 {
-		return bits.OnesCount32(e.seen << d)
-	}
-	return 0
-}
-
-// see records that k sent TCP or UDP to a clean victim this interval
-// (nonSYN: TCP beyond SYNs). It reports false when there was no room.
-func (g *KnownGood) see(k Key, nonSYN bool, packets uint64) bool {
+// see records that k sent TCP or UDP to dst, a destination the daemon
+// protects, this interval (nonSYN: TCP beyond SYNs, the only traffic after
+// which the kernel is asked). It reports whether k is a member.
+func (g *KnownGood) see(k Key, dst netip.Addr, nonSYN bool) bool {
 	g.defaults()
-	i, ok := g.idx[k]
-	if !ok {
-		if i, ok = g.slot(); !ok {
-			return false
-		}
-		g.ents[i] = kgEntry{key: k, last: g.epoch}
-		g.idx[k] = i
-	}
-	e := &g.ents[i]
-	if e.last != g.epoch || e.seen&1 == 0 {
-		d := g.epoch - e.last
-		if d >= 32 {
-			e.seen = 0
-		} else {
-			e.seen <<= d
-		}
-		e.seen |= 1
+	if i, ok := g.idx[k]; ok {
+		e := &g.ents[i]
 		e.last = g.epoch
+		if nonSYN && g.epoch-e.verified >= uint32(g.Reverify) && g.Verify != nil && g.Verify(k.Addr(), dst) {
+			e.verified, e.again = g.epoch, true
+		}
+		return true
 	}
-	if e.usual == 0 {
-		e.usual = float32(packets)
-	} else {
-		e.usual += (float32(packets) - e.usual) / 8
+	if !nonSYN || g.Verify == nil {
+		return false
 	}
-	if nonSYN && e.hsEpoch != g.epoch+1 && e.handshake < 255 {
-		e.handshake++
-		e.hsEpoch = g.epoch + 1
+	if g.joined >= g.MaxJoin {
+		g.RateCapped++
+		return false
 	}
-	if !e.member && !e.revoked && (bits.OnesCount32(e.seen) >= g.Steady || int(e.handshake) >= g.HandshakeIntervals) {
-		e.member = true
-		g.nMem++
-		g.version++
+	if g.checks >= g.MaxChecks {
+		return false
 	}
+	g.checks++
+	if !g.Verify(k.Addr(), dst) {
+		g.Unverified++
+		return false
+	}
+	i, ok := g.slot()
+	if !ok {
+		g.Refused++
+		return false
+	}
+	g.ents[i] = kgEntry{key: k, last: g.epoch, verified: g.epoch}
+	g.idx[k] = i
+	g.nMem++
+	g.joined++
+	g.version++
 	return true
 }
 
 // slot finds room for a newcomer: a free entry, a new one under Cap, or
-// the least steady of a sample of candidates, if it is no steadier than a
-// newcomer (seen at most once).
+// the least recently seen of a sample of members verified only once and
+// not seen this interval.
 func (g *KnownGood) slot() (int32, bool) {
 	if len(g.ents) < g.Cap {
 		g.ents = append(g.ents, kgEntry{})
 		return int32(len(g.ents) - 1), true
 	}
-	best, bestScore := -1, 2
+	best := -1
 	for range evictSample {
 		g.hand = (g.hand + 1) % len(g.ents)
 		e := &g.ents[g.hand]
 		if e.free {
-			best = g.hand
-			break
+			return int32(g.hand), true
 		}
-		if e.member {
+		if e.again || e.last == g.epoch {
 			continue
 		}
-		if s := g.score(e); s < bestScore {
-			best, bestScore = g.hand, s
+		if best < 0 || e.last < g.ents[best].last {
+			best = g.hand
 		}
 	}
 	if best < 0 {
 		return 0, false
 	}
-	if e := &g.ents[best]; !e.free {
-		delete(g.idx, e.key)
-	}
+	g.drop(best)
+	g.ents[best].free = false
 	return int32(best), true
 }
 
-// tick ends an interval. Unless an attack is on (frozen), members unseen
-// for Expire intervals, and candidates that fell out of the 32-interval
-// window, are dropped.
+// drop ends entry i's membership.
+func (g *KnownGood) drop(i int) {
+	e := &g.ents[i]
+	delete(g.idx, e.key)
+	*e = kgEntry{free: true}
+	g.nMem--
+	g.version++
+}
+
+// tick ends an interval. Members unseen for Expire intervals leave unless
+// an attack is on (frozen); members the kernel has not vouched for in
+// MaxAge intervals leave whatever is on: their place was bought by a
+// connection long gone.
 func (g *KnownGood) tick(frozen bool) {
 	g.defaults()
 	g.epoch++
-	if frozen {
-		return
-	}
+	g.joined, g.checks = 0, 0
 	for i := range g.ents {
 		e := &g.ents[i]
 		if e.free {
 			continue
 		}
-		age := g.epoch - e.last
-		if (e.member && age > uint32(g.Expire)) || (!e.member && age >= 32) {
-			if e.member {
-				g.nMem--
-				g.version++
-			}
-			delete(g.idx, e.key)
-			*e = kgEntry{free: true}
+		if g.epoch-e.verified > uint32(g.MaxAge) || (!frozen && g.epoch-e.last > uint32(g.Expire)) {
+			g.drop(i)
 		}
-	}
-}
-
-// usualOf is the usual packets per interval of member k toward one
-// victim, and whether k is a member.
-func (g *KnownGood) usualOf(k Key) (float64, bool) {
-	i, ok := g.idx[k]
-	if !ok || !g.ents[i].member {
-		return 0, false
-	}
-	return float64(g.ents[i].usual), true
-}
-
-// revoke ends k's membership for good (while its entry lives): a client
-// that earned its place and then floods, or a bot that was patient.
-func (g *KnownGood) revoke(k Key) {
-	if i, ok := g.idx[k]; ok && g.ents[i].member {
-		g.ents[i].member, g.ents[i].revoked = false, true
-		g.nMem--
-		g.version++
 	}
 }
 
@@ -212,8 +204,8 @@ func (g *KnownGood) Contains(a netip.Addr) bool {
 }
 
 func (g *KnownGood) has(k Key) bool {
-	i, ok := g.idx[k]
-	return ok && g.ents[i].member
+	_, ok := g.idx[k]
+	return ok
 }
 
 // Version changes whenever a member joins or leaves: the daemon pushes
@@ -223,14 +215,14 @@ func (g *KnownGood) Version() uint64 { return g.version }
 // Len is the number of members.
 func (g *KnownGood) Len() int { return g.nMem }
 
-// Entries is the number of members and candidates held (at most Cap).
+// Entries is the number of entries held (members: at most Cap).
 func (g *KnownGood) Entries() int { return len(g.idx) }
 
 // AppendMembers appends every member's address to dst: what the daemon
 // pushes into the data plane's known-good list.
 func (g *KnownGood) AppendMembers(dst []netip.Addr) []netip.Addr {
 	for i := range g.ents {
-		if e := &g.ents[i]; !e.free && e.member {
+		if e := &g.ents[i]; !e.free {
 			dst = append(dst, e.key.Addr())
 		}
 	}
@@ -243,7 +235,7 @@ func (g *KnownGood) AppendMembers(dst []netip.Addr) []netip.Addr {
 func (g *KnownGood) PrefixFree(p netip.Prefix) (free bool, n int) {
 	p = p.Masked()
 	for i := range g.ents {
-		if e := &g.ents[i]; !e.free && e.member && p.Contains(e.key.Addr()) {
+		if e := &g.ents[i]; !e.free && p.Contains(e.key.Addr()) {
 			n++
 		}
 	}

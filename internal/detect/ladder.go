@@ -52,10 +52,11 @@ type Mitigation struct {
 	// Rules are the flow rules (RungFlowRule), each checked and with
 	// KnownGoodBypass set.
 	Rules []rule.FlowRule `json:"rules,omitempty"`
-	// Revoked are known-good clients found flooding (HeavyFactor times
-	// their usual rate): they left Good, and must leave the data plane's
-	// known-good list before the rules apply.
-	Revoked []netip.Addr `json:"revoked,omitempty"`
+	// Spared are known-good clients above the per-source limit that the
+	// source rung did not ban: a source the kernel vouches for is never
+	// banned whole (its address may be spoofed to aim the ban at it), and
+	// the data plane's flow rules cannot match one source's flood alone.
+	Spared []netip.Addr `json:"spared,omitempty"`
 	// Reason says which rung was chosen and why the narrower ones were
 	// not.
 	Reason   string   `json:"reason"`
@@ -114,9 +115,9 @@ func (v *Victims) climb(in Input, dst int32, s *victimState, ev Evidence, prior 
 
 	// Rung 1: a few heavy sources.
 	if !used[RungSourceBans] {
-		hosts, got, n := v.heavySources(t, dst, s, &m.Revoked)
-		if len(m.Revoked) > 0 {
-			why = append(why, fmt.Sprintf("%d known-good clients send over %.0f× their usual rate: no longer known-good", len(m.Revoked), c.HeavyFactor))
+		hosts, got, n := v.heavySources(t, dst, s, &m.Spared)
+		if len(m.Spared) > 0 {
+			why = append(why, fmt.Sprintf("%d known-good clients above the per-source limit not banned (verified connections)", len(m.Spared)))
 		}
 		switch {
 		case len(hosts) > 0 && got >= need:
@@ -198,8 +199,11 @@ func (v *Victims) heavyPPS(s *victimState) float64 {
 
 // heavySources are the (at most MaxSourceBans) heaviest sources to dst
 // above heavyPPS that are not known-good, the packets they carry, and how
-// many sources were above heavyPPS in all.
-func (v *Victims) heavySources(t *Traffic, dst int32, s *victimState, revoked *[]netip.Addr) ([]netip.Prefix, uint64, int) {
+// many sources were above heavyPPS in all. Known-good sources above it are
+// appended to spared, never banned: sending at any rate from a member's
+// address is what a spoofer aiming the ban at that member does (issue 32:
+// 8 members spoofed at 10× their rate lost membership and were banned).
+func (v *Victims) heavySources(t *Traffic, dst int32, s *victimState, spared *[]netip.Addr) ([]netip.Prefix, uint64, int) {
 	lim := uint64(v.heavyPPS(s) * t.Interval.Seconds())
 	h := &pairHeap{}
 	n := 0
@@ -207,15 +211,11 @@ func (v *Victims) heavySources(t *Traffic, dst int32, s *victimState, revoked *[
 		if p.Dst != dst || p.Packets < lim {
 			continue
 		}
-		if usual, member := v.Good.usualOf(t.srcs.keys[p.Src]); member {
-			// A known-good client is never banned at the rate it is
-			// known for; one sending HeavyFactor times that (and above
-			// the heavy rate) is flooding, and loses its membership.
-			if float64(p.Packets) <= v.Config.HeavyFactor*max(usual, 1) {
-				continue
+		if v.Good.has(t.srcs.keys[p.Src]) {
+			if len(*spared) < v.Config.MaxSourceBans {
+				*spared = append(*spared, t.SourceAddr(int(p.Src)))
 			}
-			v.Good.revoke(t.srcs.keys[p.Src])
-			*revoked = append(*revoked, t.SourceAddr(int(p.Src)))
+			continue
 		}
 		n++
 		if h.Len() < v.Config.MaxSourceBans {

@@ -41,6 +41,10 @@ type Victims struct {
 	// Groups give destinations in host groups their own thresholds and
 	// action (nil: none).
 	Groups *HostGroups
+	// Protects reports whether the daemon protects a destination (this
+	// host's addresses, the protected and host-group prefixes): only
+	// their clients can become known-good. nil: none.
+	Protects func(netip.Addr) bool
 
 	idx     map[Key]int32
 	vs      []victimState
@@ -52,6 +56,7 @@ type Victims struct {
 
 	// Per-interval scratch, kept between intervals.
 	dslot  []int32 // position in Traffic.Dests → position in acc, -1: not judged
+	dprot  []bool  // position in Traffic.Dests → protected (learnGood)
 	acc    []destAcc
 	totals map[*PortProfile]uint64
 }
@@ -91,9 +96,9 @@ type VictimConfig struct {
 	HeavyFactor   float64 // a ban-worthy source sends ≥ this × the baseline per-source rate (10)
 	HeavyMinPPS   float64 // and at least this (500)
 	SevereFactor  float64 // prefix rules need the victim at ≥ this × its baseline (10)
-	MinBits4      int     // coarsest IPv4 prefix (8)
+	MinBits4      int     // coarsest IPv4 prefix (16: wider spoofed floods get flow rules on the victim)
 	MaxBits4      int     // finest IPv4 prefix of the prefix rung (24)
-	MinBits6      int     // coarsest IPv6 prefix (32)
+	MinBits6      int     // coarsest IPv6 prefix (48)
 	MaxBits6      int     // finest IPv6 prefix (64)
 	PortShare     float64 // a port (or set of amplification ports) is named at this share (0.8)
 	SYNShare      float64 // share of the victim's TCP that is SYN in a SYN flood (0.5)
@@ -150,9 +155,9 @@ func (c *VictimConfig) defaults() {
 	f(&c.HeavyFactor, 10)
 	f(&c.HeavyMinPPS, 500)
 	f(&c.SevereFactor, 10)
-	i(&c.MinBits4, 8)
+	i(&c.MinBits4, 16)
 	i(&c.MaxBits4, 24)
-	i(&c.MinBits6, 32)
+	i(&c.MinBits6, 48)
 	i(&c.MaxBits6, 64)
 	f(&c.PortShare, 0.8)
 	f(&c.SYNShare, 0.5)
@@ -325,6 +330,9 @@ func NewVictims(c VictimConfig) *Victims {
 	return v
 }
 
+// Attacks is the number of victims with an attack on.
+func (v *Victims) Attacks() int { return v.attacks }
+
 // Tracked is the number of destinations with state (at most MaxVictims).
 func (v *Victims) Tracked() int { return len(v.vs) }
 
@@ -441,21 +449,49 @@ func (v *Victims) Observe(in Input) Decision {
 	// Learn from clean destinations only, and only from complete
 	// intervals (with overflow the counts are short).
 	if t.Overflow == 0 {
-		for i, p := range t.Pairs {
+		for _, p := range t.Pairs {
 			s := v.dslot[p.Dst]
 			if s == -1 || s >= 0 && !v.acc[s].clean {
 				continue
 			}
-			k := t.srcs.keys[p.Src]
-			v.recent.add(k)
-			if t.PairProto(i) != 0 {
-				v.Good.see(k, t.PairNonSYN(i), p.Packets)
-			}
+			v.recent.add(t.srcs.keys[p.Src])
 		}
 	}
+	v.learnGood(t)
 	v.recent.tick()
 	v.Good.tick(v.attacks > 0)
 	return dec
+}
+
+// learnGood offers the known-good set the TCP and UDP sources of the
+// destinations the daemon protects, in any interval: membership is the
+// kernel's word (KnownGood.Verify), which a flood cannot fake, so it is
+// asked during attacks too (a restart in the middle of one must not leave
+// the clients out). Traffic to anything else (a quiet destination behind
+// this host, an address it does not own) teaches nothing: spoofed ACKs to
+// them made members before.
+func (v *Victims) learnGood(t *Traffic) {
+	if v.Protects == nil {
+		return
+	}
+	if cap(v.dprot) < len(t.Dests) {
+		v.dprot = make([]bool, len(t.Dests), max(len(t.Dests), 64))
+	}
+	v.dprot = v.dprot[:len(t.Dests)]
+	some := false
+	for i := range t.Dests {
+		v.dprot[i] = v.Protects(t.DestAddr(i))
+		some = some || v.dprot[i]
+	}
+	if !some {
+		return
+	}
+	for i, p := range t.Pairs {
+		if !v.dprot[p.Dst] || t.PairProto(i) == 0 {
+			continue
+		}
+		v.Good.see(t.srcs.keys[p.Src], t.DestAddr(int(p.Dst)), t.PairNonSYN(i))
+	}
 }
 
 // track finds room for a destination's state: a new entry under

@@ -52,13 +52,19 @@ type sim struct {
 	// truth, not Good): must stay 0.
 	clientDrops uint64
 	regular     map[netip.Addr]bool
+	established map[netip.Addr]bool // sources with a connection the host's stack holds, besides regular
 	tr          *Traffic
 	pp          *PortProfile
 }
 
 func newSim(t *testing.T, c VictimConfig) *sim {
-	return &sim{t: t, v: NewVictims(c), active: map[uint64]Mitigation{}, regular: map[netip.Addr]bool{},
-		tr: NewTraffic(time.Second), pp: &PortProfile{}}
+	s := &sim{t: t, v: NewVictims(c), active: map[uint64]Mitigation{}, regular: map[netip.Addr]bool{},
+		established: map[netip.Addr]bool{}, tr: NewTraffic(time.Second), pp: &PortProfile{}}
+	// The host's TCP stack: the regular clients and the sources a test
+	// gives real connections have them; nothing spoofed does.
+	s.v.Good.Verify = func(src, dst netip.Addr) bool { return s.regular[src] || s.established[src] }
+	s.v.Protects = func(a netip.Addr) bool { return a == victimA || a == victimB || a == victim6 }
+	return s
 }
 
 // step runs one interval of flows produced by gens.
@@ -303,9 +309,14 @@ func TestVictimFloods(t *testing.T) {
 	}{
 		{"random sources in a /16", victimA, func(uint64) func(emit) { return slash16 }, RungPrefix,
 			wantPrefix("10.20.0.0/16")},
+		{"random sources in a /16", victimA, func(s uint64) func(emit) {
+			return spoofed(s, netip.MustParsePrefix("10.128.0.0/16"), netip.Prefix{}, 300000, victimA, 17, 27015, 3, false)
+		}, RungPrefix, wantPrefix("10.128.0.0/16")},
+		// Wider than the widest automatic ban (/16): met on the
+		// destination side, never by a /9 ban (issue 32).
 		{"random sources in a /9", victimA, func(s uint64) func(emit) {
 			return spoofed(s, netip.MustParsePrefix("10.128.0.0/9"), netip.Prefix{}, 300000, victimA, 17, 27015, 3, false)
-		}, RungPrefix, wantPrefix("10.128.0.0/9")},
+		}, RungFlowRule, wantRule(rule.FlowRule{Dst: host(victimA), Proto: 17, DstPorts: rule.PortRange{Lo: 27015, Hi: 27015}, Action: rule.FlowRateLimit, KnownGoodBypass: true})},
 		{"random sources across IPv4", victimA, func(s uint64) func(emit) {
 			return spoofed(s, all4, clients, 300000, victimA, 17, 27015, 3, false)
 		}, RungFlowRule, wantRule(rule.FlowRule{Dst: host(victimA), Proto: 17, DstPorts: rule.PortRange{Lo: 27015, Hi: 27015}, Action: rule.FlowRateLimit, KnownGoodBypass: true})},
@@ -625,65 +636,16 @@ func TestVictimWithdrawHysteresis(t *testing.T) {
 	}
 }
 
-// Known-good membership: earned by steadiness or handshakes in clean
-// intervals, never from an attacked victim's traffic, bounded by Cap with
-// members kept over one-shot candidates.
-func TestKnownGoodBounded(t *testing.T) {
-	g := KnownGood{Cap: 100}
-	steady := KeyOf(netip.MustParseAddr("172.16.0.1"))
-	for range 5 {
-		g.see(steady, false, 10)
-		g.tick(false)
-	}
-	if !g.has(steady) || g.Version() != 1 {
-		t.Fatalf("steady source not a member after 5 intervals (version %d)", g.Version())
-	}
-	hs := KeyOf(netip.MustParseAddr("172.16.0.2"))
-	g.see(hs, true, 10)
-	g.tick(false)
-	g.see(hs, true, 10)
-	if !g.has(hs) {
-		t.Fatal("source with handshakes in 2 intervals not a member")
-	}
-	// A spray of one-shot sources fills the candidates, never evicts a
-	// member.
-	for i := range 10000 {
-		g.see(KeyOf(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})), false, 1)
-	}
-	if g.Entries() > 100 || !g.has(steady) || !g.has(hs) {
-		t.Fatalf("%d entries, members kept: %v %v", g.Entries(), g.has(steady), g.has(hs))
-	}
-	if free, n := g.PrefixFree(netip.MustParsePrefix("172.16.0.0/24")); free || n != 2 {
-		t.Fatalf("PrefixFree: %v %d", free, n)
-	}
-	if free, _ := g.PrefixFree(netip.MustParsePrefix("10.0.0.0/8")); !free {
-		t.Fatal("candidates counted as members")
-	}
-	// Frozen: nothing expires during an attack.
-	for range 700 {
-		g.tick(true)
-	}
-	if !g.has(steady) {
-		t.Fatal("member expired while frozen")
-	}
-	for range 700 {
-		g.tick(false)
-	}
-	if g.has(steady) || g.Len() != 0 {
-		t.Fatal("member unseen for 1400 intervals kept")
-	}
-}
-
 // The ladder's reasons name the rung and the numbers.
 func TestVictimReasonIsReadable(t *testing.T) {
 	s := newSim(t, VictimConfig{})
 	s.warm(30)
-	dec := s.step(s.regularClients, spoofed(1, netip.MustParsePrefix("10.128.0.0/9"), netip.Prefix{}, 100000, victimA, 17, 27015, 3, false))
+	dec := s.step(s.regularClients, spoofed(1, netip.MustParsePrefix("10.128.0.0/16"), netip.Prefix{}, 100000, victimA, 17, 27015, 3, false))
 	if len(dec.Apply) != 1 || len(dec.Attacks) != 1 || !dec.Attacks[0].New {
 		t.Fatalf("%+v", dec)
 	}
 	m := dec.Apply[0]
-	for _, want := range []string{"rung prefix", "10.128.0.0/9", "192.0.2.10", "no known-good client", "new"} {
+	for _, want := range []string{"rung prefix", "10.128.0.0/16", "192.0.2.10", "no known-good client", "new"} {
 		if !strings.Contains(m.Reason, want) {
 			t.Fatalf("reason %q lacks %q", m.Reason, want)
 		}
@@ -752,42 +714,6 @@ func BenchmarkVictimsObserve1M(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		v.Observe(Input{Traffic: tr, Ports: pp})
-	}
-}
-
-// A known-good client that floods (a patient bot, or a compromised
-// client) is banned and leaves the known-good set; a busy client at its
-// usual rate (a NAT gateway at 800 pps) is left alone during the attack.
-func TestVictimRevokesFloodingMember(t *testing.T) {
-	s := newSim(t, VictimConfig{})
-	bot := netip.MustParseAddr("198.18.0.1")
-	nat := netip.MustParseAddr("198.18.0.2")
-	steady := func(e emit) {
-		e(flow{src: bot, dst: victimA, proto: 6, sport: 1, dport: 443, packets: 10, size: 600})
-		e(flow{src: nat, dst: victimA, proto: 6, sport: 2, dport: 443, packets: 800, size: 600})
-	}
-	for range 30 {
-		s.step(s.regularClients, steady)
-	}
-	if !s.v.Good.Contains(bot) || !s.v.Good.Contains(nat) {
-		t.Fatal("steady sources not known-good")
-	}
-	s.regular[nat] = true // its packets must never be dropped
-	flood := func(e emit) {
-		e(flow{src: nat, dst: victimA, proto: 6, sport: 2, dport: 443, packets: 800, size: 600})
-		e(flow{src: bot, dst: victimA, proto: 17, sport: 1, dport: 80, packets: 50000, size: 600})
-	}
-	dec := s.step(s.regularClients, flood)
-	if len(dec.Apply) != 1 {
-		t.Fatalf("%d mitigations", len(dec.Apply))
-	}
-	m := dec.Apply[0]
-	t.Logf("%s", m.Reason)
-	if m.Rung != RungSourceBans || len(m.Prefixes) != 1 || m.Prefixes[0] != host(bot) || len(m.Revoked) != 1 || m.Revoked[0] != bot {
-		t.Fatalf("mitigation %+v", m)
-	}
-	if s.v.Good.Contains(bot) || !s.v.Good.Contains(nat) {
-		t.Fatal("membership after the attack: the bot kept it or the NAT lost it")
 	}
 }
 
