@@ -160,7 +160,7 @@ func newNIC() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			n, err := nicstage.Open(wire, g.pinRoot)
+			n, err := openNIC(wire)
 			if err != nil {
 				return err
 			}
@@ -273,7 +273,7 @@ func nicChange(wire string, srcs []string, add bool, action string) error {
 		}
 		ms = append(ms, m)
 	}
-	n, err := nicstage.Open(wire, g.pinRoot)
+	n, err := openNIC(wire)
 	if err != nil {
 		return err
 	}
@@ -303,4 +303,17 @@ func nicChange(wire string, srcs []string, add bool, action string) error {
 
 // parent is a command that only groups subcommands: called bare or with
 // an unknown subcommand it is a usage error (exit 2), not help and exit 0.
+// openNIC opens the NIC stage on wire. A wire that is no interface here
+// is said to be that, as every command says of a missing interface, not
+// "no NIC stage on" it.
+func openNIC(wire string) (*nicstage.Stage, error) {
+	n, err := nicstage.Open(wire, g.pinRoot)
+	if errors.Is(err, datapath.ErrNotAttached) {
+		if _, ierr := net.InterfaceByName(wire); ierr != nil {
+			return nil, fmt.Errorf("%w: %s", datapath.ErrNoInterface, wire)
+		}
+	}
+	return n, err
+}
+
 func parent(use, short, subs string) *cobra.Command { return cli.Parent(use, short, subs) }

@@ -4,6 +4,8 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -57,16 +59,26 @@ func addJSONFlag(c *cobra.Command) {
 // resolveIface is -i, or the only interface attached in this network
 // namespace.
 func resolveIface() (string, error) {
-	if g.iface != "" {
-		return g.iface, nil
-	}
 	names, err := datapath.Attached(g.pinRoot)
 	if err != nil {
 		return "", err
 	}
+	if g.iface != "" {
+		// The same mistake says the same in every command: a name that
+		// is no interface here is that (stats said "no daemon answers",
+		// top "not attached"), and one without the filter says how to
+		// attach it.
+		if !slices.Contains(names, g.iface) {
+			if _, err := net.InterfaceByName(g.iface); err != nil {
+				return "", fmt.Errorf("%w: %s", datapath.ErrNoInterface, g.iface)
+			}
+			return "", fmt.Errorf("%w: %s (run tierwall attach -i %s)", datapath.ErrNotAttached, g.iface, g.iface)
+		}
+		return g.iface, nil
+	}
 	switch len(names) {
 	case 0:
-		return "", fmt.Errorf("%w: no interface (run tierwall attach IFACE)", datapath.ErrNotAttached)
+		return "", fmt.Errorf("%w: no interface (run tierwall attach -i IFACE)", datapath.ErrNotAttached)
 	case 1:
 		return names[0], nil
 	default:

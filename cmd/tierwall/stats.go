@@ -47,7 +47,8 @@ func newStats() *cobra.Command {
 			if d != nil {
 				d.Close()
 			}
-			if err != nil && !errors.Is(err, datapath.ErrNotAttached) && !socketGiven() {
+			// -i naming no interface here is that mistake, --socket or not.
+			if errors.Is(err, datapath.ErrNoInterface) || err != nil && !errors.Is(err, datapath.ErrNotAttached) && !socketGiven() {
 				return err
 			}
 			dc, err := needDaemon("with no filter attached here, stats")
