@@ -124,12 +124,12 @@ type Entry struct {
 
 // TierStats are the software tier's totals.
 type TierStats struct {
-	Packets   [NumMarks]uint64 // packets seen per mark
-	Refused   uint64           // new flows refused: table full
-	Untracked uint64           // packets of refused or unparsed flows
-	DPILost   uint64           // samples the ring buffer refused
-	Flows     int              // entries now
-	Capacity  int
+	Packets   [NumMarks]uint64 `json:"packets"`   // packets seen per mark
+	Refused   uint64           `json:"refused"`   // new flows refused: table full
+	Untracked uint64           `json:"untracked"` // packets of refused or unparsed flows
+	DPILost   uint64           `json:"dpi_lost"`  // samples the ring buffer refused
+	Flows     int              `json:"flows"`     // entries now
+	Capacity  int              `json:"capacity"`
 }
 
 // SoftwareTier is the probe's flow table in XDP.

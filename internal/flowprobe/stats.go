@@ -21,32 +21,34 @@ var LatencyBuckets = []time.Duration{
 
 // Stats are the probe's counters since it started.
 type Stats struct {
-	Samples          uint64 // DPI samples read
-	SamplesLate      uint64 // samples of flows already decided
-	DPISkipped       uint64 // flows decided without DPI: MaxDPI flows in DPI
-	DPIGiveups       uint64 // flows DPI gave up on
-	Classified       map[string]uint64
-	StateErrors      uint64 // state updates of flows gone from software
-	BatchErrors      uint64 // batches of software-table operations that failed as a whole
-	LearnRequests    uint64
-	LearnQueueFull   uint64 // learns the firmware queue refused: kept in software
-	LearnDone        uint64
-	LearnFailed      uint64
-	LearnTableFull   uint64 // of the failed, for lack of room
-	LearnIgnored     uint64
-	LearnStale       uint64 // learned after the flow ended in software
-	UnlearnQueueFull uint64
-	Unlearned        map[tier.Cause]uint64
-	OrphanEvents     uint64 // unlearn events of flows no longer in software
-	Orphans          uint64 // flows let go of because their software entry was gone (late samples)
-	Records          uint64
-	RecordsByReason  map[EndReason]uint64
-	SoftwareFlows    int // at the last sweep
-	InDPI            int
-	Offloaded        int      // flows in the NIC
-	LearnLatency     []uint64 // per LatencyBuckets, then +Inf
-	LearnLatencySum  time.Duration
-	LearnLatencyN    uint64
+	Samples          uint64                `json:"samples"`      // DPI samples read
+	SamplesLate      uint64                `json:"samples_late"` // samples of flows already decided
+	DPISkipped       uint64                `json:"dpi_skipped"`  // flows decided without DPI: MaxDPI flows in DPI
+	DPIGiveups       uint64                `json:"dpi_giveups"`  // flows DPI gave up on
+	Classified       map[string]uint64     `json:"classified"`
+	StateErrors      uint64                `json:"state_errors"` // state updates of flows gone from software
+	BatchErrors      uint64                `json:"batch_errors"` // batches of software-table operations that failed as a whole
+	LearnRequests    uint64                `json:"learn_requests"`
+	LearnQueueFull   uint64                `json:"learn_queue_full"` // learns the firmware queue refused: kept in software
+	LearnDone        uint64                `json:"learn_done"`
+	LearnFailed      uint64                `json:"learn_failed"`
+	LearnTableFull   uint64                `json:"learn_table_full"` // of the failed, for lack of room
+	LearnIgnored     uint64                `json:"learn_ignored"`
+	LearnStale       uint64                `json:"learn_stale"` // learned after the flow ended in software
+	UnlearnQueueFull uint64                `json:"unlearn_queue_full"`
+	Unlearned        map[tier.Cause]uint64 `json:"unlearned"`
+	OrphanEvents     uint64                `json:"orphan_events"`     // unlearn events of flows no longer in software
+	Orphans          uint64                `json:"orphans"`           // flows let go of because their software entry was gone (late samples)
+	UntrackedFlows   uint64                `json:"untracked_flows"`   // flows left to the software tier alone: MaxFlows tracked already (no DPI, no offload)
+	SamplesUntracked uint64                `json:"samples_untracked"` // DPI samples of those flows, passed over
+	Records          uint64                `json:"records"`
+	RecordsByReason  map[EndReason]uint64  `json:"records_by_reason"`
+	SoftwareFlows    int                   `json:"software_flows"` // at the last sweep
+	InDPI            int                   `json:"in_dpi"`
+	Offloaded        int                   `json:"offloaded"`     // flows in the NIC
+	LearnLatency     []uint64              `json:"learn_latency"` // per LatencyBuckets, then +Inf
+	LearnLatencySum  time.Duration         `json:"learn_latency_sum_ns"`
+	LearnLatencyN    uint64                `json:"learn_latency_count"`
 }
 
 func newStats() Stats {

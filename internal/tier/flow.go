@@ -225,14 +225,14 @@ type FlowEvent struct {
 
 // FlowCaps is what a flow table can do.
 type FlowCaps struct {
-	Name           string
-	Capacity       int
-	Directions     bool // counters per direction (else all in Packets[0])
-	Discard        bool
-	TCPAutoUnlearn bool
-	Timeouts       bool // ages flows itself (else the backend polls)
-	Marks          bool // packets reaching the host carry hit/miss/unhandled
-	LearnRate      int  // learns per second the firmware sustains, 0: unknown
+	Name           string `json:"name"`
+	Capacity       int    `json:"capacity"`
+	Directions     bool   `json:"directions"` // counters per direction (else all in Packets[0])
+	Discard        bool   `json:"discard"`
+	TCPAutoUnlearn bool   `json:"tcp_auto_unlearn"`
+	Timeouts       bool   `json:"timeouts"`   // ages flows itself (else the backend polls)
+	Marks          bool   `json:"marks"`      // packets reaching the host carry hit/miss/unhandled
+	LearnRate      int    `json:"learn_rate"` // learns per second the firmware sustains, 0: unknown
 }
 
 // FlowTable is a NIC's flow table. Implementations are safe for use by one
