@@ -11,6 +11,9 @@ import (
 	"github.com/tierwall/tierwall/internal/dpi"
 )
 
+// newNDPI refuses: says how to build with nDPI as run --check does (there
+// is no make target for it).
 func newNDPI() (dpi.Classifier, error) {
-	return nil, fmt.Errorf("%w: probe.dpi.engine: ndpi: this tierwall was built without nDPI (make build-ndpi, or go build -tags ndpi)", config.ErrInvalid)
+	return nil, fmt.Errorf("%w: probe.dpi.engine: ndpi: this tierwall was built without nDPI (build it with `go build -tags ndpi ./cmd/tierwall`, "+
+		"which needs cgo and libndpi-dev), or use engine: builtin", config.ErrInvalid)
 }
