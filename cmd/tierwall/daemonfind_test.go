@@ -43,6 +43,8 @@ func fakeAPI(t *testing.T, probe bool) string {
 	} else {
 		reply("GET /v1/tiers", daemon.Tiers{XDP: &datapath.Stats{Interface: "eth9", Mode: "native"}})
 		reply("GET /v1/attacks", []any{})
+		reply("GET /v1/victims", map[string]any{"enabled": false})
+		reply("GET /v1/flowrules", []any{})
 	}
 	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(l) }()
@@ -65,6 +67,8 @@ func TestDaemonFoundOnSocket(t *testing.T) {
 		{"--socket", sock, "stats", "--json"},
 		{"--socket", probeSock, "stats"},
 		{"--socket", probeSock, "flows"},
+		{"--socket", sock, "victims"},
+		{"--socket", sock, "flowrule", "list"},
 	} {
 		if _, err := execute(append([]string{"--bpffs", emptyBPFFS(t)}, args...)...); err != nil {
 			t.Errorf("%v: %v", args, err)
@@ -79,6 +83,8 @@ func TestNoDaemonSameError(t *testing.T) {
 	for _, args := range [][]string{
 		{"attacks", "list"}, {"attacks", "show", "x"}, {"watch", "--once"}, {"flows"}, {"flows", "--status"},
 		{"provisional"}, {"bgp", "neighbors"}, {"stats"},
+		{"victims"}, {"flowrule", "list"}, {"flowrule", "add", "dst", "198.51.100.7/32", "drop"},
+		{"flowrule", "del", "dst", "198.51.100.7/32", "drop"}, {"--direct", "victims"},
 	} {
 		_, err := execute(append([]string{"--bpffs", emptyBPFFS(t), "--socket", none}, args...)...)
 		if err == nil || cli.ExitCode(err) != cli.ExitUsage || !errors.Is(err, api.ErrNoDaemon) ||
@@ -107,7 +113,7 @@ func TestDaemonFoundFromOwnerRecord(t *testing.T) {
 	}
 	t.Cleanup(own.Release)
 	none := filepath.Join(t.TempDir(), "none.sock")
-	for _, args := range [][]string{{"attacks", "list"}, {"stats", "--socket", none}} {
+	for _, args := range [][]string{{"attacks", "list"}, {"stats", "--socket", none}, {"victims"}, {"flowrule", "list"}} {
 		if _, err := execute(append([]string{"--bpffs", root, "--socket", none}, args...)...); err != nil {
 			t.Errorf("%v: %v", args, err)
 		}

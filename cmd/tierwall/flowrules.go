@@ -41,13 +41,10 @@ func newFlowRule() *cobra.Command {
 		reason string
 		force  bool
 	)
-	daemonOnly := func() (*api.Client, error) {
-		dc := dialDaemon()
-		if dc == nil {
-			return nil, fmt.Errorf("%w: flow rules are kept by the daemon (tierwall run): none answers at %s", rule.ErrInvalid, g.socket)
-		}
-		return dc, nil
-	}
+	// The daemon keeps the flow rules; it is found as every command finds
+	// it (this used dialDaemon, which missed a daemon owning no filter in
+	// this namespace and answered --direct with "none answers").
+	daemonOnly := func() (*api.Client, error) { return needDaemon("the flow rule table") }
 	add := &cobra.Command{Use: "add WORDS...", Short: "add a flow rule (all or nothing)", Long: flowRuleSyntax,
 		Args: args(cobra.MinimumNArgs(2)),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -124,9 +121,9 @@ func newFlowRule() *cobra.Command {
 func newVictims() *cobra.Command {
 	c := &cobra.Command{Use: "victims", Short: "show destinations under attack and the mitigation ladder's choices", Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			dc := dialDaemon()
-			if dc == nil {
-				return fmt.Errorf("%w: the per-victim detector runs in the daemon (tierwall run): none answers at %s", rule.ErrInvalid, g.socket)
+			dc, err := needDaemon("the per-victim detector's view")
+			if err != nil {
+				return err
 			}
 			v, err := dc.Victims(context.Background())
 			if err != nil {
