@@ -52,6 +52,13 @@ type Config struct {
 	DPIPackets    int               // give up after this many samples of a flow (default 10)
 	DPITimeout    time.Duration     // give up on flows that stop short of that (default 2 s)
 	MaxDPI        int               // flows in DPI at once; beyond, new flows skip DPI (default 65536)
+	// MaxFlows bounds the flows the probe keeps state of in Go (in DPI,
+	// learning, in the NIC, or in software with their application):
+	// about TrackedFlowBytes each. Beyond it a new flow is left to the
+	// software tier alone, untracked: no DPI and no offload, its
+	// application "unknown", but its counts still exact in its one final
+	// record (default 1<<20).
+	MaxFlows int
 	IdleTimeout   time.Duration     // software flows end after this long idle (default 30 s)
 	ActiveTimeout time.Duration     // a long-lived flow is reported this often (default 120 s)
 	EndGrace      time.Duration     // wait after a flow's end for its last packets (default 1 s)
@@ -74,6 +81,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxDPI <= 0 {
 		c.MaxDPI = 65536
+	}
+	if c.MaxFlows <= 0 {
+		c.MaxFlows = 1 << 20
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 30 * time.Second
@@ -274,6 +284,18 @@ func (p *Probe) sample(s *flow.Sample) {
 	}
 	d := p.dpi[s.Key]
 	if d == nil {
+		if t == nil && len(p.flows) >= p.cfg.MaxFlows {
+			// A flood of new flows (spoofed SYNs) made one of these
+			// per flow until the heap took a gigabyte: past MaxFlows
+			// the flow is the software tier's alone. Its first
+			// sample tells the tier to stop sampling it; the rest,
+			// already in the ring, are passed over.
+			p.stats.SamplesUntracked++
+			if s.Seq == 0 {
+				p.untrack(s.Key)
+			}
+			return
+		}
 		if t == nil {
 			t = &tracked{state: flow.StateDPI, seen: p.sweeps}
 			p.flows[s.Key] = t
@@ -304,6 +326,14 @@ func (p *Probe) sample(s *flow.Sample) {
 func (p *Probe) endDPI(k tier.FlowKey, d *dpiState) {
 	d.f.Close()
 	delete(p.dpi, k)
+}
+
+// untrack leaves flow k to the software tier: no DPI samples, no offload,
+// and no state here. A sweep's walk finds it when it ends, and its entry's
+// counters make its one record.
+func (p *Probe) untrack(k tier.FlowKey) {
+	p.stats.UntrackedFlows++
+	p.queue(pendingOp{op: flow.Op{Key: k, State: flow.StateSoftware, Action: flow.Forward}})
 }
 
 // decide applies the policy to a classified flow.
@@ -414,9 +444,12 @@ func (p *Probe) flushOps() {
 			}
 		}
 		for i := range batch {
-			if ops[i].Delete {
+			switch {
+			case ops[i].Delete:
 				p.finished(&batch[i], &ops[i])
-			} else if ops[i].Err != nil {
+			case ops[i].Err != nil && batch[i].t == nil:
+				p.stats.StateErrors++ // an untracked flow's: nothing here to let go of
+			case ops[i].Err != nil:
 				p.stateFailed(&batch[i])
 			}
 		}
@@ -660,3 +693,9 @@ func (p *Probe) Flush() error {
 	p.publish()
 	return errors.Join(errs...)
 }
+
+// TrackedFlowBytes is about what one tracked flow costs the Go heap (its
+// tracked state, its entries in the flows and learned-id maps, its
+// learn; ~700 B measured by TestTrackedFlowBytes): what a memory budget
+// sizes MaxFlows with.
+const TrackedFlowBytes = 768

@@ -58,6 +58,8 @@ func (p *Probe) sweep(now time.Time) error {
 			t.seen = gen
 		}
 		switch {
+		case t == nil && e.State == flow.StateSoftware:
+			// Untracked (MaxFlows): only its end matters here.
 		case t != nil && !t.endAt.IsZero():
 			if now.Sub(t.endAt) >= p.cfg.EndGrace {
 				acts = append(acts, sweepAction{k: k, final: true, reason: reasonOf(t.cause)})
@@ -146,6 +148,10 @@ func (p *Probe) sweepApply(now time.Time, gen uint64, acts []sweepAction, giveup
 	}
 	for _, k := range giveup {
 		t := p.flows[k]
+		if t == nil && len(p.flows) >= p.cfg.MaxFlows {
+			p.untrack(k)
+			continue
+		}
 		if t == nil {
 			t = &tracked{state: flow.StateDPI, seen: gen}
 			p.flows[k] = t
