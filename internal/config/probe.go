@@ -24,6 +24,12 @@ type Probe struct {
 	Mode     string        `yaml:"mode"`
 	Egress   string        `yaml:"egress"`   // inline: the port forwarded packets leave by
 	Capacity int           `yaml:"capacity"` // software flow table entries (default 1M)
+	// MemoryMiB is the probe's memory budget (0: none): the software
+	// table, the sample ring, DPI, the records and the flows the engine
+	// tracks all fit in it, or the probe refuses to start; past the
+	// flows it can track, new flows are counted by the software tier
+	// alone and reported to the collectors.
+	MemoryMiB int `yaml:"memory_mib"`
 	DPI      ProbeDPI      `yaml:"dpi"`
 	Timeouts ProbeTimeouts `yaml:"timeouts"`
 	// Policy maps an application (DPI's lower-case name) to offload,
@@ -121,6 +127,9 @@ func (p *Probe) validate() error {
 	}
 	if p.Capacity < 1 || p.Capacity > 1<<26 {
 		return bad("probe.capacity", p.Capacity, "outside 1..67108864")
+	}
+	if p.MemoryMiB < 0 {
+		return bad("probe.memory_mib", p.MemoryMiB, "must not be negative")
 	}
 	d := &p.DPI
 	switch d.Engine {

@@ -28,6 +28,12 @@ import (
 // nothing stays attached.
 func New(cfg *config.Config, log *slog.Logger) (_ *Probed, err error) {
 	pc := cfg.Probe
+	// The budget is checked before anything is attached: one the
+	// capacities alone exceed is a configuration error that changes
+	// nothing.
+	if _, err := applyBudget(pc, log); err != nil {
+		return nil, err
+	}
 	var closers []func() error
 	closeAll := func() error {
 		var errs []error

@@ -52,8 +52,13 @@ func Assemble(cfg *config.Config, log *slog.Logger, parts Parts) (*Probed, error
 	if err != nil {
 		return nil, err
 	}
+	size, err := Size(cfg.Probe)
+	if err != nil {
+		return nil, err
+	}
 	h := cfg.Probe.Hardware
 	ecfg := flowprobe.Config{
+		MaxFlows:       size.MaxFlows,
 		Inline:         cfg.Probe.Mode == "inline",
 		PassiveForward: cfg.Probe.Hardware.PassiveAction == "forward",
 		DPIPackets:     cfg.Probe.DPI.Packets,
