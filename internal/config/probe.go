@@ -21,17 +21,17 @@ const (
 type Probe struct {
 	// Mode: passive (a mirror: every packet is consumed after counting)
 	// or inline (an IPS bridge: packets leave by Egress).
-	Mode     string        `yaml:"mode"`
-	Egress   string        `yaml:"egress"`   // inline: the port forwarded packets leave by
-	Capacity int           `yaml:"capacity"` // software flow table entries (default 1M)
+	Mode     string `yaml:"mode"`
+	Egress   string `yaml:"egress"`   // inline: the port forwarded packets leave by
+	Capacity int    `yaml:"capacity"` // software flow table entries (default 1M)
 	// MemoryMiB is the probe's memory budget (0: none): the software
 	// table, the sample ring, DPI, the records and the flows the engine
 	// tracks all fit in it, or the probe refuses to start; past the
 	// flows it can track, new flows are counted by the software tier
 	// alone and reported to the collectors.
-	MemoryMiB int `yaml:"memory_mib"`
-	DPI      ProbeDPI      `yaml:"dpi"`
-	Timeouts ProbeTimeouts `yaml:"timeouts"`
+	MemoryMiB int           `yaml:"memory_mib"`
+	DPI       ProbeDPI      `yaml:"dpi"`
+	Timeouts  ProbeTimeouts `yaml:"timeouts"`
 	// Policy maps an application (DPI's lower-case name) to offload,
 	// discard or software; "default" covers the rest (default offload).
 	Policy   map[string]string `yaml:"policy"`

@@ -48,17 +48,17 @@ type DPIFlow interface {
 
 // Config tunes the probe; zero values take the defaults.
 type Config struct {
-	Inline        bool              // inline (IPS bridge) rather than passive (mirror)
-	DPIPackets    int               // give up after this many samples of a flow (default 10)
-	DPITimeout    time.Duration     // give up on flows that stop short of that (default 2 s)
-	MaxDPI        int               // flows in DPI at once; beyond, new flows skip DPI (default 65536)
+	Inline     bool          // inline (IPS bridge) rather than passive (mirror)
+	DPIPackets int           // give up after this many samples of a flow (default 10)
+	DPITimeout time.Duration // give up on flows that stop short of that (default 2 s)
+	MaxDPI     int           // flows in DPI at once; beyond, new flows skip DPI (default 65536)
 	// MaxFlows bounds the flows the probe keeps state of in Go (in DPI,
 	// learning, in the NIC, or in software with their application):
 	// about TrackedFlowBytes each. Beyond it a new flow is left to the
 	// software tier alone, untracked: no DPI and no offload, its
 	// application "unknown", but its counts still exact in its one final
 	// record (default 1<<20).
-	MaxFlows int
+	MaxFlows      int
 	IdleTimeout   time.Duration     // software flows end after this long idle (default 30 s)
 	ActiveTimeout time.Duration     // a long-lived flow is reported this often (default 120 s)
 	EndGrace      time.Duration     // wait after a flow's end for its last packets (default 1 s)
