@@ -36,7 +36,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.socket, "socket", "/run/tierwall/api.sock",
 		"daemon API socket, for when no interface is attached in this namespace (the daemon that owns a data plane is found from its owner record)")
 	pf.BoolVar(&g.direct, "direct", false, "change the data plane directly even when a daemon owns it (the daemon adopts the change only when it restarts)")
-	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun(), newFlows(), newFlowRule(), newVictims(), newWatch(), newAttacks(), newBGP(), newProvisional(), newDoctor())
+	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun(), newFlows(), newFlowRule(), newVictims(), newWatch(), newAttacks(), newBGP(), newProvisional(), newDoctor(), newCleanup())
 	cli.AddVersion(root, &g.json)
 	rootCmd = root
 	return root
