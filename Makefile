@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export GOTOOLCHAIN ?= auto
 
-.PHONY: all deps generate check-generated build test test-ndpi bench demo eval eval-flows eval-spoof lint clean install uninstall deb
+.PHONY: all deps generate check-generated build test test-ndpi vmtest bench demo eval eval-flows eval-spoof lint clean install uninstall deb
 
 all: build
 
@@ -42,6 +42,15 @@ NDPI_TAGS := ndpi
 test-ndpi: deps
 	$(GO) vet -tags $(NDPI_TAGS) ./...
 	$(GO) test -count=1 -tags $(NDPI_TAGS) ./internal/dpi/...
+
+# The data plane on Debian 12's own kernels under QEMU (scripts/vmtest.sh
+# installs qemu and the kernel packages): 6.1 (linux-image-amd64) with
+# every data-plane suite and the end-to-end run, 6.12
+# (linux-image-6.12-amd64) with every program's load and the quick suites.
+# About 15 minutes under TCG. VMKERNELS="6.1 6.12" runs everything on both.
+VMKERNELS ?= 6.1 6.12:doctor,nicstage,probe,synproxy,gen,flower
+vmtest: deps
+	bash scripts/vmtest.sh $(VMKERNELS)
 
 # Its detect-drop section installs FastNetMon from Debian when missing (the
 # reference it is compared with; its service kept disabled): only here,

@@ -5,8 +5,10 @@ package testutil
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // RequireRoot skips a test that needs root (BPF, netns) when not root, with
@@ -37,4 +39,15 @@ func RequireKernel(t testing.TB, feature string, have bool, why string) {
 		}
 	}
 	t.Skipf("skipping: this kernel lacks %s (%s)", feature, why)
+}
+
+// Scaled stretches a test's patience by TIERWALL_TIME_SCALE (a whole
+// number, default 1): the kernel-VM test runs the same end-to-end tests
+// on an emulated CPU, where loading the data plane alone takes seconds.
+// Only waits scale; what a test checks does not.
+func Scaled(d time.Duration) time.Duration {
+	if n, err := strconv.Atoi(os.Getenv("TIERWALL_TIME_SCALE")); err == nil && n > 1 {
+		return d * time.Duration(n)
+	}
+	return d
 }

@@ -16,11 +16,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/testbed/harness"
+	"github.com/tierwall/tierwall/internal/testutil"
 )
 
 // writeFile writes a file the daemon reads.
@@ -42,6 +44,9 @@ func startDaemon(t *testing.T, cfgPath, sock string) *harness.Daemon {
 // its output, named name, if the test failed.
 func startWith(t *testing.T, name string, o harness.Options) *harness.Daemon {
 	t.Helper()
+	if o.Timeout == 0 {
+		o.Timeout = testutil.Scaled(15 * time.Second)
+	}
 	d, err := harness.StartDaemon(o)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +117,7 @@ func bans(t *testing.T, c *http.Client) map[string]apiBan {
 
 func waitFor(t *testing.T, what string, d time.Duration, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(testutil.Scaled(d))
 	for !f() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
@@ -184,7 +189,13 @@ api:
 	}
 
 	stop := make(chan struct{})
-	go attack(stop)
+	attacking := make(chan struct{})
+	go func() { defer close(attacking); attack(stop) }()
+	// A failure before the attack is stopped below ends the test: the
+	// attacker must not outlive it (its t.Errorf would panic).
+	var once sync.Once
+	stopAttack := func() { once.Do(func() { close(stop); <-attacking }) }
+	t.Cleanup(stopAttack)
 	waitFor(t, "20 bans", 10*time.Second, func() bool { return len(bans(t, c)) == 20 })
 	bs := bans(t, c)
 	inHW := 0
@@ -341,7 +352,7 @@ api:
 	})
 
 	// The attack stops: bans are lifted after the hold time, hardware first.
-	close(stop)
+	stopAttack()
 	waitFor(t, "unbans after the attack stopped", 10*time.Second, func() bool { return len(bans(t, c)) == 0 })
 	var tiers struct {
 		Hardware struct{ Occupancy int } `json:"hardware"`

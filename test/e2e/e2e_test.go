@@ -164,6 +164,21 @@ func listen(t *testing.T) *receiver {
 			t.Fatal(err)
 		}
 	})
+	// Room for every datagram a test sends before it drains: a veth with
+	// an XDP program gives each one a whole page on older kernels (6.1),
+	// so the default 208 KiB holds only about 48 of them.
+	for _, c := range []*net.UDPConn{r.c4, r.c6} {
+		rc, err := c.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20)
+		}); err != nil || serr != nil {
+			t.Fatalf("receive buffer: %v %v", err, serr)
+		}
+	}
 	t.Cleanup(func() { r.c4.Close(); r.c6.Close() })
 	return r
 }
