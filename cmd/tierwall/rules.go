@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -96,13 +97,20 @@ func ruleCommands(use, short string) *cobra.Command {
 		addIfaceFlag(cmd)
 		return cmd
 	}
+	var f ruleFilter
 	ls := &cobra.Command{
 		Use:   "list",
 		Short: "list rules with their counters",
 		Args:  args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if err := f.parse(); err != nil {
+				return err
+			}
 			rows, err := listRules(use)
 			if err != nil {
+				return err
+			}
+			if rows, err = f.apply(rows); err != nil {
 				return err
 			}
 			return printRules(rows)
@@ -110,6 +118,10 @@ func ruleCommands(use, short string) *cobra.Command {
 	}
 	addIfaceFlag(ls)
 	addJSONFlag(ls)
+	ls.Flags().StringSliceVar(&f.detectors, "detector", nil, "only rules of these detectors (rate, entropy, operator, …; the daemon's)")
+	ls.Flags().StringVar(&f.tier, "tier", "", "only rules in this tier: xdp or hw")
+	ls.Flags().StringVar(&f.prefixText, "prefix", "", "only rules that overlap this prefix or address (inside it, or covering it)")
+	ls.Flags().DurationVar(&f.olderThan, "older-than", 0, "only rules created longer ago than this (the daemon's)")
 	c.AddCommand(change("add"), change("del"), ls)
 	return c
 }
@@ -327,6 +339,8 @@ type ruleRow struct {
 	Bytes    *uint64       `json:"bytes"`
 	LastHit  *time.Time    `json:"last_hit"`
 	Expires  *time.Time    `json:"expires"` // null: never (or unknown: no daemon)
+	// FirstSeen is when the daemon made the ban; null without a daemon.
+	FirstSeen *time.Time `json:"first_seen"`
 }
 
 func kindOf(use string, p netip.Prefix) datapath.Kind {
@@ -411,6 +425,10 @@ func rowFromBan(use string, r daemon.RuleView, x datapath.Rule, inDP bool) ruleR
 		e := r.Expires
 		row.Expires = &e
 	}
+	if !r.FirstSeen.IsZero() {
+		fs := r.FirstSeen
+		row.FirstSeen = &fs
+	}
 	if inDP {
 		b := x.Bytes
 		row.Bytes, row.LastHit = &b, x.LastHit
@@ -449,6 +467,59 @@ func printRules(rows []ruleRow) error {
 			dash(strings.ReplaceAll(r.Reason, "\t", " ")), rate, r.Packets, bytes, last, exp)
 	}
 	return w.Flush()
+}
+
+// ruleFilter is block|allow list's filters: an operator looking at
+// 200,000 bans wants the entropy detector's, those in hardware, those in
+// one network, or those a day old, not all of them.
+type ruleFilter struct {
+	detectors  []string
+	tier       string
+	prefixText string
+	prefix     netip.Prefix
+	olderThan  time.Duration
+}
+
+// parse checks the filters before anything is read, as a usage error.
+func (f *ruleFilter) parse() error {
+	switch f.tier {
+	case "", "xdp", "hw":
+	default:
+		return fmt.Errorf("%w: --tier %q (want xdp or hw)", rule.ErrInvalid, f.tier)
+	}
+	if f.olderThan < 0 {
+		return fmt.Errorf("%w: negative --older-than", rule.ErrInvalid)
+	}
+	if f.prefixText != "" {
+		p, err := rule.Parse(f.prefixText)
+		if err != nil {
+			return err
+		}
+		f.prefix = p
+	}
+	return nil
+}
+
+// apply keeps the rows every filter given passes. A filter on what only
+// the daemon knows (detector, age) is refused on rows read from the data
+// plane alone, rather than matching nothing.
+func (f *ruleFilter) apply(rows []ruleRow) ([]ruleRow, error) {
+	out := rows[:0]
+	for _, r := range rows {
+		if (len(f.detectors) > 0 || f.olderThan > 0) && r.FirstSeen == nil {
+			return nil, cli.Usage(fmt.Errorf("--detector and --older-than need the daemon's bans: %s was read from the data plane, "+
+				"which keeps no detector or age (is the daemon running? give its socket with --socket)", r.Prefix))
+		}
+		switch {
+		case len(f.detectors) > 0 && !slices.Contains(f.detectors, r.Detector):
+		case f.tier != "" && r.Tier != f.tier:
+		case f.prefix.IsValid() && !f.prefix.Overlaps(r.Prefix):
+		case f.olderThan > 0 && time.Since(*r.FirstSeen) < f.olderThan:
+		default:
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // unique drops repeated prefixes, the first kept: a rule given twice is
