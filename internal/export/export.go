@@ -107,6 +107,7 @@ type Exporter struct {
 	full    chan struct{}
 
 	queued, dropped atomic.Uint64
+	loss            func() ipfix.Loss // what the probe could not report (SetLoss)
 	mu              sync.Mutex
 	closed          bool
 	stop            chan struct{}
@@ -210,6 +211,23 @@ func (x *Exporter) take(spare []flowprobe.Record) []flowprobe.Record {
 	return got
 }
 
+// lossEvery is the most often the loss record goes out while its counts
+// change: they grow every packet of a flood.
+var lossEvery = 10 * time.Second
+
+// SetLoss has the exporter send what f reports the probe could not put in
+// flow records (the software table's refusals, flows it tracks no more
+// of), with the records this exporter dropped, to every IPFIX collector
+// as an options record: when the counts change, at most every lossEvery,
+// and at Close. A flood the probe could only partly follow then shows at
+// the collector as such, not as less traffic. f is called on the
+// exporter's goroutine.
+func (x *Exporter) SetLoss(f func() ipfix.Loss) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.loss = f
+}
+
 // Stats returns the counters.
 func (x *Exporter) Stats() Stats {
 	st := Stats{Queued: x.queued.Load(), Dropped: x.dropped.Load()}
@@ -265,13 +283,36 @@ func (x *Exporter) run() {
 		clear(got) // drop the records' strings
 		spare = got[:0]
 	}
+	var lastLoss ipfix.Loss
+	var lossAt time.Time
+	sendLoss := func(final bool) {
+		x.mu.Lock()
+		f := x.loss
+		x.mu.Unlock()
+		if f == nil {
+			return
+		}
+		l := f()
+		l.NotSentFlows += x.dropped.Load()
+		if l == lastLoss || !final && time.Since(lossAt) < lossEvery {
+			return
+		}
+		for _, s := range x.sinks {
+			for _, m := range s.enc.EncodeLoss(l) {
+				s.send(m)
+			}
+		}
+		lastLoss, lossAt = l, time.Now()
+	}
 	send() // templates first, so collectors know them before data
 	for {
 		select {
 		case <-x.full:
 		case <-tick.C:
+			sendLoss(false)
 		case <-x.stop:
 			send() // Close set closed first: nothing is queued after this
+			sendLoss(true)
 			return
 		}
 		send()

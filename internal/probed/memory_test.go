@@ -6,10 +6,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/flow/flowtest"
 	"github.com/tierwall/tierwall/internal/flowprobe"
 )
 
@@ -52,5 +54,23 @@ func TestProbeMemoryBudget(t *testing.T) {
 	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "probe.memory_mib 256") ||
 		!strings.Contains(err.Error(), "probe.capacity 1048576") {
 		t.Fatalf("New with a budget the capacities exceed: %v; want a configuration error naming them (and no attach to twno-such0)", err)
+	}
+}
+
+// What the software table refused and what the engine left untracked are
+// the probe's loss, for the collectors.
+func TestProbeLossCounts(t *testing.T) {
+	cfg := probeConfig(t, "")
+	sw := flowtest.New(1, 10)
+	p, err := Assemble(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), Parts{SW: sw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		src := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), 1000)
+		sw.Packet(flowtest.Pkt{Proto: 6, Src: src, Dst: netip.MustParseAddrPort("192.0.2.1:80"), Flags: 2, Size: 60})
+	}
+	if l := p.Loss(); l.RefusedFlows != 2 || l.IgnoredPackets != 2 {
+		t.Fatalf("loss %+v: want the 2 flows (2 packets) the 1-flow table refused", l)
 	}
 }

@@ -125,8 +125,9 @@ func New(cfg *config.Config, log *slog.Logger) (_ *Probed, err error) {
 	}
 
 	parts := Parts{SW: sw, HW: hw, DPI: cls}
+	var x *export.Exporter
 	if len(pc.Export.Collectors) > 0 {
-		x, err := export.New(pc.Export)
+		x, err = export.New(pc.Export)
 		if err != nil {
 			return nil, fmt.Errorf("%w: probe.export: %v", config.ErrInvalid, err)
 		}
@@ -136,7 +137,14 @@ func New(cfg *config.Config, log *slog.Logger) (_ *Probed, err error) {
 		parts.Collectors = append(parts.Collectors, x.Collector())
 	}
 	parts.Closer = closeAll
-	return Assemble(cfg, log, parts)
+	p, err := Assemble(cfg, log, parts)
+	if err != nil {
+		return nil, err
+	}
+	if x != nil {
+		x.SetLoss(p.Loss)
+	}
+	return p, nil
 }
 
 // attachError is the error of attaching the software flow tier to ifname.

@@ -49,7 +49,10 @@ type Message struct {
 	Domain     uint32
 	Templates  []uint16 // template IDs defined in it
 	Flows      []Flow
-	Raw        int // sets that could not be decoded (no template)
+	// Options are the options records, each element by "pen/id" (pen 0
+	// for IANA's) as an unsigned integer, the scope's included.
+	Options []map[string]uint64
+	Raw     int // sets that could not be decoded (no template)
 }
 
 // Decoder keeps templates across messages, as a collector does.
@@ -98,6 +101,24 @@ func (d *Decoder) Decode(b []byte) (Message, error) {
 					return m, err
 				}
 				m.Flows = append(m.Flows, f)
+			}
+		case netflow.IPFIXOptionsTemplateFlowSet:
+			for _, r := range s.Records {
+				m.Templates = append(m.Templates, r.TemplateId)
+			}
+		case netflow.OptionsDataFlowSet:
+			for _, r := range s.Records {
+				o := map[string]uint64{}
+				for _, v := range append(append([]netflow.DataField(nil), r.ScopesValues...), r.OptionsValues...) {
+					b, _ := v.Value.([]byte)
+					var n uint64
+					for _, c := range b {
+						n = n<<8 | uint64(c)
+					}
+					// goflow2 leaves the enterprise bit in an option's type.
+					o[fmt.Sprintf("%d/%d", v.Pen, v.Type&^0x8000)] = n
+				}
+				m.Options = append(m.Options, o)
 			}
 		case netflow.RawFlowSet:
 			m.Raw++
