@@ -131,7 +131,11 @@ type Store struct {
 	prefixes []netip.Prefix
 	meters   []Meter
 	touched  []bool // refresh fields changed since they were last written
-	index    map[netip.Prefix]int32
+	// peakSaved is each ban's peak as the state files last recorded it: a
+	// peak that outgrows it by peakPrompt is written by the next Save, not
+	// left to the refresh (see raisePeak).
+	peakSaved []float64
+	index     map[netip.Prefix]int32
 
 	lengths map[plen]int   // bans per prefix length, for covered
 	tiers   map[string]int // bans per tier, kept as bans change
@@ -175,6 +179,29 @@ func (s *Store) at(p netip.Prefix) *Ban {
 func (s *Store) touch(p netip.Prefix) {
 	if i, ok := s.index[p]; ok {
 		s.touched[i] = true
+	}
+}
+
+// peakPrompt is how far a ban's peak may grow past what the state files
+// hold before the next Save writes it rather than the refresh. The peak
+// decides what BGP announces and when a prefix ban lifts; left to the
+// refresh, a restart within RefreshEvery of the peak brought back an
+// older one (10,140 pps came back as 3,092) and could withdraw a route
+// docs/BGP.md says survives a restart. Writing every new maximum would
+// cost a record per ban each time a noisy rate sets one; a quarter keeps
+// the records few. Flush, at a clean stop, writes the rest exactly.
+const peakPrompt = 1.25
+
+// raisePeak records rate r in ban i's peak.
+func (s *Store) raisePeak(i int, r float64) {
+	b := &s.list[i]
+	if !(r > b.PeakRate) {
+		return
+	}
+	b.PeakRate = r
+	s.touched[i] = true
+	if r > peakPrompt*s.peakSaved[i] {
+		s.pending[b.Prefix] = struct{}{}
 	}
 }
 
@@ -275,10 +302,11 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 			refused = append(refused, Refusal{d, why})
 			continue
 		}
-		if b := s.at(d.Prefix); b != nil {
-			s.touch(d.Prefix)
+		if i, ok := s.index[d.Prefix]; ok {
+			b := &s.list[i]
+			s.touched[i] = true
 			b.LastSeen, b.Rate = now, d.Rate
-			b.PeakRate = max(b.PeakRate, d.Rate)
+			s.raisePeak(int(i), d.Rate)
 			b.QuietSince = time.Time{}
 			if s.TTL > 0 && !b.Manual && !b.Expires.IsZero() {
 				b.Expires = now.Add(s.TTL)
@@ -471,6 +499,7 @@ func (s *Store) put(b Ban) {
 	s.prefixes = append(s.prefixes, b.Prefix)
 	s.meters = append(s.meters, Meter{})
 	s.touched = append(s.touched, false)
+	s.peakSaved = append(s.peakSaved, 0) // pending: the next Save writes it
 }
 
 // del removes the ban on p, moving the last ban into its place.
@@ -485,10 +514,12 @@ func (s *Store) del(p netip.Prefix) bool {
 	last := int32(len(s.list) - 1)
 	if i != last {
 		s.list[i], s.prefixes[i], s.meters[i], s.touched[i] = s.list[last], s.prefixes[last], s.meters[last], s.touched[last]
+		s.peakSaved[i] = s.peakSaved[last]
 		s.index[s.prefixes[i]] = i
 	}
 	s.list[last] = Ban{} // drop its strings for the GC
 	s.list, s.prefixes, s.meters, s.touched = s.list[:last], s.prefixes[:last], s.meters[:last], s.touched[:last]
+	s.peakSaved = s.peakSaved[:last]
 	delete(s.index, p)
 	s.pending[p] = struct{}{}
 	return true
@@ -553,7 +584,7 @@ func (s *Store) MonitorMeters(now time.Time, threshold float64, hold time.Durati
 		b, m := &s.list[i], &s.meters[i]
 		if m.Measured {
 			b.Rate = m.Rate
-			b.PeakRate = max(b.PeakRate, m.Rate)
+			s.raisePeak(i, m.Rate)
 			if !b.Manual && b.Detector != "list" && m.Rate >= threshold && s.TTL > 0 && !b.Expires.IsZero() {
 				b.Expires = now.Add(s.TTL) // still attacking: see below
 			}

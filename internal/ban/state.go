@@ -94,8 +94,9 @@ func (s *Store) Written() int64 {
 
 // Save writes what changed since the last Save to the journal and fsyncs
 // it: bans added, replaced, removed or moved between tiers, changed
-// baselines, and, at most every RefreshEvery, bans whose rate, expiry or
-// quiet time changed. The first Save of a store, and one that finds the
+// baselines, bans whose peak grew by more than a quarter (raisePeak),
+// and, at most every RefreshEvery, bans whose rate, peak, expiry or quiet
+// time changed. The first Save of a store, and one that finds the
 // journal larger than the snapshot, writes a whole snapshot instead.
 func (s *Store) Save(path string, now time.Time) error {
 	if s.j == nil || s.j.path != path {
@@ -106,6 +107,7 @@ func (s *Store) Save(path string, now time.Time) error {
 		if i, ok := s.index[p]; ok {
 			appendRecord(&buf, record{Put: &s.list[i]})
 			s.touched[i] = false
+			s.peakSaved[i] = s.list[i].PeakRate
 		} else {
 			appendRecord(&buf, record{Del: &p})
 		}
@@ -115,6 +117,7 @@ func (s *Store) Save(path string, now time.Time) error {
 			if t {
 				appendRecord(&buf, record{Put: &s.list[i]})
 				s.touched[i] = false
+				s.peakSaved[i] = s.list[i].PeakRate
 			}
 		}
 		s.j.flushed = now
@@ -145,6 +148,22 @@ func (s *Store) Save(path string, now time.Time) error {
 	clear(s.pending)
 	return nil
 }
+
+// Flush is Save without waiting for RefreshEvery: every ban whose rate,
+// peak, expiry or quiet time changed since it was last written is written
+// now. For a clean stop, after which nothing would write them: a restart
+// must find the peaks and expiries the stopped daemon had.
+func (s *Store) Flush(path string, now time.Time) error {
+	if s.j != nil {
+		s.j.flushed = time.Time{}
+	}
+	return s.Save(path, now)
+}
+
+// Dirty reports whether the next Save has changes it must write: bans
+// added, removed, moved between tiers, or with a peak grown past what the
+// state files hold.
+func (s *Store) Dirty() bool { return len(s.pending) > 0 }
 
 func (s *Store) closeJournal() {
 	if s.j != nil && s.j.f != nil {
@@ -211,6 +230,9 @@ func (s *Store) compact(path string, now time.Time) error {
 	s.loadedGen = gen
 	clear(s.pending)
 	clear(s.touched)
+	for i := range s.list {
+		s.peakSaved[i] = s.list[i].PeakRate
+	}
 	return nil
 }
 
@@ -305,6 +327,7 @@ func (s *Store) Load(path string, now time.Time) ([]Unban, error) {
 			continue
 		}
 		s.put(bn)
+		s.peakSaved[len(s.peakSaved)-1] = bn.PeakRate
 	}
 	clear(s.pending)
 	return gone, nil
@@ -315,7 +338,7 @@ func (s *Store) reset(base map[string]float64) {
 		s.j.f.Close()
 	}
 	s.j = nil
-	s.list, s.prefixes, s.meters, s.touched = nil, nil, nil, nil
+	s.list, s.prefixes, s.meters, s.touched, s.peakSaved = nil, nil, nil, nil, nil
 	s.index, s.pending = map[netip.Prefix]int32{}, map[netip.Prefix]struct{}{}
 	s.lengths, s.tiers = nil, nil
 	s.Baselines = base

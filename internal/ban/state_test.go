@@ -232,3 +232,54 @@ func TestRefreshWritesOnlyTouchedBans(t *testing.T) {
 		t.Fatalf("extended expiry not persisted: %v", b.Expires)
 	}
 }
+
+// A ban's peak decides what BGP announces and when a prefix ban lifts: a
+// peak that grew by more than a quarter is written by the next Save, not
+// left to the refresh. A restart within RefreshEvery of the peak brought
+// back an older one (10,140 pps came back as 3,092). A smaller rise
+// waits for the refresh, or for Flush at a clean stop.
+func TestPeakReachesTheDiskWithoutWaitingForTheRefresh(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	s := NewStore(Rails{}, time.Hour)
+	s.RefreshEvery = 30 * time.Second
+	p := netip.MustParsePrefix("198.51.100.7/32")
+	if added, _, _ := s.Propose(t0, []detect.Detection{det(p.String(), 3092)}, nil); len(added) != 1 {
+		t.Fatal("not banned")
+	}
+	if err := s.Save(path, t0); err != nil {
+		t.Fatal(err)
+	}
+	peak := func(path string) float64 {
+		t.Helper()
+		b, ok := loadAll(t, path).Get(p)
+		if !ok {
+			t.Fatal("ban lost")
+		}
+		return b.PeakRate
+	}
+	monitor := func(at time.Duration, rate float64) {
+		t.Helper()
+		i := s.IndexOf(p)
+		s.meters[i].Rate, s.meters[i].Measured = rate, true
+		s.MonitorMeters(t0.Add(at), 100, time.Minute)
+		if err := s.Save(path, t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	monitor(time.Second, 10140)
+	monitor(2*time.Second, 3092)
+	if got := peak(path); got != 10140 {
+		t.Fatalf("peak on disk %v within the refresh period, want 10140", got)
+	}
+	// 11,000 is within a quarter of 10,140: written by the refresh.
+	monitor(3*time.Second, 11000)
+	if got := peak(path); got != 10140 {
+		t.Fatalf("a rise within a quarter written before the refresh: %v on disk", got)
+	}
+	if err := s.Flush(path, t0.Add(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := peak(path); got != 11000 {
+		t.Fatalf("peak after Flush %v, want 11000", got)
+	}
+}

@@ -457,10 +457,23 @@ func (d *Daemon) save(now time.Time) error {
 	if err := d.saveFlowRules(now); err != nil {
 		return err
 	}
-	if !d.dirty && now.Sub(d.lastSave) < refreshEvery {
+	if !d.dirty && !d.store.Dirty() && now.Sub(d.lastSave) < refreshEvery {
 		return nil
 	}
 	if err := d.store.Save(d.cfg.StateFile, now); err != nil {
+		return err
+	}
+	d.dirty, d.lastSave = false, now
+	return nil
+}
+
+// flush is save for a clean stop: every ban's last rate, peak and expiry
+// is written, not only what the refresh wrote up to 30 s before.
+func (d *Daemon) flush(now time.Time) error {
+	if err := d.saveFlowRules(now); err != nil {
+		return err
+	}
+	if err := d.store.Flush(d.cfg.StateFile, now); err != nil {
 		return err
 	}
 	d.dirty, d.lastSave = false, now
@@ -1294,8 +1307,10 @@ func (d *Daemon) reload(now time.Time) {
 // shutdown saves the state and takes rules out of hardware (they stay
 // blocked in XDP, which keeps running without the daemon); the data plane
 // is left attached.
-func (d *Daemon) shutdown() error {
-	now := time.Now()
+func (d *Daemon) shutdown() error { return d.stop(time.Now()) }
+
+// stop is shutdown at now (tests give their clock).
+func (d *Daemon) stop(now time.Time) error {
 	var errs []error
 	if d.off != nil {
 		if err := d.off.Flush(context.Background()); err != nil {
@@ -1306,8 +1321,7 @@ func (d *Daemon) shutdown() error {
 		}
 		d.hw.Close()
 	}
-	d.dirty = true
-	if err := d.save(now); err != nil {
+	if err := d.flush(now); err != nil {
 		errs = append(errs, err)
 	}
 	d.closeAlerts()

@@ -85,3 +85,47 @@ func TestBansAdoptedWithoutStateExpire(t *testing.T) {
 		t.Fatalf("adopted bans outlived the TTL: store %+v, data plane %v", d2.store.All(), h.dp.blocked)
 	}
 }
+
+// A ban's peak survives a restart, a clean stop or a crash after an
+// interval: it decides the BGP announcement (docs/BGP.md: "kept in the
+// state file, so a route does not flap"). A restart within the refresh
+// period brought back an older peak (10,140 pps as 3,092).
+func TestPeakSurvivesARestart(t *testing.T) {
+	for _, clean := range []bool{false, true} {
+		name := "crash"
+		if clean {
+			name = "clean stop"
+		}
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig(t)
+			h := newHarness(t, cfg, false)
+			atk := netip.MustParseAddr("198.51.100.7")
+			h.dp.send(3092, atk)
+			h.step(t)
+			h.dp.hit(pfx(atk), 10140) // the flood grows after the ban
+			h.step(t)
+			h.dp.hit(pfx(atk), 11000) // and a little more
+			h.step(t)
+			h.dp.hit(pfx(atk), 3092)
+			h.step(t)
+			want := 10140.0 // a crash may lose a rise within a quarter
+			if clean {
+				if err := h.d.stop(h.now.Add(time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				want = 11000
+			}
+			d2, err := newDaemon(cfg, "", quietLog(), h.dp, nil, h.now.Add(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, ok := d2.store.Get(pfx(atk))
+			if !ok {
+				t.Fatal("ban lost over the restart")
+			}
+			if b.PeakRate < want {
+				t.Fatalf("peak after the restart %.0f pps, want at least %.0f", b.PeakRate, want)
+			}
+		})
+	}
+}
