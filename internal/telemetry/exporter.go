@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package telemetry
+
+import (
+	"net/netip"
+	"time"
+)
+
+// ExporterStats is what the collector knows of one exporter: the
+// operator's view (`tierwall telemetry exporters`, /v1/telemetry, the
+// per-exporter metrics).
+type ExporterStats struct {
+	Address netip.Addr `json:"address"`
+	Name    string     `json:"name,omitempty"`
+	// Protocols seen from it.
+	Protocols []Protocol `json:"protocols"`
+	Datagrams uint64     `json:"datagrams"`
+	Records   uint64     `json:"records"` // flow samples and flow records
+	Counters  uint64     `json:"counter_samples"`
+	// DecodeErrors are datagrams, or parts of one, that did not decode
+	// (what decoded before the error is used).
+	DecodeErrors uint64 `json:"decode_errors"`
+	// SequenceGaps is how many datagrams (sFlow, NetFlow v9) or records
+	// (NetFlow v5, IPFIX) the sequence numbers say were lost; Resets are
+	// sequence numbers that went back (an exporter restart).
+	SequenceGaps uint64 `json:"sequence_gaps"`
+	Resets       uint64 `json:"sequence_resets"`
+	// Templates held and refused (past the cap, or unusable).
+	Templates        int    `json:"templates"`
+	TemplatesRefused uint64 `json:"templates_refused"`
+	// NoTemplate counts data sets that arrived before their template.
+	NoTemplate uint64 `json:"no_template"`
+	// SamplingRate is the last rate applied; Configured the operator's;
+	// RateMismatches the records whose datagram said otherwise.
+	SamplingRate   uint32    `json:"sampling_rate"`
+	Configured     uint32    `json:"configured_rate,omitempty"`
+	RateMismatches uint64    `json:"rate_mismatches"`
+	LastSeen       time.Time `json:"last_seen"`
+}
+
+// exporter is the decoder's state for one exporter.
+type exporter struct {
+	ExporterStats
+	tmpl *templates
+	// seq is the next sequence number expected per stream: sFlow
+	// sub-agent, NetFlow source ID, IPFIX observation domain (bounded
+	// with the templates' cap: a stream is what a template is per).
+	seq map[uint64]uint32
+	// optRate is the sampling rate the v9/IPFIX options said, per
+	// observation domain (0: none said).
+	optRate map[uint64]uint32
+	warned  bool // the mismatch with the configuration was logged
+}
+
+// maxGap is the largest forward jump counted as loss; a larger one is an
+// exporter that restarted with another counter (or garbage), counted as a
+// reset so that one datagram cannot add billions of lost records.
+const maxGap = 1 << 20
+
+// sequence checks a stream's sequence number against what was expected,
+// and sets what to expect next (seq + n).
+func (e *exporter) sequence(stream uint64, seq, n uint32, maxStreams int) {
+	want, ok := e.seq[stream]
+	if !ok && len(e.seq) >= maxStreams {
+		return
+	}
+	e.seq[stream] = seq + n
+	if !ok || seq == want {
+		return
+	}
+	d := seq - want // modulo 2^32
+	if d < maxGap {
+		e.SequenceGaps += uint64(d)
+		return
+	}
+	e.Resets++
+}
+
+func (e *exporter) sawProtocol(p Protocol) {
+	for _, q := range e.Protocols {
+		if q == p {
+			return
+		}
+	}
+	e.Protocols = append(e.Protocols, p)
+}

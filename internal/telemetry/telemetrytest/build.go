@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package telemetrytest builds the datagrams routers send (sFlow v5,
+// NetFlow v5, NetFlow v9 and IPFIX) for the collector's tests and the
+// fuzzer's seed corpus. It writes the formats from their specifications,
+// not through goflow2, so that the decoder is not checked against itself.
+package telemetrytest
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// Packet is one sampled packet of an sFlow flow sample.
+type Packet struct {
+	Src, Dst         netip.Addr
+	Proto            uint8
+	SrcPort, DstPort uint16
+	TCPFlags         uint8
+	Length           uint16 // IP total length
+	// FragOffset (in 8-byte units) and MoreFragments make it a fragment.
+	FragOffset    uint16
+	MoreFragments bool
+}
+
+// Frame is the packet's first bytes as an sFlow agent samples them:
+// Ethernet, IPv4 or IPv6, and the TCP/UDP header.
+func (p Packet) Frame() []byte {
+	b := make([]byte, 14, 128)
+	if p.Dst.Is4() {
+		binary.BigEndian.PutUint16(b[12:], 0x0800)
+		ip := make([]byte, 20)
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], p.Length)
+		f := p.FragOffset
+		if p.MoreFragments {
+			f |= 0x2000
+		}
+		binary.BigEndian.PutUint16(ip[6:], f)
+		ip[8], ip[9] = 64, p.Proto
+		s, d := p.Src.As4(), p.Dst.As4()
+		copy(ip[12:], s[:])
+		copy(ip[16:], d[:])
+		b = append(b, ip...)
+	} else {
+		binary.BigEndian.PutUint16(b[12:], 0x86dd)
+		ip := make([]byte, 40)
+		ip[0] = 0x60
+		binary.BigEndian.PutUint16(ip[4:], max(p.Length, 40)-40)
+		ip[6], ip[7] = p.Proto, 64
+		s, d := p.Src.As16(), p.Dst.As16()
+		copy(ip[8:], s[:])
+		copy(ip[24:], d[:])
+		b = append(b, ip...)
+	}
+	if p.FragOffset != 0 {
+		return b
+	}
+	l4 := make([]byte, 20)
+	binary.BigEndian.PutUint16(l4, p.SrcPort)
+	binary.BigEndian.PutUint16(l4[2:], p.DstPort)
+	if p.Proto == 6 {
+		l4[12], l4[13] = 5<<4, p.TCPFlags
+	} else {
+		l4 = l4[:8]
+	}
+	return append(b, l4...)
+}
+
+func u32(b []byte, v uint32) []byte { return binary.BigEndian.AppendUint32(b, v) }
+func u16(b []byte, v uint16) []byte { return binary.BigEndian.AppendUint16(b, v) }
+
+func pad4(b []byte) []byte {
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// SFlow is an sFlow v5 datagram being built.
+type SFlow struct {
+	Agent    netip.Addr
+	SubAgent uint32
+	Sequence uint32
+	samples  [][]byte
+}
+
+// Flow adds a flow sample of one packet at the sampling rate.
+func (s *SFlow) Flow(rate uint32, p Packet) {
+	h := p.Frame()
+	rec := u32(nil, 1)  // sampled header
+	body := u32(nil, 1) // header protocol: Ethernet
+	body = u32(body, uint32(p.Length)+14+4)
+	body = u32(body, 4) // stripped FCS
+	body = u32(body, uint32(len(h)))
+	body = pad4(append(body, h...))
+	rec = u32(rec, uint32(len(body)))
+	rec = append(rec, body...)
+	sm := u32(nil, uint32(len(s.samples))+1) // sample sequence
+	sm = u32(sm, 3)                          // ifIndex 3
+	sm = u32(sm, rate)
+	sm = u32(sm, rate*uint32(len(s.samples)+1)) // pool
+	sm = u32(sm, 0)                             // drops
+	sm = u32(sm, 3)
+	sm = u32(sm, 4)
+	sm = u32(sm, 1) // one record
+	sm = append(sm, rec...)
+	s.samples = append(s.samples, append(u32(u32(nil, 1), uint32(len(sm))), sm...))
+}
+
+// Counter adds a counter sample with a generic interface record.
+func (s *SFlow) Counter(ifIndex uint32, inOctets, outOctets uint64) {
+	c := u32(nil, ifIndex)
+	c = u32(c, 6) // ethernetCsmacd
+	c = binary.BigEndian.AppendUint64(c, 10_000_000_000)
+	c = u32(c, 1) // full duplex
+	c = u32(c, 3) // up
+	c = binary.BigEndian.AppendUint64(c, inOctets)
+	c = append(c, make([]byte, 6*4)...) // in packets … unknown protos
+	c = binary.BigEndian.AppendUint64(c, outOctets)
+	c = append(c, make([]byte, 6*4)...) // out packets … promiscuous
+	rec := u32(u32(nil, 1), uint32(len(c)))
+	rec = append(rec, c...)
+	sm := u32(nil, uint32(len(s.samples))+1)
+	sm = u32(sm, ifIndex)
+	sm = u32(sm, 1)
+	sm = append(sm, rec...)
+	s.samples = append(s.samples, append(u32(u32(nil, 2), uint32(len(sm))), sm...))
+}
+
+// Bytes is the datagram.
+func (s *SFlow) Bytes() []byte {
+	b := u32(nil, 5)
+	if s.Agent.Is4() {
+		a := s.Agent.As4()
+		b = append(u32(b, 1), a[:]...)
+	} else {
+		a := s.Agent.As16()
+		b = append(u32(b, 2), a[:]...)
+	}
+	b = u32(b, s.SubAgent)
+	b = u32(b, s.Sequence)
+	b = u32(b, 1000) // uptime
+	b = u32(b, uint32(len(s.samples)))
+	for _, sm := range s.samples {
+		b = append(b, sm...)
+	}
+	return b
+}
+
+// Flow is one flow of a NetFlow or IPFIX record.
+type Flow struct {
+	Src, Dst         netip.Addr // IPv4
+	Proto            uint8
+	SrcPort, DstPort uint16
+	TCPFlags         uint8
+	Packets, Bytes   uint32
+	// Start and End are milliseconds of the exporter's uptime.
+	Start, End uint32
+}
+
+// NetFlow5 is a NetFlow v5 datagram of flows.
+func NetFlow5(seq uint32, samplingInterval uint16, fs ...Flow) []byte {
+	b := u16(nil, 5)
+	b = u16(b, uint16(len(fs)))
+	b = u32(b, 100000) // uptime
+	b = u32(b, 1700000000)
+	b = u32(b, 0)
+	b = u32(b, seq)
+	b = append(b, 0, 0)
+	b = u16(b, samplingInterval)
+	for _, f := range fs {
+		s, d := f.Src.As4(), f.Dst.As4()
+		b = append(b, s[:]...)
+		b = append(b, d[:]...)
+		b = u32(b, 0)       // next hop
+		b = u32(b, 1<<16|2) // input, output
+		b = u32(b, f.Packets)
+		b = u32(b, f.Bytes)
+		b = u32(b, f.Start)
+		b = u32(b, f.End)
+		b = u16(b, f.SrcPort)
+		b = u16(b, f.DstPort)
+		b = append(b, 0, f.TCPFlags, f.Proto, 0)
+		b = u32(b, 0) // AS
+		b = u32(b, 0) // masks, pad
+	}
+	return b
+}
+
+// Field is a template field.
+type Field struct{ Type, Length uint16 }
+
+// FlowFields is the template of Record: IPv4 addresses, ports, protocol,
+// flags, packets, bytes and the uptimes of the first and last packet.
+var FlowFields = []Field{{8, 4}, {12, 4}, {4, 1}, {7, 2}, {11, 2}, {6, 1}, {2, 4}, {1, 4}, {22, 4}, {21, 4}}
+
+// Record encodes f for FlowFields.
+func Record(f Flow) []byte {
+	s, d := f.Src.As4(), f.Dst.As4()
+	b := append(append([]byte(nil), s[:]...), d[:]...)
+	b = append(b, f.Proto)
+	b = u16(b, f.SrcPort)
+	b = u16(b, f.DstPort)
+	b = append(b, f.TCPFlags)
+	b = u32(b, f.Packets)
+	b = u32(b, f.Bytes)
+	b = u32(b, f.Start)
+	return u32(b, f.End)
+}
+
+// NF is a NetFlow v9 (Version 9) or IPFIX (Version 10) message being
+// built.
+type NF struct {
+	Version  uint16
+	Domain   uint32 // v9 source ID, IPFIX observation domain
+	Sequence uint32
+	sets     [][]byte
+}
+
+func (m *NF) set(id uint16, body []byte) {
+	body = pad4(body)
+	m.sets = append(m.sets, append(u16(u16(nil, id), uint16(len(body)+4)), body...))
+}
+
+// Template adds a template set of one template.
+func (m *NF) Template(id uint16, fs []Field) {
+	b := u16(u16(nil, id), uint16(len(fs)))
+	for _, f := range fs {
+		b = u16(u16(b, f.Type), f.Length)
+	}
+	sid := uint16(0)
+	if m.Version == 10 {
+		sid = 2
+	}
+	m.set(sid, b)
+}
+
+// OptionsTemplate adds an options template of scope and option fields.
+func (m *NF) OptionsTemplate(id uint16, scope, opts []Field) {
+	var b []byte
+	sid := uint16(1)
+	if m.Version == 10 {
+		sid = 3
+		b = u16(u16(u16(nil, id), uint16(len(scope)+len(opts))), uint16(len(scope)))
+	} else {
+		b = u16(u16(u16(nil, id), uint16(4*len(scope))), uint16(4*len(opts)))
+	}
+	for _, f := range append(append([]Field(nil), scope...), opts...) {
+		b = u16(u16(b, f.Type), f.Length)
+	}
+	m.set(sid, b)
+}
+
+// Data adds a data set of encoded records.
+func (m *NF) Data(id uint16, records ...[]byte) {
+	var b []byte
+	for _, r := range records {
+		b = append(b, r...)
+	}
+	m.set(id, b)
+}
+
+// Bytes is the message.
+func (m *NF) Bytes() []byte {
+	var body []byte
+	for _, s := range m.sets {
+		body = append(body, s...)
+	}
+	b := u16(nil, m.Version)
+	if m.Version == 10 {
+		b = u16(b, uint16(16+len(body)))
+		b = u32(b, 1700000000)
+	} else {
+		b = u16(b, uint16(len(m.sets)))
+		b = u32(b, 100000) // uptime
+		b = u32(b, 1700000000)
+	}
+	b = u32(b, m.Sequence)
+	b = u32(b, m.Domain)
+	return append(b, body...)
+}
