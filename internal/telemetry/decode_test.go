@@ -14,10 +14,10 @@ import (
 )
 
 var (
-	router  = netip.MustParseAddr("192.0.2.1")
-	victim  = netip.MustParseAddr("198.51.100.7")
-	reflect = netip.MustParseAddr("203.0.113.9")
-	t0      = time.Unix(1700000000, 0)
+	router    = netip.MustParseAddr("192.0.2.1")
+	victim    = netip.MustParseAddr("198.51.100.7")
+	reflector = netip.MustParseAddr("203.0.113.9")
+	t0        = time.Unix(1700000000, 0)
 )
 
 func newTestDecoder(t testing.TB, cfg DecoderConfig) *Decoder {
@@ -51,9 +51,9 @@ func stats(t testing.TB, d *Decoder) ExporterStats {
 func TestSFlowSamples(t *testing.T) {
 	d := newTestDecoder(t, DecoderConfig{})
 	s := tt.SFlow{Agent: router, Sequence: 1}
-	s.Flow(1000, tt.Packet{Src: reflect, Dst: victim, Proto: 17, SrcPort: 53, DstPort: 4444, Length: 1400})
-	s.Flow(1000, tt.Packet{Src: reflect, Dst: victim, Proto: 6, SrcPort: 5555, DstPort: 80, TCPFlags: 0x02, Length: 60})
-	s.Flow(1000, tt.Packet{Src: reflect, Dst: victim, Proto: 17, Length: 1500, FragOffset: 185})
+	s.Flow(1000, tt.Packet{Src: reflector, Dst: victim, Proto: 17, SrcPort: 53, DstPort: 4444, Length: 1400})
+	s.Flow(1000, tt.Packet{Src: reflector, Dst: victim, Proto: 6, SrcPort: 5555, DstPort: 80, TCPFlags: 0x02, Length: 60})
+	s.Flow(1000, tt.Packet{Src: reflector, Dst: victim, Proto: 17, Length: 1500, FragOffset: 185})
 	s.Flow(1000, tt.Packet{Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"), Proto: 17, SrcPort: 123, DstPort: 9, Length: 468})
 	s.Counter(3, 1e9, 2e9)
 	rs, err := decodeAll(t, d, s.Bytes())
@@ -76,7 +76,7 @@ func TestSFlowSamples(t *testing.T) {
 			t.Errorf("record %d: %+v, want %+v at rate 1000", i, r, w)
 		}
 	}
-	if rs[0].Dst != victim || rs[0].Src != reflect || rs[3].Dst != netip.MustParseAddr("2001:db8::2") {
+	if rs[0].Dst != victim || rs[0].Src != reflector || rs[3].Dst != netip.MustParseAddr("2001:db8::2") {
 		t.Errorf("addresses: %v→%v, %v", rs[0].Src, rs[0].Dst, rs[3].Dst)
 	}
 	st := stats(t, d)
@@ -89,7 +89,7 @@ func TestSequenceGapsAndResets(t *testing.T) {
 	d := newTestDecoder(t, DecoderConfig{})
 	for _, seq := range []uint32{1, 2, 5, 6, 1, 2} {
 		s := tt.SFlow{Agent: router, Sequence: seq}
-		s.Flow(100, tt.Packet{Src: reflect, Dst: victim, Proto: 17, Length: 100})
+		s.Flow(100, tt.Packet{Src: reflector, Dst: victim, Proto: 17, Length: 100})
 		if _, err := decodeAll(t, d, s.Bytes()); err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestSequenceGapsAndResets(t *testing.T) {
 
 func TestNetFlow5RateMismatch(t *testing.T) {
 	d := newTestDecoder(t, DecoderConfig{Exporters: []ExporterConfig{{Address: router, SamplingRate: 1000}}})
-	f := tt.Flow{Src: reflect, Dst: victim, Proto: 17, SrcPort: 123, DstPort: 80, Packets: 10, Bytes: 4680, Start: 1000, End: 3000}
+	f := tt.Flow{Src: reflector, Dst: victim, Proto: 17, SrcPort: 123, DstPort: 80, Packets: 10, Bytes: 4680, Start: 1000, End: 3000}
 	rs, err := decodeAll(t, d, tt.NetFlow5(0, 0x4000|100, f, f))
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestNetFlow5RateMismatch(t *testing.T) {
 func TestNetFlow9AndIPFIX(t *testing.T) {
 	for _, v := range []uint16{9, 10} {
 		d := newTestDecoder(t, DecoderConfig{})
-		f := tt.Flow{Src: reflect, Dst: victim, Proto: 6, SrcPort: 1234, DstPort: 443, TCPFlags: 0x02, Packets: 3, Bytes: 180, Start: 5000, End: 5500}
+		f := tt.Flow{Src: reflector, Dst: victim, Proto: 6, SrcPort: 1234, DstPort: 443, TCPFlags: 0x02, Packets: 3, Bytes: 180, Start: 5000, End: 5500}
 		// Data before its template: counted, not an error.
 		m := tt.NF{Version: v, Domain: 7, Sequence: 0}
 		m.Data(256, tt.Record(f))
@@ -217,13 +217,13 @@ func TestUnknownExporterIgnored(t *testing.T) {
 func TestMalformedCounted(t *testing.T) {
 	d := newTestDecoder(t, DecoderConfig{})
 	s := tt.SFlow{Agent: router}
-	s.Flow(10, tt.Packet{Src: reflect, Dst: victim, Proto: 17, Length: 100})
+	s.Flow(10, tt.Packet{Src: reflector, Dst: victim, Proto: 17, Length: 100})
 	good := s.Bytes()
 	// An expanded flow sample claiming 2^32-1 records.
 	exp := u32s(5, 1, 0x01020304, 0, 1, 0, 1)
 	body := u32s(1, 0, 3, 10, 10, 0, 0, 0, 0, 0, 0xffffffff)
 	exp = append(append(exp, u32s(3, uint32(len(body)))...), body...)
-	bad := [][]byte{nil, {0}, {0, 5, 0, 1}, good[:len(good)-9], tt.NetFlow5(0, 0, tt.Flow{Src: reflect, Dst: victim})[:30], {0, 9, 0, 1, 0, 0, 0, 0}, {0, 10, 0, 5}, exp,
+	bad := [][]byte{nil, {0}, {0, 5, 0, 1}, good[:len(good)-9], tt.NetFlow5(0, 0, tt.Flow{Src: reflector, Dst: victim})[:30], {0, 9, 0, 1, 0, 0, 0, 0}, {0, 10, 0, 5}, exp,
 		append(tt.NetFlow5(0, 0), 0xff)} // a v5 count of 0 with trailing garbage is fine
 	var errs int
 	for _, b := range bad {
@@ -257,10 +257,10 @@ func u32s(vs ...uint32) []byte {
 // panic, hang or emit a record without a destination.
 func FuzzDecode(f *testing.F) {
 	s := tt.SFlow{Agent: router, Sequence: 1}
-	s.Flow(1000, tt.Packet{Src: reflect, Dst: victim, Proto: 6, SrcPort: 1, DstPort: 80, TCPFlags: 2, Length: 60})
+	s.Flow(1000, tt.Packet{Src: reflector, Dst: victim, Proto: 6, SrcPort: 1, DstPort: 80, TCPFlags: 2, Length: 60})
 	s.Counter(1, 1, 2)
 	f.Add(s.Bytes())
-	fl := tt.Flow{Src: reflect, Dst: victim, Proto: 17, SrcPort: 53, DstPort: 53, Packets: 1, Bytes: 512}
+	fl := tt.Flow{Src: reflector, Dst: victim, Proto: 17, SrcPort: 53, DstPort: 53, Packets: 1, Bytes: 512}
 	f.Add(tt.NetFlow5(1, 100, fl))
 	for _, v := range []uint16{9, 10} {
 		m := tt.NF{Version: v, Domain: 1}
@@ -308,7 +308,7 @@ func TestCollectorOverUDP(t *testing.T) {
 	}
 	defer conn.Close()
 	s := tt.SFlow{Agent: lo}
-	s.Flow(512, tt.Packet{Src: reflect, Dst: victim, Proto: 17, SrcPort: 123, Length: 468})
+	s.Flow(512, tt.Packet{Src: reflector, Dst: victim, Proto: 17, SrcPort: 123, Length: 468})
 	for _, b := range [][]byte{{1, 2, 3}, s.Bytes()} {
 		if _, err := conn.Write(b); err != nil {
 			t.Fatal(err)

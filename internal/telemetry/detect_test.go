@@ -80,7 +80,7 @@ func TestBenignMixNoAttack(t *testing.T) {
 	start := time.Unix(1700000000, 0)
 	// 200 kpps spread over 100 destinations: 2 kpps each.
 	if at, ok := feedSFlow(t, d, start, 5*time.Second, 200_000, 100, func(i int) Record {
-		return Record{Src: reflect, Dst: netip.AddrFrom4([4]byte{198, 51, 100, byte(i % 100)}), IPProto: 6, TCPFlags: 0x18, SrcPort: 443, DstPort: 50000, MinLen: 1000, MaxLen: 1000}
+		return Record{Src: reflector, Dst: netip.AddrFrom4([4]byte{198, 51, 100, byte(i % 100)}), IPProto: 6, TCPFlags: 0x18, SrcPort: 443, DstPort: 50000, MinLen: 1000, MaxLen: 1000}
 	}); ok {
 		t.Errorf("benign traffic detected as an attack after %v: %+v", at, d.Attacks())
 	}
@@ -117,7 +117,7 @@ func TestCarpetBombing(t *testing.T) {
 	start := time.Unix(1700000000, 0)
 	// 256 kpps over the /24: 1 kpps each, none over its 50 kpps.
 	at, ok := feedSFlow(t, d, start, 3*time.Second, 256_000, 1000, func(i int) Record {
-		return Record{Src: reflect, Dst: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), IPProto: 17, SrcPort: 123, DstPort: 80, MinLen: 468, MaxLen: 468}
+		return Record{Src: reflector, Dst: netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), IPProto: 17, SrcPort: 123, DstPort: 80, MinLen: 468, MaxLen: 468}
 	})
 	if !ok || at > 500*time.Millisecond {
 		t.Fatalf("carpet bombing: detected %v after %v", ok, at)

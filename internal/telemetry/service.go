@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package telemetry
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"sync"
+	"time"
+)
+
+// Config is network mode's whole configuration.
+type Config struct {
+	// Listen are the UDP addresses collected on (any protocol on each).
+	Listen   []string
+	Decoder  DecoderConfig
+	Detector DetectorConfig
+	Action   ActionConfig
+}
+
+// Change is what one tick changed: attacks that started or ended, and
+// the upstream plan when it differs from the last one.
+type Change struct {
+	Now            time.Time
+	Started, Ended []Attack
+	Plan           []Upstream
+	PlanChanged    bool
+}
+
+// Service runs the collector and judges the destinations every tick.
+type Service struct {
+	cfg  Config
+	dec  *Decoder
+	det  *Detector
+	col  *Collector
+	log  *slog.Logger
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu   sync.Mutex
+	plan []Upstream
+}
+
+// Start listens and starts the ticker; onChange is called from the
+// ticker's goroutine for every tick that changed something.
+func Start(cfg Config, log *slog.Logger, onChange func(Change)) (*Service, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dec, err := NewDecoder(cfg.Decoder, log)
+	if err != nil {
+		return nil, fmt.Errorf("telemetry: %w", err)
+	}
+	s := &Service{cfg: cfg, dec: dec, det: NewDetector(cfg.Detector), log: log, stop: make(chan struct{})}
+	s.col, err = Listen(cfg.Listen, dec, s.det.Add, log)
+	if err != nil {
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.run(onChange)
+	return s, nil
+}
+
+func (s *Service) run(onChange func(Change)) {
+	defer s.wg.Done()
+	tk := time.NewTicker(s.det.cfg.Tick)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-tk.C:
+			if c, ok := s.Tick(now); ok && onChange != nil {
+				onChange(c)
+			}
+		}
+	}
+}
+
+// Tick judges at now and plans; ok reports a change. The ticker calls
+// it; tests call it with their own clock.
+func (s *Service) Tick(now time.Time) (Change, bool) {
+	started, ended := s.det.Judge(now)
+	var cur []Attack
+	for _, a := range s.det.Attacks() {
+		if a.Ended.IsZero() {
+			cur = append(cur, a)
+		}
+	}
+	plan := Plan(cur, s.cfg.Action)
+	s.mu.Lock()
+	changed := !reflect.DeepEqual(stripRates(plan), stripRates(s.plan))
+	s.plan = plan
+	s.mu.Unlock()
+	return Change{Now: now, Started: started, Ended: ended, Plan: plan, PlanChanged: changed},
+		changed || len(started) > 0 || len(ended) > 0
+}
+
+// stripRates leaves what makes two plans the same announcements.
+func stripRates(p []Upstream) []Upstream {
+	out := make([]Upstream, len(p))
+	for i, u := range p {
+		out[i] = Upstream{Attack: u.Attack, Kind: u.Kind, Rule: u.Rule, Prefix: u.Prefix}
+	}
+	return out
+}
+
+// Decoder is the service's decoder (for its statistics).
+func (s *Service) Decoder() *Decoder { return s.dec }
+
+// Detector is the service's detector.
+func (s *Service) Detector() *Detector { return s.det }
+
+// Addrs are the addresses the collector listens on.
+func (s *Service) Addrs() []netip.AddrPort { return s.col.Addrs() }
+
+// Status is network mode's state for the operator (/v1/telemetry).
+type Status struct {
+	Mode        Mode             `json:"mode"`
+	Listen      []netip.AddrPort `json:"listen"`
+	Exporters   []ExporterStats  `json:"exporters"`
+	Unknown     uint64           `json:"unknown_datagrams"`
+	LastUnknown netip.Addr       `json:"last_unknown,omitzero"`
+	Untracked   uint64           `json:"untracked_records"`
+	Attacks     []Attack         `json:"attacks"`
+	Plan        []Upstream       `json:"plan"`
+	Top         []Talker         `json:"top"`
+}
+
+// Status reads the service's state, with the top n destinations.
+func (s *Service) Status(n int) Status {
+	st := Status{Mode: s.cfg.Action.Mode, Listen: s.Addrs(), Exporters: s.dec.Exporters(),
+		Untracked: s.det.Untracked(), Attacks: s.det.Attacks(), Top: s.det.Top(n)}
+	st.Unknown, st.LastUnknown = s.dec.Unknown()
+	s.mu.Lock()
+	st.Plan = append([]Upstream{}, s.plan...)
+	s.mu.Unlock()
+	if st.Attacks == nil {
+		st.Attacks = []Attack{}
+	}
+	return st
+}
+
+// Close stops the collector and the ticker.
+func (s *Service) Close() error {
+	close(s.stop)
+	err := s.col.Close()
+	s.wg.Wait()
+	return err
+}
