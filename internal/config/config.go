@@ -45,6 +45,9 @@ type Config struct {
 	Alerts     Alerts      `yaml:"alerts"`
 	// BGP: RTBH and FlowSpec upstream, FlowSpec from the fleet (bgp.go).
 	BGP BGP `yaml:"bgp"`
+	// Telemetry: network mode, detection from routers' flow telemetry
+	// (telemetry.go).
+	Telemetry Telemetry `yaml:"telemetry"`
 }
 
 // Synproxy is what the SYN-cookie stage announces in the protected
@@ -479,6 +482,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateHostGroups(); err != nil {
+		return err
+	}
+	if err := c.validateTelemetry(); err != nil {
 		return err
 	}
 	if c.Rails.MaxNewPerInterval < 0 || c.Rails.MaxTotal < 0 {

@@ -97,6 +97,7 @@ type Daemon struct {
 	flow         flowState
 	heavy        heavyState          // the XDP heavy-hitter detector (heavy.go)
 	bgp          bgpState            // the BGP speaker (bgp.go)
+	tele         telemetryState      // network mode (telemetry.go)
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
 	detections   []Detection         // the last intervals' heaviest detections, for the API (under mu)
@@ -234,6 +235,11 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		return nil, err
 	}
 	if err := d.openBGP(now); err != nil {
+		d.closeAlerts()
+		return nil, err
+	}
+	if err := d.openTelemetry(); err != nil {
+		d.closeBGP()
 		d.closeAlerts()
 		return nil, err
 	}
@@ -1325,6 +1331,7 @@ func (d *Daemon) stop(now time.Time) error {
 		errs = append(errs, err)
 	}
 	d.closeAlerts()
+	d.closeTelemetry()
 	d.closeBGP()
 	d.dp.Close()
 	d.owner.Release()

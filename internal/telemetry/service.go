@@ -118,6 +118,7 @@ func (s *Service) Addrs() []netip.AddrPort { return s.col.Addrs() }
 
 // Status is network mode's state for the operator (/v1/telemetry).
 type Status struct {
+	Enabled     bool             `json:"enabled"`
 	Mode        Mode             `json:"mode"`
 	Listen      []netip.AddrPort `json:"listen"`
 	Exporters   []ExporterStats  `json:"exporters"`
@@ -131,7 +132,7 @@ type Status struct {
 
 // Status reads the service's state, with the top n destinations.
 func (s *Service) Status(n int) Status {
-	st := Status{Mode: s.cfg.Action.Mode, Listen: s.Addrs(), Exporters: s.dec.Exporters(),
+	st := Status{Enabled: true, Mode: s.cfg.Action.Mode, Listen: s.Addrs(), Exporters: s.dec.Exporters(),
 		Untracked: s.det.Untracked(), Attacks: s.det.Attacks(), Top: s.det.Top(n)}
 	st.Unknown, st.LastUnknown = s.dec.Unknown()
 	s.mu.Lock()

@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/bgp"
+	"github.com/tierwall/tierwall/internal/telemetry"
+)
+
+// Network mode's stage (telemetry: in the configuration, docs/NETWORK.md).
+// It runs beside the loop, not in its interval: the collector's ticker
+// judges the network's destinations every 100 ms, and an attack's
+// upstream actions are announced from that tick, through the same speaker
+// the loop announces bans and flow rules with. The speaker makes its
+// announcements equal the set it is given, so the loop's set and network
+// mode's are merged (mergedSpeaker): each side replaces only its own half,
+// and neither withdraws the other's routes.
+
+type telemetryState struct {
+	svc    *telemetry.Service
+	merged *mergedSpeaker // nil without BGP
+	ctx    context.Context
+	cancel context.CancelFunc
+	// announce: enforce mode and not rails.monitor_only, read at start
+	// (network mode is not reloaded: the ticker must not read d.cfg,
+	// which the loop replaces on SIGHUP).
+	announce bool
+	mode     telemetry.Mode
+	// reports go to the loop through one goroutine, so that the ticker
+	// never waits for the loop's interval; a full queue drops them.
+	reports chan func()
+	done    chan struct{}
+}
+
+// mergedSpeaker announces the loop's routes and network mode's together.
+type mergedSpeaker struct {
+	Speaker
+	mu          sync.Mutex
+	loop, extra []bgp.Route
+}
+
+func (m *mergedSpeaker) announce() (bgp.Diff, error) {
+	all := slices.Clone(m.loop)
+	seen := map[string]bool{}
+	for _, r := range all {
+		seen[r.String()] = true
+	}
+	for _, r := range m.extra {
+		if !seen[r.String()] {
+			all = append(all, r)
+		}
+	}
+	return m.Speaker.Announce(all)
+}
+
+// Announce is the loop's: it replaces the loop's half.
+func (m *mergedSpeaker) Announce(rs []bgp.Route) (bgp.Diff, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.loop = rs
+	return m.announce()
+}
+
+// announceExtra is network mode's: it replaces its own half.
+func (m *mergedSpeaker) announceExtra(rs []bgp.Route) (bgp.Diff, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.extra = rs
+	return m.announce()
+}
+
+// openTelemetry starts network mode when configured.
+func (d *Daemon) openTelemetry() error {
+	if !d.cfg.Telemetry.Enabled {
+		return nil
+	}
+	tc, err := d.cfg.TelemetryConfig()
+	if err != nil {
+		return err
+	}
+	if d.bgp.sp != nil {
+		d.tele.merged = &mergedSpeaker{Speaker: d.bgp.sp}
+		d.bgp.sp = d.tele.merged
+	}
+	d.tele.mode = tc.Action.Mode
+	d.tele.announce = tc.Action.Mode == telemetry.Enforce && !d.cfg.Rails.MonitorOnly
+	d.tele.ctx, d.tele.cancel = context.WithCancel(context.Background())
+	d.tele.reports, d.tele.done = make(chan func(), 256), make(chan struct{})
+	go func() {
+		defer close(d.tele.done)
+		for f := range d.tele.reports {
+			_ = d.Do(d.tele.ctx, f) // fails only once closing
+		}
+	}()
+	svc, err := telemetry.Start(tc, d.log, d.telemetryChanged)
+	if err != nil {
+		d.tele.cancel()
+		close(d.tele.reports)
+		<-d.tele.done
+		return fmt.Errorf("starting network mode: %w", err)
+	}
+	d.tele.svc = svc
+	d.Metrics.Registry.MustRegister(telemetry.NewMetrics(svc))
+	d.log.Info("network mode: collecting telemetry", "listen", svc.Addrs(), "exporters", len(tc.Decoder.Exporters), "mode", tc.Action.Mode)
+	return nil
+}
+
+// closeTelemetry stops the collector; what it announced is withdrawn with
+// the speaker's sessions (a stopped daemon no longer watches the feed).
+func (d *Daemon) closeTelemetry() {
+	if d.tele.svc == nil {
+		return
+	}
+	d.tele.cancel()
+	_ = d.tele.svc.Close()
+	close(d.tele.reports)
+	<-d.tele.done
+	d.tele.svc = nil
+}
+
+// upstreamRoutes turns network mode's plan into routes.
+func upstreamRoutes(plan []telemetry.Upstream) []bgp.Route {
+	var out []bgp.Route
+	for _, u := range plan {
+		switch u.Kind {
+		case telemetry.UpFlowSpec:
+			out = append(out, bgp.Route{Kind: bgp.FlowSpec, Flow: bgp.Flow{FlowRule: u.Rule}, Reason: u.Reason, Rate: u.PPS})
+		case telemetry.UpRTBH:
+			out = append(out, bgp.Route{Kind: bgp.RTBH, Prefix: u.Prefix, Reason: u.Reason, Rate: u.PPS})
+		}
+	}
+	return out
+}
+
+// telemetryChanged runs on network mode's ticker: it announces first
+// (the loop may be in its interval, and an attack should not wait for
+// it), then reports through the loop.
+func (d *Daemon) telemetryChanged(c telemetry.Change) {
+	var announced []bgp.Route
+	var aerr error
+	if c.PlanChanged && d.tele.merged != nil && d.tele.announce {
+		announced = upstreamRoutes(c.Plan)
+		_, aerr = d.tele.merged.announceExtra(announced)
+	}
+	report := func() {
+		for _, a := range c.Started {
+			d.event(c.Now, "telemetry", firstPrefix(a.Dst), "network attack %s on %v (%s): %v, %.0f pps, %.0f bit/s; signature %+v; first record %s before",
+				a.ID, a.Dst, a.Group, a.Kinds, a.PPS, a.BPS, a.Signature, c.Now.Sub(a.FirstRecord).Round(time.Millisecond))
+		}
+		for _, a := range c.Ended {
+			d.event(c.Now, "telemetry", firstPrefix(a.Dst), "network attack %s on %v over (peak %.0f pps, %.0f bit/s)", a.ID, a.Dst, a.PeakPPS, a.PeakBPS)
+		}
+		if !c.PlanChanged {
+			return
+		}
+		switch {
+		case aerr != nil:
+			d.event(c.Now, "error", netip.Prefix{}, "telemetry: announcing %d routes: %v", len(announced), aerr)
+		case d.tele.merged != nil && d.tele.announce:
+			d.event(c.Now, "telemetry", netip.Prefix{}, "upstream: %d routes announced for network attacks", len(announced))
+		default:
+			for _, u := range c.Plan {
+				d.event(c.Now, "telemetry", netip.Prefix{}, "would announce (%s, or no BGP): %s %s — %s", d.tele.mode, u.Kind, upstreamText(u), u.Reason)
+			}
+		}
+	}
+	select {
+	case d.tele.reports <- report:
+	default:
+		d.log.Warn("telemetry: report queue full, events dropped", "started", len(c.Started), "ended", len(c.Ended))
+	}
+}
+
+func firstPrefix(ps []netip.Prefix) netip.Prefix {
+	if len(ps) == 0 {
+		return netip.Prefix{}
+	}
+	return ps[0]
+}
+
+// Telemetry is network mode's status (zero, Enabled false, when off).
+func (d *Daemon) Telemetry(top int) telemetry.Status {
+	if d.tele.svc == nil {
+		return telemetry.Status{Exporters: []telemetry.ExporterStats{}, Attacks: []telemetry.Attack{}, Plan: []telemetry.Upstream{}, Top: []telemetry.Talker{}}
+	}
+	return d.tele.svc.Status(top)
+}
+
+func upstreamText(u telemetry.Upstream) string {
+	if u.Kind == telemetry.UpRTBH {
+		return u.Prefix.String()
+	}
+	return u.Rule.String()
+}
