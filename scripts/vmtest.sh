@@ -109,7 +109,10 @@ for i in "${!kernels[@]}"; do
 	rel="$(release "${meta[$k]}")"
 	[ -n "$rel" ] && [ -e "/boot/vmlinuz-$rel" ] || { echo "vmtest: no kernel image for $k" >&2; exit 1; }
 	initramfs "$rel"
-	printf 'exec sh test/vm/guest.sh %q\n' "${ksuites[$i]}" >"$root/.vm/cmd"
+	# The guest runs a copy: sh reads a script as it goes, so an edit
+	# to test/vm/guest.sh during a run would shift what it executes.
+	cp test/vm/guest.sh "$root/.vm/guest.sh"
+	printf 'exec sh .vm/guest.sh %q\n' "${ksuites[$i]}" >"$root/.vm/cmd"
 	rm -f "$root/.vm/exit"
 	log="$out/$k.log"
 	echo "vmtest: booting $rel (log: ${log#"$root/"})"

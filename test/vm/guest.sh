@@ -8,6 +8,25 @@
 suites="$1"
 root="$(pwd)"
 echo "vm: kernel $(uname -r)"
+export CI=true TIERWALL_BIN="$root/bin/vm/tierwall" GOCACHE=/tmp/gocache
+fail=0
+pass=0
+# Before nf_conntrack is loaded: the SYN proxy's kfunc is missing, so doctor
+# must report that one part off, name the module, and still exit 0.
+case " $suites " in *" doctor "*)
+	out="$("$TIERWALL_BIN" doctor 2>&1)"
+	r=$?
+	echo "$out" | grep -E "nf_conntrack|synproxy"
+	if [ "$r" -eq 0 ] && echo "$out" | grep -q "synproxy/tw_synproxy *off *needs kfunc bpf_xdp_ct_lookup (nf_conntrack)"; then
+		echo "vm: degraded ok"
+		pass=$((pass + 1))
+	else
+		echo "$out"
+		echo "vm: degraded FAIL (exit $r)"
+		fail=$((fail + 1))
+	fi
+	;;
+esac
 for m in veth sch_ingress cls_flower act_gact cls_bpf nf_conntrack nf_tables nft_ct nft_synproxy; do
 	modprobe "$m" 2>/dev/null || echo "vm: module $m not loaded"
 done
@@ -15,9 +34,7 @@ ip link set lo up
 # TIERWALL_REQUIRE: what these kernels have, so that no test may skip
 # for its absence (testutil.RequireKernel). TIERWALL_TIME_SCALE: the
 # tests' waits (not their checks) stretched for the emulated CPU.
-export CI=true TIERWALL_BIN="$root/bin/vm/tierwall" GOCACHE=/tmp/gocache TIERWALL_REQUIRE=flower TIERWALL_TIME_SCALE=6
-fail=0
-pass=0
+export TIERWALL_REQUIRE=flower TIERWALL_TIME_SCALE=6
 for s in $suites; do
 	t0=$(date +%s)
 	case "$s" in
