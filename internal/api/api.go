@@ -162,6 +162,37 @@ type BatchRequest struct {
 	AllOrNothing bool     `json:"all_or_nothing,omitempty"` // any refusal changes nothing (400)
 }
 
+// UnbanRequest is the body of POST /v1/rules/delete: lift the bans on
+// every prefix, all or nothing (a prefix without a ban is a 404 and
+// nothing changes), or, with All and no prefixes, every ban in force.
+type UnbanRequest struct {
+	Prefixes []string `json:"prefixes"`
+	All      bool     `json:"all,omitempty"`
+}
+
+// AllowBatchRequest is the body of POST /v1/allowlist/batch: allowlist
+// every prefix (or, with Delete, take each off the allowlist), all or
+// nothing.
+type AllowBatchRequest struct {
+	Prefixes []string `json:"prefixes"`
+	Delete   bool     `json:"delete,omitempty"`
+	Force    bool     `json:"force,omitempty"` // past the rails' width limit for the allowlist
+}
+
+// parsePrefixes reads a batch's prefixes; one that does not parse fails
+// the whole batch, naming its index.
+func parsePrefixes(raw []string) ([]netip.Prefix, error) {
+	ps := make([]netip.Prefix, 0, len(raw))
+	for i, x := range raw {
+		p, err := rule.Parse(x)
+		if err != nil {
+			return nil, fmt.Errorf("%w: prefixes[%d]: %v (nothing changed)", daemon.ErrBadRequest, i, err)
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
 // BatchResponse says how many prefixes the batch held, how many were
 // new, already there (unchanged) or updated, and which were refused and
 // why.
@@ -374,6 +405,7 @@ func (s *Server) routes() *mux {
 	}
 	read(m, "GET /v1/status", func(c context.Context) (any, error) { return s.D.Status(c) })
 	s.attackRoutes(m)
+	s.telemetryRoutes(m)
 	list(m, "GET /v1/rules", func(c context.Context, q daemon.ListQuery) (any, error) { return s.D.Rules(c, q) })
 	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
 		var req RuleRequest
@@ -428,6 +460,46 @@ func (s *Server) routes() *mux {
 			return
 		}
 		writeJSON(w, banStatus(res.New > 0), res)
+	})
+	m.HandleFunc("POST /v1/rules/delete", func(w http.ResponseWriter, r *http.Request) {
+		var req UnbanRequest
+		if err := s.decodeLimit(w, r, &req, s.maxBatch()); err != nil {
+			fail(w, err)
+			return
+		}
+		ps, err := parsePrefixes(req.Prefixes)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		res, err := s.D.OperatorUnbans(c, ps, req.All)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	m.HandleFunc("POST /v1/allowlist/batch", func(w http.ResponseWriter, r *http.Request) {
+		var req AllowBatchRequest
+		if err := s.decodeLimit(w, r, &req, s.maxBatch()); err != nil {
+			fail(w, err)
+			return
+		}
+		ps, err := parsePrefixes(req.Prefixes)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		n, err := s.D.OperatorAllows(c, ps, !req.Delete, req.Force)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, daemon.UnbanResult{Prefixes: n})
 	})
 	// Without a prefix the mux would redirect to /v1/rules/ (a 3xx with
 	// no body that clients follow as a GET): say what is missing.

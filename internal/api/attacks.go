@@ -61,7 +61,7 @@ func (c *Client) Attack(ctx context.Context, id string) (r alert.Report, err err
 
 // AttackPcap copies an attack's pcap to w.
 func (c *Client) AttackPcap(ctx context.Context, id string, w io.Writer) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://tierwall/v1/attacks/"+url.PathEscape(id)+"/pcap", nil)
+	req, err := c.request(ctx, "GET", "/v1/attacks/"+url.PathEscape(id)+"/pcap", nil)
 	if err != nil {
 		return err
 	}

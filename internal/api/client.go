@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -25,10 +26,16 @@ import (
 // ErrNoDaemon means nothing answers on the socket.
 var ErrNoDaemon = errors.New("no daemon answers")
 
-// Client is the typed client of a daemon's API over its unix socket: what
-// the CLI, the demo, the benchmarks and the end-to-end tests use.
+// Client is the typed client of a daemon's API, over its unix socket or
+// over TCP with a bearer token (a remote daemon, as gobgp's CLI reaches
+// gobgpd): what the CLI, the demo, the benchmarks and the end-to-end tests
+// use.
 type Client struct {
+	// Socket is where the daemon is, for messages: its unix socket, or
+	// the URL of its TCP API.
 	Socket string
+	base   string // what request paths are appended to
+	token  string // bearer token (TCP)
 	hc     *http.Client
 }
 
@@ -44,10 +51,50 @@ func Dial(socket string) (*Client, error) {
 
 // NewClient returns a client for socket without checking it.
 func NewClient(socket string) *Client {
-	return &Client{Socket: socket, hc: &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{
+	return &Client{Socket: socket, base: "http://tierwall", hc: &http.Client{Timeout: clientTimeout, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 		}}}}
+}
+
+// clientTimeout bounds one request: a batch of 200K prefixes is applied
+// in about a second, far inside it.
+const clientTimeout = 60 * time.Second
+
+// DialURL returns a client of the daemon whose TCP API is at rawURL
+// (http://host:port, api.tcp in its configuration), sending token as its
+// bearer token, when something answers there; else ErrNoDaemon.
+func DialURL(rawURL, token string) (*Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: --url %q: want http://HOST:PORT", rule.ErrInvalid, rawURL)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, fmt.Errorf("%w: --url %q: give no path, the API's routes start at /v1", rule.ErrInvalid, rawURL)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+	}
+	conn, err := net.DialTimeout("tcp", host, 2*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("%w at %s: %v", ErrNoDaemon, rawURL, err)
+	}
+	conn.Close()
+	return &Client{Socket: u.Scheme + "://" + u.Host, base: u.Scheme + "://" + u.Host, token: token,
+		hc: &http.Client{Timeout: clientTimeout}}, nil
+}
+
+// request is a request to the daemon: its URL and, over TCP, the token.
+func (c *Client) request(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
 }
 
 // StatusError is an answer with a status of 300 or more. A 4xx wraps
@@ -77,7 +124,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		}
 		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://tierwall"+path, r)
+	req, err := c.request(ctx, method, path, r)
 	if err != nil {
 		return err
 	}
@@ -228,7 +275,7 @@ func (c *Client) Tiers(ctx context.Context) (t daemon.Tiers, err error) {
 
 // Metrics returns the Prometheus exposition text.
 func (c *Client) Metrics(ctx context.Context) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://tierwall/metrics", nil)
+	req, err := c.request(ctx, "GET", "/metrics", nil)
 	if err != nil {
 		return "", err
 	}
@@ -250,42 +297,48 @@ const (
 	Allow = "allow"
 )
 
-// Change adds (or removes) each prefix as a ban or an allowlist entry, all
-// or nothing: when one fails, those already applied are undone, and the
-// error says so.
-func (c *Client) Change(ctx context.Context, kind string, ps []netip.Prefix, add bool, reason string) error {
-	if kind == Block && add && len(ps) > 1 {
-		if _, err := c.AddRules(ctx, ps, reason, 0); err != nil {
-			return fmt.Errorf("%w (nothing changed)", err)
-		}
-		return nil
-	}
-	apply := func(p netip.Prefix, add bool) error {
-		switch {
-		case kind == Allow && add:
-			return c.AddAllow(ctx, p)
-		case kind == Allow:
-			return c.DeleteAllow(ctx, p)
-		case add:
-			_, err := c.AddRule(ctx, p, reason, 0)
-			return err
-		default:
-			return c.DeleteRule(ctx, p)
-		}
-	}
+// DeleteRules lifts the bans on ps in one request, all or nothing: a
+// prefix without a ban refuses the request and nothing changes.
+func (c *Client) DeleteRules(ctx context.Context, ps []netip.Prefix) (r daemon.UnbanResult, err error) {
+	return r, c.Do(ctx, "POST", "/v1/rules/delete", UnbanRequest{Prefixes: prefixStrings(ps)}, &r)
+}
+
+// FlushRules lifts every ban in force.
+func (c *Client) FlushRules(ctx context.Context) (r daemon.UnbanResult, err error) {
+	return r, c.Do(ctx, "POST", "/v1/rules/delete", UnbanRequest{Prefixes: []string{}, All: true}, &r)
+}
+
+// ChangeAllows allowlists ps (or takes them off it) in one request, all
+// or nothing.
+func (c *Client) ChangeAllows(ctx context.Context, ps []netip.Prefix, add, force bool) error {
+	return c.Do(ctx, "POST", "/v1/allowlist/batch", AllowBatchRequest{Prefixes: prefixStrings(ps), Delete: !add, Force: force}, nil)
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
 	for i, p := range ps {
-		if err := apply(p, add); err != nil {
-			var undo []error
-			for _, q := range ps[:i] {
-				if uerr := apply(q, !add); uerr != nil {
-					undo = append(undo, fmt.Errorf("undoing %s: %w", q, uerr))
-				}
-			}
-			if len(undo) > 0 {
-				return fmt.Errorf("%s: %w (undo failed: %w)", p, err, errors.Join(undo...))
-			}
-			return fmt.Errorf("%s: %w (nothing changed)", p, err)
-		}
+		out[i] = p.String()
 	}
-	return nil
+	return out
+}
+
+// Change adds (or removes) each prefix as a ban or an allowlist entry, in
+// one request, all or nothing: the daemon checks every prefix before it
+// changes anything. (Undoing request by request, as this did, re-added a
+// deleted ban as the operator's, permanent and without its reason.)
+func (c *Client) Change(ctx context.Context, kind string, ps []netip.Prefix, add bool, reason string) error {
+	var err error
+	switch {
+	case kind == Allow:
+		err = c.ChangeAllows(ctx, ps, add, false)
+	case add:
+		req := BatchRequest{Prefixes: prefixStrings(ps), Reason: reason, AllOrNothing: true}
+		err = c.Do(ctx, "POST", "/v1/rules/batch", req, nil)
+	default:
+		_, err = c.DeleteRules(ctx, ps)
+	}
+	if err != nil && !strings.Contains(err.Error(), "nothing changed") {
+		err = fmt.Errorf("%w (nothing changed)", err)
+	}
+	return err
 }

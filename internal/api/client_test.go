@@ -4,6 +4,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -11,7 +12,6 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tierwall/tierwall/internal/rule"
@@ -63,44 +63,39 @@ func TestClientStatusErrors(t *testing.T) {
 	}
 }
 
-// Change is all or nothing: for the allowlist (one request per prefix) a
-// refusal undoes what was applied before it.
-func TestClientChangeUndoes(t *testing.T) {
-	var mu sync.Mutex
-	allowed := map[string]bool{}
+// Change is all or nothing in the daemon: every change of many prefixes
+// is one request the daemon checks whole before it changes anything. (It
+// sent one request per prefix and undid by sending the opposite, which
+// re-added a deleted ban as a permanent operator ban.)
+func TestClientChangesInOneRequest(t *testing.T) {
+	var paths []string
+	var bodies []map[string]any
 	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch r.Method {
-		case "POST":
-			var req AllowRequest
-			if err := (&Server{MaxBody: 1 << 10}).decode(w, r, &req); err != nil {
-				t.Errorf("decoding the client's request: %v", err)
-				writeJSON(w, http.StatusBadRequest, ErrorBody{err.Error()})
-				return
-			}
-			if req.Prefix == "192.0.2.3/32" {
-				writeJSON(w, http.StatusBadRequest, ErrorBody{"refused"})
-				return
-			}
-			allowed[req.Prefix] = true
-			writeJSON(w, http.StatusCreated, map[string]string{"prefix": req.Prefix})
-		case "DELETE":
-			delete(allowed, strings.Replace(strings.TrimPrefix(r.URL.Path, "/v1/allowlist/"), "_", "/", 1))
-			w.WriteHeader(http.StatusNoContent)
-		}
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		bodies = append(bodies, body)
+		writeJSON(w, http.StatusOK, map[string]int{"prefixes": 3})
 	}))
 	c := NewClient(sock)
 	ps := []netip.Prefix{netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("192.0.2.2/32"), netip.MustParsePrefix("192.0.2.3/32")}
-	err := c.Change(context.Background(), Allow, ps, true, "")
-	if err == nil || !strings.Contains(err.Error(), "nothing changed") || !errors.Is(err, rule.ErrInvalid) {
-		t.Fatalf("change: %v", err)
-	}
-	if len(allowed) != 0 {
-		t.Fatalf("left applied after the refusal: %v", allowed)
-	}
-	if err := c.Change(context.Background(), Allow, ps[:2], true, ""); err != nil || len(allowed) != 2 {
-		t.Fatalf("change of good prefixes: %v, %v", err, allowed)
+	for _, tc := range []struct {
+		kind  string
+		add   bool
+		path  string
+		field string
+	}{
+		{Allow, true, "POST /v1/allowlist/batch", ""},
+		{Allow, false, "POST /v1/allowlist/batch", "delete"},
+		{Block, false, "POST /v1/rules/delete", ""},
+	} {
+		paths, bodies = nil, nil
+		if err := c.Change(context.Background(), tc.kind, ps, tc.add, ""); err != nil {
+			t.Fatalf("%s add=%v: %v", tc.kind, tc.add, err)
+		}
+		if len(paths) != 1 || paths[0] != tc.path || len(bodies[0]["prefixes"].([]any)) != 3 || (tc.field != "" && bodies[0][tc.field] != true) {
+			t.Errorf("%s add=%v: requests %v %v, want one %s", tc.kind, tc.add, paths, bodies, tc.path)
+		}
 	}
 }
 

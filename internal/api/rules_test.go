@@ -22,9 +22,10 @@ import (
 
 // ruleDP is a data plane in memory, enough for the rule endpoints.
 type ruleDP struct {
-	mu      sync.Mutex
-	blocked map[netip.Prefix]bool
-	allowed map[netip.Prefix]bool
+	mu       sync.Mutex
+	blocked  map[netip.Prefix]bool
+	allowed  map[netip.Prefix]bool
+	unblocks int // Unblock calls
 }
 
 func (m *ruleDP) Snapshot() (*datapath.Snapshot, error) {
@@ -43,14 +44,31 @@ func (m *ruleDP) change(set map[netip.Prefix]bool, on bool, ps []netip.Prefix) e
 	}
 	return nil
 }
-func (m *ruleDP) Block(ps ...netip.Prefix) error    { return m.change(m.blocked, true, ps) }
-func (m *ruleDP) Unblock(ps ...netip.Prefix) error  { return m.change(m.blocked, false, ps) }
+func (m *ruleDP) Block(ps ...netip.Prefix) error { return m.change(m.blocked, true, ps) }
+func (m *ruleDP) Unblock(ps ...netip.Prefix) error {
+	m.mu.Lock()
+	m.unblocks++
+	m.mu.Unlock()
+	return m.change(m.blocked, false, ps)
+}
 func (m *ruleDP) Allow(ps ...netip.Prefix) error    { return m.change(m.allowed, true, ps) }
 func (m *ruleDP) Disallow(ps ...netip.Prefix) error { return m.change(m.allowed, false, ps) }
 func (m *ruleDP) Blocked() ([]datapath.Rule, error) { return nil, nil }
-func (m *ruleDP) Allowed() ([]datapath.Rule, error) { return nil, nil }
+func (m *ruleDP) Allowed() ([]datapath.Rule, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []datapath.Rule
+	for p := range m.allowed {
+		out = append(out, datapath.Rule{Prefix: p, Kind: datapath.KindAllow})
+	}
+	return out, nil
+}
 func (m *ruleDP) RuleCountersInto(ps []netip.Prefix, out []datapath.Reading) error {
-	clear(out)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, p := range ps {
+		out[i] = datapath.Reading{Found: m.blocked[p]}
+	}
 	return nil
 }
 func (m *ruleDP) Stats() (*datapath.Stats, error) { return &datapath.Stats{}, nil }
