@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/tierwall/tierwall/internal/api"
 	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // The CLI and the daemon must agree: a rule the CLI writes straight into a
@@ -84,6 +86,10 @@ func (p plane) warnDirect() {
 // daemon can answer (flow rules, victims) and top (whose snapshots are
 // the daemon's) use it.
 func dialDaemon() *api.Client {
+	if g.url != "" {
+		c, _ := remoteDaemon()
+		return c
+	}
 	if g.direct {
 		return nil
 	}
@@ -118,6 +124,9 @@ func dialDaemon() *api.Client {
 // daemon in another namespace). what names what the daemon provides, for
 // the error when none answers: a usage error, exit 2, in every command.
 func needDaemon(what string) (*api.Client, error) {
+	if g.url != "" {
+		return remoteDaemon()
+	}
 	if p, err := target(); err == nil && p.owned {
 		if p.owner.Socket == "" {
 			return nil, p.errOwned(what+" comes from its API, and it serves no API socket (api.socket is off)", "enable its API")
@@ -141,6 +150,36 @@ func errNoDaemon(what string) error {
 	return cli.Usage(fmt.Errorf("%w: %s comes from the daemon (tierwall run): no daemon owns a data plane in this network namespace, "+
 		"and none answers at %s (give its API socket with --socket)", api.ErrNoDaemon, what, g.socket))
 }
+
+// remoteDaemon is the daemon at --url, with the token of --token-file: a
+// daemon on another host (or this one) reached over its TCP API, as
+// gobgp's CLI reaches gobgpd. It is the one meant whatever is attached
+// here; --direct, which changes the data plane here, contradicts it.
+func remoteDaemon() (*api.Client, error) {
+	if g.direct {
+		return nil, cli.Usage(fmt.Errorf("%w: --direct changes the data plane on this host and --url names a daemon to go through: give one", rule.ErrInvalid))
+	}
+	token := ""
+	if g.tokenFile != "" {
+		b, err := os.ReadFile(g.tokenFile)
+		if err != nil {
+			return nil, cli.Usage(fmt.Errorf("%w: --token-file: %v", rule.ErrInvalid, err))
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return nil, cli.Usage(fmt.Errorf("%w: --token-file %s is empty", rule.ErrInvalid, g.tokenFile))
+		}
+	}
+	c, err := api.DialURL(g.url, token)
+	if errors.Is(err, api.ErrNoDaemon) {
+		return nil, cli.Usage(err)
+	}
+	return c, err
+}
+
+// daemonGiven reports whether the command line names the daemon to ask
+// (--socket or --url), rather than leaving it to what is attached here.
+func daemonGiven() bool { return socketGiven() || g.url != "" }
 
 // socketGiven reports whether --socket was given on the command line.
 func socketGiven() bool {

@@ -21,6 +21,10 @@ type globals struct {
 	json    bool
 	socket  string
 	direct  bool
+	// url and tokenFile name a daemon's TCP API (api.tcp, api.token_file
+	// in its configuration), on this host or another.
+	url       string
+	tokenFile string
 }
 
 var g globals
@@ -35,6 +39,8 @@ func newRoot() *cobra.Command {
 	_ = pf.MarkHidden("bpffs")
 	pf.StringVar(&g.socket, "socket", "/run/tierwall/api.sock",
 		"daemon API socket, for when no interface is attached in this namespace (the daemon that owns a data plane is found from its owner record)")
+	pf.StringVar(&g.url, "url", "", "a daemon's TCP API (http://HOST:PORT, its api.tcp), on this host or another: every command that asks a daemon asks that one")
+	pf.StringVar(&g.tokenFile, "token-file", "", "file holding the bearer token of the daemon at --url (its api.token_file)")
 	pf.BoolVar(&g.direct, "direct", false, "change the data plane directly even when a daemon owns it (the daemon adopts the change only when it restarts)")
 	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun(), newFlows(), newFlowRule(), newVictims(), newWatch(), newAttacks(), newBGP(), newProvisional(), newDoctor(), newCleanup())
 	cli.AddVersion(root, &g.json)

@@ -28,7 +28,7 @@ func newStats() *cobra.Command {
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			d, err := open()
-			if err == nil && !socketGiven() {
+			if err == nil && !daemonGiven() {
 				defer d.Close()
 				s, err := d.Stats()
 				if err != nil {
@@ -48,7 +48,7 @@ func newStats() *cobra.Command {
 				d.Close()
 			}
 			// -i naming no interface here is that mistake, --socket or not.
-			if errors.Is(err, datapath.ErrNoInterface) || err != nil && !errors.Is(err, datapath.ErrNotAttached) && !socketGiven() {
+			if errors.Is(err, datapath.ErrNoInterface) || err != nil && !errors.Is(err, datapath.ErrNotAttached) && !daemonGiven() {
 				return err
 			}
 			dc, err := needDaemon("with no filter attached here, stats")

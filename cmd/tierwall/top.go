@@ -32,7 +32,15 @@ func newTop() *cobra.Command {
 			}
 			// A running daemon owns the snapshots: taking one here would
 			// steal an interval from its detectors. Ask it instead.
-			if dc := dialDaemon(); dc != nil {
+			dc := dialDaemon()
+			if g.url != "" && dc == nil {
+				// Say why the daemon named did not answer, rather than
+				// reading this host's data plane instead.
+				if _, err := remoteDaemon(); err != nil {
+					return err
+				}
+			}
+			if dc != nil {
 				top, err := dc.Top(context.Background())
 				if err != nil {
 					return err
@@ -40,7 +48,7 @@ func newTop() *cobra.Command {
 				if len(top) > n {
 					top = top[:n]
 				}
-				return printTop(top, fmt.Sprintf("the daemon's last interval (from %s)", g.socket))
+				return printTop(top, fmt.Sprintf("the daemon's last interval (from %s)", dc.Socket))
 			}
 			p, err := target()
 			if err != nil {
