@@ -109,7 +109,26 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 	} else {
 		b.WriteString("| the daemon's memory stays bounded whatever the number of sources (≤ 256 MB) | not measured in this run | — |\n")
 	}
+	b.WriteString(handMeasured(md))
 	return os.WriteFile(md, []byte(b.String()), 0o644)
+}
+
+// memorySection opens the report's hand-measured part: the memory of the
+// daemon and the probe under the shipped unit's limits, measured by the
+// commands it shows rather than by this run, and kept across runs.
+const memorySection = "\n## Memory under the shipped unit\n"
+
+// handMeasured returns the hand-measured sections of the report at md,
+// from memorySection to the end ("" when it has none).
+func handMeasured(md string) string {
+	old, err := os.ReadFile(md)
+	if err != nil {
+		return ""
+	}
+	if i := strings.Index(string(old), memorySection); i >= 0 {
+		return string(old[i:])
+	}
+	return ""
 }
 
 // paceText says how the clients were paced: each at rate requests/s

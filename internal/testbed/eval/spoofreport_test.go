@@ -88,3 +88,24 @@ func TestSpoofTargetsFollowRows(t *testing.T) {
 		t.Errorf("no rows, yet a verdict:\n%s", got)
 	}
 }
+
+// The memory section is measured by hand (its commands are in it): a new
+// run of the report keeps it, after the run's own sections.
+func TestSpoofReportKeepsTheMemorySection(t *testing.T) {
+	dir := t.TempDir()
+	md := filepath.Join(dir, "EVALUATION-SPOOF.md")
+	hand := memorySection + "\nmeasured by hand\n"
+	if err := os.WriteFile(md, []byte("# an older run\n"+hand), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := SpoofReport(filepath.Join(dir, "eval"), md, nil, SpoofParams{Interval: time.Second, Clients: 4}, time.Minute, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(raw); !strings.HasSuffix(s, hand) || strings.Contains(s, "an older run") || !strings.Contains(s, "## Targets") {
+		t.Fatalf("report after a new run:\n%s", s)
+	}
+}
