@@ -188,7 +188,7 @@ func firstPrefix(ps []netip.Prefix) netip.Prefix {
 // Telemetry is network mode's status (zero, Enabled false, when off).
 func (d *Daemon) Telemetry(top int) telemetry.Status {
 	if d.tele.svc == nil {
-		return telemetry.Status{Exporters: []telemetry.ExporterStats{}, Attacks: []telemetry.Attack{}, Plan: []telemetry.Upstream{}, Top: []telemetry.Talker{}}
+		return telemetry.Status{Listen: []netip.AddrPort{}, Exporters: []telemetry.ExporterStats{}, Attacks: []telemetry.Attack{}, Plan: []telemetry.Upstream{}, Top: []telemetry.Talker{}}
 	}
 	return d.tele.svc.Status(top)
 }

@@ -163,3 +163,10 @@ func FlowRule(dst netip.Prefix, sig Signature, cfg ActionConfig) rule.FlowRule {
 	}
 	return r
 }
+
+// UnmarshalText reads what MarshalText wrote (the API's clients).
+func (m *Mode) UnmarshalText(b []byte) error {
+	v, err := ParseMode(string(b))
+	*m = v
+	return err
+}

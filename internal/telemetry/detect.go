@@ -670,3 +670,10 @@ func cmpFloat(a, b float64) int {
 	}
 	return 0
 }
+
+// UnmarshalText reads what MarshalText wrote (the API's clients).
+func (k *Kind) UnmarshalText(b []byte) error {
+	v, err := ParseKind(string(b))
+	*k = v
+	return err
+}

@@ -3,6 +3,7 @@
 package telemetry
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 )
@@ -71,4 +72,15 @@ type Record struct {
 	// Flow reports a flow record (it stands for one flow, Rate flows once
 	// scaled), not a packet sample.
 	Flow bool
+}
+
+// UnmarshalText reads what MarshalText wrote (the API's clients).
+func (p *Protocol) UnmarshalText(b []byte) error {
+	for k, v := range protocolNames {
+		if v == string(b) {
+			*p = k
+			return nil
+		}
+	}
+	return fmt.Errorf("telemetry protocol %q", b)
 }

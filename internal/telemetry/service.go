@@ -141,6 +141,9 @@ func (s *Service) Status(n int) Status {
 	if st.Attacks == nil {
 		st.Attacks = []Attack{}
 	}
+	if st.Plan == nil {
+		st.Plan = []Upstream{}
+	}
 	return st
 }
 
