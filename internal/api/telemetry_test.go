@@ -45,7 +45,9 @@ func TestTelemetryEndpoint(t *testing.T) {
 	defer func() {
 		srv.Close()
 		cancel()
-		<-ran
+		if err := <-ran; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
 	}()
 	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(d.Telemetry(0).Listen[0]))
 	if err != nil {
