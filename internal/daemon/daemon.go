@@ -1264,9 +1264,11 @@ func (d *Daemon) hwName() string {
 func (d *Daemon) reload(now time.Time) {
 	c, err := config.Load(d.cfgPath)
 	if err != nil {
+		d.Metrics.reloads.WithLabelValues(reloadRefused).Inc()
 		d.event(now, "error", netip.Prefix{}, "reload refused, keeping the running configuration: %v", err)
 		return
 	}
+	changed := configChanges(d.cfg, c)
 	// The speaker's sessions and its validation are built at start; the
 	// announce policy (bgp.announce) is read every interval and reloads.
 	sameBGP := func(a, b config.BGP) bool {
@@ -1275,7 +1277,6 @@ func (d *Daemon) reload(now time.Time) {
 	}
 	if c.Interface != d.cfg.Interface || !reflect.DeepEqual(c.Hardware, d.cfg.Hardware) || !reflect.DeepEqual(c.API, d.cfg.API) || c.StateFile != d.cfg.StateFile ||
 		!sameBGP(c.BGP, d.cfg.BGP) {
-		d.event(now, "reload", netip.Prefix{}, "interface, hardware, api, state_file and bgp (but bgp.announce) changes take effect after a restart")
 		c.Interface, c.Hardware, c.API, c.StateFile = d.cfg.Interface, d.cfg.Hardware, d.cfg.API, d.cfg.StateFile
 		ann := c.BGP.Announce
 		c.BGP = d.cfg.BGP
@@ -1307,7 +1308,13 @@ func (d *Daemon) reload(now time.Time) {
 	if d.off != nil {
 		d.off.Params.MaxRate = c.Hardware.MaxRate
 	}
-	d.event(now, "reload", netip.Prefix{}, "configuration reloaded (detectors rebuilt: %v)", detChanged)
+	summary, restart := reloadSummary(changed)
+	result := reloadApplied
+	if restart {
+		result = reloadRestart
+	}
+	d.Metrics.reloads.WithLabelValues(result).Inc()
+	d.event(now, "reload", netip.Prefix{}, "%s", summary)
 }
 
 // shutdown saves the state and takes rules out of hardware (they stay

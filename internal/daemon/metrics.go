@@ -38,6 +38,7 @@ type Metrics struct {
 	lastInterval     prometheus.Gauge
 	heavy            heavyMetrics
 	bgp              bgpMetrics
+	reloads          *prometheus.CounterVec // by result (reload.go)
 
 	// What the collector reads of the loop's state, published by the loop
 	// at the end of each interval (the collector runs on the scraper's
@@ -84,6 +85,7 @@ func newMetrics(d *Daemon) *Metrics {
 		&bpfCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.heavy = newHeavyMetrics(m.Registry)
 	m.bgp = newBGPMetrics(m.Registry, d)
+	m.reloads = newReloadMetric(m.Registry)
 	return m
 }
 
