@@ -30,8 +30,22 @@ func (e errCheckFailed) Unwrap() error { return config.ErrInvalid }
 
 // checkConfig loads path as run would, prints every error on stderr one a
 // line, and changes nothing.
-func checkConfig(cmd *cobra.Command, path string) error {
+func checkConfig(cmd *cobra.Command, path string, online bool) error {
 	cfg, errs := loadAll(path)
+	if len(errs) == 0 && online {
+		// Located as the offline errors are: file:line: field.
+		var doc yaml.Node
+		if b, err := os.ReadFile(path); err == nil {
+			_ = yaml.Unmarshal(b, &doc)
+		}
+		for _, e := range checkOnline(cmd.OutOrStdout(), cfg) {
+			var p onlineProblem
+			if errors.As(e, &p) {
+				e = &config.FieldError{File: path, Line: lineOf(&doc, p.field), Path: p.field, Msg: p.msg}
+			}
+			errs = append(errs, e)
+		}
+	}
 	if len(errs) > 0 {
 		for _, err := range errs {
 			fmt.Fprintln(cmd.ErrOrStderr(), err)

@@ -24,9 +24,9 @@ import (
 
 func newRun() *cobra.Command {
 	var path string
-	var check bool
+	var check, online bool
 	c := &cobra.Command{
-		Use:   "run [--check] --config FILE",
+		Use:   "run [--check [--online]] --config FILE",
 		Short: "Run the daemon: detection, bans, rate monitor and placement every interval, with the HTTP API",
 		Long: `Runs in the foreground until SIGINT or SIGTERM. SIGHUP reloads the configuration
 (a bad one is refused and the running one kept); a probe re-reads and checks it,
@@ -37,11 +37,17 @@ with the state file.
 --check validates the file and exits: 0 when the daemon would accept it, 2 with
 every error (file:line: field: what is wrong) when not, including what this
 binary was built without (probe.dpi.engine: ndpi). It needs neither root nor BPF,
-and touches nothing.`,
+and touches nothing. With --online it also checks this host (in this network
+namespace): the interface exists, every flow collector resolves and has a
+route, every BGP peer has a route and each local_address is this host's; it
+opens no session and sends nothing.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
+			if online && !check {
+				return fmt.Errorf("%w: --online goes with --check (run --check --online)", rule.ErrInvalid)
+			}
 			if check {
-				return checkConfig(cmd, path)
+				return checkConfig(cmd, path, online)
 			}
 			cfg, err := loadConfig(path)
 			if err != nil {
@@ -114,6 +120,7 @@ and touches nothing.`,
 	}
 	c.Flags().StringVarP(&path, "config", "c", "/etc/tierwall/tierwall.yaml", "configuration file")
 	c.Flags().BoolVar(&check, "check", false, "validate the configuration offline and exit (0: valid, 2: invalid, with every error)")
+	c.Flags().BoolVar(&online, "online", false, "with --check: also check this host (the interface exists, collectors resolve, BGP peers have a route); connects to nothing")
 	return c
 }
 
