@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -44,6 +46,29 @@ func (s *Server) probeRoutes(m *mux) {
 		}
 		rs, next := s.P.Engine.Records(since, 10000)
 		writeJSON(w, http.StatusOK, RecordsPage{Records: orEmpty(rs), Next: next})
+	})
+	m.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
+		q, err := listQuery(r, "kind")
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		var kinds []string
+		if k := r.URL.Query().Get("kind"); k != "" {
+			kinds = strings.Split(k, ",")
+		}
+		es, err := s.P.Events(kinds)
+		if err != nil {
+			fail(w, fmt.Errorf("%w: %v", daemon.ErrBadRequest, err))
+			return
+		}
+		// since and limit as the daemon's events read them: after since,
+		// then the newest limit.
+		es = slices.DeleteFunc(es, func(e probed.Event) bool { return !q.Since.IsZero() && !e.Time.After(q.Since) })
+		if q.Limit > 0 && len(es) > q.Limit {
+			es = es[len(es)-q.Limit:]
+		}
+		writeJSON(w, http.StatusOK, es)
 	})
 	m.Handle("GET /metrics", promhttp.HandlerFor(s.P.Metrics, promhttp.HandlerOpts{}))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/dpi"
 	"github.com/tierwall/tierwall/internal/flow"
@@ -32,6 +33,7 @@ type Probed struct {
 	cfg    *config.Config
 	log    *slog.Logger
 	closer func() error
+	events eventLog
 }
 
 // Parts are the tiers a probe runs over; New builds them from the
@@ -122,6 +124,9 @@ func (p *Probed) Close() error {
 
 // Status is what GET /v1/flows/status answers.
 type Status struct {
+	// Build is the probe's version, commit and Go version: which build
+	// answers, without a shell on its host.
+	Build    cli.Build       `json:"build"`
 	Mode     string          `json:"mode"`
 	Engine   flowprobe.Stats `json:"engine"`
 	Software flow.TierStats  `json:"software"`
@@ -143,7 +148,7 @@ func (p *Probed) Status() (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("reading the software flow tier: %w", err)
 	}
-	st := Status{Mode: p.cfg.Probe.Mode, Engine: p.Engine.Stats(), Software: sw}
+	st := Status{Build: cli.BuildInfo(), Mode: p.cfg.Probe.Mode, Engine: p.Engine.Stats(), Software: sw}
 	if p.HW != nil {
 		st.NIC = &NICStatus{Caps: p.HW.Caps(), Occupancy: st.Engine.Offloaded}
 		if v, ok := p.HW.(tier.Verdicts); ok {

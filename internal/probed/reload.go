@@ -4,6 +4,7 @@ package probed
 
 import (
 	"reflect"
+	"strings"
 
 	"github.com/tierwall/tierwall/internal/config"
 )
@@ -20,14 +21,17 @@ func (p *Probed) Reload(path string) {
 	c, err := config.Load(path)
 	if err != nil {
 		p.log.Error("reload refused, keeping the running configuration", "err", err)
+		p.event("error", "reload refused, keeping the running configuration: %v", err)
 		return
 	}
 	if changed := changedSections(p.cfg, c); len(changed) > 0 {
 		p.log.Warn("reload: a probe applies configuration changes at its next restart; the running one is kept, with its flows",
 			"changed", changed)
+		p.event("reload", "configuration read: need a restart (running values kept until then, with the flows): %s", strings.Join(changed, ", "))
 		return
 	}
 	p.log.Info("reload: configuration unchanged")
+	p.event("reload", "configuration reloaded: nothing changed")
 }
 
 // changedSections names the top-level sections (by their YAML keys) that
