@@ -29,7 +29,8 @@ type onlineProblem struct {
 
 func (p onlineProblem) Error() string { return p.field + ": " + p.msg }
 
-// resolver and routeTo are the host's, replaced by tests.
+// The host's resolver, routes, interfaces and addresses, as variables so
+// that a test on a host without them could stand in.
 var (
 	resolver = net.DefaultResolver
 	// routeTo is the source address the kernel would use to reach a (a
@@ -43,7 +44,7 @@ var (
 		return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
 	}
 	interfaceByName = net.InterfaceByName
-	hostAddrs       = func() ([]net.Addr, error) { return net.InterfaceAddrs() }
+	hostAddrs       = net.InterfaceAddrs
 )
 
 // checkOnline runs the online checks for cfg, printing what passed on out,

@@ -106,7 +106,9 @@ func TestRemoteDaemonOverTCP(t *testing.T) {
 	// A wrong token is the caller's mistake, and so is --direct with
 	// --url; nothing listening is "no daemon", exit 2.
 	bad := filepath.Join(t.TempDir(), "bad")
-	os.WriteFile(bad, []byte("nope"), 0o600)
+	if err := os.WriteFile(bad, []byte("nope"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := execute("--bpffs", emptyBPFFS(t), "--url", ra.url, "--token-file", bad, "attacks", "list"); err == nil ||
 		cli.ExitCode(err) != cli.ExitUsage || !strings.Contains(err.Error(), "401") {
 		t.Errorf("wrong token: %v (exit %d)", err, cli.ExitCode(err))

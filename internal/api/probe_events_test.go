@@ -57,10 +57,14 @@ func TestProbeEventsAndBuild(t *testing.T) {
 		t.Fatalf("fresh events: %d %v", code, es)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	os.WriteFile(bad, []byte("interval: [\n"), 0o600)
+	if err := os.WriteFile(bad, []byte("interval: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	p.Reload(bad)
 	changed := filepath.Join(t.TempDir(), "probe.yaml")
-	os.WriteFile(changed, []byte("role: probe\ninterface: eth7\nprobe:\n  policy: {default: software}\n"), 0o600)
+	if err := os.WriteFile(changed, []byte("role: probe\ninterface: eth7\nprobe:\n  policy: {default: software}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	p.Reload(changed)
 	if code := get("/v1/events", &es); code != 200 || len(es) != 2 || es[0].Kind != "error" || !strings.Contains(es[0].Detail, "reload refused") ||
 		es[1].Kind != "reload" || !strings.Contains(es[1].Detail, "need a restart") || !strings.Contains(es[1].Detail, "interface") {
