@@ -42,7 +42,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.url, "url", "", "a daemon's TCP API (http://HOST:PORT, its api.tcp), on this host or another: every command that asks a daemon asks that one")
 	pf.StringVar(&g.tokenFile, "token-file", "", "file holding the bearer token of the daemon at --url (its api.token_file)")
 	pf.BoolVar(&g.direct, "direct", false, "change the data plane directly even when a daemon owns it (the daemon adopts the change only when it restarts)")
-	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun(), newFlows(), newFlowRule(), newVictims(), newWatch(), newAttacks(), newBGP(), newProvisional(), newDoctor(), newCleanup())
+	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun(), newFlows(), newFlowRule(), newVictims(), newWatch(), newAttacks(), newBGP(), newProvisional(), newDoctor(), newCleanup(), newTelemetry())
 	cli.AddVersion(root, &g.json)
 	rootCmd = root
 	return root
