@@ -220,7 +220,7 @@ func (r FlowRule) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dst %s", r.Dst)
 	if r.Proto != 0 {
-		fmt.Fprintf(&b, " proto %s", protoName(r.Proto))
+		fmt.Fprintf(&b, " proto %s", ProtoName(r.Proto))
 	}
 	if !r.DstPorts.Any() {
 		fmt.Fprintf(&b, " dport %s", r.DstPorts)
@@ -247,7 +247,9 @@ func (r FlowRule) String() string {
 	return b.String()
 }
 
-func protoName(p uint8) string {
+// ProtoName is an IP protocol's name as rules and the NIC tier print it
+// (tcp, udp, icmp, icmpv6), else its number.
+func ProtoName(p uint8) string {
 	switch p {
 	case 6:
 		return "tcp"

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // The hardware flow table of a flow probe (Deri et al., HPSR 2024). The
@@ -98,7 +100,7 @@ func (k FlowKey) Validate() error {
 }
 
 func (k FlowKey) String() string {
-	return fmt.Sprintf("%s %s <> %s", protoName(k.Proto), k.Lo, k.Hi)
+	return fmt.Sprintf("%s %s <> %s", rule.ProtoName(k.Proto), k.Lo, k.Hi)
 }
 
 // FlowAction is what the NIC does with a learned flow's packets once it

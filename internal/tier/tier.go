@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Sentinel errors; backends wrap them with %w.
@@ -74,21 +76,7 @@ func (m Match) String() string {
 	if !m.IsFlow() {
 		return m.Src.String()
 	}
-	return fmt.Sprintf("%s %s:%d > %s:%d", protoName(m.Proto), m.Src, m.SrcPort, m.Dst, m.DstPort)
-}
-
-func protoName(p uint8) string {
-	switch p {
-	case 6:
-		return "tcp"
-	case 17:
-		return "udp"
-	case 1:
-		return "icmp"
-	case 58:
-		return "icmpv6"
-	}
-	return fmt.Sprintf("proto-%d", p)
+	return fmt.Sprintf("%s %s:%d > %s:%d", rule.ProtoName(m.Proto), m.Src, m.SrcPort, m.Dst, m.DstPort)
 }
 
 // Action is what hardware does with a matching packet.
