@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* bench_baseline.c - reference programs the filter is measured against:
  * one lookup of the IPv4 source in a plain BPF hash map (what most XDP
  * blocklists do), an empty program that only returns, and the "one line"
@@ -69,4 +69,4 @@ int bl_empty(struct xdp_md *ctx)
 	return XDP_DROP;
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

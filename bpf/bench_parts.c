@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* bench_parts.c - the filter's drop path cut into rungs, for the benchmark's
  * breakdown of the fixed cost at one rule: each program is the previous
  * one plus one piece, built from the filter's own headers, so the
@@ -142,4 +142,4 @@ int bp_calls_global(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

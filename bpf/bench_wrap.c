@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* bench_wrap.c - benchmark driver for BPF_PROG_TEST_RUN. Each repetition
  * rewrites the test packet's source address from a sample table (uniform
  * or Zipf, filled by the harness) indexed by a per-CPU sequence number,
@@ -88,4 +88,4 @@ int bw_wrap6(struct xdp_md *ctx)
 	return XDP_ABORTED;
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* xdp_filter.c - tierwall's software tier: drop packets whose source is on
  * the blocklist (exact /32 and /128 first, then prefixes), let allowlisted
  * sources through whatever else matches, then apply the flow rules (by
@@ -151,4 +151,4 @@ int tw_filter(struct xdp_md *ctx)
 	return tw_exit(ctx, r, len);
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

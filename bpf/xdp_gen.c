@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* xdp_gen.c - tierwall's traffic generator. Run with BPF_PROG_TEST_RUN in
  * live-frames mode (BPF_F_TEST_XDP_LIVE_FRAMES): every repetition rewrites
  * the template frame's source address and returns XDP_TX, so the kernel
@@ -269,4 +269,4 @@ int tw_gen(struct xdp_md *ctx)
 	return XDP_DROP;
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

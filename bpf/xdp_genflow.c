@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* xdp_genflow.c - the generator's flow mode. Like xdp_gen.c it runs with
  * BPF_PROG_TEST_RUN in live-frames mode and returns XDP_TX, but each
  * repetition builds the next frame of a schedule user space wrote: frame k
@@ -311,4 +311,4 @@ int tw_genflow_rerr(__u64 *ctx)
 	return 0;
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

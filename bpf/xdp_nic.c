@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* xdp_nic.c - the emulated SmartNIC: a bump-in-the-wire stage on the
  * wire-facing port of the "nic" network namespace. Packets matching its
  * small exact-match table are dropped (or counted and forwarded) here and
@@ -134,4 +134,4 @@ int tw_nic(struct xdp_md *ctx)
 	return tw_nic_out(cfg, TW_NV_HIT_FORWARD, p.l3len);
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* xdp_nic_egress.c - the emulated SmartNIC's transmit side, on its
  * host-facing port: what the host sends (its stack's packets and its XDP_TX
  * answers) leaves the card here. Frames for the networks the lab has (the
@@ -97,4 +97,4 @@ int tw_nic_egress(struct xdp_md *ctx)
 	return tw_egress_count(TW_EG_OTHER, len, XDP_PASS);
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* xdp_nicflow.c - the emulated SmartNIC in flow mode (Deri et al., HPSR
  * 2024): a hardware flow table on the wire-facing port. A learned flow's
  * packets are counted per direction in its entry and discarded, or
@@ -226,4 +226,4 @@ int tw_nicflow_unlearning(struct tw_nicflow_ref *ref)
 	return old;
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* xdp_probe.c - the flow probe's software tier (Deri et al., HPSR 2024) on
  * the host port: per-flow counters in XDP, the first packets of each new
  * flow copied to user space for DPI, and the NIC's hit/miss/unhandled mark
@@ -140,4 +140,4 @@ int tw_probe_ctl_batch(struct tw_probe_batch *b)
 	return 0;
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0-only
+// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause
 /* xdp_synproxy.c - the SYN-cookie stage, slot 0 of the filter's tail-call
  * array tw_jmp: the filter jumps here with TCP packets of a syn-cookie
  * rule, the frame as it arrived. SYNs are answered in XDP with cookie
@@ -77,4 +77,4 @@ int tw_synproxy(struct xdp_md *ctx)
 	return tw_sp_verdict(tw_sp_other(ctx, &p, flags), len);
 }
 
-char _license[] SEC("license") = "GPL";
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* conntrack.h - asks netfilter's connection tracking whether it knows a TCP
  * flow, through the kfuncs bpf_xdp_ct_lookup and bpf_ct_release. Their
  * types are kernel-internal, not uapi, so they are declared here as this

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* consts.h - limits, verdict reasons and slot states shared by every
  * tierwall program. Enums listed here are exported to Go by bpf2go, so the
  * numbering is an ABI with pinned maps: append, never renumber. */

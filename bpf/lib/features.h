@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* features.h - the paper's feature extraction: per (source, destination,
  * protocol) packet, byte and SYN counts of traffic that passed the filter,
  * and the port profile of the same traffic, in this CPU's regions of

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* flow.h - the flow probe's shared types (Deri et al., HPSR 2024): the
  * flow key both tiers use, the mark the NIC stage leaves in XDP metadata
  * for the host, the software flow entry and the DPI sample. The NIC stage

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* frule.h - flow rules: the rules for floods whose sources cannot be
  * listed. They match what a packet is sent to and what it looks like
  * (BGP FlowSpec's fields: destination prefix, protocol, port ranges, TCP

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* heavy.h - the heavy-hitter detector: a source that matched no rule and
  * sends more than a threshold of packets (or SYNs) in a window of a few
  * milliseconds is dropped from its next packet, through a provisional

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* maps.h - the filter's map inventory (docs/ARCHITECTURE.md lists the pin
  * names). Sizes here are placeholders: user space sets max_entries from the
  * load-time capacities before loading, and the matching masks below. */

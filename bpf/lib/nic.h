@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* nic.h - the emulated SmartNIC's match stage: an exact-match hardware
  * table of capacity K with per-rule counters, in front of the host, and
  * its lookup. Kept apart from maps.h: the NIC stage is a different device

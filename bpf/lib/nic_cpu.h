@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* nic_cpu.h - the emulated SmartNIC's CPU (xdp_nic.c): the filter it
  * runs, by tail call, and the rate that CPU can sustain. */
 #ifndef TW_NIC_CPU_H

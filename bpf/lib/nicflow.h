@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* nicflow.h - types and maps of the emulated SmartNIC in flow mode
  * (xdp_nicflow.c), after Napatech's Flow Manager as PF_RING drives it (Deri
  * et al., HPSR 2024): a hardware flow table of capacity K that the NIC's

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* parse.h - bounds-checked parsing from Ethernet to L4 for the filter.
  * One function walks the headers and returns either TW_R_PASS (a
  * well-formed IP packet, fields filled in) or the reason it stopped: non-IP

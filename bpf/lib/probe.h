@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* probe.h - constants, counters and maps of the flow probe's software tier
  * (xdp_probe.c): per-flow state in a hash table, the first packets of each
  * flow copied to user space for DPI, and per-CPU counters of what happened

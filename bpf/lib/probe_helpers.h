@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* probe_helpers.h - the flow probe's per-packet steps (xdp_probe.c): read
  * the NIC's mark, find or create the flow, count the packet in it, copy it
  * to user space while the flow is in DPI, and leave through one exit that

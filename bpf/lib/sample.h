@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* sample.h - the packet sampler behind the attack reports' pcap: 1 in N
  * of the packets the filter drops go, cut to TW_SAMPLE_SNAP bytes, into a
  * BPF ring buffer that the daemon drains each interval. N lives in a

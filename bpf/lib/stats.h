@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* stats.h - the single exit: every packet leaves through tw_verdict, which
  * counts it against exactly one reason in a per-CPU array (no atomics) and
  * maps the reason to the XDP action. */

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* synproxy.h - constants, configuration and counters of the SYN-cookie
  * stage (xdp_synproxy.c). The filter tail-calls it for packets of a
  * syn-cookie rule: it answers SYNs with cookie SYN-ACKs itself, passes the

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* synproxy_helpers.h - the SYN-cookie stage's per-packet steps
  * (xdp_synproxy.c): read a SYN's options, turn the SYN into its cookie
  * SYN-ACK in place, check an ACK's cookie, and the single counted exit. */

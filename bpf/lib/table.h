@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* table.h - the exact-match source tables: open addressing with linear
  * probing over a plain BPF array, keyed by a seeded hash that user space
  * computes identically (internal/datapath/hash.go).

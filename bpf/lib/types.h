@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* types.h - every struct that crosses the kernel/user boundary. Go gets
  * these through bpf2go -type, never by hand; the asserts pin the sizes the
  * table code and the Go side rely on. */

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0-only */
+/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
 /* verifier.h - what older verifiers need spelled out. Debian 12's 6.1 (and
  * 6.12) verifier does not track the bounds of a byte swap, of an xor, or of
  * a value the compiler knows is bounded and so never masks: a length read

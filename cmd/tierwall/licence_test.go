@@ -52,6 +52,38 @@ func TestGoFilesHaveSPDX(t *testing.T) {
 // The licences the SPDX lines name are in the repository, and
 // deploy/debian/copyright is machine readable (DEP-5): every licence a
 // Files paragraph names has its own paragraph with the text.
+// The BPF C is dual-licensed, as cilium's and xdp-tools' is: GPL-2.0 for
+// the kernel's GPL-only helpers and kfuncs, BSD-2-Clause for everyone who
+// reuses it. Every program and header of bpf/ (the vendored bpf/include
+// keeps its own) says so on its first line, and every program's license
+// section is the kernel's spelling of it.
+func TestBPFFilesHaveSPDX(t *testing.T) {
+	root := repoRoot(t)
+	files, err := filepath.Glob(filepath.Join(root, "bpf", "*.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, _ := filepath.Glob(filepath.Join(root, "bpf", "lib", "*.h"))
+	files = append(files, hs...)
+	if len(files) < 20 {
+		t.Fatalf("found only %d BPF files", len(files))
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, _, _ := strings.Cut(string(b), "\n")
+		rel, _ := filepath.Rel(root, f)
+		if first != "// SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause" && first != "/* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */" {
+			t.Errorf("%s: first line %q, want the SPDX line GPL-2.0-only OR BSD-2-Clause", rel, first)
+		}
+		if strings.HasSuffix(f, ".c") && !strings.Contains(string(b), `SEC("license") = "Dual BSD/GPL";`) {
+			t.Errorf("%s: license section is not \"Dual BSD/GPL\"", rel)
+		}
+	}
+}
+
 func TestLicenceFiles(t *testing.T) {
 	root := repoRoot(t)
 	for _, f := range []string{"LICENSE", "LICENSES/Apache-2.0.txt", "LICENSES/GPL-2.0-only.txt", "LICENSES/BSD-2-Clause.txt"} {
