@@ -148,7 +148,7 @@ func needDaemon(what string) (*api.Client, error) {
 // found.
 func errNoDaemon(what string) error {
 	return cli.Usage(fmt.Errorf("%w: %s comes from the daemon (tierwall run): no daemon owns a data plane in this network namespace, "+
-		"and none answers at %s (give its API socket with --socket)", api.ErrNoDaemon, what, g.socket))
+		"and none answers at %s (give its API socket with --socket, or its TCP API with --url and --token-file)", api.ErrNoDaemon, what, g.socket))
 }
 
 // remoteDaemon is the daemon at --url, with the token of --token-file: a

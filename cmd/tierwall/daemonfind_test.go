@@ -88,7 +88,7 @@ func TestNoDaemonSameError(t *testing.T) {
 	} {
 		_, err := execute(append([]string{"--bpffs", emptyBPFFS(t), "--socket", none}, args...)...)
 		if err == nil || cli.ExitCode(err) != cli.ExitUsage || !errors.Is(err, api.ErrNoDaemon) ||
-			!strings.Contains(err.Error(), "none answers at "+none+" (give its API socket with --socket)") {
+			!strings.Contains(err.Error(), "none answers at "+none+" (give its API socket with --socket, or its TCP API with --url and --token-file)") {
 			t.Errorf("%v: %v (exit %d), want exit 2 naming %s", args, err, cli.ExitCode(err), none)
 		}
 	}
