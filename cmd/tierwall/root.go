@@ -39,7 +39,7 @@ func newRoot() *cobra.Command {
 	_ = pf.MarkHidden("bpffs")
 	pf.StringVar(&g.socket, "socket", "/run/tierwall/api.sock",
 		"daemon API socket, for when no interface is attached in this namespace (the daemon that owns a data plane is found from its owner record)")
-	pf.StringVar(&g.url, "url", "", "a daemon's TCP API (http://HOST:PORT, its api.tcp), on this host or another: every command that asks a daemon asks that one")
+	pf.StringVar(&g.url, "url", "", "a daemon's TCP API (http://HOST:PORT, its api.tcp; another host's through an SSH tunnel or a TLS proxy, https://): every command that asks a daemon asks that one")
 	pf.StringVar(&g.tokenFile, "token-file", "", "file holding the bearer token of the daemon at --url (its api.token_file)")
 	pf.BoolVar(&g.direct, "direct", false, "change the data plane directly even when a daemon owns it (the daemon adopts the change only when it restarts)")
 	root.AddCommand(newAttach(), newDetach(), newBlock(), newAllow(), newStats(), newTop(), newHW(), newNIC(), newRun(), newFlows(), newFlowRule(), newVictims(), newWatch(), newAttacks(), newBGP(), newProvisional(), newDoctor(), newCleanup(), newTelemetry())
