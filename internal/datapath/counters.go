@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"net/netip"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -108,9 +109,12 @@ type exactView struct {
 }
 
 // hotSlots and hotV6 are TW_HOT_SLOTS and TW_HOT_V6; maxTornReads bounds
-// the retries of one counter reading (sum).
+// the quick retries of one counter reading (sum), maxTornWaits the ones
+// after a tornWait each (100 ms in all) for a writer that is not running.
 const (
 	maxTornReads = 1000
+	maxTornWaits = 200
+	tornWait     = 500 * time.Microsecond
 	hotSlots     = uint32(filterTwHotLimitTW_HOT_SLOTS)
 	hotV6        = uint32(filterTwHotLimitTW_HOT_V6)
 )
@@ -225,12 +229,19 @@ func (t *exactTable) sum(v *exactView, idx uint32) Counter {
 		seq = make([]uint32, t.ncpu)
 	}
 	for try := 0; ; try++ {
+		// A writer inside its update for this long is not running: a
+		// vCPU the hypervisor descheduled holds its seq odd until it is
+		// back (the kernel-VM test saw a reading go down when 1,000
+		// quick retries gave up on one). Wait for it, a bounded while.
+		if try > maxTornReads {
+			time.Sleep(tornWait)
+		}
 		var c Counter
 		torn := false
 		for cpu := uint32(0); cpu < t.ncpu; cpu++ {
 			e := &v.hot[cpu*hotSlots+idx&(hotSlots-1)]
 			seq[cpu] = atomic.LoadUint32(&e.Seq)
-			if seq[cpu]&1 != 0 && try < maxTornReads {
+			if seq[cpu]&1 != 0 && try < maxTornReads+maxTornWaits {
 				torn = true
 				break
 			}
@@ -257,7 +268,7 @@ func (t *exactTable) sum(v *exactView, idx uint32) Counter {
 				break
 			}
 		}
-		if !torn || try >= maxTornReads {
+		if !torn || try >= maxTornReads+maxTornWaits {
 			return c
 		}
 	}
