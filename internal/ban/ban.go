@@ -176,12 +176,6 @@ func (s *Store) at(p netip.Prefix) *Ban {
 	return nil
 }
 
-func (s *Store) touch(p netip.Prefix) {
-	if i, ok := s.index[p]; ok {
-		s.touched[i] = true
-	}
-}
-
 // peakPrompt is how far a ban's peak may grow past what the state files
 // hold before the next Save writes it rather than the refresh. The peak
 // decides what BGP announces and when a prefix ban lifts; left to the
