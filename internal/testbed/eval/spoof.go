@@ -305,7 +305,7 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 	cfg := fmt.Sprintf(`interface: %s
 interval: %v
 state_file: %s/state.json
-capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 262144, memory_mib: 256}
+capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 262144, memory_mib: 1024}
 api: {socket: %s}
 `, lab.IfHost, p.Interval, dir, sock)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
