@@ -11,6 +11,9 @@ pkgs+=(systemd man-db)
 # Real BGP peers for the speaker's tests (internal/testbed/bgppeer):
 # GoBGP 3.10 (gobgpd, gobgp), BIRD 2.0.12, FRR 8.4.
 pkgs+=(gobgpd bird2 frr)
+# Real flow exporters for network mode's tests (internal/telemetry):
+# softflowd 1.1 (NetFlow v9, IPFIX) and pmacct 1.7 (pmacctd's sfprobe: sFlow).
+pkgs+=(softflowd pmacct)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -93,7 +93,7 @@ func NewDecoder(cfg DecoderConfig, log *slog.Logger) (*Decoder, error) {
 			return nil, fmt.Errorf("exporter %s: sampling rate %d over %d", a, c.SamplingRate, cfg.MaxRate)
 		}
 		d.ex[a] = &exporter{ExporterStats: ExporterStats{Address: a, Name: c.Name, Configured: c.SamplingRate},
-			tmpl: newTemplates(cfg.MaxTemplates), seq: map[uint64]uint32{}, optRate: map[uint64]uint32{}}
+			tmpl: newTemplates(cfg.MaxTemplates), seq: map[uint64]uint32{}, seqN: map[uint64]uint32{}, seqAlt: map[uint64]uint32{}, optRate: map[uint64]uint32{}}
 	}
 	return d, nil
 }
@@ -125,7 +125,8 @@ func (d *Decoder) Exporters() []ExporterStats {
 // Decode decodes one datagram from an exporter and calls emit for each
 // flow sample or record (the Record is reused: copy what is kept). What
 // decoded before an error is emitted; the error is counted and returned
-// (wrapping ErrUnknownExporter or ErrMalformed).
+// (wrapping ErrUnknownExporter or ErrMalformed). It may rewrite b (a
+// NetFlow v9 header's count).
 func (d *Decoder) Decode(from netip.Addr, b []byte, now time.Time, emit func(*Record)) (err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -234,7 +235,7 @@ func (d *Decoder) sflow(e *exporter, b []byte, emit func(*Record)) error {
 	}
 	var p sflow.Packet
 	derr := sflow.DecodeMessageVersion(bytes.NewBuffer(b), &p)
-	e.sequence(uint64(SFlow5)<<32|uint64(p.SubAgentId), p.SequenceNumber, 1, d.cfg.MaxTemplates)
+	e.sequence(uint64(SFlow5)<<32|uint64(p.SubAgentId), p.SequenceNumber, 1, 1, d.cfg.MaxTemplates)
 	for _, s := range p.Samples {
 		var rate uint32
 		var recs []sflow.FlowRecord
@@ -307,7 +308,7 @@ func (d *Decoder) netflow5(e *exporter, b []byte, emit func(*Record)) error {
 	if err := netflowlegacy.DecodeMessageVersion(bytes.NewBuffer(b), &p); err != nil {
 		return fmt.Errorf("%w: NetFlow v5: %w", ErrMalformed, err)
 	}
-	e.sequence(uint64(NetFlow5)<<32|uint64(p.EngineType)<<8|uint64(p.EngineId), p.FlowSequence, uint32(p.Count), d.cfg.MaxTemplates)
+	e.sequence(uint64(NetFlow5)<<32|uint64(p.EngineType)<<8|uint64(p.EngineId), p.FlowSequence, uint32(p.Count), uint32(p.Count), d.cfg.MaxTemplates)
 	// The top two bits are the sampling mode, the other 14 the interval.
 	said := uint32(p.SamplingInterval & 0x3fff)
 	for i := range p.Records {
@@ -394,6 +395,16 @@ func addrOf(v any) netip.Addr {
 }
 
 func (d *Decoder) netflow(e *exporter, b []byte, version uint16, emit func(*Record)) error {
+	if version == 9 && len(b) >= 4 {
+		// goflow2 reads a v9 header's count as the number of flowsets and
+		// stops after that many; RFC 3954 makes it the number of records,
+		// and softflowd 1.1 counts only the data records, so a datagram
+		// of templates, options and two flows says 2 and its flows were
+		// never read. Each flowset takes at least 4 bytes, so reading
+		// them all is bounded by the datagram. (The buffer is the
+		// collector's own.)
+		binary.BigEndian.PutUint16(b[2:], 0xffff)
+	}
 	var p9 netflow.NFv9Packet
 	var p10 netflow.IPFIXPacket
 	derr := netflow.DecodeMessageVersion(bytes.NewBuffer(b), e.tmpl, &p9, &p10)
@@ -405,11 +416,12 @@ func (d *Decoder) netflow(e *exporter, b []byte, version uint16, emit func(*Reco
 	stream := uint64(proto)<<32 | uint64(domain)
 	// Options first: a datagram that brings a new sampling rate applies it
 	// to its own records.
-	var data uint32
+	var data, opts uint32
 	raw := false
 	for _, s := range sets {
 		if o, ok := s.(netflow.OptionsDataFlowSet); ok {
 			data += uint32(len(o.Records))
+			opts += uint32(len(o.Records))
 			for _, rec := range o.Records {
 				if r := samplingOf(rec.OptionsValues); r > 0 {
 					if len(e.optRate) < d.cfg.MaxTemplates || e.optRate[stream] > 0 {
@@ -496,13 +508,15 @@ func (d *Decoder) netflow(e *exporter, b []byte, version uint16, emit func(*Reco
 	// records included), per source ID / observation domain.
 	switch {
 	case proto == NetFlow9:
-		e.sequence(stream, seq, 1, d.cfg.MaxTemplates)
+		e.sequence(stream, seq, 1, 1, d.cfg.MaxTemplates)
 	case raw:
 		// Records whose template is unknown cannot be counted: the next
 		// sequence number is not known either, and no loss is claimed.
 		delete(e.seq, stream)
+		delete(e.seqN, stream)
+		delete(e.seqAlt, stream)
 	default:
-		e.sequence(stream, seq, data, d.cfg.MaxTemplates)
+		e.sequence(stream, seq, data, data-opts, d.cfg.MaxTemplates)
 	}
 	if derr != nil && !onlyNoTemplate(derr) {
 		return fmt.Errorf("%w: %s: %w", ErrMalformed, proto, derr)

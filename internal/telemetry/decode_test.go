@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -270,11 +272,15 @@ func FuzzDecode(f *testing.F) {
 		m.Data(256, tt.Record(fl))
 		f.Add(m.Bytes())
 	}
+	if b, err := os.ReadFile("testdata/softflowd-1.1-v9.bin"); err == nil {
+		f.Add(b)
+	}
 	d, err := NewDecoder(DecoderConfig{Exporters: []ExporterConfig{{Address: router}}, MaxTemplates: 64}, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		b = slices.Clone(b) // Decode may rewrite a v9 header
 		_ = d.Decode(router, b, t0, func(r *Record) {
 			if !r.Dst.IsValid() || r.Rate == 0 {
 				t.Fatalf("record %+v", r)
@@ -324,5 +330,24 @@ func TestCollectorOverUDP(t *testing.T) {
 	}
 	if st := d.Exporters()[0]; st.Datagrams != 2 || st.DecodeErrors != 1 {
 		t.Errorf("%+v", st)
+	}
+}
+
+// A datagram softflowd 1.1 sent (captured on the lab): its v9 header
+// counts 2 records after 5 flowsets (templates, an options template and
+// its data, two data sets); goflow2 alone stops after the first two.
+func TestSoftflowdCountIsNotFlowsets(t *testing.T) {
+	b, err := os.ReadFile("testdata/softflowd-1.1-v9.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newTestDecoder(t, DecoderConfig{})
+	rs, err := decodeAll(t, d, b)
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("%v, %d records", err, len(rs))
+	}
+	r := rs[0]
+	if r.Dst != netip.MustParseAddr("10.231.0.2") || r.SrcPort != 5353 || r.Packets != 39670 || r.Bytes != 19835000 || r.MinLen != 500 || r.Rate != 1 {
+		t.Errorf("%+v", r)
 	}
 }

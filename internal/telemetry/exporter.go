@@ -46,7 +46,7 @@ type exporter struct {
 	// seq is the next sequence number expected per stream: sFlow
 	// sub-agent, NetFlow source ID, IPFIX observation domain (bounded
 	// with the templates' cap: a stream is what a template is per).
-	seq map[uint64]uint32
+	seq, seqN, seqAlt map[uint64]uint32
 	// optRate is the sampling rate the v9/IPFIX options said, per
 	// observation domain (0: none said).
 	optRate map[uint64]uint32
@@ -58,23 +58,34 @@ type exporter struct {
 // reset so that one datagram cannot add billions of lost records.
 const maxGap = 1 << 20
 
-// sequence checks a stream's sequence number against what was expected,
-// and sets what to expect next (seq + n).
-func (e *exporter) sequence(stream uint64, seq, n uint32, maxStreams int) {
-	want, ok := e.seq[stream]
+// sequence checks a stream's sequence number, seq, of a message of n
+// data records (alt of them not options records), and remembers it.
+// RFC 7011 makes an IPFIX sequence number the data records sent before
+// the message, options records included; exporters differ: softflowd 1.1
+// counts flow records only, and counts the message's own. A number that
+// follows the last message under any of these readings is no loss.
+func (e *exporter) sequence(stream uint64, seq, n, alt uint32, maxStreams int) {
+	last, ok := e.seq[stream]
 	if !ok && len(e.seq) >= maxStreams {
 		return
 	}
-	e.seq[stream] = seq + n
-	if !ok || seq == want {
+	e.seq[stream] = seq
+	lastN, lastAlt := e.seqN[stream], e.seqAlt[stream]
+	e.seqN[stream], e.seqAlt[stream] = n, alt
+	if !ok {
 		return
 	}
-	d := seq - want // modulo 2^32
-	if d < maxGap {
+	d := uint32(maxGap)
+	for _, want := range []uint32{last + lastN, last + lastAlt, last + alt, last + n} {
+		d = min(d, seq-want) // modulo 2^32: behind is a huge distance
+	}
+	switch {
+	case d == 0:
+	case d < maxGap:
 		e.SequenceGaps += uint64(d)
-		return
+	default:
+		e.Resets++
 	}
-	e.Resets++
 }
 
 func (e *exporter) sawProtocol(p Protocol) {
