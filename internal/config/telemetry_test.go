@@ -3,6 +3,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -77,6 +78,27 @@ func TestTelemetryRefused(t *testing.T) {
 		_, err := ParseFile("tierwall.yaml", []byte(y))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s → %s: %v, want an error naming %s", bad, repl, err, want)
+		}
+	}
+}
+
+// The example configurations parse and build: deploy/network.yaml's
+// network mode, and deploy/tierwall.yaml's section (off).
+func TestTelemetryExamples(t *testing.T) {
+	for _, f := range []string{"../../deploy/network.yaml", "../../deploy/tierwall.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ParseFile(f, b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if c.Telemetry.Enabled {
+			tc, err := c.TelemetryConfig()
+			if err != nil || len(tc.Decoder.Exporters) != 2 || tc.Action.Mode != telemetry.DryRun || tc.Detector.Policies["customers"].UplinkBPS != 10e9 {
+				t.Errorf("%s: %v %+v", f, err, tc)
+			}
 		}
 	}
 }
