@@ -42,11 +42,7 @@ func TestFlowRuleEncodingRoundTrip(t *testing.T) {
 
 func sendN(t *testing.T, d *Datapath, frame []byte, n int) uint32 {
 	t.Helper()
-	ret, err := d.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: uint32(n)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ret
+	return testutil.RunEach(t, d.Program(), frame, n)
 }
 
 func flowCounters(t *testing.T, d *Datapath) map[string]FlowRuleCounters {

@@ -736,9 +736,20 @@ func TestSetStateKeepsConcurrentCounts(t *testing.T) {
 			}
 		}
 	}()
+	// A run a signal interrupts is restarted whole (cilium/ebpf retries
+	// on EINTR): its first, partial pass counted between 0 and repeat-1
+	// packets more, so a restarted run is checked against that range.
+	lo, hi := uint64(1), uint64(1)
 	for i := 0; i < runs; i++ {
-		if _, err := p.Program().Run(&ebpf.RunOptions{Data: f, Repeat: repeat}); err != nil {
+		restarts := 0
+		opts := &ebpf.RunOptions{Data: f, Repeat: repeat, Reset: func() { restarts++ }}
+		if _, err := p.Program().Run(opts); err != nil {
 			t.Fatal(err)
+		}
+		lo += repeat
+		hi += uint64(1+restarts) * repeat
+		if restarts > 0 {
+			hi -= uint64(restarts)
 		}
 	}
 	close(stop)
@@ -747,8 +758,8 @@ func TestSetStateKeepsConcurrentCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := uint64(1 + runs*repeat); e.Packets[0] != want || e.Marks[flow.MarkNone] != want {
-		t.Errorf("packets %d, marks %v after %d runs: want %d", e.Packets[0], e.Marks, 1+runs*repeat, want)
+	if got := e.Packets[0]; got < lo || got > hi || e.Marks[flow.MarkNone] != got {
+		t.Errorf("packets %d, marks %v after %d runs: want %d (up to %d with restarted runs), every one marked none", got, e.Marks, runs, lo, hi)
 	}
 }
 
