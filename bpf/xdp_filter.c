@@ -136,7 +136,7 @@ int tw_filter(struct xdp_md *ctx)
 
 	r = TW_R_PASS;
 	if (cfg->frule_n) {
-		r = tw_flow_rules(ctx, &p, len, cpu);
+		r = tw_flow_rules(ctx, &p, len, cpu, cfg->good_pps);
 		if (tw_action(r) == XDP_DROP)
 			return tw_exit(ctx, r, len);
 	}

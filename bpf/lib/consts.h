@@ -13,8 +13,9 @@ enum tw_layout {
 	 * known-good lists, tw_jmp and the port profile in the feature
 	 * buffers; 6: the heavy-hitter detector and provisional drops; 7:
 	 * exact rules' counters in their slots, shared by the CPUs; 8: the
-	 * heavy hitter counts in jiffies, samples, and marks its catches */
-	TW_LAYOUT_VERSION = 8,
+	 * heavy hitter counts in jiffies, samples, and marks its catches; 9:
+	 * known-good members carry a token bucket, the config its rate */
+	TW_LAYOUT_VERSION = 9,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy

@@ -52,6 +52,7 @@ struct tw_fview {
 	__u8 sent6; /* arrived as IPv6 */
 	__u8 src4;  /* the source is IPv4 (or IPv4-mapped) */
 	__u8 _pad[2];
+	__u32 good_pps; /* tw_config.good_pps */
 };
 
 /* The destination is taken from the header as sent, not from tw_unmap
@@ -126,17 +127,116 @@ static __always_inline int tw_frule_match(const struct tw_frule *r,
 	return 1;
 }
 
-static __always_inline int tw_known_good(const struct tw_fview *v)
+/* A known-good member's burst outside the host's connections: 100 ms of
+ * its rate, at least one packet. */
+#define TW_GOOD_BURST_NS 100000000ULL
+#define TW_GOOD_RATE_CAP (1ULL << 32)
+
+/* Whether the packet belongs to a TCP connection of this host: a socket
+ * for its exact 4-tuple, established or on its way (a request or
+ * time-wait socket). The lookup falls back to a listener when there is
+ * none, and a listener is no proof: a spoofed packet reaches it too. An
+ * off-path attacker who spoofs a member's address does not know the
+ * member's ephemeral port, so this is what the address alone cannot be. */
+static __always_inline int tw_connected(struct xdp_md *ctx,
+					const struct tw_fview *v)
+{
+	if (v->proto != IPPROTO_TCP || !v->ports)
+		return 0;
+	struct bpf_sock_tuple t = {};
+	__u32 size;
+	if (!v->sent6) {
+		t.ipv4.saddr = v->src[0];
+		t.ipv4.daddr = v->dst[3];
+		t.ipv4.sport = bpf_htons(v->sport);
+		t.ipv4.dport = bpf_htons(v->dport);
+		size = sizeof(t.ipv4);
+	} else {
+		if (v->src4) {
+			/* tw_unmap made a mapped source IPv4: the socket
+			 * saw it as sent. */
+			t.ipv6.saddr[2] = bpf_htonl(0xffff);
+			t.ipv6.saddr[3] = v->src[0];
+		} else {
+			__builtin_memcpy(t.ipv6.saddr, v->src, 16);
+		}
+		__builtin_memcpy(t.ipv6.daddr, v->dst, 16);
+		t.ipv6.sport = bpf_htons(v->sport);
+		t.ipv6.dport = bpf_htons(v->dport);
+		size = sizeof(t.ipv6);
+	}
+	struct bpf_sock *sk =
+		bpf_skc_lookup_tcp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	int ok = sk->state != BPF_TCP_LISTEN;
+	bpf_sk_release(sk);
+	return ok;
+}
+
+/* The member's shared token bucket: rate is for all CPUs together. The
+ * bucket is one per member, written without atomics by whichever CPU
+ * sees the packet: two CPUs can both take the last packet's credit, so
+ * the overshoot is at most a packet per CPU per refill, and a member's
+ * traffic spread over every CPU is still held near its rate. Credit is in
+ * 1/10^9 of a packet: a nanosecond earns rate units. */
+static __always_inline int tw_good_admit(struct tw_good *g, __u64 rate)
+{
+	if (!rate)
+		return 0;
+	if (rate > TW_GOOD_RATE_CAP)
+		rate = TW_GOOD_RATE_CAP;
+	__u64 burst = rate * TW_GOOD_BURST_NS;
+	if (burst < TW_NSEC)
+		burst = TW_NSEC;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 credit = g->credit;
+	__u64 last = g->last_ns;
+	if (!last) {
+		credit = burst; /* a new member */
+	} else if (now > last) {
+		__u64 dt = now - last;
+		if (credit > burst)
+			credit = burst;
+		if (dt > (burst - credit) / rate)
+			credit = burst;
+		else
+			credit += dt * rate;
+	}
+	g->last_ns = now;
+	if (credit < TW_NSEC) {
+		g->credit = credit;
+		return 0;
+	}
+	g->credit = credit - TW_NSEC;
+	return 1;
+}
+
+/* Whether a bypass rule lets the packet pass as known-good: its source is
+ * on the list, and the packet is of one of the host's connections, or
+ * within the member's rate (v->good_pps) when it is not (a new
+ * connection's SYN, UDP, a forwarded destination). A flood spoofed from a
+ * member's address is then its rule's to drop beyond that rate, and the
+ * member's own connections keep passing. */
+static __always_inline int tw_known_good(struct xdp_md *ctx,
+					 const struct tw_fview *v)
 {
 	/* Keys copied to the stack: v is a global function's argument,
 	 * which 6.1's verifier does not take as a map key. */
+	struct tw_good *g;
 	if (v->src4) {
 		__u32 k4 = v->src[0];
-		return bpf_map_lookup_elem(&tw_good4, &k4) != NULL;
+		g = bpf_map_lookup_elem(&tw_good4, &k4);
+	} else {
+		__u32 k6[4];
+		__builtin_memcpy(k6, v->src, 16);
+		g = bpf_map_lookup_elem(&tw_good6, k6);
 	}
-	__u32 k6[4];
-	__builtin_memcpy(k6, v->src, 16);
-	return bpf_map_lookup_elem(&tw_good6, k6) != NULL;
+	if (!g)
+		return 0;
+	if (tw_connected(ctx, v))
+		return 1;
+	return tw_good_admit(g, v->good_pps);
 }
 
 /* Per-CPU token bucket: each CPU admits rate/nr_cpus packets per second,
@@ -193,10 +293,11 @@ static __always_inline int tw_frule_admit(const struct tw_frule *r, __u32 k)
  * the 64-rule scan was verified again for every parser path that reaches
  * it with a different state (VLAN depth, extension headers, fragment
  * state), past the verifier's million-instruction limit. */
-__noinline int tw_frule_decide(const struct tw_fview *v, __u32 cpu, __u32 len)
+__noinline int tw_frule_decide(struct xdp_md *ctx, const struct tw_fview *v,
+			    __u32 cpu, __u32 len)
 {
 	__u32 zero = 0;
-	if (!v)
+	if (!ctx || !v)
 		return TW_R_PASS;
 	void *bank = bpf_map_lookup_elem(&tw_frules, &zero);
 	if (!bank)
@@ -226,7 +327,7 @@ __noinline int tw_frule_decide(const struct tw_fview *v, __u32 cpu, __u32 len)
 		c->packets++;
 		c->bytes += len;
 	}
-	if ((r->flags & TW_FRULE_F_BYPASS) && tw_known_good(v)) {
+	if ((r->flags & TW_FRULE_F_BYPASS) && tw_known_good(ctx, v)) {
 		if (c)
 			c->good++;
 		return TW_R_PASS_KNOWN_GOOD;
@@ -252,11 +353,13 @@ __noinline int tw_frule_decide(const struct tw_fview *v, __u32 cpu, __u32 len)
  * when the SYN proxy is loaded: the tail call replaces this program, and
  * the proxy decides and counts the packet. */
 static __always_inline int
-tw_flow_rules(struct xdp_md *ctx, const struct tw_pkt *p, __u32 len, __u32 cpu)
+tw_flow_rules(struct xdp_md *ctx, const struct tw_pkt *p, __u32 len, __u32 cpu,
+	      __u32 good_pps)
 {
 	struct tw_fview v = {};
 	tw_fview_init(&v, p);
-	int r = tw_frule_decide(&v, cpu, len);
+	v.good_pps = good_pps;
+	int r = tw_frule_decide(ctx, &v, cpu, len);
 	if (r == TW_R_SYNPROXY_MISSING)
 		/* No proxy loaded, the call falls through: fail open to
 		 * the kernel's own SYN cookies rather than drop every

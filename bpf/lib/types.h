@@ -100,6 +100,11 @@ struct tw_config {
 	__u32 frule_n;
 	/* Feature hash seed, random per created state (tw_feat_hash). */
 	__u32 feat_seed[TW_FEAT_SEED_WORDS];
+	/* Packets per second, all CPUs together, that one known-good source
+	 * may pass a bypass rule with outside the host's connections: its
+	 * address alone is no proof, since anyone can spoof it. 0: none. */
+	__u32 good_pps;
+	__u32 _pad_cfg;
 };
 
 /* Feature-extraction key: one per (family, source, destination, protocol). */
@@ -182,6 +187,11 @@ struct tw_fbucket {
 /* Value of a known-good entry (tw_good4, tw_good6). */
 struct tw_good {
 	__u64 added_ns; /* CLOCK_MONOTONIC when user space added it */
+	/* The member's shared token bucket for packets that belong to no
+	 * connection of this host (frule.h: tw_known_good), in 1/10^9 of a
+	 * packet; zero when added, so a new member starts with its burst. */
+	__u64 credit;
+	__u64 last_ns; /* CLOCK_MONOTONIC of the bucket's last packet */
 };
 
 /* The heavy-hitter detector's settings (tw_hh_cfg), written by user space.
@@ -326,14 +336,14 @@ _Static_assert(__builtin_offsetof(struct tw_exact4, bytes) ==
 _Static_assert(TW_HOT_SLOTS * sizeof(struct tw_hot) % 64 == 0,
 	       "each CPU's hot entries start a cache line");
 _Static_assert(sizeof(struct tw_feat_key) == 36, "feature key size");
-_Static_assert(sizeof(struct tw_config) == 104, "config size");
+_Static_assert(sizeof(struct tw_config) == 112, "config size");
 _Static_assert(sizeof(struct tw_feat_slot) == 64, "feature slot size");
 _Static_assert(sizeof(struct tw_frule) == 64, "flow rule size");
 _Static_assert(sizeof(struct tw_frule_set) == 64 * TW_FRULE_MAX,
 	       "flow rule set size");
 _Static_assert(sizeof(struct tw_fctr) == 32, "flow rule counter size");
 _Static_assert(sizeof(struct tw_fbucket) == 16, "token bucket size");
-_Static_assert(sizeof(struct tw_good) == 8, "known-good value size");
+_Static_assert(sizeof(struct tw_good) == 24, "known-good value size");
 _Static_assert(sizeof(struct tw_hh_config) == 64, "heavy-hitter config size");
 _Static_assert(sizeof(struct tw_hh_bucket) == 16, "sketch counter size");
 _Static_assert(sizeof(struct tw_hh_marks) == 64, "a mark line is a cache line");

@@ -177,6 +177,11 @@ type VictimDetector struct {
 	WithdrawAfter int `yaml:"withdraw_after"`
 	// MaxVictims bounds the destinations with a baseline.
 	MaxVictims int `yaml:"max_victims"`
+	// KnownGoodPPS is what one known-good client may pass the ladder's
+	// flow rules with outside this host's TCP connections (its new
+	// connections' SYNs, UDP), all CPUs together: its address alone can
+	// be spoofed, its connections cannot (0: 1000).
+	KnownGoodPPS int `yaml:"known_good_pps"`
 }
 
 type ListDetector struct {
@@ -435,7 +440,7 @@ func (c *Config) Validate() error {
 	for f, x := range map[string]float64{"detectors.victim.k": v.K, "detectors.victim.min_pps": v.MinPPS, "detectors.victim.cold_pps": v.ColdPPS,
 		"detectors.victim.rate_factor": v.RateFactor, "detectors.victim.rate_floor_pps": v.RateFloorPPS,
 		"detectors.victim.learn_intervals": float64(v.LearnIntervals), "detectors.victim.withdraw_after": float64(v.WithdrawAfter),
-		"detectors.victim.max_victims": float64(v.MaxVictims)} {
+		"detectors.victim.max_victims": float64(v.MaxVictims), "detectors.victim.known_good_pps": float64(v.KnownGoodPPS)} {
 		if x < 0 {
 			return bad(f, x, "is negative")
 		}
@@ -451,6 +456,9 @@ func (c *Config) Validate() error {
 	}
 	if v.MaxVictims > 1<<20 {
 		return bad("detectors.victim.max_victims", v.MaxVictims, "above 1048576")
+	}
+	if v.KnownGoodPPS > 1<<30 {
+		return bad("detectors.victim.known_good_pps", v.KnownGoodPPS, "above 1073741824")
 	}
 	if c.Detectors.Lists.Enabled {
 		for i, p := range c.Detectors.Lists.Paths {

@@ -86,7 +86,7 @@ func TestDaemonLearnsOnlyForProtectedDestinations(t *testing.T) {
 func TestDaemonRebuildsKnownGoodListAtStart(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Detectors.Victim.Enabled = true
-	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}}
+	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}, rate: -1}
 	for i := range 5000 {
 		fdp.good[netip.AddrFrom4([4]byte{10, 66, byte(i >> 8), byte(i)})] = true
 	}

@@ -64,6 +64,21 @@ type knownGoodLister interface {
 	KnownGood() ([]netip.Addr, error)
 }
 
+// knownGoodRater is the data plane's side that bounds what a known-good
+// source passes outside the host's connections (datapath.SetKnownGoodRate):
+// set when the daemon starts or reloads.
+type knownGoodRater interface {
+	SetKnownGoodRate(pps uint32) error
+}
+
+// knownGoodPPS is detectors.victim.known_good_pps with its default.
+func (d *Daemon) knownGoodPPS() uint32 {
+	if v := d.cfg.Detectors.Victim.KnownGoodPPS; v > 0 {
+		return uint32(v)
+	}
+	return datapath.DefaultKnownGoodPPS
+}
+
 // quietPPS is the matched rate under which an interval counts as quiet
 // for a ladder rule whose mitigation the detector no longer tracks (after
 // a restart): such a rule goes after WithdrawAfter quiet intervals.
@@ -248,6 +263,13 @@ func (d *Daemon) syncKnownGood(now time.Time) {
 		// (an earlier run kept 60,391 poisoned entries while its successor
 		// knew 30). Read it, and the diff below removes them.
 		f.good = map[netip.Addr]struct{}{}
+		if r, ok := f.fp.(knownGoodRater); ok {
+			if err := r.SetKnownGoodRate(d.knownGoodPPS()); err != nil {
+				d.event(now, "error", netip.Prefix{}, "known-good list: setting its rate: %v", err)
+				f.good = nil
+				return
+			}
+		}
 		if l, ok := f.fp.(knownGoodLister); ok {
 			held, err := l.KnownGood()
 			if err != nil {

@@ -25,6 +25,12 @@ type flowDP struct {
 	sets    int
 	refuse  bool
 	dropped uint64
+	rate    int64 // SetKnownGoodRate's, -1 before
+}
+
+func (f *flowDP) SetKnownGoodRate(pps uint32) error {
+	f.rate = int64(pps)
+	return nil
 }
 
 func (f *flowDP) SetFlowRules(rs []rule.FlowRule) error {
@@ -122,7 +128,7 @@ func newFlowHarness(t *testing.T, monitorOnly bool) (*harness, *flowDP) {
 	cfg.Detectors.Victim.Enabled = true
 	cfg.Detectors.Victim.WithdrawAfter = 3
 	cfg.Rails.MonitorOnly = monitorOnly
-	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}}
+	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}, rate: -1}
 	h := &harness{dp: fdp.fakeDP, now: t0}
 	protect(cfg, flowVictim)
 	d, err := newDaemon(cfg, "", quietLog(), fdp, nil, t0)
@@ -170,6 +176,9 @@ func TestDaemonSpoofedFloodGetsFlowRuleClientsPass(t *testing.T) {
 	}
 	if len(fdp.good) == 0 {
 		t.Fatal("no known-good clients pushed to the data plane after 40 clean intervals")
+	}
+	if fdp.rate != datapath.DefaultKnownGoodPPS {
+		t.Fatalf("known-good rate %d in the data plane, want the default %d", fdp.rate, datapath.DefaultKnownGoodPPS)
 	}
 	for i := 0; i < 6; i++ {
 		passed, sent := interval(true, rng)
@@ -254,7 +263,7 @@ func TestDaemonOperatorFlowRules(t *testing.T) {
 		t.Fatalf("after a refused add: daemon %v, data plane %v", rs, fdp.rules)
 	}
 	// A restart reads the rules back and gives them to the data plane.
-	fdp2 := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}}
+	fdp2 := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}, rate: -1}
 	d2, err := newDaemon(h.d.cfg, "", quietLog(), fdp2, nil, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +283,7 @@ func TestDaemonSparesKnownGoodFromRateDetector(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Detectors.Victim.Enabled = true
 	cfg.Detectors.Rate.PPS = 1000
-	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}}
+	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}, rate: -1}
 	h := &harness{dp: fdp.fakeDP, now: t0}
 	protect(cfg, flowVictim)
 	d, err := newDaemon(cfg, "", quietLog(), fdp, nil, t0)

@@ -37,6 +37,8 @@ type filterTwConfig struct {
 	FeatCap   uint32
 	FruleN    uint32
 	FeatSeed  [10]uint32
+	GoodPps   uint32
+	PadCfg    uint32
 }
 
 type filterTwCtr struct {
@@ -141,6 +143,8 @@ type filterTwFruleSet struct {
 type filterTwGood struct {
 	_       structs.HostLayout
 	AddedNs uint64
+	Credit  uint64
+	LastNs  uint64
 }
 
 type filterTwHhBtf struct {
@@ -273,7 +277,7 @@ const (
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 8
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 9
 )
 
 type filterTwLpm4Key struct {

@@ -4,6 +4,8 @@ package datapath
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -201,6 +203,11 @@ func TestKnownGoodBypass(t *testing.T) {
 	if err := d.AddKnownGood(mustAddrs(t, []string{"::ffff:10.7.7.7", "2001:db8:600d::7"})); err != nil {
 		t.Fatal(err)
 	}
+	// The rule-by-rule semantics, with the members' own rate out of the
+	// way (TestKnownGoodSpoofedMember tests it).
+	if err := d.SetKnownGoodRate(1 << 31); err != nil {
+		t.Fatal(err)
+	}
 	const n = 1000
 	for _, c := range []struct {
 		src, dst string
@@ -226,6 +233,86 @@ func TestKnownGoodBypass(t *testing.T) {
 		if ca.Matched.Packets-cb.Matched.Packets != n || ca.PassedKnownGood-cb.PassedKnownGood != wantGood {
 			t.Errorf("%s > %s: rule counters moved %+v -> %+v", c.src, c.dst, cb, ca)
 		}
+	}
+}
+
+// A member's address alone is no pass: a flood spoofed from it passes a
+// bypass rule only within the member's rate, while the packets of the
+// member's real connections (a socket of this host for their exact
+// 4-tuple) pass whatever the flood did to that rate.
+func TestKnownGoodSpoofedMember(t *testing.T) {
+	d := loadTestDatapath(t)
+	if got, err := d.KnownGoodRate(); err != nil || got != DefaultKnownGoodPPS {
+		t.Fatalf("new state's known-good rate %d (%v), want %d", got, err, DefaultKnownGoodPPS)
+	}
+	for _, fam := range []struct{ network, host string }{{"tcp4", "127.0.0.1"}, {"tcp6", "::1"}} {
+		t.Run(fam.network, func(t *testing.T) {
+			ln, err := net.Listen(fam.network, net.JoinHostPort(fam.host, "0"))
+			if err != nil {
+				t.Skipf("no %s loopback: %v", fam.network, err)
+			}
+			defer ln.Close()
+			conn, err := net.Dial(fam.network, ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			srv := ln.Addr().(*net.TCPAddr).AddrPort()
+			cli := conn.LocalAddr().(*net.TCPAddr).AddrPort()
+			rs := mustFlowRules(t, []string{fmt.Sprintf("dst %s proto tcp drop bypass-known-good", netip.PrefixFrom(srv.Addr(), srv.Addr().BitLen()))})
+			if err := d.SetFlowRules(rs); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.AddKnownGood([]netip.Addr{cli.Addr()}); err != nil {
+				t.Fatal(err)
+			}
+			const rate = 1000
+			if err := d.SetKnownGoodRate(rate); err != nil {
+				t.Fatal(err)
+			}
+			ack := flowPkt{src: cli.Addr().String(), dst: srv.Addr().String(), proto: pkt.ProtoTCP, sport: cli.Port(), dport: srv.Port(), flags: pkt.TCPFlagACK}.build()
+			spoofed := flowPkt{src: cli.Addr().String(), dst: srv.Addr().String(), proto: pkt.ProtoTCP, sport: cli.Port() ^ 0x5a5a, dport: srv.Port(), flags: pkt.TCPFlagACK}.build()
+
+			// The spoofed flood: the member's burst (100 ms of its
+			// rate) and what the rate earns while it runs pass; the
+			// rest is the rule's to drop.
+			const n = 3000
+			before := observe(t, d)
+			start := time.Now()
+			testutil.RunEach(t, d.Program(), spoofed, n)
+			elapsed := time.Since(start)
+			after := observe(t, d)
+			passed := after.verdicts["pass_known_good"].Packets - before.verdicts["pass_known_good"].Packets
+			dropped := after.verdicts["drop_flow"].Packets - before.verdicts["drop_flow"].Packets
+			most := uint64(rate/10 + rate*elapsed.Seconds() + float64(d.sizes.ncpu))
+			t.Logf("spoofed: %d of %d passed in %v (at most %d), %d dropped", passed, n, elapsed, most, dropped)
+			if passed < rate/10 || passed > most || passed+dropped != n {
+				t.Errorf("spoofed from a member: %d passed, %d dropped of %d; want %d to %d passed, the rest dropped", passed, dropped, n, rate/10, most)
+			}
+
+			// The member's connection, its rate spent by the flood:
+			// every packet passes.
+			before = observe(t, d)
+			testutil.RunEach(t, d.Program(), ack, 500)
+			after = observe(t, d)
+			if got := after.verdicts["pass_known_good"].Packets - before.verdicts["pass_known_good"].Packets; got != 500 {
+				t.Errorf("the member's own connection: %d of 500 passed", got)
+			}
+
+			// Rate 0: nothing passes outside a connection, the
+			// connection still does.
+			if err := d.SetKnownGoodRate(0); err != nil {
+				t.Fatal(err)
+			}
+			before = observe(t, d)
+			testutil.RunEach(t, d.Program(), spoofed, 100)
+			testutil.RunEach(t, d.Program(), ack, 100)
+			after = observe(t, d)
+			if p, dr := after.verdicts["pass_known_good"].Packets-before.verdicts["pass_known_good"].Packets,
+				after.verdicts["drop_flow"].Packets-before.verdicts["drop_flow"].Packets; p != 100 || dr != 100 {
+				t.Errorf("rate 0: %d passed, %d dropped; want the connection's 100 passed, the spoofed 100 dropped", p, dr)
+			}
+		})
 	}
 }
 

@@ -18,6 +18,39 @@ import (
 // so a full list costs the oldest clients their bypass and nothing else.
 // Sources are looked up as the filter sees them, an IPv4-mapped source as
 // its IPv4 address, so IPv4-mapped inputs are stored as IPv4.
+//
+// An address alone is no proof: anyone can spoof a member's. A bypass
+// rule lets a member's packet pass when it belongs to one of the host's
+// TCP connections (a socket for its exact 4-tuple), and otherwise only
+// within the member's own rate (SetKnownGoodRate, all CPUs together);
+// beyond it the rule acts as on anyone's. A flood spoofed from a member
+// then costs the member nothing but its new connections beyond that rate,
+// which a syn-cookie rule still answers.
+
+// DefaultKnownGoodPPS is the rate new state starts with: far above what
+// one client opens connections at, far below a flood.
+const DefaultKnownGoodPPS = 1000
+
+// SetKnownGoodRate sets the packets per second (all CPUs together) each
+// known-good source may pass bypass rules with outside the host's
+// connections; 0 lets none pass but those of connections.
+func (d *Datapath) SetKnownGoodRate(pps uint32) error {
+	lk, err := d.lock()
+	if err != nil {
+		return err
+	}
+	defer lk.Unlock()
+	return d.updateConfig(func(c *filterTwConfig) { c.GoodPps = pps })
+}
+
+// KnownGoodRate is the rate SetKnownGoodRate set.
+func (d *Datapath) KnownGoodRate() (uint32, error) {
+	cfg, err := d.config()
+	if err != nil {
+		return 0, err
+	}
+	return cfg.GoodPps, nil
+}
 
 // goodKeys validates and splits addrs; nothing is written on error.
 func goodKeys(addrs []netip.Addr) (v4 []uint32, v6 [][16]byte, err error) {

@@ -330,6 +330,7 @@ func load(o Options) (_ *Datapath, _ *ebpf.CollectionSpec, err error) {
 		Exact6Cap: sz.exact6,
 		FeatCap:   sz.feat,
 		FeatSince: monoNow(),
+		GoodPps:   DefaultKnownGoodPPS,
 	}
 	for i := range cfg.FeatSeed {
 		cfg.FeatSeed[i] = binary.NativeEndian.Uint32(seed[4+4*i:])

@@ -37,6 +37,8 @@ type benchpartsTwConfig struct {
 	FeatCap   uint32
 	FruleN    uint32
 	FeatSeed  [10]uint32
+	GoodPps   uint32
+	PadCfg    uint32
 }
 
 type benchpartsTwCtr struct {
@@ -103,6 +105,8 @@ type benchpartsTwFeatStats struct {
 type benchpartsTwGood struct {
 	_       structs.HostLayout
 	AddedNs uint64
+	Credit  uint64
+	LastNs  uint64
 }
 
 type benchpartsTwHhConfig struct {
