@@ -147,6 +147,7 @@ type Store struct {
 	pending   map[netip.Prefix]struct{}
 	j         *journal
 	loadedGen uint64 // snapshot generation Load read: the next one is newer
+	loading   bool   // Load is filling the store: changes are not pending
 
 	// Warnings are what Load recovered from (a torn journal tail), for
 	// the daemon to log.
@@ -479,7 +480,9 @@ func (s *Store) put(b Ban) {
 	if s.index == nil {
 		s.index, s.pending = map[netip.Prefix]int32{}, map[netip.Prefix]struct{}{}
 	}
-	s.pending[b.Prefix] = struct{}{}
+	if !s.loading {
+		s.pending[b.Prefix] = struct{}{}
+	}
 	if i, ok := s.index[b.Prefix]; ok {
 		s.tiers[s.list[i].Tier]--
 		s.tiers[b.Tier]++
@@ -515,7 +518,9 @@ func (s *Store) del(p netip.Prefix) bool {
 	s.list, s.prefixes, s.meters, s.touched = s.list[:last], s.prefixes[:last], s.meters[:last], s.touched[:last]
 	s.peakSaved = s.peakSaved[:last]
 	delete(s.index, p)
-	s.pending[p] = struct{}{}
+	if !s.loading {
+		s.pending[p] = struct{}{}
+	}
 	return true
 }
 

@@ -3,6 +3,7 @@
 package ban
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -281,5 +282,101 @@ func TestPeakReachesTheDiskWithoutWaitingForTheRefresh(t *testing.T) {
 	}
 	if got := peak(path); got != 11000 {
 		t.Fatalf("peak after Flush %v, want 11000", got)
+	}
+}
+
+// The snapshot is read one ban at a time: what an earlier tierwall wrote
+// (json.Marshal of the whole state, no count), fields in any order or
+// case, unknown fields, a duplicate ban (the later wins) and no bans all
+// load as json.Unmarshal loaded them; a truncated file or trailing data
+// is corrupt.
+func TestStreamedSnapshotReadsWhatUnmarshalRead(t *testing.T) {
+	dir := t.TempDir()
+	load := func(raw string) (*Store, error) {
+		path := filepath.Join(dir, "state.json")
+		if err := os.WriteFile(path, []byte(raw), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s := NewStore(Rails{}, time.Hour)
+		_, err := s.Load(path, t0)
+		return s, err
+	}
+	s, err := load(`{"Bans": [{"prefix": "198.51.100.1/32", "tier": "xdp", "reason": "first"}, {"prefix": "198.51.100.2/32", "tier": "hw"},
+		{"prefix": "198.51.100.1/32", "tier": "xdp", "reason": "second"}], "future": {"a": [1, 2]}, "generation": 3, "VERSION": 2}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := s.Get(netip.MustParsePrefix("198.51.100.1/32")); s.Len() != 2 || b.Reason != "second" || s.Tiers()["hw"] != 1 || s.Tiers()["xdp"] != 1 {
+		t.Fatalf("%d bans, %+v, tiers %v", s.Len(), b, s.Tiers())
+	}
+	if s, err := load(`{"version": 1, "bans": null}`); err != nil || s.Len() != 0 {
+		t.Fatalf("no bans: %v, %d", err, s.Len())
+	}
+	for _, raw := range []string{`{"version": 2, "bans": [{"prefix": "198.51.100.1/32"}`, `{"version": 2, "bans": []} {}`,
+		`{"version": 2, "bans": {}}`, `[]`, ``} {
+		if s, err := load(raw); err == nil || !strings.Contains(err.Error(), "corrupt") || s.Len() != 0 {
+			t.Errorf("%q: %v, %d bans", raw, err, s.Len())
+		}
+	}
+	if _, err := load(`{"bans": [], "version": 3}`); err == nil || !strings.Contains(err.Error(), "version 3") {
+		t.Errorf("version 3: %v", err)
+	}
+
+	// A snapshot of the earlier writer, large enough that "prefix" keys
+	// straddle the counting pass's chunks, loads whole.
+	old := NewStore(Rails{}, time.Hour)
+	addN(t, old, 3000)
+	b, err := json.Marshal(stateFile{Version: stateVersion, Saved: t0, Generation: 1, Bans: old.All()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "old.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(path)
+	defer f.Close()
+	if n := countBans(f, int64(len(b))); n != 3000 {
+		t.Errorf("counted %d bans, want 3000", n)
+	}
+	r := loadAll(t, path)
+	if !reflect.DeepEqual(r.All(), old.All()) {
+		t.Fatal("an earlier snapshot did not load as written")
+	}
+	// What this version writes says how many bans follow, and reads back.
+	if err := r.Save(path, t0); err != nil {
+		t.Fatal(err)
+	}
+	var st stateFile
+	if b, err = os.ReadFile(path); err != nil || json.Unmarshal(b, &st) != nil || st.Count != 3000 || len(st.Bans) != 3000 {
+		t.Fatalf("snapshot: %v, count %d, %d bans", err, st.Count, len(st.Bans))
+	}
+	if r2 := loadAll(t, path); !reflect.DeepEqual(r2.All(), old.All()) {
+		t.Fatal("a snapshot did not load as written")
+	}
+}
+
+// SnapshotBans reads the count a snapshot names, counts an earlier
+// snapshot's bans, and says 0 for no file.
+func TestSnapshotBans(t *testing.T) {
+	dir := t.TempDir()
+	s := NewStore(Rails{}, time.Hour)
+	addN(t, s, 1234)
+	path := filepath.Join(dir, "state.json")
+	if err := s.Save(path, t0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := SnapshotBans(path); err != nil || n != 1234 {
+		t.Errorf("snapshot: %d, %v", n, err)
+	}
+	b, _ := json.Marshal(stateFile{Version: 1, Bans: s.All()})
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := SnapshotBans(path); err != nil || n != 1234 {
+		t.Errorf("earlier snapshot: %d, %v", n, err)
+	}
+	if n, err := SnapshotBans(filepath.Join(dir, "none")); err != nil || n != 0 {
+		t.Errorf("no file: %d, %v", n, err)
 	}
 }

@@ -363,23 +363,32 @@ func (d *Daemon) reconcile(now time.Time) error {
 		d.event(now, "unban", u.Ban.Prefix, "%s", u.Why)
 	}
 	// Restored bans pass today's rails: the allowlist or the protected
-	// space may have grown while the daemon was down.
-	for _, b := range d.store.All() {
-		if why := d.store.Guarded(b.Prefix); why != "" {
-			d.store.Remove(b.Prefix)
-			if inDP[b.Prefix] {
-				d.unblock(now, b.Prefix)
-				delete(inDP, b.Prefix)
-			}
-			d.event(now, "refused", b.Prefix, "ban from the state file is %s: lifted", why)
+	// space may have grown while the daemon was down. The passes go over
+	// the prefixes, not All: each copy of every ban is ~200 B a ban at
+	// the start, while the state file just read is still being collected.
+	var guarded []netip.Prefix
+	for _, p := range d.store.Prefixes() {
+		if d.store.Guarded(p) != "" {
+			guarded = append(guarded, p)
 		}
+	}
+	slices.SortFunc(guarded, comparePrefix)
+	for _, p := range guarded {
+		why := d.store.Guarded(p)
+		d.store.Remove(p)
+		if inDP[p] {
+			d.unblock(now, p)
+			delete(inDP, p)
+		}
+		d.event(now, "refused", p, "ban from the state file is %s: lifted", why)
 	}
 	var restore []netip.Prefix
-	for _, b := range d.store.All() {
-		if !inDP[b.Prefix] {
-			restore = append(restore, b.Prefix)
+	for _, p := range d.store.Prefixes() {
+		if !inDP[p] {
+			restore = append(restore, p)
 		}
 	}
+	slices.SortFunc(restore, comparePrefix)
 	if len(restore) > 0 {
 		for _, p := range d.blockEach(now, restore) {
 			d.event(now, "restore", p, "ban in the state file was missing from the data plane: restored")
@@ -413,15 +422,24 @@ func (d *Daemon) reconcile(now time.Time) error {
 		if _, err := d.off.Measure(context.Background(), now, nil); err != nil {
 			return err
 		}
-		for _, b := range d.store.All() {
-			if b.Prefix.IsSingleIP() && d.off.InHardware(b.Prefix.Addr()) {
-				d.store.SetTier(b.Prefix, "hw")
+		for _, p := range d.store.Prefixes() {
+			if p.IsSingleIP() && d.off.InHardware(p.Addr()) {
+				d.store.SetTier(p, "hw") // changes a ban, not the list of prefixes
 			}
 		}
 	}
 	d.dirty = true
 	d.countTiers()
 	return d.save(now)
+}
+
+// comparePrefix orders prefixes as ban.Store.All does: by address, then
+// length.
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
 }
 
 // adoptedExpiry says how long an adopted ban lasts.

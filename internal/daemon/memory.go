@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/bpffs"
@@ -32,7 +33,11 @@ const (
 	// banHeapBytes is a ban's share of the heap: the store's entry and
 	// meter (~450 B, TestMemoryBudgetPerItemCosts), the rule counters
 	// read every interval, placement's and the state file's copies (the
-	// daemon measured ~1.35 KB per ban with 499K).
+	// daemon measured ~1.35 KB per ban with 499K). Loading the state file
+	// at start allocates ~630 B a ban in all, read one ban at a time into
+	// a store sized once (TestStateLoadWithinBanBudget); it allocated
+	// ~3.8 KB when the whole file was decoded at once, which took a
+	// restart with 500K bans to the unit's limit.
 	banHeapBytes = 1400
 	// trafficKeyBytes is one (source, destination, protocol) key of an
 	// interval: the snapshot's flow and the detectors' tables (~165 B
@@ -61,6 +66,10 @@ var (
 		return err == nil && bpffs.Exists(bpffs.FilterDir(root, iface))
 	}
 )
+
+// stateBans counts the bans of the state file the daemon will load.
+// Tests replace it.
+var stateBans = ban.SnapshotBans
 
 // readCgroupLimit reads the memory limit of this process's cgroup:
 // memory.max (v2), else memory.limit_in_bytes (v1's memory controller).
@@ -112,7 +121,11 @@ type memoryPlan struct {
 	kernel   uint64 // the other BPF maps
 	bans     uint64
 	maxBans  int
-	traffic  uint64
+	// stateBans is what the state file holds when that is more than
+	// maxBans (written under a larger rails.max_total): all of it is
+	// loaded at start.
+	stateBans int
+	traffic   uint64
 }
 
 func (p memoryPlan) need() uint64 {
@@ -169,7 +182,18 @@ func applyMemoryBudget(cfg *config.Config, log *slog.Logger) error {
 		debug.SetMemoryLimit(startLimit)
 		return nil
 	}
-	p, err := planMemory(cfg, budget, source)
+	inState, err := stateBans(cfg.StateFile)
+	if err != nil {
+		return fmt.Errorf("sizing the memory budget: %w", err)
+	}
+	plan := func(c *config.Config) (memoryPlan, error) {
+		p, err := planMemory(c, budget, source)
+		if inState > p.maxBans {
+			p.stateBans, p.bans = inState, uint64(inState)*banHeapBytes
+		}
+		return p, err
+	}
+	p, err := plan(cfg)
 	if err != nil {
 		return err
 	}
@@ -177,7 +201,7 @@ func applyMemoryBudget(cfg *config.Config, log *slog.Logger) error {
 		for f := datapath.DefaultFeatureCapacity / 2; p.need() > budget && f >= minFeatures; f /= 2 {
 			c := *cfg
 			c.Capacity.Features = f
-			if p, err = planMemory(&c, budget, source); err != nil {
+			if p, err = plan(&c); err != nil {
 				return err
 			}
 		}
@@ -191,8 +215,12 @@ func applyMemoryBudget(cfg *config.Config, log *slog.Logger) error {
 		}
 	}
 	if p.need() > budget {
-		return fmt.Errorf("%w: a memory budget of %d MiB (%s) cannot hold the configured capacities on %d CPUs: %d MiB of data-plane tables (capacity.exact4, exact6; features %d per CPU), %d MiB of other BPF maps, %d MiB of heap for rails.max_total %d bans (%d B each), %d MiB for an interval's traffic (%d keys per CPU, %d B each) and %d MiB of reserve: %d MiB in all; raise the budget or lower the capacities",
-			config.ErrInvalid, budget>>20, source, p.cpus, p.mapped>>20, p.features, p.kernel>>20, p.bans>>20, p.maxBans, banHeapBytes,
+		bans := fmt.Sprintf("rails.max_total %d bans", p.maxBans)
+		if p.stateBans > 0 {
+			bans = fmt.Sprintf("the %d bans of the state file %s (more than rails.max_total %d; all are loaded at start)", p.stateBans, cfg.StateFile, p.maxBans)
+		}
+		return fmt.Errorf("%w: a memory budget of %d MiB (%s) cannot hold the configured capacities on %d CPUs: %d MiB of data-plane tables (capacity.exact4, exact6; features %d per CPU), %d MiB of other BPF maps, %d MiB of heap for %s (%d B each), %d MiB for an interval's traffic (%d keys per CPU, %d B each) and %d MiB of reserve: %d MiB in all; raise the budget or lower the capacities",
+			config.ErrInvalid, budget>>20, source, p.cpus, p.mapped>>20, p.features, p.kernel>>20, p.bans>>20, bans, banHeapBytes,
 			p.traffic>>20, p.features, trafficKeyBytes, memoryReserve>>20, (p.need()+(1<<20)-1)>>20)
 	}
 	debug.SetMemoryLimit(int64(p.heapLimit()))

@@ -181,3 +181,27 @@ func TestMemoryBudgetReloaded(t *testing.T) {
 		t.Fatalf("no budget: limit %d, want the start's %d", got, startLimit)
 	}
 }
+
+// A state file with more bans than rails.max_total (written under a
+// larger one) is loaded whole at start: the budget counts what it holds,
+// and a budget that cannot is refused naming it, before anything is
+// loaded or attached.
+func TestMemoryBudgetCountsTheStateFile(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	old := stateBans
+	t.Cleanup(func() { stateBans = old })
+	cfg := testConfig(t)
+	cfg.Capacity.Features = 1 << 12
+	cfg.Capacity.MemoryMiB = 1536
+	cfg.Rails.MaxTotal = 500_000
+	stateBans = func(string) (int, error) { return 400_000, nil }
+	if err := applyMemoryBudget(cfg, quietLog()); err != nil {
+		t.Fatalf("400K bans in the state file, 500K allowed: %v", err)
+	}
+	stateBans = func(string) (int, error) { return 2_000_000, nil }
+	err := applyMemoryBudget(cfg, quietLog())
+	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "2000000 bans of the state file") {
+		t.Fatalf("2M bans in the state file: %v, want refused naming the state file", err)
+	}
+}
