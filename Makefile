@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export GOTOOLCHAIN ?= auto
 
-.PHONY: all deps generate check-generated build test test-ndpi vmtest bench demo eval eval-flows eval-spoof lint clean install uninstall deb
+.PHONY: all deps generate check-generated build test test-ndpi vmtest bench demo eval eval-flows eval-spoof eval-network lint clean install uninstall deb
 
 all: build
 
@@ -86,6 +86,13 @@ eval-flows: build
 
 eval-spoof: build
 	$(BIN)/tierwall-lab eval-spoof --out docs/eval
+
+# Network mode beside FastNetMon Community on the same synthesized sFlow,
+# NetFlow v9 and IPFIX feed (issue 36): docs/EVALUATION-NETWORK.md and
+# docs/eval/network.json. Needs root (taskset, loopback sockets of
+# 127.0.0.0/8) and scripts/deps.sh's fastnetmon. About 8 minutes.
+eval-network: build
+	$(BIN)/tierwall-lab eval-network --out docs/eval
 
 # Installing: the binary, the systemd unit (its ExecStart points at this
 # BINDIR), the man page, completions, the dashboard and example configs

@@ -14,6 +14,9 @@ pkgs+=(gobgpd bird2 frr)
 # Real flow exporters for network mode's tests (internal/telemetry):
 # softflowd 1.1 (NetFlow v9, IPFIX) and pmacct 1.7 (pmacctd's sfprobe: sFlow).
 pkgs+=(softflowd pmacct)
+# FastNetMon Community 1.2 for make eval-network (run in the foreground
+# with a private configuration, never as the system's service).
+pkgs+=(fastnetmon)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -29,14 +32,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # The BGP packages ship services that would hold port 179 (and FRR's
-# zebra would fight over routes); the tests run their own instances in
+# zebra would fight over routes), fastnetmon one that would hold the
+# sFlow and NetFlow ports; the tests run their own instances in
 # namespaces, so the system's stay off. systemctl works only where
 # systemd is PID 1 (not in containers), where the init scripts do.
 if [ "$(id -u)" -eq 0 ]; then
 	if [ -d /run/systemd/system ]; then
-		systemctl disable --now bird frr gobgpd >/dev/null 2>&1 || true
+		systemctl disable --now bird frr gobgpd fastnetmon >/dev/null 2>&1 || true
 	else
-		for s in bird frr gobgpd; do
+		for s in bird frr gobgpd fastnetmon; do
 			if [ -x "/etc/init.d/$s" ]; then "/etc/init.d/$s" stop >/dev/null 2>&1 || true; fi
 		done
 	fi

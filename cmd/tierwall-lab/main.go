@@ -34,7 +34,7 @@ func newRoot() *cobra.Command {
 	root := cli.NewRoot("tierwall-lab", "tierwall's testbed: lab, traffic generator, demo, evaluation", &g.netns)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.tierwall, "tierwall", "", "the tierwall binary to drive (default: the one beside this command, else $PATH)")
-	root.AddCommand(newGen(), newLab(), newDemo(), newEval(), newEvalFlows(), newEvalSpoof())
+	root.AddCommand(newGen(), newLab(), newDemo(), newEval(), newEvalFlows(), newEvalSpoof(), newEvalNetwork(), newNetcollect())
 	return root
 }
 

@@ -1,0 +1,1230 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package eval
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	tt "github.com/tierwall/tierwall/internal/telemetry/telemetrytest"
+)
+
+// Network mode's evaluation (issue 36): tierwall's collector and detector
+// and FastNetMon Community read the same synthesized telemetry feed, each
+// datagram sent to both, in one run. Both run as processes pinned to CPU 1
+// (tierwall's is `tierwall-lab netcollect`, which runs the product's
+// telemetry.Service from a tierwall.yaml telemetry section, as `tierwall
+// run` does); this process synthesizes the feed from CPU 0.
+
+// NetworkParams configure the run.
+type NetworkParams struct {
+	// Self is the tierwall-lab binary (its netcollect subcommand runs
+	// tierwall's side); FastNetMon the fastnetmon binary.
+	Self, FastNetMon string
+	// Flood is each sFlow cell's flood (NetFlow and IPFIX floods last
+	// 1.5 s longer: their first record comes after a second), Gap the
+	// quiet after it; Repeat the repetitions of every cell.
+	Flood, Gap time.Duration
+	Repeat     int
+	// Threshold is the per-host pps threshold, the same in both tools.
+	Threshold float64
+	// Only runs only the cells whose name contains it (no ingest, no
+	// memory; writes nothing).
+	Only string
+	Log  io.Writer
+}
+
+func (p *NetworkParams) defaults() {
+	if p.Flood <= 0 {
+		p.Flood = 2500 * time.Millisecond
+	}
+	if p.Gap <= 0 {
+		p.Gap = time.Second
+	}
+	if p.Repeat <= 0 {
+		p.Repeat = 3
+	}
+	if p.Threshold <= 0 {
+		p.Threshold = 50000
+	}
+	if p.FastNetMon == "" {
+		p.FastNetMon = "/usr/sbin/fastnetmon"
+	}
+	if p.Log == nil {
+		p.Log = io.Discard
+	}
+}
+
+// NetworkCell is one flood and what each tool made of it. Times are
+// seconds; -1: not detected.
+type NetworkCell struct {
+	Feed     string  `json:"feed"` // sflow, netflow9, ipfix
+	Rep      int     `json:"rep"`  // the repetition, from 0
+	Sampling int     `json:"sampling"`
+	Kind     string  `json:"kind"` // udp, syn, reflection, carpet
+	PPS      float64 `json:"pps"`
+	Victim   string  `json:"victim"`
+	// Start is the flood's first packet; First the first datagram (or
+	// NetFlow/IPFIX record) that carried it.
+	Start time.Time `json:"start"`
+	First time.Time `json:"first"`
+	// FirstDatagram is the first datagram carrying the flood, after its
+	// start (seconds).
+	FirstDatagram float64 `json:"first_datagram"`
+	// Tierwall and FastNetMon: from the flood's start to detection.
+	// The delays from First are these less FirstDatagram.
+	Tierwall   float64 `json:"tierwall"`
+	FastNetMon float64 `json:"fastnetmon"`
+	// TierwallHow and FastNetMonHow say what was detected (kinds, or the
+	// host a per-host tool named inside a carpet).
+	TierwallHow   string `json:"tierwall_how,omitempty"`
+	FastNetMonHow string `json:"fastnetmon_how,omitempty"`
+}
+
+// Name is the cell's name for --only and the tables.
+func (c NetworkCell) Name() string {
+	if c.Feed == "sflow" {
+		return fmt.Sprintf("sflow-1:%d-%s-%gM", c.Sampling, c.Kind, c.PPS/1e6)
+	}
+	return fmt.Sprintf("%s-%s-%gM", c.Feed, c.Kind, c.PPS/1e6)
+}
+
+// IngestStep is one rate offered to one tool for a few seconds.
+type IngestStep struct {
+	Offered float64 `json:"offered"` // datagrams/s asked for
+	Sent    uint64  `json:"sent"`
+	Secs    float64 `json:"secs"`
+	Dropped uint64  `json:"dropped"` // the socket's drops (/proc/net/udp)
+}
+
+// NetworkIngest is one tool's ingest ladder.
+type NetworkIngest struct {
+	Tool   string       `json:"tool"`
+	RcvBuf int          `json:"rcvbuf"` // the socket's receive buffer (bytes)
+	Steps  []IngestStep `json:"steps"`
+}
+
+// NoLoss is the highest rate achieved with no datagram dropped, and
+// Overload the rate processed (sent less dropped) at the highest step.
+func (n NetworkIngest) NoLoss() float64 {
+	best := 0.0
+	for _, s := range n.Steps {
+		if s.Dropped == 0 && s.Secs > 0 {
+			best = max(best, float64(s.Sent)/s.Secs)
+		}
+	}
+	return best
+}
+
+// Overload is the datagrams/s processed at the highest step with loss (0:
+// none lost).
+func (n NetworkIngest) Overload() float64 {
+	best := 0.0
+	for _, s := range n.Steps {
+		if s.Dropped > 0 && s.Secs > 0 {
+			best = max(best, float64(s.Sent-min(s.Dropped, s.Sent))/s.Secs)
+		}
+	}
+	return best
+}
+
+// NetworkMemory is a tool's resident memory before and after the
+// exporters sent their templates.
+type NetworkMemory struct {
+	Tool string `json:"tool"`
+	// Before is the RSS (KiB) at rest after the floods, HWM the peak
+	// after the last step.
+	Before uint64       `json:"before_kib"`
+	Steps  []MemoryStep `json:"steps"`
+	HWM    uint64       `json:"hwm_kib"`
+}
+
+// MemoryStep is the RSS after the exporters sent PerExporter templates
+// each (IDs 256 on; the earlier ones again).
+type MemoryStep struct {
+	PerExporter int    `json:"per_exporter"`
+	RSS         uint64 `json:"rss_kib"`
+	// Held and Refused: tierwall's counters (FastNetMon has none).
+	Held    int    `json:"held,omitempty"`
+	Refused uint64 `json:"refused,omitempty"`
+}
+
+// memExporters send templates in the memory experiment.
+const memExporters = 100
+
+// NetworkResult is the whole run.
+type NetworkResult struct {
+	Cells []NetworkCell `json:"cells"`
+	// Benign is the background mix, FalsePositives the victims either
+	// tool named among its destinations.
+	BenignPPS     float64         `json:"benign_pps"`
+	BenignDests   int             `json:"benign_dests"`
+	BenignSecs    float64         `json:"benign_secs"`
+	TierwallFP    []string        `json:"tierwall_false_positives"`
+	FastNetMonFP  []string        `json:"fastnetmon_false_positives"`
+	Ingest        []NetworkIngest `json:"ingest"`
+	Memory        []NetworkMemory `json:"memory"`
+	Datagrams     uint64          `json:"datagrams"` // sent to each tool in the detection part
+	LoadBefore    [3]float64      `json:"load_before"`
+	LoadAfter     [3]float64      `json:"load_after"`
+	FastNetMonVer string          `json:"fastnetmon_version"`
+	TierwallDrops uint64          `json:"tierwall_drops"` // socket drops during the detection part
+	FNMDrops      uint64          `json:"fastnetmon_drops"`
+	Threshold     float64         `json:"threshold"`
+	Flood, Gap    time.Duration   `json:"-"`
+	Repeat        int             `json:"repeat"`
+	Decode        string          `json:"tierwall_decode"` // tierwall's counters after the cells
+}
+
+// Addresses of the run: everything inside 198.18.0.0/18 (FastNetMon's
+// networks_list: it allocates counters for every address in it).
+var (
+	netProtected = netip.MustParsePrefix("198.18.0.0/18")
+	netBenign    = netip.MustParsePrefix("198.18.1.0/24")
+	netIngest    = netip.MustParsePrefix("198.18.32.0/20")
+	loopback     = netip.MustParseAddr("127.0.0.1")
+)
+
+// victimOf is cell i's victim: a host in 198.18.0.0/24, or for a carpet
+// bombing its own /24 from 198.18.2.0 on (a host group each).
+func victimOf(i int, carpet bool) netip.Prefix {
+	if carpet {
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(2 + i), 0}), 24)
+	}
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(10 + i)}), 32)
+}
+
+// NetworkCells are the run's floods, in order.
+func NetworkCells() []NetworkCell {
+	var cs []NetworkCell
+	for _, s := range []int{100, 1000} {
+		for _, k := range []string{"udp", "syn", "reflection", "carpet"} {
+			for _, r := range []float64{1e5, 5e5, 1e6} {
+				cs = append(cs, NetworkCell{Feed: "sflow", Sampling: s, Kind: k, PPS: r})
+			}
+		}
+	}
+	for _, f := range []string{"netflow9", "ipfix"} {
+		for _, r := range []float64{1e5, 5e5, 1e6} {
+			cs = append(cs, NetworkCell{Feed: f, Sampling: 1, Kind: "udp", PPS: r})
+		}
+	}
+	return cs
+}
+
+// Network runs the evaluation.
+func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
+	p.defaults()
+	res := NetworkResult{Threshold: p.Threshold, Flood: p.Flood, Gap: p.Gap, Repeat: p.Repeat, LoadBefore: loadAvg()}
+	var cells []NetworkCell
+	for r := range p.Repeat {
+		for _, c := range NetworkCells() {
+			if p.Only == "" || strings.Contains(c.Name(), p.Only) {
+				c.Rep = r
+				cells = append(cells, c)
+			}
+		}
+	}
+	nCarpet, nHost := 0, 0
+	for i := range cells {
+		if cells[i].Kind == "carpet" {
+			cells[i].Victim = victimOf(nCarpet, true).String()
+			nCarpet++
+		} else {
+			cells[i].Victim = victimOf(nHost, false).String()
+			nHost++
+		}
+	}
+	dir, err := os.MkdirTemp("", "tierwall-eval-network")
+	if err != nil {
+		return res, fmt.Errorf("making the run's directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if out, err := exec.Command(p.FastNetMon, "--version").CombinedOutput(); err == nil {
+		res.FastNetMonVer = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "Version:"))
+	} else {
+		return res, fmt.Errorf("running %s (scripts/deps.sh installs it): %w", p.FastNetMon, err)
+	}
+
+	// The sender runs on CPU 0, the tools on CPU 1.
+	restore, err := pinProcess(0)
+	if err != nil {
+		return res, err
+	}
+	defer restore()
+
+	ports, err := freeUDPPorts(3)
+	if err != nil {
+		return res, err
+	}
+	twAddr := netip.AddrPortFrom(loopback, ports[0])
+	fnmSFlow, fnmNetFlow := netip.AddrPortFrom(loopback, ports[1]), netip.AddrPortFrom(loopback, ports[2])
+
+	tw, err := startTierwall(ctx, p, dir, twAddr, cells)
+	if err != nil {
+		return res, err
+	}
+	defer tw.stop()
+	fnm, err := startFastNetMon(ctx, p, dir, fnmSFlow, fnmNetFlow)
+	if err != nil {
+		return res, err
+	}
+	defer fnm.stop()
+	// FastNetMon zeroes its counters and starts its threads; tierwall is
+	// ready when it listens.
+	time.Sleep(3 * time.Second)
+
+	fmt.Fprintf(p.Log, "eval-network: %d cells, tierwall on %v, FastNetMon on %v (sFlow) and %v (NetFlow/IPFIX)\n", len(cells), twAddr, fnmSFlow, fnmNetFlow)
+	tx, err := newTee(twAddr, fnmSFlow, fnmNetFlow)
+	if err != nil {
+		return res, err
+	}
+	defer tx.close()
+	dropsTW0, dropsFNM0 := udpDrops(twAddr.Port()), udpDrops(fnmSFlow.Port())+udpDrops(fnmNetFlow.Port())
+	if err := runCells(ctx, p, tx, cells, &res); err != nil {
+		return res, err
+	}
+	res.TierwallDrops = udpDrops(twAddr.Port()) - dropsTW0
+	res.FNMDrops = udpDrops(fnmSFlow.Port()) + udpDrops(fnmNetFlow.Port()) - dropsFNM0
+	res.Datagrams = tx.sent
+	time.Sleep(1500 * time.Millisecond) // the last detections
+	twAttacks, fnmBans := tw.attacks(), fnm.bans()
+	for i := range cells {
+		judgeCell(&cells[i], twAttacks, fnmBans)
+	}
+	res.Cells = cells
+	res.TierwallFP, res.FastNetMonFP = falsePositives(twAttacks, fnmBans)
+	if st, err := tw.stats(); err == nil {
+		res.Decode = fmt.Sprintf("%d datagrams, %d records, %d decode errors, %d sequence gaps", st.Datagrams, st.Records, st.DecodeErrors, st.SequenceGaps)
+	}
+	if p.Only != "" {
+		res.LoadAfter = loadAvg()
+		return res, nil
+	}
+
+	// Memory first (the ingest ladder's overload leaves queues behind).
+	mTW, mFNM := NetworkMemory{Tool: "tierwall"}, NetworkMemory{Tool: "FastNetMon"}
+	mTW.Before, mFNM.Before = rss(tw.cmd.Process.Pid, "VmRSS"), rss(fnm.cmd.Process.Pid, "VmRSS")
+	base, err := tw.stats()
+	if err != nil {
+		return res, err
+	}
+	for _, per := range []int{100, 2000, 5000} {
+		if err := sendTemplates(twAddr, fnmNetFlow, memExporters, per); err != nil {
+			return res, err
+		}
+		time.Sleep(2 * time.Second)
+		st, err := tw.stats()
+		if err != nil {
+			return res, err
+		}
+		mTW.Steps = append(mTW.Steps, MemoryStep{PerExporter: per, RSS: rss(tw.cmd.Process.Pid, "VmRSS"), Held: st.Templates - base.Templates, Refused: st.TemplatesRefused - base.TemplatesRefused})
+		mFNM.Steps = append(mFNM.Steps, MemoryStep{PerExporter: per, RSS: rss(fnm.cmd.Process.Pid, "VmRSS")})
+		fmt.Fprintf(p.Log, "eval-network: memory after %d templates from each of %d exporters: tierwall %d KiB (%d held), FastNetMon %d KiB\n",
+			per, memExporters, mTW.Steps[len(mTW.Steps)-1].RSS, st.Templates-base.Templates, mFNM.Steps[len(mFNM.Steps)-1].RSS)
+	}
+	mTW.HWM, mFNM.HWM = rss(tw.cmd.Process.Pid, "VmHWM"), rss(fnm.cmd.Process.Pid, "VmHWM")
+	res.Memory = []NetworkMemory{mTW, mFNM}
+
+	// Ingest: the same replayed feed to each in turn, interleaved by rate.
+	ingTW, ingFNM := NetworkIngest{Tool: "tierwall", RcvBuf: rcvBuf(twAddr.Port())}, NetworkIngest{Tool: "FastNetMon", RcvBuf: rcvBuf(fnmSFlow.Port())}
+	feed := ingestFeed(512)
+	for _, rate := range []float64{5e3, 10e3, 15e3, 20e3, 30e3, 40e3, 50e3, 60e3, 70e3, 80e3, 100e3, 120e3, 160e3, 240e3, 320e3} {
+		for _, t := range []struct {
+			ing  *NetworkIngest
+			addr netip.AddrPort
+		}{{&ingTW, twAddr}, {&ingFNM, fnmSFlow}} {
+			if n := len(t.ing.Steps); n >= 2 && t.ing.Steps[n-1].Dropped > 0 && t.ing.Steps[n-2].Dropped > 0 {
+				continue // past its limit twice: no need to go on
+			}
+			s, err := ingestStep(ctx, t.addr, feed, rate, 2*time.Second)
+			if err != nil {
+				return res, err
+			}
+			t.ing.Steps = append(t.ing.Steps, s)
+			fmt.Fprintf(p.Log, "eval-network: ingest %s at %.0f/s: sent %d in %.2f s, dropped %d\n", t.ing.Tool, rate, s.Sent, s.Secs, s.Dropped)
+		}
+	}
+	res.Ingest = []NetworkIngest{ingTW, ingFNM}
+	res.LoadAfter = loadAvg()
+	return res, ctx.Err()
+}
+
+// tee sends each datagram to tierwall and to FastNetMon's collector of
+// its protocol.
+type tee struct {
+	conn                *net.UDPConn
+	tw, fnmSFlow, fnmNF netip.AddrPort
+	sent                uint64
+}
+
+func newTee(tw, sflow, nf netip.AddrPort) (*tee, error) {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: loopback.AsSlice()})
+	if err != nil {
+		return nil, fmt.Errorf("opening the exporter's socket: %w", err)
+	}
+	return &tee{conn: c, tw: tw, fnmSFlow: sflow, fnmNF: nf}, nil
+}
+
+func (t *tee) send(b []byte, sflow bool) error {
+	to := t.fnmNF
+	if sflow {
+		to = t.fnmSFlow
+	}
+	// Alternate who gets it first: a few microseconds, but the same for both.
+	first, second := t.tw, to
+	if t.sent%2 == 1 {
+		first, second = to, t.tw
+	}
+	for _, a := range []netip.AddrPort{first, second} {
+		if _, err := t.conn.WriteToUDPAddrPort(b, a); err != nil {
+			return fmt.Errorf("sending telemetry to %v: %w", a, err)
+		}
+	}
+	t.sent++
+	return nil
+}
+
+func (t *tee) close() { t.conn.Close() }
+
+// flood is one source of sampled packets.
+type flood struct {
+	pps    float64 // represented packets/s
+	rate   int     // sampling rate
+	packet func(r *rand.Rand) tt.Packet
+}
+
+func randSrc(r *rand.Rand) netip.Addr {
+	// Spoofed sources outside the protected network and loopback.
+	return netip.AddrFrom4([4]byte{byte(20 + r.IntN(180)), byte(r.IntN(256)), byte(r.IntN(256)), byte(1 + r.IntN(254))})
+}
+
+func randIn(r *rand.Rand, p netip.Prefix) netip.Addr {
+	a := p.Addr().As4()
+	host := r.Uint32() & (1<<(32-p.Bits()) - 1)
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// floodOf is a cell's flood at sampling rate.
+func floodOf(c NetworkCell) flood {
+	v := netip.MustParsePrefix(c.Victim)
+	f := flood{pps: c.PPS, rate: c.Sampling}
+	switch c.Kind {
+	case "udp":
+		f.packet = func(r *rand.Rand) tt.Packet {
+			return tt.Packet{Src: randSrc(r), Dst: v.Addr(), Proto: 17, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: uint16(1 + r.IntN(65000)), Length: 512}
+		}
+	case "syn":
+		f.packet = func(r *rand.Rand) tt.Packet {
+			return tt.Packet{Src: randSrc(r), Dst: v.Addr(), Proto: 6, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: 443, TCPFlags: 0x02, Length: 60}
+		}
+	case "reflection":
+		ports := []struct{ port, length uint16 }{{123, 468}, {389, 1400}, {53, 1200}}
+		f.packet = func(r *rand.Rand) tt.Packet {
+			p := ports[r.IntN(len(ports))]
+			return tt.Packet{Src: randSrc(r), Dst: v.Addr(), Proto: 17, SrcPort: p.port, DstPort: uint16(1024 + r.IntN(60000)), Length: p.length}
+		}
+	case "carpet":
+		f.packet = func(r *rand.Rand) tt.Packet {
+			return tt.Packet{Src: randSrc(r), Dst: randIn(r, v), Proto: 17, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: 80, Length: 512}
+		}
+	}
+	return f
+}
+
+// benignMix is the background: 200 destinations of 198.18.1.0/24 at
+// rates falling as a power law from 60% of the threshold, web and QUIC
+// responses, DNS, a little ICMP, sampled 1:100. Its total and the number
+// of destinations go to res.
+func benignMix(threshold float64) ([]flood, float64) {
+	var fs []flood
+	total := 0.0
+	for i := range 200 {
+		dst := netip.AddrFrom4([4]byte{198, 18, 1, byte(1 + i)})
+		pps := 0.6 * threshold / math.Pow(float64(i+1), 0.8)
+		total += pps
+		fs = append(fs, flood{pps: pps, rate: 100, packet: func(r *rand.Rand) tt.Packet {
+			src := netip.AddrFrom4([4]byte{93, 184, byte(r.IntN(8)), byte(1 + r.IntN(64))})
+			switch x := r.IntN(100); {
+			case x < 60:
+				return tt.Packet{Src: src, Dst: dst, Proto: 6, SrcPort: 443, DstPort: uint16(32768 + r.IntN(28000)), TCPFlags: 0x10, Length: uint16(52 + r.IntN(1400))}
+			case x < 88:
+				return tt.Packet{Src: src, Dst: dst, Proto: 17, SrcPort: 443, DstPort: uint16(32768 + r.IntN(28000)), Length: uint16(80 + r.IntN(1270))}
+			case x < 98:
+				return tt.Packet{Src: src, Dst: dst, Proto: 17, SrcPort: 53, DstPort: uint16(32768 + r.IntN(28000)), Length: uint16(80 + r.IntN(400))}
+			default:
+				return tt.Packet{Src: src, Dst: dst, Proto: 1, Length: 84}
+			}
+		}})
+	}
+	return fs, total
+}
+
+// poisson draws the number of events of mean l.
+func poisson(r *rand.Rand, l float64) int {
+	if l > 30 {
+		return max(0, int(math.Round(l+math.Sqrt(l)*r.NormFloat64())))
+	}
+	k, p, e := 0, 1.0, math.Exp(-l)
+	for {
+		p *= r.Float64()
+		if p <= e {
+			return k
+		}
+		k++
+	}
+}
+
+// sflowAgent batches samples as pmacctd's sfprobe does: a datagram when
+// it holds six, or when the oldest has waited a second.
+type sflowAgent struct {
+	tx      *tee
+	seq     uint32
+	pending []pendingSample
+	oldest  time.Time
+	// onSend is told which floods' samples went out, when.
+	onSend func(ids []int, at time.Time)
+}
+
+type pendingSample struct {
+	rate int
+	p    tt.Packet
+	id   int
+}
+
+func (a *sflowAgent) add(now time.Time, rate int, p tt.Packet, id int) error {
+	if len(a.pending) == 0 {
+		a.oldest = now
+	}
+	a.pending = append(a.pending, pendingSample{rate, p, id})
+	if len(a.pending) >= 6 {
+		return a.flush(now)
+	}
+	return nil
+}
+
+func (a *sflowAgent) tick(now time.Time) error {
+	if len(a.pending) > 0 && now.Sub(a.oldest) >= time.Second {
+		return a.flush(now)
+	}
+	return nil
+}
+
+func (a *sflowAgent) flush(now time.Time) error {
+	a.seq++
+	s := tt.SFlow{Agent: loopback, Sequence: a.seq}
+	var ids []int
+	for _, x := range a.pending {
+		s.Flow(uint32(x.rate), x.p)
+		ids = append(ids, x.id)
+	}
+	a.pending = a.pending[:0]
+	if err := a.tx.send(s.Bytes(), true); err != nil {
+		return err
+	}
+	if a.onSend != nil {
+		a.onSend(ids, now)
+	}
+	return nil
+}
+
+// nfExporter exports a flood as an unsampled NetFlow v9 or IPFIX exporter
+// with a one-second active timeout would: every second, a record per
+// source for the packets of that second, 24 records a datagram, the
+// template before them.
+type nfExporter struct {
+	tx      *tee
+	version uint16
+	seq     uint32 // datagrams (v9) or data records (IPFIX)
+}
+
+const nfSources = 64
+
+func (e *nfExporter) export(c NetworkCell, r *rand.Rand) error {
+	v := netip.MustParsePrefix(c.Victim).Addr()
+	per := uint32(c.PPS / nfSources)
+	var recs [][]byte
+	for range nfSources {
+		recs = append(recs, tt.Record(tt.Flow{Src: randSrc(r), Dst: v, Proto: 17, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: 80,
+			Packets: per, Bytes: per * 512, Start: 99000, End: 100000}))
+	}
+	for i := 0; i < len(recs); i += 24 {
+		chunk := recs[i:min(i+24, len(recs))]
+		m := tt.NF{Version: e.version, Sequence: e.seq}
+		if i == 0 {
+			m.Template(256, tt.FlowFields)
+		}
+		m.Data(256, chunk...)
+		if e.version == 10 {
+			e.seq += uint32(len(chunk))
+		} else {
+			e.seq++
+		}
+		if err := e.tx.send(m.Bytes(), false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runCells plays the benign mix throughout and the floods one after the
+// other, each datagram to both tools.
+func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell, res *NetworkResult) error {
+	r := rand.New(rand.NewPCG(36, 1))
+	benign, total := benignMix(p.Threshold)
+	res.BenignPPS, res.BenignDests = total, len(benign)
+	starts := make([]time.Time, len(cells))
+	firsts := make([]time.Time, len(cells))
+	agent := &sflowAgent{tx: tx, onSend: func(ids []int, at time.Time) {
+		for _, id := range ids {
+			if id >= 0 && firsts[id].IsZero() {
+				firsts[id] = at
+			}
+		}
+	}}
+	nf := map[string]*nfExporter{"netflow9": {tx: tx, version: 9}, "ipfix": {tx: tx, version: 10}}
+	// The benign mix alone first: false positives show here too.
+	warm := 5 * time.Second
+	t0 := time.Now()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	// Cell i floods from at[i] for its length, then is quiet for p.Gap.
+	at := make([]time.Duration, len(cells)+1)
+	at[0] = warm
+	length := func(c NetworkCell) time.Duration {
+		if c.Feed == "sflow" {
+			return p.Flood
+		}
+		return p.Flood + 1500*time.Millisecond
+	}
+	for i, c := range cells {
+		at[i+1] = at[i] + length(c) + p.Gap
+	}
+	end := at[len(cells)]
+	step := time.Millisecond
+	i := 0
+	var lastExport time.Time
+	for ms := time.Duration(0); ms < end; ms += step {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		due := t0.Add(ms)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		now := time.Now()
+		for _, b := range benign {
+			for range poisson(r, b.pps/float64(b.rate)*step.Seconds()) {
+				if err := agent.add(now, b.rate, b.packet(r), -1); err != nil {
+					return err
+				}
+			}
+		}
+		for i < len(cells) && ms >= at[i+1] {
+			i++
+		}
+		if i < len(cells) && ms >= at[i] && ms-at[i] < length(cells[i]) {
+			c := cells[i]
+			if starts[i].IsZero() {
+				starts[i] = due
+				lastExport = due
+				fmt.Fprintf(p.Log, "eval-network: %s (repetition %d)\n", c.Name(), c.Rep+1)
+			}
+			if c.Feed == "sflow" {
+				f := floodOf(c)
+				for range poisson(r, f.pps/float64(f.rate)*step.Seconds()) {
+					if err := agent.add(now, f.rate, f.packet(r), i); err != nil {
+						return err
+					}
+				}
+			} else if due.Sub(lastExport) >= time.Second {
+				lastExport = due
+				if firsts[i].IsZero() {
+					firsts[i] = now
+				}
+				if err := nf[c.Feed].export(c, r); err != nil {
+					return err
+				}
+			}
+		}
+		if err := agent.tick(now); err != nil {
+			return err
+		}
+	}
+	res.BenignSecs = end.Seconds()
+	for i := range cells {
+		cells[i].Start, cells[i].First = starts[i], firsts[i]
+	}
+	return nil
+}
+
+// twAttack is an attack tierwall reported.
+type twAttack struct {
+	Dst         []netip.Prefix `json:"dst"`
+	Carpet      bool           `json:"carpet"`
+	Kinds       []string       `json:"kinds"`
+	PPS         float64        `json:"pps"`
+	FirstRecord time.Time      `json:"first_record"`
+	Detected    time.Time      `json:"detected"`
+}
+
+// fnmBan is a ban FastNetMon's notify script recorded.
+type fnmBan struct {
+	At  time.Time
+	IP  netip.Addr
+	PPS string
+}
+
+// judgeCell finds each tool's first detection of the cell's victim after
+// its start.
+func judgeCell(c *NetworkCell, tw []twAttack, fnm []fnmBan) {
+	start := c.Start
+	c.Tierwall, c.FastNetMon = -1, -1
+	if start.IsZero() {
+		return
+	}
+	if !c.First.IsZero() {
+		c.FirstDatagram = c.First.Sub(start).Seconds()
+	}
+	v := netip.MustParsePrefix(c.Victim)
+	for _, a := range tw {
+		if a.Detected.Before(start) {
+			continue
+		}
+		hit := slices.ContainsFunc(a.Dst, v.Overlaps)
+		if !hit {
+			continue
+		}
+		if d := a.Detected.Sub(start).Seconds(); c.Tierwall < 0 || d < c.Tierwall {
+			c.Tierwall = d
+			how := strings.Join(a.Kinds, ",")
+			if a.Carpet {
+				how = "group total: " + how
+			}
+			c.TierwallHow = fmt.Sprintf("%s at %.0f kpps", how, a.PPS/1e3)
+		}
+	}
+	for _, b := range fnm {
+		if b.At.Before(start) || !v.Contains(b.IP) {
+			continue
+		}
+		if d := b.At.Sub(start).Seconds(); c.FastNetMon < 0 || d < c.FastNetMon {
+			c.FastNetMon = d
+			c.FastNetMonHow = fmt.Sprintf("%s at %s pps", b.IP, b.PPS)
+			if v.Bits() < 32 {
+				c.FastNetMonHow = "one host: " + c.FastNetMonHow
+			}
+		}
+	}
+}
+
+// falsePositives are the benign destinations either tool named.
+func falsePositives(tw []twAttack, fnm []fnmBan) (a, b []string) {
+	for _, x := range tw {
+		for _, p := range x.Dst {
+			if netBenign.Overlaps(p) || !netProtected.Overlaps(p) {
+				a = append(a, p.String())
+			}
+		}
+	}
+	for _, x := range fnm {
+		if netBenign.Contains(x.IP) || !netProtected.Contains(x.IP) {
+			b = append(b, x.IP.String())
+		}
+	}
+	return a, b
+}
+
+// proc is one tool's process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	out  []string
+}
+
+func (p *proc) stop() {
+	if p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) lines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.out)
+}
+
+// start runs cmd pinned to CPU 1, keeping its standard output's lines.
+func start(ctx context.Context, name string, args []string, log io.Writer) (*proc, error) {
+	cmd := exec.CommandContext(ctx, "taskset", append([]string{"-c", "1", name}, args...)...)
+	cmd.Stderr = log
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	go func() {
+		s := bufio.NewScanner(out)
+		s.Buffer(make([]byte, 1<<20), 1<<20)
+		for s.Scan() {
+			p.mu.Lock()
+			p.out = append(p.out, s.Text())
+			p.mu.Unlock()
+		}
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+type tierwallProc struct{ *proc }
+
+// startTierwall writes a tierwall.yaml with the run's thresholds (a host
+// group per carpet bombing's /24, its total at the same threshold) and
+// runs netcollect on it.
+func startTierwall(ctx context.Context, p NetworkParams, dir string, addr netip.AddrPort, cells []NetworkCell) (*tierwallProc, error) {
+	var b strings.Builder
+	// The daemon's interface is required by the configuration; netcollect
+	// attaches nothing.
+	b.WriteString("interface: lo\nhostgroups:\n")
+	var groups []string
+	for _, c := range cells {
+		if c.Kind == "carpet" {
+			name := "carpet-" + strings.NewReplacer(".", "-", "/", "-").Replace(c.Victim)
+			groups = append(groups, name)
+			fmt.Fprintf(&b, "  - {name: %s, prefixes: [%s]}\n", name, c.Victim)
+		}
+	}
+	if len(groups) == 0 {
+		b.WriteString("  - {name: none, prefixes: [198.18.63.0/24]}\n")
+	}
+	fmt.Fprintf(&b, "telemetry:\n  enabled: true\n  mode: monitor\n  listen: [\"%s\"]\n  exporters:\n", addr)
+	for i := range 101 {
+		fmt.Fprintf(&b, "    - {address: 127.0.0.%d, name: r%d}\n", 1+i, i)
+	}
+	fmt.Fprintf(&b, "  thresholds:\n    all: {pps: %g}\n", p.Threshold)
+	if len(groups) > 0 {
+		b.WriteString("  groups:\n")
+		for _, g := range groups {
+			fmt.Fprintf(&b, "    %s: {total: {all: {pps: %g}}}\n", g, p.Threshold)
+		}
+	}
+	cfg := filepath.Join(dir, "tierwall.yaml")
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
+		return nil, fmt.Errorf("writing tierwall's configuration: %w", err)
+	}
+	pr, err := start(ctx, p.Self, []string{"netcollect", "--config", cfg}, p.Log)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for udpDrops(addr.Port()) == math.MaxUint64 || !listening(addr.Port()) {
+		if time.Now().After(deadline) {
+			pr.stop()
+			return nil, fmt.Errorf("tierwall's collector did not listen on %v", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &tierwallProc{pr}, nil
+}
+
+// NetcollectLine is what netcollect prints: an attack as it starts, or
+// its counters when asked (SIGUSR1).
+type NetcollectLine struct {
+	Attack *json.RawMessage `json:"attack,omitempty"`
+	Stats  *NetcollectStats `json:"stats,omitempty"`
+}
+
+// NetcollectStats sum tierwall's exporter counters.
+type NetcollectStats struct {
+	Datagrams, Records, DecodeErrors, SequenceGaps, TemplatesRefused uint64
+	Templates                                                        int
+}
+
+func (t *tierwallProc) attacks() []twAttack {
+	var out []twAttack
+	for _, l := range t.lines() {
+		var x NetcollectLine
+		if json.Unmarshal([]byte(l), &x) != nil || x.Attack == nil {
+			continue
+		}
+		var a twAttack
+		if json.Unmarshal(*x.Attack, &a) == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (t *tierwallProc) stats() (NetcollectStats, error) {
+	n := len(t.lines())
+	if err := t.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+		return NetcollectStats{}, fmt.Errorf("asking tierwall for its counters: %w", err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		ls := t.lines()
+		for _, l := range ls[min(n, len(ls)):] {
+			var x NetcollectLine
+			if json.Unmarshal([]byte(l), &x) == nil && x.Stats != nil {
+				return *x.Stats, nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return NetcollectStats{}, errors.New("tierwall did not print its counters")
+}
+
+type fnmProc struct {
+	*proc
+	notify string
+}
+
+// fastnetmonConf is FastNetMon's configuration for the run: its sFlow
+// and NetFlow collectors on the addresses given, the per-host pps
+// threshold, its shortest averaging (1 s) and checks every second, the
+// notify script recording when it fires; nothing else on.
+func fastnetmonConf(dir string, sflow, nf netip.AddrPort, threshold float64) string {
+	return fmt.Sprintf(`logging_level = info
+logging_local_syslog_logging = off
+logging_remote_syslog_logging = off
+disable_usage_report = on
+enable_ban = on
+enable_ban_ipv6 = off
+process_incoming_traffic = on
+process_outgoing_traffic = off
+ban_details_records_count = 20
+ban_time = 1900
+unban_only_if_attack_finished = on
+networks_list_path = %[1]s/networks_list
+white_list_path = %[1]s/networks_whitelist
+check_period = 1
+enable_connection_tracking = off
+ban_for_pps = on
+ban_for_bandwidth = off
+ban_for_flows = off
+threshold_pps = %[6]d
+threshold_mbps = 1000000
+threshold_flows = 100000000
+mirror_afpacket = off
+mirror_afxdp = off
+mirror_netmap = off
+pcap = off
+sflow = on
+sflow_host = %[2]s
+sflow_port = %[3]d
+netflow = on
+netflow_host = %[4]s
+netflow_port = %[5]d
+netflow_sampling_ratio = 1
+average_calculation_time = 1
+speed_calculation_delay = 1
+notify_script_path = %[1]s/notify.sh
+collect_attack_pcap_dumps = off
+redis_enabled = off
+mongodb_enabled = off
+exabgp = off
+gobgp = off
+influxdb = off
+graphite = off
+monitor_local_ip_addresses = off
+monitor_openvz_vps_ip_addresses = off
+pid_path = %[1]s/fastnetmon.pid
+cli_stats_file_path = %[1]s/fastnetmon.dat
+cli_stats_ipv6_file_path = %[1]s/fastnetmon_ipv6.dat
+enable_api = off
+kafka_traffic_export = off
+prometheus = off
+`, dir, sflow.Addr(), sflow.Port(), nf.Addr(), nf.Port(), int(threshold))
+}
+
+func startFastNetMon(ctx context.Context, p NetworkParams, dir string, sflow, nf netip.AddrPort) (*fnmProc, error) {
+	fdir := filepath.Join(dir, "fastnetmon")
+	if err := os.MkdirAll(fdir, 0o755); err != nil {
+		return nil, fmt.Errorf("making FastNetMon's directory: %w", err)
+	}
+	notify := filepath.Join(fdir, "notify.log")
+	files := map[string]string{
+		"networks_list":      netProtected.String() + "\n",
+		"networks_whitelist": "",
+		"fastnetmon.conf":    fastnetmonConf(fdir, sflow, nf, p.Threshold),
+		// FastNetMon CE calls it with IP, direction, pps and action, the
+		// attack's details on standard input.
+		"notify.sh": "#!/bin/sh\necho \"$(date +%s.%N) $*\" >> " + notify + "\ncat >/dev/null\n",
+	}
+	for n, s := range files {
+		mode := os.FileMode(0o644)
+		if strings.HasSuffix(n, ".sh") {
+			mode = 0o755
+		}
+		if err := os.WriteFile(filepath.Join(fdir, n), []byte(s), mode); err != nil {
+			return nil, fmt.Errorf("writing FastNetMon's %s: %w", n, err)
+		}
+	}
+	pr, err := start(ctx, p.FastNetMon, []string{"--configuration_file", filepath.Join(fdir, "fastnetmon.conf"),
+		"--log_file", filepath.Join(fdir, "fastnetmon.log"), "--disable_pid_logic"}, p.Log)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !listening(sflow.Port()) || !listening(nf.Port()) {
+		if time.Now().After(deadline) {
+			pr.stop()
+			return nil, fmt.Errorf("FastNetMon did not listen on %v and %v", sflow, nf)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &fnmProc{proc: pr, notify: notify}, nil
+}
+
+// bans parses the notify script's log: "SECONDS.NANOS IP DIRECTION PPS
+// ACTION".
+func (f *fnmProc) bans() []fnmBan {
+	raw, err := os.ReadFile(f.notify)
+	if err != nil {
+		return nil
+	}
+	return ParseNotify(string(raw))
+}
+
+// ParseNotify reads the notify script's log; lines that are not a ban
+// are skipped.
+func ParseNotify(s string) []fnmBan {
+	var out []fnmBan
+	for _, l := range strings.Split(s, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 || f[4] != "ban" {
+			continue
+		}
+		ip, err := netip.ParseAddr(f[1])
+		if err != nil {
+			continue
+		}
+		sec, nsec, _ := strings.Cut(f[0], ".")
+		si, err1 := strconv.ParseInt(sec, 10, 64)
+		ni, err2 := strconv.ParseInt((nsec + "000000000")[:9], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, fnmBan{At: time.Unix(si, ni), IP: ip, PPS: f[3]})
+	}
+	return out
+}
+
+// freeUDPPorts finds n UDP ports free on loopback.
+func freeUDPPorts(n int) ([]uint16, error) {
+	var out []uint16
+	var conns []*net.UDPConn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: loopback.AsSlice()})
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		conns = append(conns, c)
+		out = append(out, uint16(c.LocalAddr().(*net.UDPAddr).Port))
+	}
+	return out, nil
+}
+
+// udpSocket reads /proc/net/udp's line of the socket on port: its drops
+// and receive buffer are found by the listening port.
+func udpSocket(port uint16) (fields []string, ok bool) {
+	raw, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		return nil, false
+	}
+	want := fmt.Sprintf(":%04X", port)
+	for _, l := range strings.Split(string(raw), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) >= 13 && strings.HasSuffix(f[1], want) && f[2] == "00000000:0000" {
+			return f, true
+		}
+	}
+	return nil, false
+}
+
+func listening(port uint16) bool { _, ok := udpSocket(port); return ok }
+
+// udpDrops is the socket's drop counter (MaxUint64: no such socket).
+func udpDrops(port uint16) uint64 {
+	f, ok := udpSocket(port)
+	if !ok {
+		return math.MaxUint64
+	}
+	n, _ := strconv.ParseUint(f[12], 10, 64)
+	return n
+}
+
+// udpQueued is the bytes waiting in the socket's receive queue.
+func udpQueued(port uint16) uint64 {
+	f, ok := udpSocket(port)
+	if !ok {
+		return 0
+	}
+	_, rx, _ := strings.Cut(f[4], ":")
+	n, _ := strconv.ParseUint(rx, 16, 64)
+	return n
+}
+
+// rcvBuf is the receive buffer of the socket on port (ss's skmem rb:
+// /proc/net/udp does not show it).
+func rcvBuf(port uint16) int {
+	out, err := exec.Command("ss", "-ulnm", fmt.Sprintf("sport = :%d", port)).Output()
+	if err != nil {
+		return 0
+	}
+	s := string(out)
+	if i := strings.Index(s, ",rb"); i >= 0 {
+		s = s[i+3:]
+		if j := strings.IndexAny(s, ",)"); j >= 0 {
+			n, _ := strconv.Atoi(s[:j])
+			return n
+		}
+	}
+	return 0
+}
+
+// rss reads a Vm* field of /proc/PID/status in KiB.
+func rss(pid int, field string) uint64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && k == field {
+			n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func loadAvg() [3]float64 {
+	var out [3]float64
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return out
+	}
+	f := strings.Fields(string(raw))
+	for i := 0; i < 3 && i < len(f); i++ {
+		out[i], _ = strconv.ParseFloat(f[i], 64)
+	}
+	return out
+}
+
+// sendTemplates has n exporters (127.0.0.2 on) send per NetFlow v9
+// templates each to both tools, 100 to a datagram.
+func sendTemplates(tw, fnm netip.AddrPort, n, per int) error {
+	for e := range n {
+		src := netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + e)})
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: src.AsSlice()})
+		if err != nil {
+			return fmt.Errorf("opening exporter %v: %w", src, err)
+		}
+		for i := 0; i < per; i += 100 {
+			m := tt.NF{Version: 9, Domain: 1, Sequence: uint32(i / 100)}
+			for id := i; id < min(i+100, per); id++ {
+				m.Template(uint16(256+id), tt.FlowFields)
+			}
+			b := m.Bytes()
+			for _, a := range []netip.AddrPort{tw, fnm} {
+				if _, err := c.WriteToUDPAddrPort(b, a); err != nil {
+					c.Close()
+					return fmt.Errorf("sending templates from %v: %w", src, err)
+				}
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		c.Close()
+	}
+	return nil
+}
+
+// ingestFeed is n sFlow datagrams of six samples each (sampling 1: the
+// rates they stand for stay under the thresholds), to 4,096 destinations.
+func ingestFeed(n int) [][]byte {
+	r := rand.New(rand.NewPCG(36, 2))
+	var out [][]byte
+	for i := range n {
+		s := tt.SFlow{Agent: loopback, Sequence: uint32(i + 1)}
+		for range 6 {
+			s.Flow(1, tt.Packet{Src: randSrc(r), Dst: randIn(r, netIngest), Proto: 17, SrcPort: 443, DstPort: uint16(1024 + r.IntN(60000)), Length: uint16(64 + r.IntN(1400))})
+		}
+		out = append(out, s.Bytes())
+	}
+	return out
+}
+
+// ingestStep offers rate datagrams/s of feed to addr for d, then waits
+// for the socket's queue to drain and reads its drops.
+func ingestStep(ctx context.Context, addr netip.AddrPort, feed [][]byte, rate float64, d time.Duration) (IngestStep, error) {
+	s := IngestStep{Offered: rate}
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: loopback.AsSlice()})
+	if err != nil {
+		return s, fmt.Errorf("opening the replay socket: %w", err)
+	}
+	defer c.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := udpDrops(addr.Port())
+	t0 := time.Now()
+	per := rate / 1000
+	due := 0.0
+	for ms := 1; time.Since(t0) < d; ms++ {
+		if err := ctx.Err(); err != nil {
+			return s, err
+		}
+		due += per
+		for ; due >= 1; due-- {
+			if _, err := c.WriteToUDPAddrPort(feed[s.Sent%uint64(len(feed))], addr); err != nil {
+				return s, fmt.Errorf("replaying to %v: %w", addr, err)
+			}
+			s.Sent++
+		}
+		if w := time.Until(t0.Add(time.Duration(ms) * time.Millisecond)); w > 0 {
+			time.Sleep(w)
+		}
+	}
+	s.Secs = time.Since(t0).Seconds()
+	for i := 0; i < 50 && udpQueued(addr.Port()) > 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	s.Dropped = udpDrops(addr.Port()) - before
+	return s, nil
+}

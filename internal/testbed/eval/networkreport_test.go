@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package eval
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A run in which tierwall meets every target, FastNetMon beside it.
+func networkRun() NetworkResult {
+	res := NetworkResult{Threshold: 50000, Flood: 2 * time.Second, Gap: time.Second, Repeat: 2, BenignPPS: 300000, BenignDests: 200, BenignSecs: 170,
+		FastNetMonVer: "1.2.4", Datagrams: 1000}
+	for r := range 2 {
+		for _, c := range NetworkCells() {
+			c.Rep = r
+			c.Victim = "198.18.0.10/32"
+			if c.Kind == "carpet" {
+				c.Victim = "198.18.2.0/24"
+			}
+			c.FirstDatagram, c.Tierwall, c.FastNetMon = 0.01, 0.2+0.1*float64(r), 1.0
+			if c.Kind == "carpet" {
+				c.FastNetMon = -1
+			}
+			res.Cells = append(res.Cells, c)
+		}
+	}
+	res.Ingest = []NetworkIngest{
+		{Tool: "tierwall", Steps: []IngestStep{{Offered: 1e5, Sent: 200000, Secs: 2}, {Offered: 2e5, Sent: 400000, Secs: 2, Dropped: 1000}}},
+		{Tool: "FastNetMon", Steps: []IngestStep{{Offered: 4e4, Sent: 80000, Secs: 2}, {Offered: 1e5, Sent: 200000, Secs: 2, Dropped: 100000}}},
+	}
+	res.Memory = []NetworkMemory{
+		{Tool: "tierwall", Before: 30720, HWM: 61440, Steps: []MemoryStep{{100, 33792, 10000, 0}, {2000, 46080, 51200, 1500}, {5000, 46592, 51200, 4500}}},
+		{Tool: "FastNetMon", Before: 51200, HWM: 102400, Steps: []MemoryStep{{PerExporter: 100, RSS: 52224}, {PerExporter: 2000, RSS: 81920}, {PerExporter: 5000, RSS: 102400}}},
+	}
+	return res
+}
+
+func netTargets(res NetworkResult) map[string]NetworkTarget {
+	out := map[string]NetworkTarget{}
+	for _, t := range NetworkTargets(res) {
+		out[t.Target] = t
+	}
+	return out
+}
+
+func TestNetworkTargetsFollowTheRun(t *testing.T) {
+	res := networkRun()
+	for name, tg := range netTargets(res) {
+		if !tg.Met {
+			t.Errorf("all met, yet %q: %s", name, tg.Measured)
+		}
+	}
+	if got := res.Ingest[0].NoLoss(); got != 100000 {
+		t.Errorf("tierwall's no-loss rate %v, want 100000", got)
+	}
+	if got := res.Ingest[1].Overload(); got != 50000 {
+		t.Errorf("FastNetMon's rate under overload %v, want 50000", got)
+	}
+
+	// One repetition of an sFlow cell slower than FastNetMon's, one
+	// NetFlow cell over 0.3 s after its first record, a false positive, a
+	// carpet missed, memory that grows past the cap.
+	res.Cells[0].Tierwall = 1.1
+	for i, c := range res.Cells {
+		if c.Feed == "ipfix" {
+			res.Cells[i].Tierwall = 0.4
+			break
+		}
+	}
+	for i, c := range res.Cells {
+		if c.Kind == "carpet" {
+			res.Cells[i].Tierwall = -1
+			break
+		}
+	}
+	res.TierwallFP = []string{"198.18.1.1/32"}
+	res.Ingest[0].Steps[0].Sent = 100000 // 50K/s → 1.25×
+	res.Memory[0].Steps[2].RSS = 61440
+	got := netTargets(res)
+	for _, want := range []string{
+		"sFlow 1:100 and 1:1000, 0.1–1 Mpps UDP, SYN and reflection: detected ≤ 0.5 s after the flood's start",
+		"… and before FastNetMon in every cell",
+		"carpet bombing over a /24 (no address over its threshold): detected",
+		"NetFlow v9 / IPFIX: detected ≤ 0.3 s after the flood's first record",
+		"false positives on the benign mix: 0",
+		"datagrams one core ingests with no loss: ≥ 2× FastNetMon's",
+		"memory with 100 exporters and 10K templates: bounded, reported",
+	} {
+		tg, ok := got[want]
+		if !ok {
+			t.Fatalf("no target %q", want)
+		}
+		if tg.Met {
+			t.Errorf("%q met, yet: %s", want, tg.Measured)
+		}
+	}
+	if m := got["sFlow 1:100 and 1:1000, 0.1–1 Mpps UDP, SYN and reflection: detected ≤ 0.5 s after the flood's start"].Measured; !strings.Contains(m, "sflow-1:100-udp-0.1M (repetition 1: 1.10 s)") {
+		t.Errorf("the slow cell is not named: %s", m)
+	}
+
+	// Nothing measured: nothing met.
+	for name, tg := range netTargets(NetworkResult{}) {
+		if tg.Met {
+			t.Errorf("empty run, yet %q met", name)
+		}
+	}
+}
+
+func TestNetworkReportWritesBothTools(t *testing.T) {
+	dir := t.TempDir()
+	md := filepath.Join(dir, "EVALUATION-NETWORK.md")
+	if err := NetworkReport(filepath.Join(dir, "eval"), md, networkRun(), time.Minute, time.Date(2026, 11, 28, 14, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	for _, want := range []string{
+		"on 2026-11-28 14:00 UTC in 1m0s",
+		"| 1:100 | UDP | 100K | 0.01 (0.01–0.01) | 0.25 (0.20–0.30) | 1.00 (1.00–1.00) | 2 of 2 |",
+		"| 1:1000 | carpet bombing over 198.18.2.0/24 | 1000K | 0.01 (0.01–0.01) | 0.25 (0.20–0.30) | never | 2 of 2 |",
+		"| IPFIX | UDP | 1000K | 0.01 (0.01–0.01) | 0.24 (0.19–0.29) | 0.99 (0.99–0.99) | 0.25 (0.20–0.30) | 1.00 (1.00–1.00) |",
+		"| tierwall | 0 B | 100000 | 600000 | 199500 |",
+		"| tool | at rest | 10K templates offered | 200K templates offered | 500K templates offered | peak (VmHWM) |",
+		"| tierwall | 30.0 MiB | 33.0 MiB (10000 held, 0 refused) | 45.0 MiB (51200 held, 1500 refused) | 45.5 MiB (51200 held, 4500 refused) | 60.0 MiB |",
+		"| FastNetMon | 50.0 MiB | 51.0 MiB | 80.0 MiB | 100.0 MiB | 100.0 MiB |",
+		"| tierwall 33.0 MiB with 10K templates; 45.0 MiB and 51200 held with 200K offered, 45.5 MiB with 500K (the cap holds: memory stops growing) | yes |",
+		"FastNetMon did not detect: sflow-1:100-carpet-0.1M",
+		"tierwall named none; FastNetMon named none",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("no %q in:\n%s", want, doc)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "eval", "network.json")); err != nil {
+		t.Error(err)
+	}
+}
+
+// The notify script's log: bans only, whatever else FastNetMon passes.
+func TestParseNotify(t *testing.T) {
+	got := ParseNotify("1764340000.123456789 198.18.0.10 incoming 62074 ban\n" +
+		"1764340001.5 198.18.0.10 incoming 62074 attack_details\n" +
+		"garbage\n1764340002.000000001 not-an-ip incoming 1 ban\n" +
+		"1764340003.25 198.18.0.11 incoming 158662 ban\n")
+	if len(got) != 2 {
+		t.Fatalf("%d bans, want 2: %+v", len(got), got)
+	}
+	if got[0].IP != netip.MustParseAddr("198.18.0.10") || got[0].At != time.Unix(1764340000, 123456789) || got[0].PPS != "62074" {
+		t.Errorf("first ban %+v", got[0])
+	}
+	if got[1].At != time.Unix(1764340003, 250000000) {
+		t.Errorf("second ban at %v, want .25 s", got[1].At)
+	}
+}
+
+// A detection before the flood's start, or of another victim, is not
+// the cell's; the earliest after it is.
+func TestJudgeCell(t *testing.T) {
+	start := time.Unix(1000, 0)
+	c := NetworkCell{Victim: "198.18.2.0/24", Kind: "carpet", Start: start, First: start.Add(10 * time.Millisecond)}
+	tw := []twAttack{
+		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.0/24")}, Detected: start.Add(-time.Second)},
+		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}, Detected: start.Add(100 * time.Millisecond)},
+		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.0/24")}, Carpet: true, Kinds: []string{"all"}, PPS: 60000, Detected: start.Add(300 * time.Millisecond)},
+		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.7/32")}, Kinds: []string{"all"}, Detected: start.Add(200 * time.Millisecond)},
+	}
+	fnm := []fnmBan{{At: start.Add(2 * time.Second), IP: netip.MustParseAddr("198.18.2.9"), PPS: "51000"}}
+	judgeCell(&c, tw, fnm)
+	if got := dist([]float64{0.3, -1, 0.1, 0.2}); got != "0.20 (0.10–0.30), never in 1 of 4" {
+		t.Errorf("dist: %q", got)
+	}
+	if c.Tierwall != 0.2 || c.FastNetMon != 2 || c.FirstDatagram != 0.01 {
+		t.Errorf("tierwall %v, FastNetMon %v, first datagram %v; want 0.2, 2, 0.01", c.Tierwall, c.FastNetMon, c.FirstDatagram)
+	}
+	if c.FastNetMonHow != "one host: 198.18.2.9 at 51000 pps" {
+		t.Errorf("FastNetMon saw %q", c.FastNetMonHow)
+	}
+}
