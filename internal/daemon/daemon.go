@@ -213,14 +213,19 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
 	}
 	d.buildDetectors()
+	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
+	d.store.RefreshEvery = refreshEvery
+	d.store.PrefixLift = prefixLift
+	// The host's addresses before the flow rules: a kept rule that would
+	// cut the host off is dropped before the data plane gets it.
+	d.refreshManagement(now)
+	if err := d.dropCuttingSavedRules(now); err != nil {
+		return nil, err
+	}
 	if err := d.openFlowRules(now); err != nil {
 		return nil, err
 	}
 	d.wireHostGroups()
-	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
-	d.store.RefreshEvery = refreshEvery
-	d.store.PrefixLift = prefixLift
-	d.refreshManagement(now)
 	if err := d.openHeavy(now); err != nil {
 		return nil, err
 	}
@@ -556,6 +561,7 @@ func (d *Daemon) Step(now time.Time) (err error) {
 	d.syncLists(now, ds)
 	d.ban(now, tr, ds)
 	d.settleHeavy(now)
+	d.spareHostSessions(now)
 	d.mitigate(now)
 	d.alertStep(now, tr, ds)
 	ctrs, err := d.counters()

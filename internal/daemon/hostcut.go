@@ -8,8 +8,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tierwall/tierwall/internal/ban"
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/detect"
+	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -244,6 +248,95 @@ func (d *Daemon) checkOperatorFlowRule(fr rule.FlowRule, force bool) error {
 	}
 	if why := d.hitsHost(fr); why != "" && !force {
 		return fmt.Errorf("%w: flow rule %s: %s; force to override", ErrBadRequest, fr, why)
+	}
+	return nil
+}
+
+// The rules the daemon installs itself pass the same rail as a peer's and
+// the operator's. The ladder answers a flood at a victim, and this host is
+// a victim like any other: a TCP flood at it makes a rate limit on all TCP
+// to it, which takes the host's SSH and BGP sessions into its bucket. A
+// rule reloaded at start was checked against the sessions of the run that
+// made it; the neighbors, the management ports or the host's addresses
+// may have changed since.
+
+// spareHostSessions takes out of this interval's decision the ladder's
+// flow rules that can stop this host's BGP or management sessions
+// (cutsSessions): each is logged and counted (rail "host_cutoff"), the
+// rest of its mitigation goes ahead. Only cutsSessions, not hitsHost: a
+// flow rule for this host's own services is what the ladder is for.
+func (d *Daemon) spareHostSessions(now time.Time) {
+	f := &d.flow
+	for i := range f.dec.Apply {
+		m := &f.dec.Apply[i]
+		if m.Rung != detect.RungFlowRule {
+			continue
+		}
+		var kept []rule.FlowRule // a new slice: the detector may hold m.Rules
+		for _, r := range m.Rules {
+			if why := d.cutsSessions(r); why != "" {
+				d.event(now, "refused", netip.PrefixFrom(m.Victim, m.Victim.BitLen()), "ladder flow rule %s not installed: %s", r, why)
+				d.Metrics.refuse(railHostCutoff, 1)
+				continue
+			}
+			kept = append(kept, r)
+		}
+		m.Rules = kept
+	}
+}
+
+// railHostCutoff is the refusals' rail label for a rule the daemon would
+// have installed itself that cuts the host off.
+const railHostCutoff = "host_cutoff"
+
+// reloadedCutsOff says why a flow rule kept from the last run must not be
+// enforced now ("": it may): a peer's as cutsOff, the ladder's and the
+// operator's as cutsSessions (an operator's forced rule on one of this
+// host's addresses stays: force was given for it).
+func (d *Daemon) reloadedCutsOff(r mitigate.Rule) string {
+	if r.Origin == mitigate.Remote {
+		return d.cutsOff(r.FlowRule)
+	}
+	return d.cutsSessions(r.FlowRule)
+}
+
+// dropCuttingSavedRules removes from the flow rules kept beside the state
+// file those that would cut this host off now, before openFlowRules gives
+// them to the data plane: each dropped with a warning that names it, and
+// the file rewritten without them. A file it cannot read is left for
+// openFlowRules to report.
+func (d *Daemon) dropCuttingSavedRules(now time.Time) error {
+	capacity := d.cfg.Capacity.FlowRules
+	if capacity == 0 {
+		capacity = config.MaxFlowRules
+	}
+	path := FlowRulesFile(d.cfg.StateFile)
+	set, warns, err := mitigate.Load(capacity, path)
+	if err != nil {
+		return nil //nolint:nilerr // openFlowRules reads the same file next and fails the start with it
+	}
+	dropped := 0
+	for _, r := range set.Rules() {
+		why := d.reloadedCutsOff(r)
+		if why == "" {
+			continue
+		}
+		if _, err := set.Remove(r.FlowRule); err != nil {
+			continue
+		}
+		dropped++
+		d.event(now, "refused", r.Dst, "flow rule %s (%s) kept in %s dropped: %s", r.FlowRule, r.Origin, path, why)
+		d.Metrics.refuse(railHostCutoff, 1)
+	}
+	if dropped == 0 {
+		return nil
+	}
+	// Rewritten, the file loses what Load dropped: say it here.
+	for _, w := range warns {
+		d.event(now, "restore", netip.Prefix{}, "%s", w)
+	}
+	if err := set.Save(now); err != nil {
+		return fmt.Errorf("dropping flow rules that cut this host off: %w", err)
 	}
 	return nil
 }

@@ -4,14 +4,19 @@ package daemon
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/bgp"
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -141,5 +146,129 @@ func TestDaemonOperatorFlowRuleCannotCutOff(t *testing.T) {
 	}
 	if !hasEvent(h.d, "flowrule", "forced") {
 		t.Error("the forced rule's event does not say it was forced")
+	}
+}
+
+// tcpFlood runs 40 clean intervals of a client's TCP at victim, then 6 of
+// a TCP flood from random sources: the ladder's answer is a rate limit
+// on all TCP to the victim, under what a session needs (with a
+// detectors.victim.rate_floor_pps of 200 and the client's 20 pps).
+func tcpFlood(t *testing.T, h *harness, fdp *flowDP, victim netip.Addr) {
+	t.Helper()
+	h.d.cfg.Detectors.Victim.RateFloorPPS = 200
+	h.d.buildVictims()
+	h.d.wireHostGroups()
+	rng := rand.New(rand.NewPCG(5, 6))
+	client := netip.MustParseAddr("198.51.100.9")
+	for i := 0; i < 40; i++ {
+		fdp.deliver(client, victim, 6, 20)
+		h.step(t)
+	}
+	for i := 0; i < 6; i++ {
+		for j := 0; j < 20000; j++ {
+			fdp.deliver(netip.AddrFrom4([4]byte{byte(1 + rng.IntN(223)), byte(rng.IntN(256)), byte(rng.IntN(256)), byte(rng.IntN(256))}), victim, 6, 5)
+		}
+		h.step(t)
+	}
+}
+
+// The ladder's own flow rules pass the rail the peers' and the
+// operator's do: a TCP flood at this host's own address makes the ladder
+// rate-limit all TCP to it under what its SSH session needs; that rule is
+// not installed, and the refusal is logged and counted. The same flood at
+// another address gets the rule.
+func TestDaemonLadderRuleCannotCutSessions(t *testing.T) {
+	fixedLocalPorts(t)
+	other, ofdp := newFlowHarness(t, false)
+	tcpFlood(t, other, ofdp, flowVictim)
+	if len(ofdp.rules) == 0 || ofdp.rules[0].Proto != 6 || other.d.cutsSessions(ofdp.rules[0]) != "" {
+		t.Fatalf("the flood at another address: rules %v, want the ladder's TCP rule (which cuts nothing there)", ofdp.rules)
+	}
+	ladder := ofdp.rules[0]
+
+	fixedManagement(t, ban.Managed{Addr: flowVictim, What: "address of eth0"})
+	h, fdp := newFlowHarness(t, false)
+	if why := h.d.cutsSessions(ladder); why == "" {
+		t.Fatalf("the ladder's rule %s cuts nothing on this host: the test needs one that does", ladder)
+	}
+	tcpFlood(t, h, fdp, flowVictim)
+	for _, r := range fdp.rules {
+		if why := h.d.cutsSessions(r); why != "" {
+			t.Errorf("the ladder installed %s: %s", r, why)
+		}
+	}
+	if !hasEvent(h.d, "refused", "ladder flow rule") {
+		t.Error("no event for the refused ladder rule")
+	}
+	if n := promtest.ToFloat64(h.d.Metrics.refused.WithLabelValues("host_cutoff")); n == 0 {
+		t.Error("the refusal was not counted")
+	}
+}
+
+// Flow rules kept from the last run pass the rail again at start: the
+// host's addresses, its management ports or its neighbors may have
+// changed. One that would cut the host off now is dropped with a warning
+// naming it, before the data plane gets it, and the file is rewritten
+// without it; the others are restored.
+func TestDaemonReloadedFlowRuleCannotCutOff(t *testing.T) {
+	fixedLocalPorts(t)
+	fixedManagement(t, ban.Managed{Addr: selfAddr, What: "address of eth0"})
+	cfg := testConfig(t)
+	cfg.Detectors.Victim.Enabled = true
+	path := FlowRulesFile(cfg.StateFile)
+	set := mitigate.New(config.MaxFlowRules, path)
+	cutting := map[string]string{
+		"drop":                                 mitigate.Remote,
+		"proto tcp rate-limit 100":             mitigate.Ladder,
+		"proto tcp dport 22 drop":              mitigate.Operator,
+		"proto tcp flags P/P drop":             mitigate.Operator,
+		"proto tcp length 61-65535 syn-cookie": mitigate.Ladder,
+		"proto tcp dport 1-1000 drop":          mitigate.Remote,
+		"proto tcp rate-limit 999":             mitigate.Remote,
+		"proto tcp dport 22 rate-limit 5":      mitigate.Ladder,
+	}
+	var kept []rule.FlowRule
+	for w, origin := range cutting {
+		if _, err := set.Add(mitigate.Rule{FlowRule: hostRule(t, w), Origin: origin, Added: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w, origin := range map[string]string{"proto udp dport 53 drop": mitigate.Operator, "proto tcp dport 80 syn-cookie": mitigate.Ladder,
+		"proto tcp rate-limit 20000": mitigate.Remote} {
+		fr := hostRule(t, w)
+		kept = append(kept, fr)
+		if _, err := set.Add(mitigate.Rule{FlowRule: fr, Origin: origin, Added: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elsewhere, _ := rule.ParseFlowRule(strings.Fields("dst 198.51.100.7/32 drop"))
+	kept = append(kept, elsewhere)
+	if _, err := set.Add(mitigate.Rule{FlowRule: elsewhere, Origin: mitigate.Ladder, Added: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Save(t0); err != nil {
+		t.Fatal(err)
+	}
+
+	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}, rate: -1}
+	d, err := newDaemon(cfg, "", quietLog(), fdp, nil, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(d)
+	sameRules := func(got []rule.FlowRule) bool {
+		return len(got) == len(kept) && !slices.ContainsFunc(kept, func(r rule.FlowRule) bool { return !slices.Contains(got, r) })
+	}
+	if !sameRules(fdp.rules) {
+		t.Errorf("data plane %v, want %v", fdp.rules, kept)
+	}
+	for w := range cutting {
+		if !hasEvent(d, "refused", hostRule(t, w).String()+" ("+cutting[w]+")") {
+			t.Errorf("no warning naming %s", hostRule(t, w))
+		}
+	}
+	again, _, err := mitigate.Load(config.MaxFlowRules, path)
+	if err != nil || !sameRules(again.FlowRules()) {
+		t.Errorf("the file after the start: %v, %v; want %v", again.FlowRules(), err, kept)
 	}
 }

@@ -117,7 +117,7 @@ func buildInfo() (version, goversion, commit string) {
 
 // railLabels are the values of tierwall_bans_refused_total's rail label.
 var railLabels = []string{"allowlist", "protected", "monitor_only", "circuit_breaker", "max_new_per_interval", "max_total",
-	"known_good", "too_wide", "invalid", "other"}
+	"known_good", "too_wide", "invalid", railHostCutoff, "other"}
 
 // refuse counts n refusals for the reason why (a ban.Refusal's Why, or
 // one of railLabels).
