@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ func newEvalNetwork() *cobra.Command {
 	var out, only, fnm string
 	var flood, gap time.Duration
 	var threshold float64
+	var repeat int
 	c := &cobra.Command{
 		Use:   "eval-network",
 		Short: "Network mode beside FastNetMon on the same sFlow, NetFlow v9 and IPFIX feed: detection delays, false positives, ingest on one core, memory: docs/EVALUATION-NETWORK.md",
@@ -36,7 +38,7 @@ func newEvalNetwork() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("finding this binary: %w", err)
 			}
-			p := eval.NetworkParams{Self: self, FastNetMon: fnm, Flood: flood, Gap: gap, Threshold: threshold, Only: only, Log: os.Stderr}
+			p := eval.NetworkParams{Self: self, FastNetMon: fnm, Flood: flood, Gap: gap, Repeat: repeat, Threshold: threshold, Only: only, Log: os.Stderr}
 			start := time.Now()
 			res, err := eval.Network(ctx, p)
 			if err != nil {
@@ -51,8 +53,9 @@ func newEvalNetwork() *cobra.Command {
 	c.Flags().StringVar(&out, "out", "docs/eval", "directory for network.json (docs/EVALUATION-NETWORK.md goes next to it)")
 	c.Flags().StringVar(&only, "only", "", "run only the floods whose name contains this, print them (writes nothing)")
 	c.Flags().StringVar(&fnm, "fastnetmon", "/usr/sbin/fastnetmon", "the FastNetMon binary")
-	c.Flags().DurationVar(&flood, "flood", 4*time.Second, "length of each flood")
-	c.Flags().DurationVar(&gap, "gap", 1500*time.Millisecond, "quiet after each flood")
+	c.Flags().IntVar(&repeat, "repeat", 3, "repetitions of every flood")
+	c.Flags().DurationVar(&flood, "flood", 2500*time.Millisecond, "length of each sFlow flood (NetFlow and IPFIX floods last 1.5 s more)")
+	c.Flags().DurationVar(&gap, "gap", time.Second, "quiet after each flood")
 	c.Flags().Float64Var(&threshold, "threshold", 50000, "per-host packets/s threshold, the same in both tools")
 	return c
 }
@@ -113,6 +116,12 @@ func newNetcollect() *cobra.Command {
 					st.Templates += e.Templates
 					st.TemplatesRefused += e.TemplatesRefused
 				}
+				// The live heap after a collection: RSS also holds what
+				// the GC has not returned yet.
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				st.LiveHeap = ms.HeapAlloc
 				print(eval.NetcollectLine{Stats: &st})
 			}
 			return nil

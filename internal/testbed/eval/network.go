@@ -152,9 +152,10 @@ type NetworkMemory struct {
 	Tool string `json:"tool"`
 	// Before is the RSS (KiB) at rest after the floods, HWM the peak
 	// after the last step.
-	Before uint64       `json:"before_kib"`
-	Steps  []MemoryStep `json:"steps"`
-	HWM    uint64       `json:"hwm_kib"`
+	Before   uint64       `json:"before_kib"`
+	LiveHeap uint64       `json:"live_heap_kib,omitempty"` // tierwall's, at rest
+	Steps    []MemoryStep `json:"steps"`
+	HWM      uint64       `json:"hwm_kib"`
 }
 
 // MemoryStep is the RSS after the exporters sent PerExporter templates
@@ -162,9 +163,11 @@ type NetworkMemory struct {
 type MemoryStep struct {
 	PerExporter int    `json:"per_exporter"`
 	RSS         uint64 `json:"rss_kib"`
-	// Held and Refused: tierwall's counters (FastNetMon has none).
-	Held    int    `json:"held,omitempty"`
-	Refused uint64 `json:"refused,omitempty"`
+	// Held and Refused: tierwall's counters, LiveHeap its Go heap in use
+	// after a collection, KiB (FastNetMon has none of these).
+	Held     int    `json:"held,omitempty"`
+	Refused  uint64 `json:"refused,omitempty"`
+	LiveHeap uint64 `json:"live_heap_kib,omitempty"`
 }
 
 // memExporters send templates in the memory experiment.
@@ -322,11 +325,11 @@ func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
 
 	// Memory first (the ingest ladder's overload leaves queues behind).
 	mTW, mFNM := NetworkMemory{Tool: "tierwall"}, NetworkMemory{Tool: "FastNetMon"}
-	mTW.Before, mFNM.Before = rss(tw.cmd.Process.Pid, "VmRSS"), rss(fnm.cmd.Process.Pid, "VmRSS")
 	base, err := tw.stats()
 	if err != nil {
 		return res, err
 	}
+	mTW.Before, mFNM.Before, mTW.LiveHeap = rss(tw.cmd.Process.Pid, "VmRSS"), rss(fnm.cmd.Process.Pid, "VmRSS"), base.LiveHeap/1024
 	for _, per := range []int{100, 2000, 5000} {
 		if err := sendTemplates(twAddr, fnmNetFlow, memExporters, per); err != nil {
 			return res, err
@@ -336,7 +339,8 @@ func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
 		if err != nil {
 			return res, err
 		}
-		mTW.Steps = append(mTW.Steps, MemoryStep{PerExporter: per, RSS: rss(tw.cmd.Process.Pid, "VmRSS"), Held: st.Templates - base.Templates, Refused: st.TemplatesRefused - base.TemplatesRefused})
+		mTW.Steps = append(mTW.Steps, MemoryStep{PerExporter: per, RSS: rss(tw.cmd.Process.Pid, "VmRSS"), Held: st.Templates - base.Templates,
+			Refused: st.TemplatesRefused - base.TemplatesRefused, LiveHeap: st.LiveHeap / 1024})
 		mFNM.Steps = append(mFNM.Steps, MemoryStep{PerExporter: per, RSS: rss(fnm.cmd.Process.Pid, "VmRSS")})
 		fmt.Fprintf(p.Log, "eval-network: memory after %d templates from each of %d exporters: tierwall %d KiB (%d held), FastNetMon %d KiB\n",
 			per, memExporters, mTW.Steps[len(mTW.Steps)-1].RSS, st.Templates-base.Templates, mFNM.Steps[len(mFNM.Steps)-1].RSS)
@@ -869,6 +873,8 @@ type NetcollectLine struct {
 type NetcollectStats struct {
 	Datagrams, Records, DecodeErrors, SequenceGaps, TemplatesRefused uint64
 	Templates                                                        int
+	// LiveHeap is the Go heap in use after a collection (bytes).
+	LiveHeap uint64
 }
 
 func (t *tierwallProc) attacks() []twAttack {

@@ -110,7 +110,7 @@ func RenderNetwork(res NetworkResult, took time.Duration, now time.Time) string 
 	}
 
 	b.WriteString("\n## Memory with 100 exporters and their templates\n\n")
-	fmt.Fprintf(&b, "After the floods, %d exporters (127.0.0.2 on) send NetFlow v9 templates (the ten fields of a flow record, 100 to a datagram) to both tools, three times: 100 template IDs each (10,000 templates), then 2,000 each, then 5,000 each (IDs from 256, the earlier ones sent again). Resident memory (`VmRSS`, MiB) of each process 2 s after each step; FastNetMon's includes its counters for every address of its networks_list (%v), allocated at start. tierwall's *held* is its template count over these exporters, *refused* its count of refusals past `max_templates` (512 per exporter): goflow2 stops decoding a datagram at the first template refused, so a refusal counts a datagram's rest.\n\n", memExporters, netProtected)
+	fmt.Fprintf(&b, "After the floods, %d exporters (127.0.0.2 on) send NetFlow v9 templates (the ten fields of a flow record, 100 to a datagram) to both tools, three times: 100 template IDs each (10,000 templates), then 2,000 each, then 5,000 each (IDs from 256, the earlier ones sent again). Resident memory (`VmRSS`, MiB) of each process 2 s after each step; FastNetMon's includes its counters for every address of its networks_list (%v), allocated at start. For tierwall also its live heap (the Go heap in use after a collection, which netcollect runs when asked for its counters): RSS holds besides it what the garbage collector has not yet returned to the system, and that grows with the garbage decoding leaves. tierwall's *held* is its template count over these exporters, *refused* its count of refusals past `max_templates` (512 per exporter): goflow2 stops decoding a datagram at the first template refused, so a refusal counts a datagram's rest.\n\n", memExporters, netProtected)
 	b.WriteString("| tool | at rest |")
 	var steps []MemoryStep
 	if len(res.Memory) > 0 {
@@ -125,10 +125,14 @@ func RenderNetwork(res NetworkResult, took time.Duration, now time.Time) string 
 	}
 	b.WriteString("---:|\n")
 	for _, m := range res.Memory {
-		fmt.Fprintf(&b, "| %s | %s |", m.Tool, mib(m.Before))
+		if m.Tool == "tierwall" {
+			fmt.Fprintf(&b, "| %s | %s (live heap %s) |", m.Tool, mib(m.Before), mib(m.LiveHeap))
+		} else {
+			fmt.Fprintf(&b, "| %s | %s |", m.Tool, mib(m.Before))
+		}
 		for _, st := range m.Steps {
 			if m.Tool == "tierwall" {
-				fmt.Fprintf(&b, " %s (%d held, %d refused) |", mib(st.RSS), st.Held, st.Refused)
+				fmt.Fprintf(&b, " %s (live heap %s; %d held, %d refused) |", mib(st.RSS), mib(st.LiveHeap), st.Held, st.Refused)
 			} else {
 				fmt.Fprintf(&b, " %s |", mib(st.RSS))
 			}
@@ -252,13 +256,16 @@ func NetworkTargets(res NetworkResult) []NetworkTarget {
 		out = append(out, NetworkTarget{target, "not measured", false})
 	} else {
 		last, prev := mt.Steps[len(mt.Steps)-1], mt.Steps[len(mt.Steps)-2]
-		bounded := last.Held <= memExporters*512 && float64(last.RSS) <= 1.1*float64(prev.RSS)
-		why := "past the cap, memory grew by more than 10%"
+		// Bounded: past the cap, the templates held and the live heap
+		// stop growing (RSS also holds garbage not yet returned).
+		bounded := last.Held <= memExporters*512 && last.LiveHeap > 0 && float64(last.LiveHeap) <= 1.1*float64(prev.LiveHeap)
+		why := "past the cap, the live heap grew by more than 10%"
 		if bounded {
-			why = "the cap holds: memory stops growing"
+			why = "past the cap, the live heap stops growing"
 		}
 		out = append(out, NetworkTarget{target,
-			fmt.Sprintf("tierwall %s with %s templates; %s and %d held with %s offered, %s with %s (%s)", mib(mt.Steps[0].RSS), kcount(mt.Steps[0].Held), mib(prev.RSS), prev.Held, kcount(prev.PerExporter*memExporters), mib(last.RSS), kcount(last.PerExporter*memExporters), why),
+			fmt.Sprintf("tierwall RSS %s with %s templates; %s (live heap %s) and %d held with %s offered, %s (live heap %s) with %s: %s", mib(mt.Steps[0].RSS), kcount(mt.Steps[0].Held),
+				mib(prev.RSS), mib(prev.LiveHeap), prev.Held, kcount(prev.PerExporter*memExporters), mib(last.RSS), mib(last.LiveHeap), kcount(last.PerExporter*memExporters), why),
 			bounded})
 	}
 	return out

@@ -34,7 +34,7 @@ func networkRun() NetworkResult {
 		{Tool: "FastNetMon", Steps: []IngestStep{{Offered: 4e4, Sent: 80000, Secs: 2}, {Offered: 1e5, Sent: 200000, Secs: 2, Dropped: 100000}}},
 	}
 	res.Memory = []NetworkMemory{
-		{Tool: "tierwall", Before: 30720, HWM: 61440, Steps: []MemoryStep{{100, 33792, 10000, 0}, {2000, 46080, 51200, 1500}, {5000, 46592, 51200, 4500}}},
+		{Tool: "tierwall", Before: 30720, LiveHeap: 4096, HWM: 61440, Steps: []MemoryStep{{100, 33792, 10000, 0, 6144}, {2000, 46080, 51200, 1500, 12288}, {5000, 53248, 51200, 4500, 12800}}},
 		{Tool: "FastNetMon", Before: 51200, HWM: 102400, Steps: []MemoryStep{{PerExporter: 100, RSS: 52224}, {PerExporter: 2000, RSS: 81920}, {PerExporter: 5000, RSS: 102400}}},
 	}
 	return res
@@ -80,7 +80,7 @@ func TestNetworkTargetsFollowTheRun(t *testing.T) {
 	}
 	res.TierwallFP = []string{"198.18.1.1/32"}
 	res.Ingest[0].Steps[0].Sent = 100000 // 50K/s → 1.25×
-	res.Memory[0].Steps[2].RSS = 61440
+	res.Memory[0].Steps[2].LiveHeap = 20480
 	got := netTargets(res)
 	for _, want := range []string{
 		"sFlow 1:100 and 1:1000, 0.1–1 Mpps UDP, SYN and reflection: detected ≤ 0.5 s after the flood's start",
@@ -129,9 +129,9 @@ func TestNetworkReportWritesBothTools(t *testing.T) {
 		"| IPFIX | UDP | 1000K | 0.01 (0.01–0.01) | 0.24 (0.19–0.29) | 0.99 (0.99–0.99) | 0.25 (0.20–0.30) | 1.00 (1.00–1.00) |",
 		"| tierwall | 0 B | 100000 | 600000 | 199500 |",
 		"| tool | at rest | 10K templates offered | 200K templates offered | 500K templates offered | peak (VmHWM) |",
-		"| tierwall | 30.0 MiB | 33.0 MiB (10000 held, 0 refused) | 45.0 MiB (51200 held, 1500 refused) | 45.5 MiB (51200 held, 4500 refused) | 60.0 MiB |",
+		"| tierwall | 30.0 MiB (live heap 4.0 MiB) | 33.0 MiB (live heap 6.0 MiB; 10000 held, 0 refused) | 45.0 MiB (live heap 12.0 MiB; 51200 held, 1500 refused) | 52.0 MiB (live heap 12.5 MiB; 51200 held, 4500 refused) | 60.0 MiB |",
 		"| FastNetMon | 50.0 MiB | 51.0 MiB | 80.0 MiB | 100.0 MiB | 100.0 MiB |",
-		"| tierwall 33.0 MiB with 10K templates; 45.0 MiB and 51200 held with 200K offered, 45.5 MiB with 500K (the cap holds: memory stops growing) | yes |",
+		"| tierwall RSS 33.0 MiB with 10K templates; 45.0 MiB (live heap 12.0 MiB) and 51200 held with 200K offered, 52.0 MiB (live heap 12.5 MiB) with 500K: past the cap, the live heap stops growing | yes |",
 		"FastNetMon did not detect: sflow-1:100-carpet-0.1M",
 		"tierwall named none; FastNetMon named none",
 	} {
