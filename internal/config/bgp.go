@@ -82,6 +82,16 @@ type BGPAnnounce struct {
 	// loses packets before XDP, or the features table overflows) every
 	// ban is a candidate whatever its rate (default true).
 	Saturated *bool `yaml:"saturated"`
+	// HostBans: a detector's ban of one address (/32, /128) is a
+	// candidate too. Off by default: a source address can be spoofed,
+	// and upstream (at the provider, across the fleet) its ban would cut
+	// the real owner off far from where tierwall's rails can spare it;
+	// the only proof an off-path packet cannot fake, a completed
+	// handshake, makes a client known-good, and those are never banned.
+	// Prefix bans (many sources) and flow rules (the victim's side) go
+	// up as before; an operator's ban always may (the operator is the
+	// evidence).
+	HostBans bool `yaml:"host_bans"`
 	// MaxRoutes is the top-N by rate announced per family (default 100):
 	// the upstream's FlowSpec and blackhole capacity is small.
 	MaxRoutes int `yaml:"max_routes"`

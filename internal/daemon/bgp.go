@@ -317,7 +317,8 @@ func (d *Daemon) flowRulesForBGP() []mitigate.Rule {
 // while the rate dips; a flow rule already announced stays while it
 // exists), or every ban while the local tiers are saturated; never a
 // remote rule, a SYN-cookie rule (a local mitigation with no FlowSpec
-// action), or a prefix a rail guards (checked again here, whatever let
+// action), a detector's ban of one address unless announce.host_bans (its
+// source may be spoofed), or a prefix a rail guards (checked again here, whatever let
 // the ban in: a forced operator ban of protected space stays local); the
 // heaviest announce.max_routes per kind and family.
 func announcePolicy(c *config.BGP, bans iter.Seq[ban.Ban], flows []mitigate.Rule, saturated bool, prev map[string]bgp.Route, guarded func(netip.Prefix) string) []bgp.Route {
@@ -332,6 +333,11 @@ func announcePolicy(c *config.BGP, bans iter.Seq[ban.Ban], flows []mitigate.Rule
 	}
 	for b := range bans {
 		if b.Detector == remoteDetector || guarded(b.Prefix) != "" {
+			continue
+		}
+		// One address's ban is no evidence that the address sent the
+		// flood (config.BGPAnnounce.HostBans); it stays local.
+		if b.Prefix.IsSingleIP() && !b.Manual && !c.Announce.HostBans {
 			continue
 		}
 		rate := max(b.Rate, b.PeakRate)

@@ -54,8 +54,10 @@ func bgpConfig(t *testing.T) *config.Config {
 	cfg := testConfig(t)
 	cfg.BGP = config.BGP{ASN: 65001, RouterID: "10.0.0.1", ListenPort: -1,
 		Neighbors: []config.BGPNeighbor{{Address: peerRR.String(), ASN: 65001, Send: []string{"rtbh", "flowspec"}, Receive: true}},
-		Announce:  config.BGPAnnounce{MinPPS: 5000, NextHop4: "192.0.2.254", Destination: bgpDest},
-		Accept:    config.BGPAccept{OwnPrefixes: []string{bgpDest}}}
+		// HostBans: these tests ban single sources to see them go up
+		// (TestBGPAnnouncePolicy tests the default, off).
+		Announce: config.BGPAnnounce{MinPPS: 5000, NextHop4: "192.0.2.254", Destination: bgpDest, HostBans: true},
+		Accept:   config.BGPAccept{OwnPrefixes: []string{bgpDest}}}
 	cfg.Rails.Protected = []string{"192.0.2.250/32"}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -148,8 +150,21 @@ func TestBGPAnnouncePolicy(t *testing.T) {
 	remote := rule.FlowRule{Dst: p("192.0.2.81/32"), Action: rule.FlowDrop}
 	flows := []mitigate.Rule{{FlowRule: web, Origin: mitigate.Ladder, MatchedPPS: 50000}, {FlowRule: syn, Origin: mitigate.Ladder, MatchedPPS: 1e6},
 		{FlowRule: remote, Origin: mitigate.Remote, MatchedPPS: 1e6}}
-	got := announcedKeys(announcePolicy(&cfg, slices.Values(bans), flows, false, nil, guarded))
-	want := []string{"flowspec " + web.String(), "flowspec src 203.0.113.1/32 dst 192.0.2.0/24 drop", "rtbh 203.0.113.1/32", "rtbh 203.0.113.2/32"}
+	// By default a detector's ban of one address stays local: its source
+	// may be spoofed. A prefix ban and an operator's host ban go up.
+	cfg.Announce.HostBans = false
+	wide := append(slices.Clone(bans), ban.Ban{Prefix: p("198.18.64.0/24"), Detector: "victim", PeakRate: 5e5},
+		ban.Ban{Prefix: p("203.0.113.9/32"), Detector: "operator", Manual: true, PeakRate: 4e5})
+	cfg.Announce.MaxRoutes = 10
+	got := announcedKeys(announcePolicy(&cfg, slices.Values(wide), nil, false, nil, guarded))
+	want := []string{"flowspec src 198.18.64.0/24 dst 192.0.2.0/24 drop", "flowspec src 203.0.113.9/32 dst 192.0.2.0/24 drop", "rtbh 198.18.64.0/24", "rtbh 203.0.113.9/32"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("without host_bans: announced %q\nwant %q", got, want)
+	}
+	cfg.Announce.HostBans = true
+	cfg.Announce.MaxRoutes = 2
+	got = announcedKeys(announcePolicy(&cfg, slices.Values(bans), flows, false, nil, guarded))
+	want = []string{"flowspec " + web.String(), "flowspec src 203.0.113.1/32 dst 192.0.2.0/24 drop", "rtbh 203.0.113.1/32", "rtbh 203.0.113.2/32"}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("announced %q\nwant %q", got, want)

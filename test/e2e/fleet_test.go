@@ -160,7 +160,7 @@ bgp:
   listen_port: -1
   neighbors:
     - {address: %s, asn: %d, local_address: %s, send: [flowspec], receive: true, hold_time: 9s}
-  announce: {min_pps: 2000, destination: 10.77.0.0/16}
+  announce: {min_pps: 2000, destination: 10.77.0.0/16, host_bans: true}
   accept: {own_prefixes: [10.77.0.0/16]}
 api:
   socket: %s
