@@ -23,6 +23,7 @@ import (
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/mitigate"
+	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/demo"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
@@ -48,6 +49,22 @@ type SpoofScenario struct {
 	// Rate caps the flood at this many packets/s (0: the generator's
 	// full rate, or SpoofParams.Rate).
 	Rate uint64 `json:"rate_pps,omitempty"`
+	// FirstRate, for FirstFor, opens the flood at another rate (a burst
+	// that gets a source caught, then a rate that keeps it held).
+	FirstRate uint64        `json:"first_rate_pps,omitempty"`
+	FirstFor  time.Duration `json:"first_for_ns,omitempty"`
+	// Sources, with Spoof: the flood comes from this many fixed
+	// addresses numbered from Spoof's start (trafgen.Addresses), not
+	// from random ones.
+	Sources int `json:"sources,omitempty"`
+	// PreACKs: before the flood, this many spoofed TCP ACKs from each of
+	// the Sources to the victim's port: an attempt to buy known-good
+	// membership without a handshake.
+	PreACKs int `json:"pre_acks,omitempty"`
+	// SpoofClient: the flood's source is the first client's own address.
+	SpoofClient bool `json:"spoof_client,omitempty"`
+	// Clients overrides SpoofParams.Clients.
+	Clients int `json:"clients,omitempty"`
 }
 
 // SpoofScenarios are the issue's floods: random sources in a /16, a /9,
@@ -66,6 +83,10 @@ func SpoofScenarios() []SpoofScenario {
 		{Name: "syn-spoof", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, DstPort: 80},
 		{Name: "syn-spoof-500k", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, DstPort: 80, Rate: 500_000},
 		{Name: "syn-spoof-200k", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, DstPort: 80, Rate: 200_000},
+		// Issue 32's: the defence aimed at the clients it protects.
+		{Name: "acks-then-syn-2000", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.201.0.0/16"), Sources: 2000, PreACKs: 3, SYN: true, DstPort: 80},
+		{Name: "client-spoofed", Dst: lab.Host4, SpoofClient: true, DstPort: 9, FirstRate: 150_000, FirstFor: 2 * time.Second, Rate: 3_000},
+		{Name: "udp-spoof-8-200-clients", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.0.0.0/8"), DstPort: 9, Clients: 200},
 	}
 }
 
@@ -126,6 +147,16 @@ type SpoofRow struct {
 	// transmit side as the internet would take them.
 	EgressInternet uint64 `json:"egress_internet,omitempty"`
 	DaemonMaxRSSMB uint64 `json:"daemon_max_rss_mb"`
+	// KnownGoodGained is how many of the flood's Sources were on XDP's
+	// known-good list after the spoofed ACKs (PreACKs) and at the end.
+	KnownGoodGained [2]int `json:"known_good_gained,omitempty"`
+	// Watched* is the first client's own request rate, when the flood
+	// spoofs its address (SpoofClient), before and during.
+	WatchedBaseRPS   float64 `json:"watched_client_baseline_rps,omitempty"`
+	WatchedAttackRPS float64 `json:"watched_client_attack_rps,omitempty"`
+	// WidestBan is the widest ban the daemon applied during the flood
+	// ("" for none).
+	WidestBan string `json:"widest_ban,omitempty"`
 	// Verdicts are XDP's verdict counters' growth during the flood.
 	Verdicts map[string]uint64 `json:"verdicts"`
 	// FlowRules are the flow rules in force at the end, with counters.
@@ -197,7 +228,11 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		return nil, err
 	}
 	defer restore()
-	clients := demo.ClientAddrs(p.Clients)
+	most := p.Clients
+	for _, sc := range SpoofScenarios() {
+		most = max(most, sc.Clients)
+	}
+	clients := demo.ClientAddrs(most)
 	for _, c := range clients {
 		if err := harness.Run("ip", "-n", lab.NSInet, "addr", "replace", c.String()+"/16", "dev", lab.IfInet); err != nil {
 			return nil, err
@@ -224,7 +259,11 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		if p.Only != "" && !slices.ContainsFunc(strings.Split(p.Only, ","), func(o string) bool { return strings.Contains(sc.Name, o) }) {
 			continue
 		}
-		r, err := spoofCell(ctx, p, sc, clients)
+		n := p.Clients
+		if sc.Clients > 0 {
+			n = sc.Clients
+		}
+		r, err := spoofCell(ctx, p, sc, clients[:n])
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", sc.Name, err)
 		}
@@ -254,6 +293,9 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 }
 
 func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []netip.Addr) (_ SpoofRow, err error) {
+	if sc.SpoofClient {
+		sc.Spoof = netip.PrefixFrom(clients[0], 32)
+	}
 	row := SpoofRow{Scenario: sc, Interval: p.Interval.Seconds(), DetectIntervals: -1}
 	// Everything through the host's XDP: the NIC stage forwards.
 	var nic *nicstage.Table
@@ -385,7 +427,7 @@ api: {socket: %s}
 	// flood runs the scenario's generators out of iface for dur.
 	// began, if set, is told when the first generator sends its first
 	// frame: the flood's start, with the generators' set-up left out.
-	flood := func(ctx context.Context, iface string, dur time.Duration, began func(time.Time)) (uint64, error) {
+	flood := func(ctx context.Context, iface string, dur time.Duration, rate uint64, began func(time.Time)) (uint64, error) {
 		ports := sc.SrcPorts
 		if len(ports) == 0 {
 			ports = []uint16{0}
@@ -396,17 +438,17 @@ api: {socket: %s}
 			gmu  sync.Mutex
 			gerr error
 		)
-		rate := p.Rate
-		if sc.Rate != 0 {
-			rate = sc.Rate
-		}
 		for i, sp := range ports {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				spec := trafgen.Spec{Iface: iface, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
 					SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: dur, Seed: uint64(11 + i), Rate: rate / uint64(len(ports)), Started: began}
-				if !sc.Spoof.IsValid() {
+				switch {
+				case sc.Sources > 0:
+					spec.Spoof = netip.Prefix{}
+					spec.Sources, spec.Dist, spec.Base = sc.Sources, trafgen.Uniform, sc.Spoof
+				case !sc.Spoof.IsValid():
 					// Reflectors all over IPv4 (the lab's host drops its
 					// ICMP answers to them: no route).
 					spec.Sources, spec.Dist, spec.Spread = sc.Reflectors, trafgen.Uniform, true
@@ -442,6 +484,10 @@ api: {socket: %s}
 		return sent.Load(), gerr
 	}
 
+	floodRate := p.Rate
+	if sc.Rate != 0 {
+		floodRate = sc.Rate
+	}
 	_, t0, _ := drops()
 	// Reference: the clients alone at the victim, the same flood into the
 	// sink; the daemon learns the victim and its clients meanwhile.
@@ -449,8 +495,18 @@ api: {socket: %s}
 	bctx, bcancel := context.WithTimeout(ctx, p.Baseline)
 	baseDone := make(chan struct{})
 	refCPU := markCPU(rxCPU)
-	go func() { base.Run(bctx, lab.NSInet, url, clients); close(baseDone) }()
-	_, ferr := flood(bctx, sinkIf, p.Baseline, nil)
+	others := clients
+	if sc.SpoofClient {
+		others = clients[1:] // the first is watched apart
+	}
+	go func() { base.Run(bctx, lab.NSInet, url, others); close(baseDone) }()
+	var watchedBase *demo.Load
+	if sc.SpoofClient {
+		// The spoofed client's own rate, apart from the others'.
+		watchedBase = &demo.Load{Rate: p.clientRate(sc)}
+		go watchedBase.Run(bctx, lab.NSInet, url, clients[:1])
+	}
+	_, ferr := flood(bctx, sinkIf, p.Baseline, floodRate, nil)
 	<-baseDone
 	bcancel()
 	row.HostCPUBefore, row.ClientPace = refCPU.busyPct(), p.clientRate(sc)
@@ -458,6 +514,20 @@ api: {socket: %s}
 		return row, fmt.Errorf("generator into the sink: %w", ferr)
 	}
 	row.BaselineRPS = float64(base.OK.Load()) / p.Baseline.Seconds()
+	if watchedBase != nil {
+		row.WatchedBaseRPS = float64(watchedBase.OK.Load()) / p.Baseline.Seconds()
+	}
+	if sc.PreACKs > 0 {
+		// The spoofed ACKs, then two intervals for the daemon to learn
+		// from them, if it would.
+		if err := spoofACKs(sc, inetMAC, hostMAC); err != nil {
+			return row, err
+		}
+		time.Sleep(2 * p.Interval)
+		if row.KnownGoodGained[0], err = knownGoodOf(host, sc); err != nil {
+			return row, err
+		}
+	}
 	row.ExchBase = exch.take()
 	_, t1, _ := drops()
 	row.BaselinePassPPS = float64(t1-t0) / p.Baseline.Seconds()
@@ -474,7 +544,12 @@ api: {socket: %s}
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
 	loadDone := make(chan struct{})
-	go func() { load.Run(actx, lab.NSInet, url, clients); close(loadDone) }()
+	go func() { load.Run(actx, lab.NSInet, url, others); close(loadDone) }()
+	var watched *demo.Load
+	if sc.SpoofClient {
+		watched = &demo.Load{Rate: p.clientRate(sc)}
+		go watched.Run(actx, lab.NSInet, url, clients[:1])
+	}
 
 	// The flood; XDP's counters sampled so the share from the third
 	// interval on can be read.
@@ -506,14 +581,21 @@ api: {socket: %s}
 	// when the generators were asked to start: their set-up (sockets,
 	// XDP programs, source tables) is not the attack.
 	var (
-		start     time.Time
-		okAtStart uint64
-		atkCPU    cpuMark
-		once      sync.Once
-		begun     = make(chan struct{})
+		start          time.Time
+		okAtStart      uint64
+		watchedAtStart uint64
+		atkCPU         cpuMark
+		once           sync.Once
+		begun          = make(chan struct{})
 	)
 	began := func(t time.Time) {
-		once.Do(func() { start, okAtStart, atkCPU = t, load.OK.Load(), markCPU(rxCPU); close(begun) })
+		once.Do(func() {
+			start, okAtStart, atkCPU = t, load.OK.Load(), markCPU(rxCPU)
+			if watched != nil {
+				watchedAtStart = watched.OK.Load()
+			}
+			close(begun)
+		})
 	}
 	// The host's TCP counters from the third interval on: before the
 	// daemon's first decision the flood meets only the kernel.
@@ -532,9 +614,24 @@ api: {socket: %s}
 		case <-actx.Done():
 		}
 	}()
-	sent, gerr := flood(actx, lab.IfInet, p.Attack, began)
+	var sent uint64
+	var gerr error
+	if sc.FirstFor > 0 {
+		sent, gerr = flood(actx, lab.IfInet, sc.FirstFor, sc.FirstRate, began)
+		if gerr == nil {
+			var more uint64
+			more, gerr = flood(actx, lab.IfInet, p.Attack-sc.FirstFor, floodRate, nil)
+			sent += more
+		}
+	} else {
+		sent, gerr = flood(actx, lab.IfInet, p.Attack, floodRate, began)
+	}
 	end := time.Now()
 	okAtEnd := load.OK.Load()
+	var watchedAtEnd uint64
+	if watched != nil {
+		watchedAtEnd = watched.OK.Load()
+	}
 	var atkPct float64
 	select {
 	case <-begun:
@@ -557,6 +654,14 @@ api: {socket: %s}
 	row.Sent = sent
 	row.SentMpps = float64(row.Sent) / elapsed.Seconds() / 1e6
 	row.AttackRPS = float64(okAtEnd-okAtStart) / elapsed.Seconds()
+	if watched != nil {
+		row.WatchedAttackRPS = float64(watchedAtEnd-watchedAtStart) / elapsed.Seconds()
+	}
+	if sc.PreACKs > 0 {
+		if row.KnownGoodGained[1], err = knownGoodOf(host, sc); err != nil {
+			return row, err
+		}
+	}
 	row.ClientFails = load.Failed.Load()
 	row.ExchAttack = exch.take()
 	tcp1, err := tcpStats()
@@ -656,6 +761,9 @@ api: {socket: %s}
 				row.Mitigations = append(row.Mitigations, e.Detail)
 			}
 			if e.Kind == "ban" && e.Prefix.IsValid() {
+				if w, err := netip.ParsePrefix(row.WidestBan); err != nil || e.Prefix.Bits()-e.Prefix.Addr().BitLen() < w.Bits()-w.Addr().BitLen() {
+					row.WidestBan = e.Prefix.String()
+				}
 				for c := range legit {
 					if e.Prefix.Contains(c) {
 						row.ClientsBanned = append(row.ClientsBanned, e.Prefix.String()+" ("+e.Detail+")")
@@ -820,4 +928,65 @@ func (p SpoofParams) clientRate(sc SpoofScenario) float64 {
 		return p.ConnRate
 	}
 	return p.ClientRate
+}
+
+// spoofACKs sends sc.PreACKs spoofed TCP ACKs from each of sc.Sources to
+// the victim's port, from the internet namespace, paced at about 20,000
+// packets/s: what a forged handshake's last step looks like without the
+// first two.
+func spoofACKs(sc SpoofScenario, src, dst net.HardwareAddr) error {
+	addrs, err := trafgen.Addresses(sc.Spoof, sc.Sources)
+	if err != nil {
+		return err
+	}
+	return inNS(lab.NSInet, genCPU, func() error {
+		ifc, err := net.InterfaceByName(lab.IfInet)
+		if err != nil {
+			return err
+		}
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			return fmt.Errorf("raw socket: %w", err)
+		}
+		defer unix.Close(fd)
+		to := &unix.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6}
+		copy(to.Addr[:], dst)
+		n := 0
+		for round := 0; round < sc.PreACKs; round++ {
+			for i, a := range addrs {
+				f := pkt.Frame{DstMAC: [6]byte(dst), SrcMAC: [6]byte(src), Src: a, Dst: sc.Dst, Proto: pkt.ProtoTCP,
+					SrcPort: uint16(20000 + i%40000), DstPort: sc.DstPort, TCPFlags: pkt.TCPFlagACK, TCPSeq: uint32(i), TCPAck: uint32(round + 1)}
+				if err := unix.Sendto(fd, f.Build(), 0, to); err != nil {
+					return fmt.Errorf("sending a spoofed ACK: %w", err)
+				}
+				if n++; n%200 == 0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// knownGoodOf counts sc's Sources on XDP's known-good list.
+func knownGoodOf(host *datapath.Datapath, sc SpoofScenario) (int, error) {
+	addrs, err := trafgen.Addresses(sc.Spoof, sc.Sources)
+	if err != nil {
+		return 0, err
+	}
+	good, err := host.KnownGood()
+	if err != nil {
+		return 0, fmt.Errorf("reading the known-good list: %w", err)
+	}
+	set := make(map[netip.Addr]bool, len(good))
+	for _, a := range good {
+		set[a] = true
+	}
+	n := 0
+	for _, a := range addrs {
+		if set[a] {
+			n++
+		}
+	}
+	return n, nil
 }
