@@ -19,6 +19,7 @@ func newEvalSpoof() *cobra.Command {
 	var baseline, attack, interval time.Duration
 	var clients int
 	var rate uint64
+	var background bool
 	var clientRate, connRate float64
 	c := &cobra.Command{
 		Use:   "eval-spoof",
@@ -27,7 +28,7 @@ func newEvalSpoof() *cobra.Command {
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
-			p := eval.SpoofParams{Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, ClientRate: clientRate, ConnRate: connRate, Rate: rate, Log: os.Stderr}
+			p := eval.SpoofParams{Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, ClientRate: clientRate, ConnRate: connRate, Rate: rate, Background: background, Log: os.Stderr}
 			start := time.Now()
 			rows, err := eval.Spoof(ctx, p)
 			if err != nil {
@@ -36,7 +37,11 @@ func newEvalSpoof() *cobra.Command {
 			if only != "" {
 				return nil // a partial run is not the document
 			}
-			return eval.SpoofReport(out, filepath.Join(filepath.Dir(out), "EVALUATION-SPOOF.md"), rows, p, time.Since(start), time.Now())
+			md := "EVALUATION-SPOOF.md"
+			if background {
+				md = "EVALUATION-SPOOF-LOAD.md"
+			}
+			return eval.SpoofReport(out, filepath.Join(filepath.Dir(out), md), rows, p, time.Since(start), time.Now())
 		},
 	}
 	c.Flags().StringVar(&out, "out", "docs/eval", "directory for spoof.json (docs/EVALUATION-SPOOF.md goes next to it)")
@@ -48,5 +53,6 @@ func newEvalSpoof() *cobra.Command {
 	c.Flags().Float64Var(&clientRate, "client-rate", 200, "requests/s each keep-alive client offers (0: as fast as answered)")
 	c.Flags().Float64Var(&connRate, "conn-rate", 30, "new connections/s each client opens in the SYN floods (0: as fast as answered)")
 	c.Flags().Uint64Var(&rate, "rate", 0, "cap the flood at this many packets/s (0: the generator's full rate)")
+	c.Flags().BoolVar(&background, "background", false, "a CPU-bound process at nice 0 on each CPU for the whole run (docs/EVALUATION-SPOOF-LOAD.md)")
 	return c
 }

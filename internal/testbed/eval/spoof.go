@@ -11,7 +11,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,7 +179,35 @@ type SpoofParams struct {
 	// Rate caps the flood (packets/s, all generators together); 0: the
 	// generator's full rate.
 	Rate uint64
-	Log  io.Writer
+	// Background runs a CPU-bound process (BusyLoop) at nice 0 on each
+	// CPU for the whole run: a server under attack is rarely otherwise
+	// idle.
+	Background bool
+	Log        io.Writer
+}
+
+// BusyLoop is the background load's command, one per CPU: a shell loop
+// that never sleeps, at nice 0.
+var BusyLoop = []string{"sh", "-c", "while :; do :; done"}
+
+// startBackground starts BusyLoop pinned to each CPU; stop kills them.
+func startBackground() (stop func(), err error) {
+	var cmds []*exec.Cmd
+	stop = func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+	for cpu := 0; cpu < runtime.NumCPU(); cpu++ {
+		c := exec.Command("taskset", append([]string{"-c", strconv.Itoa(cpu)}, BusyLoop...)...)
+		if err := c.Start(); err != nil {
+			stop()
+			return nil, fmt.Errorf("background load on CPU %d: %w", cpu, err)
+		}
+		cmds = append(cmds, c)
+	}
+	return stop, nil
 }
 
 // Spoof runs each scenario on the lab: a fresh daemon (default
@@ -212,6 +242,13 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 	}()
 	if err := lab.StartNginx(); err != nil {
 		return nil, err
+	}
+	if p.Background {
+		stop, err := startBackground()
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
 	}
 	// The lab split as in LabModes: the wire and the card are outside
 	// the host. CPU 0 runs the generator, the NIC stage and the clients
@@ -270,6 +307,15 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps (%.0f%% reached XDP), detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s (host CPU %.0f%% → %.0f%%), %d client bans, daemon peak RSS %d MB; %s\n",
 			sc.Name, r.SentMpps, 100*r.ReachedXDP, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, r.HostCPUBefore, r.HostCPUDuring, len(r.ClientsBanned), r.DaemonMaxRSSMB, strings.Join(r.Mitigations, "; "))
 		fmt.Fprintf(p.Log, "  XDP verdicts during the flood: %v\n", r.Verdicts)
+		if sc.PreACKs > 0 {
+			fmt.Fprintf(p.Log, "  of the %d sources, on the known-good list after their spoofed ACKs: %d, at the end: %d\n", sc.Sources, r.KnownGoodGained[0], r.KnownGoodGained[1])
+		}
+		if sc.SpoofClient {
+			fmt.Fprintf(p.Log, "  the spoofed client's own HTTP: %.0f → %.0f req/s\n", r.WatchedBaseRPS, r.WatchedAttackRPS)
+		}
+		if r.WidestBan != "" {
+			fmt.Fprintf(p.Log, "  widest ban %s\n", r.WidestBan)
+		}
 		for _, b := range r.BeforeFlood {
 			fmt.Fprintf(p.Log, "  before the flood (a false positive): %s\n", b)
 		}
@@ -517,9 +563,14 @@ api: {socket: %s}
 	if watchedBase != nil {
 		row.WatchedBaseRPS = float64(watchedBase.OK.Load()) / p.Baseline.Seconds()
 	}
+	// attackFrom is when the attacker's first packet left: the flood's
+	// start, or its spoofed ACKs'. The daemon's mitigations before it are
+	// false positives; after it, answers to the attack.
+	var attackFrom time.Time
 	if sc.PreACKs > 0 {
 		// The spoofed ACKs, then two intervals for the daemon to learn
 		// from them, if it would.
+		attackFrom = time.Now()
 		if err := spoofACKs(sc, inetMAC, hostMAC); err != nil {
 			return row, err
 		}
@@ -737,7 +788,10 @@ api: {socket: %s}
 		legit[c] = true
 	}
 	for _, e := range events {
-		if e.Time.Before(start) {
+		if attackFrom.IsZero() {
+			attackFrom = start
+		}
+		if e.Time.Before(attackFrom) {
 			// Clients alone: anything the daemon put in force then
 			// was a false positive, reported as such.
 			if e.Kind == "ban" || e.Kind == "mitigation" {
@@ -755,7 +809,7 @@ api: {socket: %s}
 			}
 		case "ban", "mitigation":
 			if row.DetectIntervals < 0 {
-				row.DetectIntervals = e.Time.Sub(start).Seconds() / p.Interval.Seconds()
+				row.DetectIntervals = max(e.Time.Sub(start).Seconds(), 0) / p.Interval.Seconds() // 0: in force before the flood (its spoofed ACKs met it)
 			}
 			if e.Kind == "mitigation" && len(row.Mitigations) < 6 {
 				row.Mitigations = append(row.Mitigations, e.Detail)
