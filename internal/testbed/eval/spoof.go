@@ -67,6 +67,26 @@ type SpoofScenario struct {
 	SpoofClient bool `json:"spoof_client,omitempty"`
 	// Clients overrides SpoofParams.Clients.
 	Clients int `json:"clients,omitempty"`
+	// Clients6: the clients are IPv6, in the host's own /64 (SixClients),
+	// and fetch from http://[Host6]/.
+	Clients6 bool `json:"clients6,omitempty"`
+	// ThinSpoof and ThinRate add a second generator: random sources in
+	// ThinSpoof at ThinRate, beside the main flood (a thin spread over
+	// many prefixes, one of them the clients').
+	ThinSpoof netip.Prefix `json:"thin_spoof,omitzero"`
+	ThinRate  uint64       `json:"thin_rate_pps,omitempty"`
+}
+
+// SixClients are the IPv6 clients' addresses: in the lab's shared /64
+// with the host (fd70::/64), from fd70::1:0.
+func SixClients(n int) []netip.Addr {
+	out := make([]netip.Addr, n)
+	a := netip.MustParseAddr("fd70::1:0")
+	for i := range out {
+		out[i] = a
+		a = a.Next()
+	}
+	return out
 }
 
 // SpoofScenarios are the issue's floods: random sources in a /16, a /9,
@@ -89,6 +109,13 @@ func SpoofScenarios() []SpoofScenario {
 		{Name: "acks-then-syn-2000", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.201.0.0/16"), Sources: 2000, PreACKs: 3, SYN: true, DstPort: 80},
 		{Name: "client-spoofed", Dst: lab.Host4, SpoofClient: true, DstPort: 9, FirstRate: 150_000, FirstFor: 2 * time.Second, Rate: 3_000},
 		{Name: "udp-spoof-8-200-clients", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.0.0.0/8"), DstPort: 9, Clients: 200},
+		// The main flood from all of IPv4 and 1% of it (10 kpps beside
+		// about 1 Mpps) spread over the 64 /24s of 10.70.0.0/18, the
+		// clients' 10.70.1.0/24 among them.
+		{Name: "thin-1pct-64x24", Dst: lab.Host4, Spoof: netip.MustParsePrefix("0.0.0.0/0"), DstPort: 9,
+			ThinSpoof: netip.MustParsePrefix("10.70.0.0/18"), ThinRate: 10_000},
+		// One address of the /64 the clients share with the host.
+		{Name: "udp-spoof6-shared-64", Dst: lab.Host6, Spoof: netip.MustParsePrefix("fd70::bad/128"), DstPort: 9, Clients6: true},
 	}
 }
 
@@ -270,8 +297,12 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		most = max(most, sc.Clients)
 	}
 	clients := demo.ClientAddrs(most)
-	for _, c := range clients {
-		if err := harness.Run("ip", "-n", lab.NSInet, "addr", "replace", c.String()+"/16", "dev", lab.IfInet); err != nil {
+	for _, c := range append(slices.Clone(clients), SixClients(p.Clients)...) {
+		args := []string{"ip", "-n", lab.NSInet, "addr", "replace", c.String() + "/16", "dev", lab.IfInet}
+		if c.Is6() {
+			args = []string{"ip", "-n", lab.NSInet, "addr", "replace", c.String() + "/64", "dev", lab.IfInet, "nodad"}
+		}
+		if err := harness.Run(args...); err != nil {
 			return nil, err
 		}
 	}
@@ -300,7 +331,11 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		if sc.Clients > 0 {
 			n = sc.Clients
 		}
-		r, err := spoofCell(ctx, p, sc, clients[:n])
+		cs := clients[:n]
+		if sc.Clients6 {
+			cs = SixClients(n)
+		}
+		r, err := spoofCell(ctx, p, sc, cs)
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", sc.Name, err)
 		}
@@ -452,6 +487,9 @@ api: {socket: %s}
 	go rss.watch(rctx)
 
 	url := "http://" + lab.Host4.String() + "/"
+	if sc.Clients6 {
+		url = "http://[" + lab.Host6.String() + "]/"
+	}
 	exch := &exchanger{}
 	reflection := len(sc.SrcPorts) > 0
 	if reflection {
@@ -484,23 +522,31 @@ api: {socket: %s}
 			gmu  sync.Mutex
 			gerr error
 		)
+		var specs []trafgen.Spec
 		for i, sp := range ports {
+			spec := trafgen.Spec{Iface: iface, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
+				SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: dur, Seed: uint64(11 + i), Rate: rate / uint64(len(ports)), Started: began}
+			switch {
+			case sc.Sources > 0:
+				spec.Spoof = netip.Prefix{}
+				spec.Sources, spec.Dist, spec.Base = sc.Sources, trafgen.Uniform, sc.Spoof
+			case !sc.Spoof.IsValid():
+				// Reflectors all over IPv4 (the lab's host drops its
+				// ICMP answers to them: no route).
+				spec.Sources, spec.Dist, spec.Spread = sc.Reflectors, trafgen.Uniform, true
+				spec.Base = netip.MustParsePrefix("0.0.0.0/0")
+				spec.Seed = uint64(11 + i)
+			}
+			specs = append(specs, spec)
+		}
+		if sc.ThinSpoof.IsValid() {
+			specs = append(specs, trafgen.Spec{Iface: iface, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
+				SYN: sc.SYN, Spoof: sc.ThinSpoof, Duration: dur, Seed: 97, Rate: sc.ThinRate})
+		}
+		for _, spec := range specs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				spec := trafgen.Spec{Iface: iface, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
-					SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: dur, Seed: uint64(11 + i), Rate: rate / uint64(len(ports)), Started: began}
-				switch {
-				case sc.Sources > 0:
-					spec.Spoof = netip.Prefix{}
-					spec.Sources, spec.Dist, spec.Base = sc.Sources, trafgen.Uniform, sc.Spoof
-				case !sc.Spoof.IsValid():
-					// Reflectors all over IPv4 (the lab's host drops its
-					// ICMP answers to them: no route).
-					spec.Sources, spec.Dist, spec.Spread = sc.Reflectors, trafgen.Uniform, true
-					spec.Base = netip.MustParsePrefix("0.0.0.0/0")
-					spec.Seed = uint64(11 + i)
-				}
 				var rep *trafgen.Report
 				e := inNS(lab.NSInet, genCPU, func() error {
 					// The attacker's CPU is not the clients' on a real
@@ -509,8 +555,15 @@ api: {socket: %s}
 					// thread only), in the reference as under attack,
 					// and the clients' rate measures the host, not their
 					// share of CPU 0 against the generator.
+					// Under the background load it keeps nice 0, as
+					// the busy loops have: at 19 it would get ~1% of CPU 0
+					// against them and send no flood worth the name.
 					tid := unix.Gettid() // on Linux a nice value is a thread's
-					if err := unix.Setpriority(unix.PRIO_PROCESS, tid, 19); err != nil {
+					nice := 19
+					if p.Background {
+						nice = 0
+					}
+					if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
 						return fmt.Errorf("lowering the generator's priority: %w", err)
 					}
 					defer func() { _ = unix.Setpriority(unix.PRIO_PROCESS, tid, 0) }()
