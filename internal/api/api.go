@@ -386,6 +386,34 @@ func read[T any](m *mux, pattern string, f func(context.Context) (T, error)) {
 	})
 }
 
+// batch serves a POST whose body names prefixes: the body is read within
+// the batch limit and every prefix parsed before do runs, so one bad
+// prefix changes nothing; do gets the daemon's deadline and returns the
+// status and body of its answer.
+func batch[Req any](s *Server, m *mux, pattern string, prefixes func(*Req) []string,
+	do func(c context.Context, req *Req, ps []netip.Prefix) (int, any, error)) {
+	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if err := s.decodeLimit(w, r, &req, s.maxBatch()); err != nil {
+			fail(w, err)
+			return
+		}
+		ps, err := parsePrefixes(prefixes(&req))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		status, v, err := do(c, &req, ps)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		writeJSON(w, status, v)
+	})
+}
+
 // Handler is the API without authentication (unix socket).
 func (s *Server) Handler() http.Handler { return s.routes() }
 
@@ -432,75 +460,25 @@ func (s *Server) routes() *mux {
 		}
 		writeJSON(w, banStatus(b.Result == ban.Added), b)
 	})
-	m.HandleFunc("POST /v1/rules/batch", func(w http.ResponseWriter, r *http.Request) {
-		var req BatchRequest
-		if err := s.decodeLimit(w, r, &req, s.maxBatch()); err != nil {
-			fail(w, err)
-			return
-		}
-		ps := make([]netip.Prefix, 0, len(req.Prefixes))
-		for i, raw := range req.Prefixes {
-			p, err := rule.Parse(raw)
+	batch(s, m, "POST /v1/rules/batch", func(q *BatchRequest) []string { return q.Prefixes },
+		func(c context.Context, req *BatchRequest, ps []netip.Prefix) (int, any, error) {
+			o, err := operatorBan(req.TTL, req.Reason, req.Force, req.Update)
 			if err != nil {
-				fail(w, fmt.Errorf("%w: prefixes[%d]: %v (nothing changed)", daemon.ErrBadRequest, i, err))
-				return
+				return 0, nil, err
 			}
-			ps = append(ps, p)
-		}
-		o, err := operatorBan(req.TTL, req.Reason, req.Force, req.Update)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		c, cancel := ctx(r)
-		defer cancel()
-		res, err := s.D.OperatorBans(c, ps, o, req.AllOrNothing)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, banStatus(res.New > 0), res)
-	})
-	m.HandleFunc("POST /v1/rules/delete", func(w http.ResponseWriter, r *http.Request) {
-		var req UnbanRequest
-		if err := s.decodeLimit(w, r, &req, s.maxBatch()); err != nil {
-			fail(w, err)
-			return
-		}
-		ps, err := parsePrefixes(req.Prefixes)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		c, cancel := ctx(r)
-		defer cancel()
-		res, err := s.D.OperatorUnbans(c, ps, req.All)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, res)
-	})
-	m.HandleFunc("POST /v1/allowlist/batch", func(w http.ResponseWriter, r *http.Request) {
-		var req AllowBatchRequest
-		if err := s.decodeLimit(w, r, &req, s.maxBatch()); err != nil {
-			fail(w, err)
-			return
-		}
-		ps, err := parsePrefixes(req.Prefixes)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		c, cancel := ctx(r)
-		defer cancel()
-		n, err := s.D.OperatorAllows(c, ps, !req.Delete, req.Force)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, daemon.UnbanResult{Prefixes: n})
-	})
+			res, err := s.D.OperatorBans(c, ps, o, req.AllOrNothing)
+			return banStatus(res.New > 0), res, err
+		})
+	batch(s, m, "POST /v1/rules/delete", func(q *UnbanRequest) []string { return q.Prefixes },
+		func(c context.Context, req *UnbanRequest, ps []netip.Prefix) (int, any, error) {
+			res, err := s.D.OperatorUnbans(c, ps, req.All)
+			return http.StatusOK, res, err
+		})
+	batch(s, m, "POST /v1/allowlist/batch", func(q *AllowBatchRequest) []string { return q.Prefixes },
+		func(c context.Context, req *AllowBatchRequest, ps []netip.Prefix) (int, any, error) {
+			n, err := s.D.OperatorAllows(c, ps, !req.Delete, req.Force)
+			return http.StatusOK, daemon.UnbanResult{Prefixes: n}, err
+		})
 	// Without a prefix the mux would redirect to /v1/rules/ (a 3xx with
 	// no body that clients follow as a GET): say what is missing.
 	for _, p := range []string{"DELETE /v1/rules", "DELETE /v1/allowlist"} {
