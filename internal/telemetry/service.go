@@ -71,8 +71,11 @@ func (s *Service) run(onChange func(Change)) {
 		select {
 		case <-s.stop:
 			return
-		case now := <-tk.C:
-			if c, ok := s.Tick(now); ok && onChange != nil {
+		case <-tk.C:
+			// Not the tick's own time: when this goroutine is late, that
+			// is older than records decoded since, and an attack would be
+			// detected before its first record.
+			if c, ok := s.Tick(time.Now()); ok && onChange != nil {
 				onChange(c)
 			}
 		}
