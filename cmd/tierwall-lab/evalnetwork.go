@@ -93,7 +93,7 @@ func newNetcollect() *cobra.Command {
 					raw, err := json.Marshal(at)
 					if err == nil {
 						m := json.RawMessage(raw)
-						print(eval.NetcollectLine{Attack: &m})
+						print(eval.NetcollectLine{Attack: &m, Reported: time.Now()})
 					}
 				}
 			})

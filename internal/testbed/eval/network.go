@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	tt "github.com/tierwall/tierwall/internal/telemetry/telemetrytest"
 )
 
@@ -134,16 +136,44 @@ func (n NetworkIngest) NoLoss() float64 {
 	return best
 }
 
-// Overload is the datagrams/s processed at the highest step with loss (0:
-// none lost).
+// Overload is the datagrams/s processed (sent less dropped) at the step
+// offered the most, if it lost any (0: no loss there).
 func (n NetworkIngest) Overload() float64 {
-	best := 0.0
-	for _, s := range n.Steps {
-		if s.Dropped > 0 && s.Secs > 0 {
-			best = max(best, float64(s.Sent-min(s.Dropped, s.Sent))/s.Secs)
+	var top *IngestStep
+	for i := range n.Steps {
+		if top == nil || n.Steps[i].Offered > top.Offered {
+			top = &n.Steps[i]
 		}
 	}
-	return best
+	if top == nil || top.Dropped == 0 || top.Secs <= 0 {
+		return 0
+	}
+	return float64(top.Sent-min(top.Dropped, top.Sent)) / top.Secs
+}
+
+// flatOut is the ingest ladder's last rate: as fast as the sender goes.
+const flatOut = 10e6
+
+// realtime puts the calling thread (locked to it) at SCHED_FIFO, so
+// that the feed keeps its schedule on a CPU shared with other jobs: a
+// feed that falls behind and catches up sends bursts the tools would
+// read as higher rates. The feed sleeps most of every millisecond, so it
+// takes little from the others. undo puts the thread back.
+func realtime() (undo func(), err error) {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 20}
+	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+		return nil, fmt.Errorf("setting SCHED_FIFO: %w", err)
+	}
+	return func() {
+		other := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL}
+		_ = unix.SchedSetAttr(0, &other, 0)
+	}, nil
+}
+
+// pick is the index whose cumulative share first reaches a uniform draw.
+func pick(r *rand.Rand, cum []float64) int {
+	i, _ := slices.BinarySearch(cum, r.Float64())
+	return min(i, len(cum)-1)
 }
 
 // NetworkMemory is a tool's resident memory before and after the
@@ -189,12 +219,18 @@ type NetworkResult struct {
 	LoadBefore    [3]float64      `json:"load_before"`
 	LoadAfter     [3]float64      `json:"load_after"`
 	FastNetMonVer string          `json:"fastnetmon_version"`
-	TierwallDrops uint64          `json:"tierwall_drops"` // socket drops during the detection part
-	FNMDrops      uint64          `json:"fastnetmon_drops"`
-	Threshold     float64         `json:"threshold"`
-	Flood, Gap    time.Duration   `json:"-"`
-	Repeat        int             `json:"repeat"`
-	Decode        string          `json:"tierwall_decode"` // tierwall's counters after the cells
+	// SenderLag is the most the feed fell behind its schedule, SenderLate
+	// how long it was more than 20 ms behind; SenderFIFO: it ran at
+	// SCHED_FIFO.
+	SenderLag     time.Duration `json:"sender_lag"`
+	SenderLate    time.Duration `json:"sender_late"`
+	SenderFIFO    bool          `json:"sender_fifo"`
+	TierwallDrops uint64        `json:"tierwall_drops"` // socket drops during the detection part
+	FNMDrops      uint64        `json:"fastnetmon_drops"`
+	Threshold     float64       `json:"threshold"`
+	Flood, Gap    time.Duration `json:"-"`
+	Repeat        int           `json:"repeat"`
+	Decode        string        `json:"tierwall_decode"` // tierwall's counters after the cells
 }
 
 // Addresses of the run: everything inside 198.18.0.0/18 (FastNetMon's
@@ -351,12 +387,14 @@ func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
 	// Ingest: the same replayed feed to each in turn, interleaved by rate.
 	ingTW, ingFNM := NetworkIngest{Tool: "tierwall", RcvBuf: rcvBuf(twAddr.Port())}, NetworkIngest{Tool: "FastNetMon", RcvBuf: rcvBuf(fnmSFlow.Port())}
 	feed := ingestFeed(512)
-	for _, rate := range []float64{5e3, 10e3, 15e3, 20e3, 30e3, 40e3, 50e3, 60e3, 70e3, 80e3, 100e3, 120e3, 160e3, 240e3, 320e3} {
+	// The last rate is as fast as the sender goes: what each processes
+	// when overloaded.
+	for _, rate := range []float64{5e3, 10e3, 15e3, 20e3, 30e3, 40e3, 50e3, 60e3, 70e3, 80e3, 100e3, 120e3, 160e3, 240e3, flatOut} {
 		for _, t := range []struct {
 			ing  *NetworkIngest
 			addr netip.AddrPort
 		}{{&ingTW, twAddr}, {&ingFNM, fnmSFlow}} {
-			if n := len(t.ing.Steps); n >= 2 && t.ing.Steps[n-1].Dropped > 0 && t.ing.Steps[n-2].Dropped > 0 {
+			if n := len(t.ing.Steps); rate != flatOut && n >= 2 && t.ing.Steps[n-1].Dropped > 0 && t.ing.Steps[n-2].Dropped > 0 {
 				continue // past its limit twice: no need to go on
 			}
 			s, err := ingestStep(ctx, t.addr, feed, rate, 2*time.Second)
@@ -596,6 +634,12 @@ func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell
 	r := rand.New(rand.NewPCG(36, 1))
 	benign, total := benignMix(p.Threshold)
 	res.BenignPPS, res.BenignDests = total, len(benign)
+	cum := make([]float64, len(benign))
+	acc := 0.0
+	for i, b := range benign {
+		acc += b.pps
+		cum[i] = acc / total
+	}
 	starts := make([]time.Time, len(cells))
 	firsts := make([]time.Time, len(cells))
 	agent := &sflowAgent{tx: tx, onSend: func(ids []int, at time.Time) {
@@ -608,9 +652,14 @@ func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell
 	nf := map[string]*nfExporter{"netflow9": {tx: tx, version: 9}, "ipfix": {tx: tx, version: 10}}
 	// The benign mix alone first: false positives show here too.
 	warm := 5 * time.Second
-	t0 := time.Now()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	undo, err := realtime()
+	if err == nil {
+		res.SenderFIFO = true
+		defer undo()
+	}
+	t0 := time.Now()
 	// Cell i floods from at[i] for its length, then is quiet for p.Gap.
 	at := make([]time.Duration, len(cells)+1)
 	at[0] = warm
@@ -634,13 +683,19 @@ func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell
 		due := t0.Add(ms)
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
+		} else if -d > res.SenderLag {
+			res.SenderLag = -d
+		}
+		if -time.Until(due) > 20*time.Millisecond {
+			res.SenderLate += step
 		}
 		now := time.Now()
-		for _, b := range benign {
-			for range poisson(r, b.pps/float64(b.rate)*step.Seconds()) {
-				if err := agent.add(now, b.rate, b.packet(r), -1); err != nil {
-					return err
-				}
+		// One draw for the whole mix, each sample's destination by its
+		// share: the same process as a draw per destination, cheaper.
+		for range poisson(r, total/100*step.Seconds()) {
+			b := benign[pick(r, cum)]
+			if err := agent.add(now, b.rate, b.packet(r), -1); err != nil {
+				return err
 			}
 		}
 		for i < len(cells) && ms >= at[i+1] {
@@ -689,6 +744,7 @@ type twAttack struct {
 	PPS         float64        `json:"pps"`
 	FirstRecord time.Time      `json:"first_record"`
 	Detected    time.Time      `json:"detected"`
+	Reported    time.Time      `json:"-"`
 }
 
 // fnmBan is a ban FastNetMon's notify script recorded.
@@ -711,14 +767,14 @@ func judgeCell(c *NetworkCell, tw []twAttack, fnm []fnmBan) {
 	}
 	v := netip.MustParsePrefix(c.Victim)
 	for _, a := range tw {
-		if a.Detected.Before(start) {
+		if a.Reported.Before(start) {
 			continue
 		}
 		hit := slices.ContainsFunc(a.Dst, v.Overlaps)
 		if !hit {
 			continue
 		}
-		if d := a.Detected.Sub(start).Seconds(); c.Tierwall < 0 || d < c.Tierwall {
+		if d := a.Reported.Sub(start).Seconds(); c.Tierwall < 0 || d < c.Tierwall {
 			c.Tierwall = d
 			how := strings.Join(a.Kinds, ",")
 			if a.Carpet {
@@ -746,13 +802,13 @@ func falsePositives(tw []twAttack, fnm []fnmBan) (a, b []string) {
 	for _, x := range tw {
 		for _, p := range x.Dst {
 			if netBenign.Overlaps(p) || !netProtected.Overlaps(p) {
-				a = append(a, p.String())
+				a = append(a, fmt.Sprintf("%v at %s (%.0f pps)", p, x.Reported.UTC().Format("15:04:05.000"), x.PPS))
 			}
 		}
 	}
 	for _, x := range fnm {
 		if netBenign.Contains(x.IP) || !netProtected.Contains(x.IP) {
-			b = append(b, x.IP.String())
+			b = append(b, fmt.Sprintf("%v at %s (%s pps)", x.IP, x.At.UTC().Format("15:04:05.000"), x.PPS))
 		}
 	}
 	return a, b
@@ -866,7 +922,10 @@ func startTierwall(ctx context.Context, p NetworkParams, dir string, addr netip.
 // its counters when asked (SIGUSR1).
 type NetcollectLine struct {
 	Attack *json.RawMessage `json:"attack,omitempty"`
-	Stats  *NetcollectStats `json:"stats,omitempty"`
+	// Reported is when netcollect printed the attack: the time it fired,
+	// as FastNetMon's notify script records its own.
+	Reported time.Time        `json:"reported,omitzero"`
+	Stats    *NetcollectStats `json:"stats,omitempty"`
 }
 
 // NetcollectStats sum tierwall's exporter counters.
@@ -886,6 +945,7 @@ func (t *tierwallProc) attacks() []twAttack {
 		}
 		var a twAttack
 		if json.Unmarshal(*x.Attack, &a) == nil {
+			a.Reported = x.Reported
 			out = append(out, a)
 		}
 	}

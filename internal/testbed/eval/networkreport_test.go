@@ -167,10 +167,10 @@ func TestJudgeCell(t *testing.T) {
 	start := time.Unix(1000, 0)
 	c := NetworkCell{Victim: "198.18.2.0/24", Kind: "carpet", Start: start, First: start.Add(10 * time.Millisecond)}
 	tw := []twAttack{
-		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.0/24")}, Detected: start.Add(-time.Second)},
-		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}, Detected: start.Add(100 * time.Millisecond)},
-		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.0/24")}, Carpet: true, Kinds: []string{"all"}, PPS: 60000, Detected: start.Add(300 * time.Millisecond)},
-		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.7/32")}, Kinds: []string{"all"}, Detected: start.Add(200 * time.Millisecond)},
+		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.0/24")}, Reported: start.Add(-time.Second)},
+		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}, Reported: start.Add(100 * time.Millisecond)},
+		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.0/24")}, Carpet: true, Kinds: []string{"all"}, PPS: 60000, Reported: start.Add(300 * time.Millisecond)},
+		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.7/32")}, Kinds: []string{"all"}, Reported: start.Add(200 * time.Millisecond)},
 	}
 	fnm := []fnmBan{{At: start.Add(2 * time.Second), IP: netip.MustParseAddr("198.18.2.9"), PPS: "51000"}}
 	judgeCell(&c, tw, fnm)
