@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"github.com/tierwall/tierwall/internal/datapath/progtest"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -44,7 +45,7 @@ func TestFlowRuleEncodingRoundTrip(t *testing.T) {
 
 func sendN(t *testing.T, d *Datapath, frame []byte, n int) uint32 {
 	t.Helper()
-	return testutil.RunEach(t, d.Program(), frame, n)
+	return progtest.RunEach(t, d.Program(), frame, n)
 }
 
 func flowCounters(t *testing.T, d *Datapath) map[string]FlowRuleCounters {
@@ -279,7 +280,7 @@ func TestKnownGoodSpoofedMember(t *testing.T) {
 			const n = 3000
 			before := observe(t, d)
 			start := time.Now()
-			testutil.RunEach(t, d.Program(), spoofed, n)
+			progtest.RunEach(t, d.Program(), spoofed, n)
 			elapsed := time.Since(start)
 			after := observe(t, d)
 			passed := after.verdicts["pass_known_good"].Packets - before.verdicts["pass_known_good"].Packets
@@ -293,7 +294,7 @@ func TestKnownGoodSpoofedMember(t *testing.T) {
 			// The member's connection, its rate spent by the flood:
 			// every packet passes.
 			before = observe(t, d)
-			testutil.RunEach(t, d.Program(), ack, 500)
+			progtest.RunEach(t, d.Program(), ack, 500)
 			after = observe(t, d)
 			if got := after.verdicts["pass_known_good"].Packets - before.verdicts["pass_known_good"].Packets; got != 500 {
 				t.Errorf("the member's own connection: %d of 500 passed", got)
@@ -305,8 +306,8 @@ func TestKnownGoodSpoofedMember(t *testing.T) {
 				t.Fatal(err)
 			}
 			before = observe(t, d)
-			testutil.RunEach(t, d.Program(), spoofed, 100)
-			testutil.RunEach(t, d.Program(), ack, 100)
+			progtest.RunEach(t, d.Program(), spoofed, 100)
+			progtest.RunEach(t, d.Program(), ack, 100)
 			after = observe(t, d)
 			if p, dr := after.verdicts["pass_known_good"].Packets-before.verdicts["pass_known_good"].Packets,
 				after.verdicts["drop_flow"].Packets-before.verdicts["drop_flow"].Packets; p != 100 || dr != 100 {
