@@ -222,7 +222,10 @@ type NetworkResult struct {
 	// SenderLag is the most the feed fell behind its schedule, SenderLate
 	// how long it was more than 20 ms behind; SenderFIFO: it ran at
 	// SCHED_FIFO.
-	SenderLag     time.Duration `json:"sender_lag"`
+	SenderLag time.Duration `json:"sender_lag"`
+	// Stalls are the moments it was more than 100 ms behind (one a
+	// second at most).
+	Stalls        []Stall       `json:"stalls"`
 	SenderLate    time.Duration `json:"sender_late"`
 	SenderFIFO    bool          `json:"sender_fifo"`
 	TierwallDrops uint64        `json:"tierwall_drops"` // socket drops during the detection part
@@ -231,6 +234,12 @@ type NetworkResult struct {
 	Flood, Gap    time.Duration `json:"-"`
 	Repeat        int           `json:"repeat"`
 	Decode        string        `json:"tierwall_decode"` // tierwall's counters after the cells
+}
+
+// Stall is a moment the feed's sender was behind its schedule.
+type Stall struct {
+	At   time.Time     `json:"at"`
+	Late time.Duration `json:"late"`
 }
 
 // Addresses of the run: everything inside 198.18.0.0/18 (FastNetMon's
@@ -682,12 +691,18 @@ func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell
 		}
 		due := t0.Add(ms)
 		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
+			// In the kernel, on this thread: it wakes at its own
+			// priority, not when the runtime's timer thread is run.
+			ts := unix.NsecToTimespec(d.Nanoseconds())
+			_ = unix.Nanosleep(&ts, nil)
 		} else if -d > res.SenderLag {
 			res.SenderLag = -d
 		}
-		if -time.Until(due) > 20*time.Millisecond {
+		if late := -time.Until(due); late > 20*time.Millisecond {
 			res.SenderLate += step
+			if late > 100*time.Millisecond && (len(res.Stalls) == 0 || time.Since(res.Stalls[len(res.Stalls)-1].At) > time.Second) {
+				res.Stalls = append(res.Stalls, Stall{At: time.Now(), Late: late})
+			}
 		}
 		now := time.Now()
 		// One draw for the whole mix, each sample's destination by its
@@ -730,6 +745,7 @@ func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell
 		}
 	}
 	res.BenignSecs = end.Seconds()
+	fmt.Fprintf(p.Log, "eval-network: the feed fell behind by at most %v, more than 20 ms behind for %v, %d stalls over 100 ms\n", res.SenderLag.Round(time.Millisecond), res.SenderLate, len(res.Stalls))
 	for i := range cells {
 		cells[i].Start, cells[i].First = starts[i], firsts[i]
 	}

@@ -72,6 +72,13 @@ func RenderNetwork(res NetworkResult, took time.Duration, now time.Time) string 
 		fifo = "at SCHED_FIFO (it sleeps most of every millisecond)"
 	}
 	fmt.Fprintf(&b, "- The feed's sender ran %s; it fell behind its schedule by at most %v, and was more than 20 ms behind for %v in all (when it is, it catches up in a burst that a short average reads as a higher rate).\n", fifo, res.SenderLag.Round(time.Millisecond), res.SenderLate.Round(time.Millisecond))
+	if len(res.Stalls) > 0 {
+		var st []string
+		for _, x := range res.Stalls {
+			st = append(st, fmt.Sprintf("%s (%v)", x.At.UTC().Format("15:04:05.000"), x.Late.Round(time.Millisecond)))
+		}
+		fmt.Fprintf(&b, "  More than 100 ms behind at: %s.\n", strings.Join(st, ", "))
+	}
 	fmt.Fprintf(&b, "- Datagrams sent to each tool: %d; dropped at the sockets (`/proc/net/udp`): tierwall %d, FastNetMon %d. tierwall's counters after the floods: %s.\n\n", res.Datagrams, res.TierwallDrops, res.FNMDrops, orDash(res.Decode))
 
 	b.WriteString("## Time to detection, sFlow\n\n")
