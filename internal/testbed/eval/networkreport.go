@@ -108,7 +108,7 @@ func RenderNetwork(res NetworkResult, took time.Duration, now time.Time) string 
 
 	b.WriteString("\n## Datagrams one core ingests\n\n")
 	b.WriteString("The same replayed feed to each tool in turn (sFlow datagrams of six samples, sampling 1:1 so that no destination of the 4,096 crosses a threshold), each step offered for 2 s from CPU 0 to the tool pinned to CPU 1, rates interleaved (tierwall, then FastNetMon, at each rate); *dropped* is the socket's drop counter after its queue drained. A tool's ladder stops after two steps with loss; the last step, offered to both, is as fast as the sender goes (*processed under overload* is measured there). The receive buffers differ as shipped (tierwall asks for 8 MiB; FastNetMon keeps the default): over a 2 s step a larger buffer hides a deficit of a few thousand datagrams, so the rate with no loss is an upper bound for both, and *processed under overload* (sent less dropped, per second) is the steadier figure.\n\n")
-	b.WriteString("| tool | receive buffer | highest rate with no loss (datagrams/s) | samples/s | processed under overload (datagrams/s) | steps (offered → sent/s, dropped) |\n|---|---:|---:|---:|---:|---|\n")
+	b.WriteString("| tool | receive buffer | highest rate with no loss there or below (datagrams/s) | samples/s | processed under overload (datagrams/s) | steps (offered → sent/s, dropped) |\n|---|---:|---:|---:|---:|---|\n")
 	for _, in := range res.Ingest {
 		var steps []string
 		for _, s := range in.Steps {

@@ -58,6 +58,10 @@ func TestNetworkTargetsFollowTheRun(t *testing.T) {
 	if got := res.Ingest[0].NoLoss(); got != 100000 {
 		t.Errorf("tierwall's no-loss rate %v, want 100000", got)
 	}
+	lucky := NetworkIngest{Steps: []IngestStep{{Offered: 1e4, Sent: 20000, Secs: 2}, {Offered: 3e4, Sent: 60000, Secs: 2}, {Offered: 2e4, Sent: 40000, Secs: 2, Dropped: 1}}}
+	if got := lucky.NoLoss(); got != 10000 {
+		t.Errorf("no loss at 30K after a loss at 20K: %v, want 10000", got)
+	}
 	if got := res.Ingest[1].Overload(); got != 50000 {
 		t.Errorf("FastNetMon's rate under overload %v, want 50000", got)
 	}
