@@ -219,10 +219,15 @@ func (d *Daemon) pushFlowRules(now time.Time) {
 	want := f.set.FlowRules()
 	// The SYN-cookie stage goes in before the rules that use it (a rule
 	// without it passes SYNs to the kernel: at 0.7 Mpps the 100 ms nft
-	// takes let 70K through) and comes out after them.
+	// takes let 70K through) and comes out after them. Its XDP part goes
+	// first of all: loading and installing it are BPF syscalls, where the
+	// kernel side (nft) execs a process, which a loaded CPU held for
+	// about a second while 80K SYNs reached the kernel (eval-spoof
+	// --background). Between the two the XDP stage answers SYNs with the
+	// kernel's own cookies, which a listener the flood overflowed takes.
 	synFirst := len(synproxy.TargetsOf(want)) > 0
 	if synFirst {
-		d.syncSynproxy(now, want)
+		d.installXDPProxy(now)
 	}
 	if err := f.fp.SetFlowRules(want); err != nil {
 		d.event(now, "error", netip.Prefix{}, "flow rules: the data plane refused the set of %d: %v (keeping the %d in force)", len(want), err, len(f.pushed))
@@ -236,9 +241,7 @@ func (d *Daemon) pushFlowRules(now time.Time) {
 	}
 	f.pushed, f.dirty, f.saved = want, false, false
 	d.Metrics.flowRules.Set(float64(len(want)))
-	if !synFirst {
-		d.syncSynproxy(now, want)
-	}
+	d.syncSynproxy(now, want)
 }
 
 // syncKnownGood brings the data plane's list to the detector's set when
@@ -599,6 +602,27 @@ type synStage struct {
 	// goodDirty: the known-good list changed since the kernel side's
 	// sets were last written.
 	goodDirty bool
+}
+
+// installXDPProxy loads the XDP SYN-cookie stage if needed and puts it in
+// the filter's slot, ahead of the kernel side (pushFlowRules says why). A
+// failure is syncSynproxy's to report: it tries again and fails open.
+func (d *Daemon) installXDPProxy(now time.Time) {
+	dpx, ok := d.dp.(*datapath.Datapath)
+	if !ok {
+		return
+	}
+	s := &d.flow.syn
+	if s.sp == nil {
+		sp, err := dpsynproxy.Load(dpsynproxy.Options{MSS: d.cfg.Synproxy.MSS, WScale: d.cfg.Synproxy.WScale})
+		if err != nil {
+			return
+		}
+		s.sp = sp
+	}
+	if err := s.sp.Install(dpx); err != nil {
+		d.log.Debug("SYN proxy: installing the XDP stage ahead of the kernel side", "err", err)
+	}
 }
 
 // syncSynproxy follows the syn-cookie rules in rs. When the stage cannot
