@@ -1321,6 +1321,7 @@ func (d *Daemon) reload(now time.Time) {
 	d.cfg = c
 	d.store.Rails, d.store.TTL = rails(c), c.Bans.TTL
 	d.refreshManagement(now)
+	d.dropCuttingRules(now) // rails.management_ports may have grown
 	if detChanged {
 		d.buildDetectors()
 		d.restoreBaselines() // a reload never relearns (an attack may be running)

@@ -340,3 +340,32 @@ func (d *Daemon) dropCuttingSavedRules(now time.Time) error {
 	}
 	return nil
 }
+
+// dropCuttingRules withdraws the flow rules in force that would cut this
+// host off under the running configuration: a reload can add management
+// ports that a rule admitted before now stops. Each goes with an event
+// that names it and a refusal count, and the set is pushed at once.
+func (d *Daemon) dropCuttingRules(now time.Time) {
+	f := &d.flow
+	if f.set == nil {
+		return
+	}
+	n := 0
+	for _, r := range f.set.Rules() {
+		why := d.reloadedCutsOff(r)
+		if why == "" {
+			continue
+		}
+		if _, err := f.set.Remove(r.FlowRule); err != nil {
+			continue
+		}
+		n++
+		d.event(now, "refused", r.Dst, "flow rule %s (%s) withdrawn: %s", r.FlowRule, r.Origin, why)
+		d.Metrics.refuse(railHostCutoff, 1)
+	}
+	if n > 0 {
+		f.dirty = true
+		d.pushFlowRules(now)
+		d.publishFlows()
+	}
+}

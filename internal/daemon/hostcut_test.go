@@ -6,12 +6,15 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"gopkg.in/yaml.v3"
 
 	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/bgp"
@@ -270,5 +273,40 @@ func TestDaemonReloadedFlowRuleCannotCutOff(t *testing.T) {
 	again, _, err := mitigate.Load(config.MaxFlowRules, path)
 	if err != nil || !sameRules(again.FlowRules()) {
 		t.Errorf("the file after the start: %v, %v; want %v", again.FlowRules(), err, kept)
+	}
+}
+
+// A reload that adds a management port withdraws the rule in force that
+// now stops it (an operator's forced rule for port 2222, admitted while
+// 2222 was no management port), with an event naming it.
+func TestDaemonReloadWithdrawsRuleThatNowCutsOff(t *testing.T) {
+	fixedLocalPorts(t)
+	fixedManagement(t, ban.Managed{Addr: selfAddr, What: "address of eth0"})
+	h, fdp := newFlowHarness(t, false)
+	h.d.refreshManagement(h.now)
+	fr := hostRule(t, "proto tcp dport 2222 drop")
+	if _, err := h.d.AddFlowRule(t.Context(), fr, "test", 0, true); err != nil {
+		t.Fatalf("%s forced, 2222 no management port: %v", fr, err)
+	}
+	if !slices.Contains(fdp.rules, fr) {
+		t.Fatalf("data plane %v, want %s", fdp.rules, fr)
+	}
+	file := filepath.Join(t.TempDir(), "tierwall.yaml")
+	h.d.cfgPath = file
+	c := *h.d.cfg
+	c.Rails.ManagementPorts = []uint16{22, 2222}
+	y, err := yaml.Marshal(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, y, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.d.reload(h.now)
+	if slices.Contains(fdp.rules, fr) {
+		t.Errorf("after the reload the data plane still holds %s: %v", fr, fdp.rules)
+	}
+	if !hasEvent(h.d, "refused", fr.String()+" (operator) withdrawn") {
+		t.Errorf("no event naming the withdrawn rule: %+v", h.d.events)
 	}
 }
