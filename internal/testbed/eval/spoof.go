@@ -176,6 +176,13 @@ type SpoofRow struct {
 	// transmit side as the internet would take them.
 	EgressInternet uint64 `json:"egress_internet,omitempty"`
 	DaemonMaxRSSMB uint64 `json:"daemon_max_rss_mb"`
+	// RuleInXDP is intervals from the flood's start to the first sample
+	// (every 100 ms) that found a flow rule in XDP (-1 or 0: none, or one
+	// from before); Sample3Lag is how long before the third interval the
+	// sample the "from the 3rd interval" counts start from was taken (a
+	// starved sampler makes it long).
+	RuleInXDP  float64 `json:"rule_in_xdp_intervals"`
+	Sample3Lag float64 `json:"sample3_lag_s"`
 	// KnownGoodGained is how many of the flood's Sources were on XDP's
 	// known-good list after the spoofed ACKs (PreACKs) and at the end.
 	KnownGoodGained [2]int `json:"known_good_gained,omitempty"`
@@ -341,7 +348,7 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		}
 		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps (%.0f%% reached XDP), detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s (host CPU %.0f%% → %.0f%%), %d client bans, daemon peak RSS %d MB; %s\n",
 			sc.Name, r.SentMpps, 100*r.ReachedXDP, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, r.HostCPUBefore, r.HostCPUDuring, len(r.ClientsBanned), r.DaemonMaxRSSMB, strings.Join(r.Mitigations, "; "))
-		fmt.Fprintf(p.Log, "  XDP verdicts during the flood: %v\n", r.Verdicts)
+		fmt.Fprintf(p.Log, "  XDP verdicts during the flood: %v; first flow rule seen in XDP after %.1f intervals; the 3rd interval's sample %.2f s early\n", r.Verdicts, r.RuleInXDP, r.Sample3Lag)
 		if sc.PreACKs > 0 {
 			fmt.Fprintf(p.Log, "  of the %d sources, on the known-good list after their spoofed ACKs: %d, at the end: %d\n", sc.Sources, r.KnownGoodGained[0], r.KnownGoodGained[1])
 		}
@@ -663,6 +670,7 @@ api: {socket: %s}
 	}
 	var (
 		samples []sample
+		ruleAt  time.Time // when the sampler first saw a flow rule in XDP
 		smu     sync.Mutex
 	)
 	sctx, scancel := context.WithCancel(ctx)
@@ -673,6 +681,11 @@ api: {socket: %s}
 			d, tot, pass := drops()
 			smu.Lock()
 			samples = append(samples, sample{time.Now(), d, tot, pass})
+			if ruleAt.IsZero() {
+				if frs, err := host.FlowRuleCounters(); err == nil && len(frs) > 0 {
+					ruleAt = time.Now()
+				}
+			}
 			smu.Unlock()
 			select {
 			case <-sctx.Done():
@@ -818,6 +831,12 @@ api: {socket: %s}
 		sEnd = s
 	}
 	smu.Unlock()
+	if !ruleAt.IsZero() {
+		row.RuleInXDP = ruleAt.Sub(start).Seconds() / p.Interval.Seconds()
+	}
+	if !s3.at.IsZero() {
+		row.Sample3Lag = t3.Sub(s3.at).Seconds()
+	}
 	if !s3.at.IsZero() && sEnd.at.After(s3.at) {
 		row.PassedFrom3 = sEnd.passed - s3.passed
 		window := sEnd.at.Sub(s3.at).Seconds()
