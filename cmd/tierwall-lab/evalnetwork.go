@@ -55,7 +55,7 @@ func newEvalNetwork() *cobra.Command {
 	c.Flags().StringVar(&fnm, "fastnetmon", "/usr/sbin/fastnetmon", "the FastNetMon binary")
 	c.Flags().IntVar(&repeat, "repeat", 3, "repetitions of every flood")
 	c.Flags().DurationVar(&flood, "flood", 2500*time.Millisecond, "length of each sFlow flood (NetFlow and IPFIX floods last 1.5 s more)")
-	c.Flags().DurationVar(&gap, "gap", time.Second, "quiet after each flood")
+	c.Flags().DurationVar(&gap, "gap", 500*time.Millisecond, "quiet after each flood (and a random pause of up to a second)")
 	c.Flags().Float64Var(&threshold, "threshold", 50000, "per-host packets/s threshold, the same in both tools")
 	return c
 }

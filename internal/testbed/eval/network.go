@@ -60,7 +60,7 @@ func (p *NetworkParams) defaults() {
 		p.Flood = 2500 * time.Millisecond
 	}
 	if p.Gap <= 0 {
-		p.Gap = time.Second
+		p.Gap = 500 * time.Millisecond
 	}
 	if p.Repeat <= 0 {
 		p.Repeat = 3
@@ -683,8 +683,12 @@ func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell
 		}
 		return p.Flood + 1500*time.Millisecond
 	}
+	// A random pause of up to a second more after each: every flood
+	// starts at its own phase of tierwall's 100 ms tick and FastNetMon's
+	// one-second check (with a fixed spacing each would meet every flood
+	// at the same point of its cycle, always lucky or always not).
 	for i, c := range cells {
-		at[i+1] = at[i] + length(c) + p.Gap
+		at[i+1] = at[i] + length(c) + p.Gap + time.Duration(r.Int64N(int64(time.Second)))
 	}
 	end := at[len(cells)]
 	step := time.Millisecond
