@@ -90,7 +90,7 @@ eval-spoof: build
 # Network mode beside FastNetMon Community on the same synthesized sFlow,
 # NetFlow v9 and IPFIX feed (issue 36): docs/EVALUATION-NETWORK.md and
 # docs/eval/network.json. Needs root (taskset, loopback sockets of
-# 127.0.0.0/8) and scripts/deps.sh's fastnetmon. About 8 minutes.
+# 127.0.0.0/8) and scripts/deps.sh's fastnetmon. About 7 minutes.
 eval-network: build
 	$(BIN)/tierwall-lab eval-network --out docs/eval
 
