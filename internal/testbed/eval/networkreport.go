@@ -162,7 +162,7 @@ func RenderNetwork(res NetworkResult, took time.Duration, now time.Time) string 
 		fmt.Fprintf(&b, "- %s\n", s)
 	}
 	b.WriteString("\n## Not measured here\n\n")
-	b.WriteString("- Real exporters at these rates: softflowd and pmacctd capture with libpcap and fall behind long before 1 Mpps on this machine; their counts and delays at 20 kpps are in [NETWORK.md](NETWORK.md).\n")
+	b.WriteString("- Real exporters: the floods here are synthesized telemetry, not captured traffic; softflowd's and pmacctd's counts and delays at 20 kpps are in [NETWORK.md](NETWORK.md).\n")
 	b.WriteString("- FlowSpec and RTBH announcement (tierwall runs in monitor mode; `test/e2e` measures them against gobgpd) and FastNetMon's BGP integrations.\n")
 	b.WriteString("- The scale-out over NATS JetStream (issue 36's last part).\n")
 	return b.String()
@@ -358,12 +358,21 @@ func kcount(n int) string {
 func cannot(res NetworkResult) []string {
 	var out []string
 	var fnmMissed, twMissed []string
-	for _, c := range res.Cells {
-		if c.FastNetMon < 0 {
-			fnmMissed = append(fnmMissed, c.Name())
+	for _, g := range groupCells(res.Cells) {
+		var tw, fnm int
+		for _, c := range g.cells {
+			if c.Tierwall < 0 {
+				tw++
+			}
+			if c.FastNetMon < 0 {
+				fnm++
+			}
 		}
-		if c.Tierwall < 0 {
-			twMissed = append(twMissed, c.Name())
+		if tw > 0 {
+			twMissed = append(twMissed, fmt.Sprintf("%s (%d of %d)", g.cells[0].Name(), tw, len(g.cells)))
+		}
+		if fnm > 0 {
+			fnmMissed = append(fnmMissed, fmt.Sprintf("%s (%d of %d)", g.cells[0].Name(), fnm, len(g.cells)))
 		}
 	}
 	if len(twMissed) > 0 {

@@ -136,7 +136,7 @@ func TestNetworkReportWritesBothTools(t *testing.T) {
 		"| tierwall | 30.0 MiB (live heap 4.0 MiB) | 33.0 MiB (live heap 6.0 MiB; 10000 held, 0 refused) | 45.0 MiB (live heap 12.0 MiB; 51200 held, 1500 refused) | 52.0 MiB (live heap 12.5 MiB; 51200 held, 4500 refused) | 60.0 MiB |",
 		"| FastNetMon | 50.0 MiB | 51.0 MiB | 80.0 MiB | 100.0 MiB | 100.0 MiB |",
 		"| tierwall RSS 33.0 MiB with 10K templates; 45.0 MiB (live heap 12.0 MiB) and 51200 held with 200K offered, 52.0 MiB (live heap 12.5 MiB) with 500K: past the cap, the live heap stops growing | yes |",
-		"FastNetMon did not detect: sflow-1:100-carpet-0.1M",
+		"FastNetMon did not detect: sflow-1:100-carpet-0.1M (2 of 2), sflow-1:100-carpet-0.5M (2 of 2)",
 		"tierwall named none; FastNetMon named none",
 	} {
 		if !strings.Contains(doc, want) {
