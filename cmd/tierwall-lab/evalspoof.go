@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,7 +29,7 @@ func newEvalSpoof() *cobra.Command {
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
-			p := eval.SpoofParams{Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, ClientRate: clientRate, ConnRate: connRate, Rate: rate, Background: background, Log: os.Stderr}
+			p := eval.SpoofParams{LoadBefore: loadAverage(), Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, ClientRate: clientRate, ConnRate: connRate, Rate: rate, Background: background, Log: os.Stderr}
 			start := time.Now()
 			rows, err := eval.Spoof(ctx, p)
 			if err != nil {
@@ -55,4 +56,17 @@ func newEvalSpoof() *cobra.Command {
 	c.Flags().Uint64Var(&rate, "rate", 0, "cap the flood at this many packets/s (0: the generator's full rate)")
 	c.Flags().BoolVar(&background, "background", false, "a CPU-bound process at nice 0 on each CPU for the whole run (docs/EVALUATION-SPOOF-LOAD.md)")
 	return c
+}
+
+// loadAverage is /proc/loadavg's three averages ("" when unreadable).
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -217,6 +217,9 @@ type SpoofParams struct {
 	// CPU for the whole run: a server under attack is rarely otherwise
 	// idle.
 	Background bool
+	// LoadBefore is /proc/loadavg's three averages before the run: what
+	// else the machine was doing (the caller reads it: "" says nothing).
+	LoadBefore string
 	Log        io.Writer
 }
 
