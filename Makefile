@@ -84,8 +84,12 @@ eval: build
 eval-flows: build
 	$(BIN)/tierwall-lab eval-flows --out docs/eval
 
+# Twice: on the machine as it is (docs/EVALUATION-SPOOF.md), then with a
+# CPU-bound process on each CPU (docs/EVALUATION-SPOOF-LOAD.md). About 25
+# minutes.
 eval-spoof: build
 	$(BIN)/tierwall-lab eval-spoof --out docs/eval
+	$(BIN)/tierwall-lab eval-spoof --background --out docs/eval
 
 # Network mode beside FastNetMon Community on the same synthesized sFlow,
 # NetFlow v9 and IPFIX feed (issue 36): docs/EVALUATION-NETWORK.md and
