@@ -144,9 +144,11 @@ func (l *Load) Run(ctx context.Context, ns, url string, clients []netip.Addr) {
 }
 
 // ClientAddrs are the legitimate clients' addresses, from 10.70.1.1 on.
-func ClientAddrs(n int) []netip.Addr {
+func ClientAddrs(n int) []netip.Addr { return AddrsFrom(netip.MustParseAddr("10.70.1.1"), n) }
+
+// AddrsFrom is n consecutive addresses from a.
+func AddrsFrom(a netip.Addr, n int) []netip.Addr {
 	out := make([]netip.Addr, n)
-	a := netip.MustParseAddr("10.70.1.1")
 	for i := range out {
 		out[i] = a
 		a = a.Next()

@@ -79,15 +79,7 @@ type SpoofScenario struct {
 
 // SixClients are the IPv6 clients' addresses: in the lab's shared /64
 // with the host (fd70::/64), from fd70::1:0.
-func SixClients(n int) []netip.Addr {
-	out := make([]netip.Addr, n)
-	a := netip.MustParseAddr("fd70::1:0")
-	for i := range out {
-		out[i] = a
-		a = a.Next()
-	}
-	return out
-}
+func SixClients(n int) []netip.Addr { return demo.AddrsFrom(netip.MustParseAddr("fd70::1:0"), n) }
 
 // SpoofScenarios are the floods: random sources in a /16, a /9,
 // all of IPv4, IPv6 in a /48 and across ::/1, a reflection flood from
