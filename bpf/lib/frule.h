@@ -127,6 +127,33 @@ static __always_inline int tw_frule_match(const struct tw_frule *r,
 	return 1;
 }
 
+/* One step of a token bucket: credit earns rate units a nanosecond up to
+ * burst, and a packet costs unit. A long idle gap saturates rather than
+ * overflows (dt * rate), and a zeroed bucket (last_ns 0) starts full.
+ * Returns whether the packet is admitted. */
+static __always_inline int tw_bucket_take(__u64 *credit, __u64 *last_ns,
+					  __u64 rate, __u64 burst, __u64 unit)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 c = *credit;
+	if (c > burst)
+		c = burst;
+	if (now > *last_ns) {
+		__u64 dt = now - *last_ns;
+		if (dt > (burst - c) / rate)
+			c = burst;
+		else
+			c += dt * rate;
+	}
+	*last_ns = now;
+	if (c < unit) {
+		*credit = c;
+		return 0;
+	}
+	*credit = c - unit;
+	return 1;
+}
+
 /* A known-good member's burst outside the host's connections: 100 ms of
  * its rate, at least one packet. */
 #define TW_GOOD_BURST_NS 100000000ULL
@@ -189,27 +216,8 @@ static __always_inline int tw_good_admit(struct tw_good *g, __u64 rate)
 	__u64 burst = rate * TW_GOOD_BURST_NS;
 	if (burst < TW_NSEC)
 		burst = TW_NSEC;
-	__u64 now = bpf_ktime_get_ns();
-	__u64 credit = g->credit;
-	__u64 last = g->last_ns;
-	if (!last) {
-		credit = burst; /* a new member */
-	} else if (now > last) {
-		__u64 dt = now - last;
-		if (credit > burst)
-			credit = burst;
-		if (dt > (burst - credit) / rate)
-			credit = burst;
-		else
-			credit += dt * rate;
-	}
-	g->last_ns = now;
-	if (credit < TW_NSEC) {
-		g->credit = credit;
-		return 0;
-	}
-	g->credit = credit - TW_NSEC;
-	return 1;
+	/* A new member's bucket is zero: the gap since time 0 fills it. */
+	return tw_bucket_take(&g->credit, &g->last_ns, rate, burst, TW_NSEC);
 }
 
 /* Whether a bypass rule lets the packet pass as known-good: its source is
@@ -261,26 +269,7 @@ static __always_inline int tw_frule_admit(const struct tw_frule *r, __u32 k)
 	__u64 burst = rate * TW_FRULE_BURST_NS;
 	if (burst < unit)
 		burst = unit;
-	__u64 now = bpf_ktime_get_ns();
-	__u64 credit = b->credit;
-	if (credit > burst)
-		credit = burst;
-	if (now > b->last_ns) {
-		/* dt * rate can overflow after a long idle gap: saturate
-		 * when it would fill the bucket anyway. */
-		__u64 dt = now - b->last_ns;
-		if (dt > (burst - credit) / rate)
-			credit = burst;
-		else
-			credit += dt * rate;
-	}
-	b->last_ns = now;
-	if (credit < unit) {
-		b->credit = credit;
-		return 0;
-	}
-	b->credit = credit - unit;
-	return 1;
+	return tw_bucket_take(&b->credit, &b->last_ns, rate, burst, unit);
 }
 
 /* Runs the rules on a packet whose source passed the lists and returns
