@@ -44,7 +44,7 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 		fmt.Fprintf(&b, "Load average before the run (1, 5, 15 min): %s on %d CPUs; above about 0.3 the machine was doing something else as well.\n\n", p.LoadBefore, runtime.NumCPU())
 	}
 	if p.Background {
-		fmt.Fprintf(&b, "**Under background load:** for the whole run a CPU-bound process (`taskset -c N %s`, nice 0) ran on each of the %d CPUs, beside the lab's generator, clients, NIC stage, host and daemon: a server under attack is rarely otherwise idle. The generator runs at nice 0 in this run (at 19 it would get about 1%% of CPU 0 against the loop), so the flood's rate is what it gets of CPU 0 beside the loop and the clients. The same scenarios on a quiet machine are in [EVALUATION-SPOOF.md](EVALUATION-SPOOF.md).\n\n",
+		fmt.Fprintf(&b, "**Under background load:** for the whole run a CPU-bound process (`taskset -c N %s`, nice 0) ran on each of the %d CPUs, beside the lab's generator, clients, NIC stage, host and daemon: a server under attack is rarely otherwise idle. The generator runs at nice 0 in this run (at 19 it would get about 1%% of CPU 0 against the loop), so the flood's rate is what it gets of CPU 0 beside the loop and the clients. The host's CPU is busy all the time in this run, before the flood as during it: what XDP spends on each flood packet (a drop, or a cookie answered) is softirq time, taken from nginx and the loop alike, so where the quiet run's headroom absorbed it, here the clients' rate falls by that share. The same scenarios on a quiet machine are in [EVALUATION-SPOOF.md](EVALUATION-SPOOF.md).\n\n",
 			strings.Join(BusyLoop, " "), runtime.NumCPU())
 	}
 	b.WriteString("## The experiment\n\n")
