@@ -154,7 +154,7 @@ func (d *Decoder) Decode(from netip.Addr, b []byte, now time.Time, emit func(*Re
 	}
 	switch v := binary.BigEndian.Uint16(b); {
 	case v == 0 && binary.BigEndian.Uint32(b) == 5:
-		return d.sflow(e, b, emit)
+		return d.sflow(e, b, now, emit)
 	case v == 5:
 		return d.netflow5(e, b, emit)
 	case v == 9, v == 10:
@@ -227,7 +227,7 @@ func sflowGuard(b []byte) error {
 	return nil
 }
 
-func (d *Decoder) sflow(e *exporter, b []byte, emit func(*Record)) error {
+func (d *Decoder) sflow(e *exporter, b []byte, now time.Time, emit func(*Record)) error {
 	e.sawProtocol(SFlow5)
 	gerr := sflowGuard(b)
 	if gerr != nil && gerr != errTruncated { //nolint:errorlint // the sentinel itself, never wrapped
@@ -235,6 +235,7 @@ func (d *Decoder) sflow(e *exporter, b []byte, emit func(*Record)) error {
 	}
 	var p sflow.Packet
 	derr := sflow.DecodeMessageVersion(bytes.NewBuffer(b), &p)
+	at := e.clock.at(time.Duration(p.Uptime)*time.Millisecond, now)
 	e.sequence(uint64(SFlow5)<<32|uint64(p.SubAgentId), p.SequenceNumber, 1, 1, d.cfg.MaxTemplates)
 	for _, s := range p.Samples {
 		var rate uint32
@@ -251,7 +252,7 @@ func (d *Decoder) sflow(e *exporter, b []byte, emit func(*Record)) error {
 			continue
 		}
 		r := &d.rec
-		*r = Record{Exporter: e.Address, Proto: SFlow5, Packets: 1, Rate: d.rate(e, rate)}
+		*r = Record{Exporter: e.Address, Proto: SFlow5, Packets: 1, Rate: d.rate(e, rate), At: at}
 		ok := false
 		for _, fr := range recs {
 			switch h := fr.Data.(type) {

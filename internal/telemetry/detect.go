@@ -361,6 +361,13 @@ func (d *Detector) Add(now time.Time, rs []Record) {
 func (d *Detector) count(s *dest, t int64, now time.Time, r *Record) {
 	d.catchUp(s, t)
 	w := float64(r.Rate)
+	if !r.At.IsZero() {
+		// Sent ticks ago and held on the way: counted as decayed as
+		// if it had arrived then.
+		if age := t - d.tickAt(r.At); age > 0 {
+			w *= math.Pow(d.decay, float64(age))
+		}
+	}
 	if r.Duration > d.cfg.Window {
 		// A record of a long flow holds what the flow sent over its whole
 		// life: only the last window's share of it is in the window.

@@ -153,3 +153,84 @@ func TestMaxDestsBounded(t *testing.T) {
 		t.Errorf("%d dests kept after quiet", len(d.dests))
 	}
 }
+
+// A feed held back on the way (a stalled exporter or path, a starved
+// collector) and then delivered at once is no flood: its samples count
+// when the exporter's uptime says they were sent. Counted on arrival, as
+// before, a second of a 30 kpps host's samples in one burst read as a
+// flood over the 50 kpps threshold.
+func TestHeldBackFeedIsNoFlood(t *testing.T) {
+	for _, useUptime := range []bool{true, false} {
+		d := NewDetector(DetectorConfig{Host: hostLimits(50_000)})
+		var clock exporterClock
+		boot := time.Unix(1700000000, 0)
+		start := boot.Add(time.Hour)
+		const pps, rate = 30_000, 100
+		every := time.Second * rate / pps
+		stallFrom, stallTo := start.Add(3*time.Second), start.Add(4*time.Second)
+		nextTick := start.Add(d.cfg.Tick)
+		attacked := false
+		var batch []Record
+		for sent := start; sent.Before(start.Add(6 * time.Second)); sent = sent.Add(every) {
+			arrive := sent
+			if !sent.Before(stallFrom) && sent.Before(stallTo) {
+				arrive = stallTo // held back, then all at once
+			}
+			for !nextTick.After(arrive) {
+				if s, _ := d.Judge(nextTick); len(s) > 0 {
+					attacked = true
+				}
+				nextTick = nextTick.Add(d.cfg.Tick)
+			}
+			r := Record{Src: netip.MustParseAddr("203.0.113.9"), Dst: victim, IPProto: 6, SrcPort: 443, DstPort: 40000,
+				Packets: 1, Bytes: 600, Rate: rate, MinLen: 600, MaxLen: 600}
+			if useUptime {
+				r.At = clock.at(sent.Sub(boot), arrive)
+			}
+			batch = append(batch, r)
+			if len(batch) == 6 {
+				d.Add(arrive, batch)
+				batch = batch[:0]
+			}
+		}
+		if useUptime && attacked {
+			t.Errorf("a 30 kpps host's feed held back 1 s was read as a flood over 50 kpps, with the uptime")
+		}
+		if !useUptime && !attacked {
+			t.Logf("counted on arrival the burst was no flood either: the test no longer shows the defect")
+		}
+	}
+}
+
+// The exporter clock: the least delay seen is the floor, a held datagram
+// is placed when it was sent (at most clockMaxLag back), and a reboot
+// (uptime back to zero) starts the floor again.
+func TestExporterClock(t *testing.T) {
+	var c exporterClock
+	now := time.Unix(1700000000, 0)
+	up := time.Hour
+	for i := 0; i < 10; i++ {
+		delay := time.Duration(5+i%3) * time.Millisecond
+		if got := c.at(up, now.Add(delay)); !got.Equal(now.Add(5 * time.Millisecond)) {
+			t.Fatalf("datagram %d sent at %v: placed at %v, want the 5 ms floor", i, now, got)
+		}
+		up += 100 * time.Millisecond
+		now = now.Add(100 * time.Millisecond)
+	}
+	// Held 800 ms: placed 800 ms back.
+	if got := c.at(up, now.Add(805*time.Millisecond)); !got.Equal(now.Add(5 * time.Millisecond)) {
+		t.Errorf("a held datagram placed at %v, want %v", got, now.Add(5*time.Millisecond))
+	}
+	// Held 5 s: at most clockMaxLag back.
+	if got, arrive := c.at(up, now.Add(5*time.Second)), now.Add(5*time.Second); !got.Equal(arrive.Add(-clockMaxLag)) {
+		t.Errorf("held 5 s: placed at %v, want %v", got, arrive.Add(-clockMaxLag))
+	}
+	// A reboot: uptime 0 a minute later; the floor starts again.
+	now = now.Add(time.Minute)
+	if got := c.at(0, now); !got.Equal(now) {
+		t.Errorf("after a reboot: %v, want %v", got, now)
+	}
+	if got := c.at(time.Second, now.Add(time.Second+3*time.Millisecond)); !got.Equal(now.Add(time.Second)) {
+		t.Errorf("after a reboot, the next datagram: %v, want %v", got, now.Add(time.Second))
+	}
+}

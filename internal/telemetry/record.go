@@ -72,6 +72,11 @@ type Record struct {
 	// Flow reports a flow record (it stands for one flow, Rate flows once
 	// scaled), not a packet sample.
 	Flow bool
+	// At is when the exporter sent the record, on this host's clock
+	// (exporterClock), when its datagram says (sFlow's uptime); zero: on
+	// arrival. A burst of datagrams held back on the way then counts
+	// where it belongs, not as a flood.
+	At time.Time
 }
 
 // UnmarshalText reads what MarshalText wrote (the API's clients).
