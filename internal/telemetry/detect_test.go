@@ -222,8 +222,18 @@ func TestExporterClock(t *testing.T) {
 		t.Errorf("a held datagram placed at %v, want %v", got, now.Add(5*time.Millisecond))
 	}
 	// Held 5 s: at most clockMaxLag back.
+	up += 100 * time.Millisecond
+	now = now.Add(100 * time.Millisecond)
 	if got, arrive := c.at(up, now.Add(5*time.Second)), now.Add(5*time.Second); !got.Equal(arrive.Add(-clockMaxLag)) {
 		t.Errorf("held 5 s: placed at %v, want %v", got, arrive.Add(-clockMaxLag))
+	}
+	// An uptime that stays put says nothing: on arrival, whatever the
+	// floor.
+	for i := 1; i <= 3; i++ {
+		arrive := now.Add(time.Duration(i) * time.Second)
+		if got := c.at(up, arrive); !got.Equal(arrive) {
+			t.Errorf("the same uptime %d s later: placed at %v, want its arrival %v", i, got, arrive)
+		}
 	}
 	// A reboot: uptime 0 a minute later; the floor starts again.
 	now = now.Add(time.Minute)

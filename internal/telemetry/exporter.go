@@ -67,6 +67,7 @@ type exporterClock struct {
 	cur, prev int64 // the least offset (ns) of this window and the last
 	since     time.Time
 	set       bool
+	last      time.Duration // the last datagram's uptime
 }
 
 const (
@@ -82,6 +83,15 @@ const (
 // host's clock, at most clockMaxLag before now.
 func (c *exporterClock) at(uptime time.Duration, now time.Time) time.Time {
 	off := now.UnixNano() - int64(uptime)
+	stuck := c.set && uptime <= c.last
+	c.last = uptime
+	if stuck && off <= min(c.cur, c.prev)+int64(clockJump) {
+		// An uptime that does not advance (a constant, or datagrams out
+		// of order) says nothing of when this one was sent: on arrival.
+		// Else every later datagram would look held back, and a flood
+		// be counted seconds into the past.
+		return now
+	}
 	switch {
 	case !c.set || off > min(c.cur, c.prev)+int64(clockJump):
 		c.cur, c.prev, c.since, c.set = off, off, now, true

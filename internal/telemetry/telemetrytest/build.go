@@ -82,7 +82,10 @@ type SFlow struct {
 	Agent    netip.Addr
 	SubAgent uint32
 	Sequence uint32
-	samples  [][]byte
+	// Uptime is the agent's uptime in milliseconds when it sends the
+	// datagram (0: 1000, the same in every datagram).
+	Uptime  uint32
+	samples [][]byte
 }
 
 // Flow adds a flow sample of one packet at the sampling rate.
@@ -140,7 +143,11 @@ func (s *SFlow) Bytes() []byte {
 	}
 	b = u32(b, s.SubAgent)
 	b = u32(b, s.Sequence)
-	b = u32(b, 1000) // uptime
+	up := s.Uptime
+	if up == 0 {
+		up = 1000
+	}
+	b = u32(b, up)
 	b = u32(b, uint32(len(s.samples)))
 	for _, sm := range s.samples {
 		b = append(b, sm...)

@@ -553,10 +553,15 @@ func poisson(r *rand.Rand, l float64) int {
 // sflowAgent batches samples as pmacctd's sfprobe does: a datagram when
 // it holds six, or when the oldest has waited a second.
 type sflowAgent struct {
-	tx      *tee
-	seq     uint32
-	pending []pendingSample
-	oldest  time.Time
+	tx  *tee
+	seq uint32
+	// boot and due: the agent's uptime in a datagram is due - boot, due
+	// being when the feed's schedule sends it. A sender that fell behind
+	// (this machine's other jobs) is then a path that held the datagram,
+	// as the collector sees one, not an exporter that sent it late.
+	boot, due time.Time
+	pending   []pendingSample
+	oldest    time.Time
 	// onSend is told which floods' samples went out, when.
 	onSend func(ids []int, at time.Time)
 }
@@ -587,7 +592,7 @@ func (a *sflowAgent) tick(now time.Time) error {
 
 func (a *sflowAgent) flush(now time.Time) error {
 	a.seq++
-	s := tt.SFlow{Agent: loopback, Sequence: a.seq}
+	s := tt.SFlow{Agent: loopback, Sequence: a.seq, Uptime: uint32(a.due.Sub(a.boot).Milliseconds())}
 	var ids []int
 	for _, x := range a.pending {
 		s.Flow(uint32(x.rate), x.p)
@@ -674,6 +679,7 @@ func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell
 		defer undo()
 	}
 	t0 := time.Now()
+	agent.boot = t0.Add(-time.Hour) // an agent up for an hour
 	// Cell i floods from at[i] for its length, then is quiet for p.Gap.
 	at := make([]time.Duration, len(cells)+1)
 	at[0] = warm
@@ -714,6 +720,7 @@ func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell
 			}
 		}
 		now := time.Now()
+		agent.due = due
 		// One draw for the whole mix, each sample's destination by its
 		// share: the same process as a draw per destination, cheaper.
 		for range poisson(r, total/100*step.Seconds()) {
