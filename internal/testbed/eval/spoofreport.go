@@ -78,6 +78,17 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %.1f%% | %.0f%% | %d | %.0f → %.0f (%.0f%%) | %.0f%% → %.0f%% | %d | %d | %d | %s |\n", r.Scenario.Name, src, r.SentMpps, det, 100*r.DroppedFrom3, 100*r.ReachedXDP, r.PassedFrom3,
 			r.BaselineRPS, r.AttackRPS, 100*r.AttackRPS/max(r.BaselineRPS, 1), r.HostCPUBefore, r.HostCPUDuring, len(r.ClientsBanned), len(r.BeforeFlood), r.DaemonMaxRSSMB, strings.ReplaceAll(chose, "|", "/"))
 	}
+	var late []string
+	for _, r := range rows {
+		if r.DetectIntervals >= 0 && r.RuleInXDP-r.DetectIntervals > 2 {
+			late = append(late, fmt.Sprintf("%s (decided at %.1f, in XDP at %.1f)", r.Scenario.Name, r.DetectIntervals, r.RuleInXDP))
+		}
+	}
+	if len(late) > 0 {
+		// The decision's event carries the interval's start time; the
+		// rule is pushed at the end of the same interval's work.
+		fmt.Fprintf(&b, "\n**Rules that arrived late:** %s. The mitigation event carries the time its interval began, and the rule goes to XDP when that interval's work ends: here that work took more than two intervals, with the host's CPU shared with XDP's softirq and the feature buffers overflowing, and the flood passed under the rate limit's absence meanwhile (the drop share counts from the 3rd interval).\n", strings.Join(late, "; "))
+	}
 	b.WriteString("\n## Targets\n\n| target | measured | met |\n|---|---|---|\n")
 	yes := func(ok bool) string {
 		if ok {
