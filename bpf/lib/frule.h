@@ -283,7 +283,7 @@ static __always_inline int tw_frule_admit(const struct tw_frule *r, __u32 k)
  * it with a different state (VLAN depth, extension headers, fragment
  * state), past the verifier's million-instruction limit. */
 __noinline int tw_frule_decide(struct xdp_md *ctx, const struct tw_fview *v,
-			    __u32 cpu, __u32 len)
+			       __u32 cpu, __u32 len)
 {
 	__u32 zero = 0;
 	if (!ctx || !v)
@@ -341,9 +341,9 @@ __noinline int tw_frule_decide(struct xdp_md *ctx, const struct tw_fview *v,
 /* The flow rules' verdict for a packet. A syn-cookie rule does not return
  * when the SYN proxy is loaded: the tail call replaces this program, and
  * the proxy decides and counts the packet. */
-static __always_inline int
-tw_flow_rules(struct xdp_md *ctx, const struct tw_pkt *p, __u32 len, __u32 cpu,
-	      __u32 good_pps)
+static __always_inline int tw_flow_rules(struct xdp_md *ctx,
+					 const struct tw_pkt *p, __u32 len,
+					 __u32 cpu, __u32 good_pps)
 {
 	struct tw_fview v = {};
 	tw_fview_init(&v, p);
