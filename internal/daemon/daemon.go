@@ -60,6 +60,7 @@ type Daemon struct {
 	cfg     *config.Config
 	cfgPath string
 	log     *slog.Logger
+	clock   stageClock // the current interval's stages (stages.go)
 
 	hostgroups *detect.HostGroups
 
@@ -327,7 +328,7 @@ func (d *Daemon) event(now time.Time, kind string, p netip.Prefix, format string
 	switch kind {
 	case "error", "breaker":
 		lvl = slog.LevelError
-	case "refused", "restore", "adopt":
+	case "refused", "restore", "adopt", "slow":
 		lvl = slog.LevelWarn
 	case "detection":
 		lvl = slog.LevelDebug
@@ -546,23 +547,31 @@ func (d *Daemon) unbanThreshold() float64 {
 func (d *Daemon) Step(now time.Time) (err error) {
 	defer func(began time.Time) { d.stepDone(now, began, err) }(time.Now())
 	d.steps++
+	c := &d.clock
+	c.start(time.Now())
 	if err := d.dp.Check(); err != nil {
 		return err
 	}
 	d.keepManagement(now)
+	c.mark("check")
 	tr, err := d.observe()
 	if err != nil {
 		return err
 	}
+	c.mark("observe")
 	ds := d.detect(tr, d.heavyDetections(now))
 	d.recordDetections(now, ds)
 	d.keepBaselines()
+	c.mark("detect")
 	d.followLearned(now)
 	d.syncLists(now, ds)
+	c.mark("lists")
 	d.ban(now, tr, ds)
+	c.mark("ban")
 	d.settleHeavy(now)
 	d.spareHostSessions(now)
 	d.mitigate(now)
+	c.mark("mitigate")
 	d.alertStep(now, tr, ds)
 	ctrs, err := d.counters()
 	if err != nil {
@@ -571,19 +580,25 @@ func (d *Daemon) Step(now time.Time) (err error) {
 	if err := d.readFlowCounters(now); err != nil {
 		d.event(now, "error", netip.Prefix{}, "%v", err)
 	}
+	c.mark("counters")
 	if err := d.measure(now, ctrs); err != nil {
 		return err
 	}
 	d.monitor(now)
+	c.mark("monitor")
 	d.syncBGP(now, d.lastOverflow)
+	c.mark("bgp")
 	if d.off != nil {
 		if err := d.place(now); err != nil {
 			d.event(now, "error", netip.Prefix{}, "placement: %v", err)
 		}
 	}
+	c.mark("placement")
 	d.summarize(tr)
 	d.lastSnap = now
-	return d.save(now)
+	err = d.save(now)
+	c.mark("save")
+	return err
 }
 
 // observe takes the interval's feature snapshot as per-source traffic.

@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"net/netip"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -35,6 +36,7 @@ type Metrics struct {
 	flowRules        prometheus.Gauge
 	knownGood        prometheus.Gauge
 	loopDuration     prometheus.Histogram
+	stageDuration    *prometheus.HistogramVec // by stage (stages.go)
 	lastInterval     prometheus.Gauge
 	heavy            heavyMetrics
 	bgp              bgpMetrics
@@ -70,6 +72,9 @@ func newMetrics(d *Daemon) *Metrics {
 	m.loopDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tierwall_interval_duration_seconds",
 		Help:    "Time one interval of the control loop took (snapshot to save); near the interval itself, the loop falls behind.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)})
+	m.stageDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tierwall_interval_stage_duration_seconds",
+		Help:    "Time each stage of the control loop took in one interval: which one to blame when tierwall_interval_duration_seconds nears the interval.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"stage"})
 	m.lastInterval = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_last_interval_timestamp_seconds",
 		Help: "Unix time of the last interval that completed without error: alert on time() minus this."})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tierwall_build_info", Help: "Always 1: the build's version, Go version and commit as labels."},
@@ -81,7 +86,7 @@ func newMetrics(d *Daemon) *Metrics {
 		m.refused.WithLabelValues(r)
 	}
 	m.Registry.MustRegister(m.detections, m.bans, m.unbans, m.refused, m.mergeFallback, m.placementUpdates, m.detectToDrop, m.hwLatency,
-		m.victimsAttacked, m.mitigations, m.flowRules, m.knownGood, m.loopDuration, m.lastInterval, build,
+		m.victimsAttacked, m.mitigations, m.flowRules, m.knownGood, m.loopDuration, m.stageDuration, m.lastInterval, build,
 		&bpfCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.heavy = newHeavyMetrics(m.Registry)
 	m.bgp = newBGPMetrics(m.Registry, d)
@@ -156,7 +161,14 @@ func railOf(why string) string {
 // the last good one, and what the collector reads of the loop's state.
 func (d *Daemon) stepDone(now, began time.Time, err error) {
 	m := d.Metrics
-	m.loopDuration.Observe(time.Since(began).Seconds())
+	took := time.Since(began)
+	m.loopDuration.Observe(took.Seconds())
+	for i, name := range d.clock.names {
+		m.stageDuration.WithLabelValues(name).Observe(d.clock.took[i].Seconds())
+	}
+	if took > d.cfg.Interval && len(d.clock.names) > 0 {
+		d.event(now, "slow", netip.Prefix{}, "interval took %s (the interval is %s): %s", took.Round(time.Millisecond), d.cfg.Interval, d.clock.largest(3))
+	}
 	if err == nil {
 		m.lastInterval.Set(float64(now.UnixNano()) / 1e9)
 	}

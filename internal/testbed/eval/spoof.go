@@ -130,6 +130,10 @@ type SpoofRow struct {
 	ReachedXDP      float64  `json:"reached_xdp"`
 	BaselinePassPPS float64  `json:"baseline_pass_pps"`
 	Mitigations     []string `json:"mitigations"` // what the daemon put in force, as its events say
+	// SlowIntervals are the daemon's "slow" events during the flood:
+	// intervals that took longer than the interval, with their largest
+	// stages (a rule decided in one reaches XDP only when it ends).
+	SlowIntervals []string `json:"slow_intervals,omitempty"`
 	BaselineRPS     float64  `json:"baseline_rps"`
 	AttackRPS       float64  `json:"attack_rps"`
 	// HostCPUBefore and HostCPUDuring are the host CPU's busy share (%)
@@ -867,6 +871,9 @@ api: {socket: %s}
 			continue
 		}
 		switch e.Kind {
+		case "slow":
+			fmt.Fprintf(p.Log, "  daemon slow: %s\n", e.Detail)
+			row.SlowIntervals = append(row.SlowIntervals, e.Detail)
 		case "refused", "error", "overflow":
 			if e.Kind == "error" {
 				fmt.Fprintf(p.Log, "  daemon error: %s\n", e.Detail)

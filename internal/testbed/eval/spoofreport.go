@@ -81,7 +81,11 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 	var late []string
 	for _, r := range rows {
 		if r.DetectIntervals >= 0 && r.RuleInXDP-r.DetectIntervals > 2 {
-			late = append(late, fmt.Sprintf("%s (decided at %.1f, in XDP at %.1f)", r.Scenario.Name, r.DetectIntervals, r.RuleInXDP))
+			why := ""
+			if len(r.SlowIntervals) > 0 {
+				why = "; the daemon said: " + r.SlowIntervals[0]
+			}
+			late = append(late, fmt.Sprintf("%s (decided at %.1f, in XDP at %.1f%s)", r.Scenario.Name, r.DetectIntervals, r.RuleInXDP, why))
 		}
 	}
 	if len(late) > 0 {
