@@ -311,7 +311,7 @@ func (d *Daemon) SetAllow(ctx context.Context, p netip.Prefix, add bool) (err er
 }
 
 // EventKinds are the kinds of event the daemon records.
-var EventKinds = []string{"adopt", "attack", "ban", "bgp", "breaker", "error", "flowrule", "mitigation", "overflow", "provisional", "refused", "reload", "restore", "telemetry", "unban", "withdraw"}
+var EventKinds = []string{"adopt", "attack", "ban", "bgp", "breaker", "error", "flowrule", "mitigation", "overflow", "provisional", "refused", "reload", "restore", "slow", "telemetry", "unban", "withdraw"}
 
 // Events returns the recent events, oldest first; kinds filters (empty:
 // all), and an unknown kind is the caller's mistake, not an empty list.

@@ -134,8 +134,8 @@ type SpoofRow struct {
 	// intervals that took longer than the interval, with their largest
 	// stages (a rule decided in one reaches XDP only when it ends).
 	SlowIntervals []string `json:"slow_intervals,omitempty"`
-	BaselineRPS     float64  `json:"baseline_rps"`
-	AttackRPS       float64  `json:"attack_rps"`
+	BaselineRPS   float64  `json:"baseline_rps"`
+	AttackRPS     float64  `json:"attack_rps"`
 	// HostCPUBefore and HostCPUDuring are the host CPU's busy share (%)
 	// with the clients alone and during the flood: the headroom the
 	// clients' paced load leaves, and what the flood took of it.
