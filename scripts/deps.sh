@@ -17,6 +17,9 @@ pkgs+=(softflowd pmacct)
 # FastNetMon Community 1.2 for make eval-network (run in the foreground
 # with a private configuration, never as the system's service).
 pkgs+=(fastnetmon)
+# NATS (JetStream) 2.9 for network mode's scale-out (internal/scaleout):
+# its tests and make eval-scaleout start their own server on loopback.
+pkgs+=(nats-server)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -38,9 +41,9 @@ fi
 # systemd is PID 1 (not in containers), where the init scripts do.
 if [ "$(id -u)" -eq 0 ]; then
 	if [ -d /run/systemd/system ]; then
-		systemctl disable --now bird frr gobgpd fastnetmon >/dev/null 2>&1 || true
+		systemctl disable --now bird frr gobgpd fastnetmon nats-server >/dev/null 2>&1 || true
 	else
-		for s in bird frr gobgpd fastnetmon; do
+		for s in bird frr gobgpd fastnetmon nats-server; do
 			if [ -x "/etc/init.d/$s" ]; then "/etc/init.d/$s" stop >/dev/null 2>&1 || true; fi
 		done
 	fi
