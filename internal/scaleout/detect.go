@@ -54,7 +54,8 @@ func (c *DetectorConfig) defaults() {
 
 // ConsumerStats are a detector's counters of what came over the bus.
 type ConsumerStats struct {
-	// Messages and Aggregates were merged into the detector.
+	// Messages (with at least one aggregate of this partition) and
+	// Aggregates were merged into the detector.
 	Messages, Aggregates uint64
 	// Malformed messages did not decode (ErrWire); WrongTick were counted
 	// in another tick length than the detector's; Misrouted aggregates
@@ -147,6 +148,9 @@ func (c *Consumer) handle(part int, data []byte) {
 			continue
 		}
 		as = append(as, a)
+	}
+	if len(as) == 0 {
+		return
 	}
 	c.invalid.Add(uint64(c.det.AddAggregates(as)))
 	c.msgs.Add(1)

@@ -253,6 +253,10 @@ func DecodeBatch(msg []byte) (Batch, error) {
 			}
 			for j := range np {
 				ps[j] = telemetry.PortWeight{Port: r.u16(), Weight: r.f64()}
+				// Only weighed ports are sent; a zero here is no collector's.
+				if r.err == nil && !(ps[j].Weight > 0) {
+					return b, fmt.Errorf("%w: top port %d of weight %v", ErrWire, ps[j].Port, ps[j].Weight)
+				}
 			}
 		}
 		a.MinLen, a.MaxLen = r.u16(), r.u16()
