@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 export GOTOOLCHAIN ?= auto
 
-.PHONY: all deps generate check-generated build test test-ndpi vmtest bench demo eval eval-flows eval-spoof eval-network lint clean install uninstall deb
+.PHONY: all deps generate check-generated build test test-ndpi vmtest bench demo eval eval-flows eval-spoof eval-network eval-scaleout lint clean install uninstall deb
 
 all: build
 
@@ -97,6 +97,13 @@ eval-spoof: build
 # 127.0.0.0/8) and scripts/deps.sh's fastnetmon. About 7 minutes.
 eval-network: build
 	$(BIN)/tierwall-lab eval-network --out docs/eval
+
+# Network mode's scale-out over NATS JetStream (nats-server from
+# scripts/deps.sh): two collectors against one on the same replayed sFlow
+# feed, about 5 minutes; writes docs/EVALUATION-SCALEOUT.md.
+eval-scaleout: deps
+	$(GO) build -o $(BIN)/tierwall-scaleout ./cmd/tierwall-lab/scaleout
+	$(BIN)/tierwall-scaleout eval --out docs/eval
 
 # Installing: the binary, the systemd unit (its ExecStart points at this
 # BINDIR), the man page, completions, the dashboard and example configs

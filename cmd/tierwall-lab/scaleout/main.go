@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command tierwall-scaleout runs network mode split over NATS JetStream
+// (internal/scaleout): collectors that decode their routers' telemetry
+// and publish per-destination aggregates, detectors that judge their
+// partitions, and the measurement of two collectors against one
+// (make eval-scaleout). Both roles read the telemetry section of a
+// tierwall.yaml (exporters, listen addresses, thresholds, host groups);
+// every collector and detector of a deployment must be given the same
+// --partitions and host groups. It lives beside the testbed, not in
+// tierwall itself, until the daemon starts these roles (docs/SCALEOUT.md).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierwall/tierwall/internal/cli"
+	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/scaleout"
+	"github.com/tierwall/tierwall/internal/telemetry"
+	"github.com/tierwall/tierwall/internal/testbed/eval"
+)
+
+var netns string
+
+func main() {
+	root := cli.NewRoot("tierwall-scaleout", "network mode over NATS JetStream: collectors, detectors, the measurement", &netns)
+	root.AddCommand(newCollect(), newDetect(), newEval())
+	cli.Main(root)
+}
+
+// common are the flags both roles take.
+type common struct {
+	file, url, name string
+	partitions      int
+	stream          scaleout.StreamConfig
+}
+
+func (c *common) flags(cmd *cobra.Command) {
+	host, _ := os.Hostname()
+	cmd.Flags().StringVar(&c.file, "config", "/etc/tierwall/tierwall.yaml", "tierwall.yaml with the telemetry section")
+	cmd.Flags().StringVar(&c.url, "nats", "nats://127.0.0.1:4222", "the NATS server (JetStream enabled)")
+	cmd.Flags().StringVar(&c.name, "name", host, "this process's name in its messages and in the server's connections")
+	cmd.Flags().IntVar(&c.partitions, "partitions", 16, "partitions of the destinations: the same in every collector and detector")
+	cmd.Flags().StringVar(&c.stream.Name, "stream", "TIERWALL_AGGREGATES", "the JetStream stream")
+	cmd.Flags().StringVar(&c.stream.Subject, "subject", "tierwall.aggregates", "the prefix of the stream's subjects, one per partition")
+}
+
+func (c *common) load() (telemetry.Config, scaleout.Partitioner, error) {
+	cfg, err := config.Load(c.file)
+	if err != nil {
+		return telemetry.Config{}, scaleout.Partitioner{}, err
+	}
+	tc, err := cfg.TelemetryConfig()
+	if err != nil {
+		return telemetry.Config{}, scaleout.Partitioner{}, err
+	}
+	if c.partitions < 1 || c.partitions > 65535 {
+		return tc, scaleout.Partitioner{}, cli.Usage(fmt.Errorf("--partitions %d: between 1 and 65535", c.partitions))
+	}
+	return tc, scaleout.Partitioner{N: c.partitions, Groups: tc.Detector.Groups}, nil
+}
+
+// printer writes JSON lines from several goroutines.
+type printer struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+func (p *printer) print(v any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_ = p.enc.Encode(v)
+}
+
+func logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func newCollect() *cobra.Command {
+	var c common
+	var listen []string
+	cmd := &cobra.Command{
+		Use:   "collect",
+		Short: "decode the routers' telemetry and publish per-destination aggregates every tick; counters as a JSON line on SIGUSR1",
+		Args:  cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tc, pt, err := c.load()
+			if err != nil {
+				return err
+			}
+			if len(listen) > 0 {
+				tc.Listen = listen
+			}
+			nc, err := scaleout.Connect(c.url, c.name)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			col, err := scaleout.StartCollector(ctx, nc, scaleout.CollectorConfig{Listen: tc.Listen, Decoder: tc.Decoder, Detector: tc.Detector,
+				Publisher: scaleout.PublisherConfig{Name: c.name, Partitioner: pt, Stream: c.stream}}, logger())
+			if err != nil {
+				return err
+			}
+			p := &printer{enc: json.NewEncoder(os.Stdout)}
+			usr1 := make(chan os.Signal, 1)
+			signal.Notify(usr1, syscall.SIGUSR1)
+			for {
+				select {
+				case <-usr1:
+					p.print(collectorStats(col))
+				case <-ctx.Done():
+					cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					return col.Close(cctx)
+				}
+			}
+		},
+	}
+	c.flags(cmd)
+	cmd.Flags().StringSliceVar(&listen, "listen", nil, "UDP addresses to listen on (default: the configuration's telemetry.listen)")
+	return cmd
+}
+
+func collectorStats(col *scaleout.Collector) eval.CollectorStats {
+	var st eval.CollectorStats
+	for _, e := range col.Decoder().Exporters() {
+		st.Datagrams += e.Datagrams
+		st.Records += e.Records
+		st.DecodeErrors += e.DecodeErrors
+	}
+	st.Publisher = col.Publisher().Stats()
+	st.Overflow, _ = col.Partial().Overflow()
+	return st
+}
+
+func newDetect() *cobra.Command {
+	var c common
+	var owned string
+	cmd := &cobra.Command{
+		Use:   "detect",
+		Short: "judge the partitions owned from every collector's aggregates; attacks as JSON lines as they start and end",
+		Args:  cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tc, pt, err := c.load()
+			if err != nil {
+				return err
+			}
+			parts, err := parseOwned(owned, pt.N)
+			if err != nil {
+				return cli.Usage(err)
+			}
+			nc, err := scaleout.Connect(c.url, c.name)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			det := telemetry.NewDetector(tc.Detector)
+			cons, err := scaleout.Consume(ctx, nc, scaleout.DetectorConfig{Partitioner: pt, Stream: c.stream, Owned: parts}, det, logger())
+			if err != nil {
+				return err
+			}
+			defer cons.Close()
+			p := &printer{enc: json.NewEncoder(os.Stdout)}
+			tk := time.NewTicker(det.Config().Tick)
+			defer tk.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-tk.C:
+					started, ended := det.Judge(time.Now())
+					for _, a := range started {
+						p.print(map[string]any{"started": a})
+					}
+					for _, a := range ended {
+						p.print(map[string]any{"ended": a})
+					}
+				}
+			}
+		},
+	}
+	c.flags(cmd)
+	cmd.Flags().StringVar(&owned, "owned", "", "partitions this detector judges, as 0-7,9 (default: all)")
+	return cmd
+}
+
+// parseOwned reads "0-7,9" (empty: all of 0…n-1, nil).
+func parseOwned(s string, n int) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(f, "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || a < 0 || b < a || b >= n {
+			return nil, fmt.Errorf("--owned %q: %q is not a partition or range in 0…%d", s, f, n-1)
+		}
+		for i := a; i <= b; i++ {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+func newEval() *cobra.Command {
+	var out, natsServer string
+	var rounds int
+	var step time.Duration
+	var rates []float64
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "two collectors against one on the same replayed sFlow feed: datagrams/s ingested with no loss (docs/EVALUATION-SCALEOUT.md)",
+		Args:  cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding this binary: %w", err)
+			}
+			start := time.Now()
+			res, err := eval.Scaleout(ctx, eval.ScaleoutParams{Self: self, NATSServer: natsServer, Rounds: rounds, Step: step, Rates: rates, Log: os.Stderr})
+			if err != nil {
+				return err
+			}
+			return eval.ScaleoutReport(out, filepath.Join(filepath.Dir(out), "EVALUATION-SCALEOUT.md"), res, time.Since(start), time.Now())
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "docs/eval", "directory for scaleout.json (docs/EVALUATION-SCALEOUT.md goes next to it)")
+	cmd.Flags().StringVar(&natsServer, "nats-server", "nats-server", "the NATS server binary (Debian's nats-server)")
+	cmd.Flags().IntVar(&rounds, "rounds", 3, "rounds of the whole ladder (each rate: one collector, then two)")
+	cmd.Flags().DurationVar(&step, "step", 2*time.Second, "how long each rate is offered")
+	cmd.Flags().Float64SliceVar(&rates, "rates", nil, "datagrams/s offered, ascending (default: 20k to 240k, then all the sender sends)")
+	return cmd
+}
