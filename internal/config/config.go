@@ -29,6 +29,10 @@ type Config struct {
 	Role      string        `yaml:"role"`      // mitigation (default) or probe
 	Interface string        `yaml:"interface"` // host interface carrying the XDP filter or the probe
 	Interval  time.Duration `yaml:"interval"`  // control-loop period, 100ms..1m (default 1s)
+	// Nice is the daemon's scheduling niceness, -20..19 (default -10):
+	// the loop must run when it wakes, even with the host's CPUs busy,
+	// or a flood's rule waits (daemon/priority.go).
+	Nice *int `yaml:"nice"`
 	StateFile string        `yaml:"state_file"`
 	Log       Log           `yaml:"log"`
 	Capacity  Capacity      `yaml:"capacity"`
@@ -48,6 +52,17 @@ type Config struct {
 	// Telemetry: network mode, detection from routers' flow telemetry
 	// (telemetry.go).
 	Telemetry Telemetry `yaml:"telemetry"`
+}
+
+// DefaultNice is the daemon's niceness when the file names none.
+const DefaultNice = -10
+
+// NiceOrDefault is Nice, or DefaultNice when unset.
+func (c *Config) NiceOrDefault() int {
+	if c.Nice == nil {
+		return DefaultNice
+	}
+	return *c.Nice
 }
 
 // Synproxy is what the SYN-cookie stage announces in the protected
@@ -353,6 +368,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Interval < 100*time.Millisecond || c.Interval > time.Minute {
 		return bad("interval", c.Interval, "outside 100ms..1m")
+	}
+	if c.Nice != nil && (*c.Nice < -20 || *c.Nice > 19) {
+		return bad("nice", *c.Nice, "outside -20..19")
 	}
 	if c.StateFile == "" {
 		return bad("state_file", `""`, "is required")

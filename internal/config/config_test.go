@@ -22,6 +22,12 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	if len(c.Rails.AllowPrefixes) != 2 || c.Rails.AllowPrefixes[1].String() != "2001:db8::1/128" {
 		t.Errorf("allow %v", c.Rails.AllowPrefixes)
 	}
+	if c.NiceOrDefault() != DefaultNice {
+		t.Errorf("nice %d, want the default %d", c.NiceOrDefault(), DefaultNice)
+	}
+	if c, err := Parse([]byte("interface: eth0\nnice: 0\n")); err != nil || c.NiceOrDefault() != 0 {
+		t.Errorf("nice: 0 read as %v, %v (0 is a niceness, not unset)", c, err)
+	}
 }
 
 func TestErrorsNameFieldAndValue(t *testing.T) {
@@ -33,6 +39,7 @@ func TestErrorsNameFieldAndValue(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"interval: 1s\n", "interface"},
 		{"interface: eth0\ninterval: 50ms\n", "interval: 50ms"},
+		{"interface: eth0\nnice: -21\n", "nice: -21 outside -20..19"},
 		{"interface: eth0\nintervall: 1s\n", "intervall"},
 		{"interface: eth0\nrails:\n  protected: [10.0.0.300/8]\n", "rails.protected[0]: 10.0.0.300/8"},
 		{"interface: eth0\nhardware:\n  backend: smartnic\n", "hardware.backend: smartnic"},

@@ -158,6 +158,10 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 	if err := applyMemoryBudget(cfg, log); err != nil {
 		return nil, err
 	}
+	// A loop that cannot get the CPU still works, later: said, not fatal.
+	if err := setNice(cfg.NiceOrDefault(), log); err != nil {
+		log.Warn("running at the niceness started with", "err", err)
+	}
 	dp, err := attachDataPlane(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
@@ -1330,6 +1334,12 @@ func (d *Daemon) reload(now time.Time) {
 		if err := applyMemoryBudget(&run, d.log); err != nil {
 			d.event(now, "error", netip.Prefix{}, "reload: keeping capacity.memory_mib %d: %v", d.cfg.Capacity.MemoryMiB, err)
 			c.Capacity.MemoryMiB = d.cfg.Capacity.MemoryMiB
+		}
+	}
+	if c.NiceOrDefault() != d.cfg.NiceOrDefault() {
+		if err := setNice(c.NiceOrDefault(), d.log); err != nil {
+			d.event(now, "error", netip.Prefix{}, "reload: keeping nice %d: %v", d.cfg.NiceOrDefault(), err)
+			c.Nice = d.cfg.Nice
 		}
 	}
 	detChanged := !reflect.DeepEqual(c.Detectors, d.cfg.Detectors)

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/daemon"
@@ -234,6 +235,10 @@ func startBackground() (stop func(), err error) {
 	}
 	for cpu := 0; cpu < runtime.NumCPU(); cpu++ {
 		c := exec.Command("taskset", append([]string{"-c", strconv.Itoa(cpu)}, BusyLoop...)...)
+		// The loop dies with the evaluation, even one killed mid-run: an
+		// orphaned loop would load every later measurement (and hold the
+		// test lock it inherited).
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := c.Start(); err != nil {
 			stop()
 			return nil, fmt.Errorf("background load on CPU %d: %w", cpu, err)
