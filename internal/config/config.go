@@ -32,12 +32,12 @@ type Config struct {
 	// Nice is the daemon's scheduling niceness, -20..19 (default -10):
 	// the loop must run when it wakes, even with the host's CPUs busy,
 	// or a flood's rule waits (daemon/priority.go).
-	Nice *int `yaml:"nice"`
-	StateFile string        `yaml:"state_file"`
-	Log       Log           `yaml:"log"`
-	Capacity  Capacity      `yaml:"capacity"`
-	Hardware  Hardware      `yaml:"hardware"`
-	Detectors Detectors     `yaml:"detectors"`
+	Nice      *int      `yaml:"nice"`
+	StateFile string    `yaml:"state_file"`
+	Log       Log       `yaml:"log"`
+	Capacity  Capacity  `yaml:"capacity"`
+	Hardware  Hardware  `yaml:"hardware"`
+	Detectors Detectors `yaml:"detectors"`
 	// HostGroups: per-network thresholds and actions (hostgroups.go).
 	HostGroups []HostGroup `yaml:"hostgroups"`
 	Bans       Bans        `yaml:"bans"`
