@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/bgp/community"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -72,6 +73,15 @@ type Route struct {
 	// sent on the wire.
 	Reason string  `json:"reason,omitempty"`
 	Rate   float64 `json:"rate_pps,omitempty"`
+	// Communities and LargeCommunities are added to this route alone,
+	// after the well-known ones and bgp.announce's: network mode's
+	// per-host-group RTBH communities, which name the provider of the
+	// group's uplinks. They are part of what is sent, not of the route's
+	// identity (String): a changed list re-sends the route. Not in the
+	// API's answers: its schema (internal/api/openapi.json) has no field
+	// for them yet.
+	Communities      []community.Standard `json:"-"`
+	LargeCommunities []community.Large    `json:"-"`
 }
 
 // Neighbor is a configured peer as it is now.

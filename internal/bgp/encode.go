@@ -7,17 +7,23 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 
+	"github.com/tierwall/tierwall/internal/bgp/community"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Well-known communities put on every announcement.
 const (
-	communityBlackhole = 65535<<16 | 666 // BLACKHOLE, RFC 7999
+	communityBlackhole = uint32(community.Blackhole) // RFC 7999
 	communityNoExport  = uint32(bgp.COMMUNITY_NO_EXPORT)
 )
+
+// Checked once here rather than trusted: the two packages spell NO_EXPORT
+// independently.
+var _ = [1]struct{}{}[uint32(community.NoExport)-communityNoExport]
 
 // DefaultBytesPerPacket converts between tierwall's packet rates and
 // FlowSpec's traffic-rate, which counts bytes per second (RFC 8955
@@ -43,6 +49,9 @@ type wire struct {
 	// what else is sent, so that a changed action is re-sent and an
 	// unchanged route is not.
 	key, attr string
+	// comms are the well-known communities of the route's kind, until
+	// addCommunities completes them and adds the attribute.
+	comms []uint32
 }
 
 // encoder turns routes into wire form with the speaker's configuration.
@@ -51,16 +60,60 @@ type encoder struct {
 	nextHop4    netip.Addr
 	nextHop6    netip.Addr
 	communities []uint32
+	large       []community.Large
 }
 
 func (e *encoder) encode(r Route) (wire, error) {
+	var w wire
+	var err error
 	switch r.Kind {
 	case RTBH:
-		return e.encodeRTBH(r.Prefix)
+		w, err = e.encodeRTBH(r.Prefix)
 	case FlowSpec:
-		return e.encodeFlow(r.Flow)
+		w, err = e.encodeFlow(r.Flow)
+	default:
+		return wire{}, fmt.Errorf("%w: route kind %d", rule.ErrInvalid, r.Kind)
 	}
-	return wire{}, fmt.Errorf("%w: route kind %d", rule.ErrInvalid, r.Kind)
+	if err != nil {
+		return wire{}, err
+	}
+	e.addCommunities(&w, r)
+	return w, nil
+}
+
+// addCommunities puts the configured communities and r's own on w, after
+// the well-known ones the kind carries, each once and in that order (a
+// reader of the peer's RIB finds BLACKHOLE first), and the large
+// communities in their own attribute (RFC 8092).
+func (e *encoder) addCommunities(w *wire, r Route) {
+	comms := w.comms
+	for _, c := range e.communities {
+		if !slices.Contains(comms, c) {
+			comms = append(comms, c)
+		}
+	}
+	for _, c := range r.Communities {
+		if !slices.Contains(comms, uint32(c)) {
+			comms = append(comms, uint32(c))
+		}
+	}
+	var large []community.Large
+	for _, l := range slices.Concat(e.large, r.LargeCommunities) {
+		if !slices.Contains(large, l) {
+			large = append(large, l)
+		}
+	}
+	w.attrs = append(w.attrs, bgp.NewPathAttributeCommunities(comms))
+	w.attr += fmt.Sprintf(" comm %v", comms)
+	if len(large) > 0 {
+		ls := make([]*bgp.LargeCommunity, len(large))
+		for i, l := range large {
+			ls[i] = bgp.NewLargeCommunity(l.Global, l.Local1, l.Local2)
+		}
+		w.attrs = append(w.attrs, bgp.NewPathAttributeLargeCommunities(ls))
+		w.attr += fmt.Sprintf(" large %v", large)
+	}
+	w.comms = comms
 }
 
 func (e *encoder) encodeRTBH(p netip.Prefix) (wire, error) {
@@ -78,7 +131,6 @@ func (e *encoder) encodeRTBH(p netip.Prefix) (wire, error) {
 	if err != nil {
 		return wire{}, fmt.Errorf("%w: rtbh %s: %w", rule.ErrInvalid, p, err)
 	}
-	comms := append([]uint32{communityBlackhole, communityNoExport}, e.communities...)
 	attrs := []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP)}
 	if family == bgp.RF_IPv4_UC {
 		a, err := bgp.NewPathAttributeNextHop(nh)
@@ -93,9 +145,8 @@ func (e *encoder) encodeRTBH(p netip.Prefix) (wire, error) {
 		}
 		attrs = append(attrs, a)
 	}
-	attrs = append(attrs, bgp.NewPathAttributeCommunities(comms))
-	return wire{family: family, nlri: nlri, attrs: attrs,
-		key: "rtbh " + p.String(), attr: fmt.Sprintf("nh %s comm %v", nh, comms)}, nil
+	return wire{family: family, nlri: nlri, attrs: attrs, comms: []uint32{communityBlackhole, communityNoExport},
+		key: "rtbh " + p.String(), attr: fmt.Sprintf("nh %s", nh)}, nil
 }
 
 func (e *encoder) encodeFlow(f Flow) (wire, error) {
@@ -123,15 +174,13 @@ func (e *encoder) encodeFlow(f Flow) (wire, error) {
 	if e.asn <= math.MaxUint16 {
 		as = uint16(e.asn) // informational only (RFC 8955 §7.3)
 	}
-	comms := append([]uint32{communityNoExport}, e.communities...)
 	attrs := []bgp.PathAttributeInterface{
 		bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP),
 		mp,
-		bgp.NewPathAttributeCommunities(comms),
 		bgp.NewPathAttributeExtendedCommunities([]bgp.ExtendedCommunityInterface{bgp.NewTrafficRateExtended(as, rate)}),
 	}
-	return wire{family: family, nlri: nlri, attrs: attrs,
-		key: "flowspec " + nlri.String(), attr: fmt.Sprintf("rate %v comm %v", rate, comms)}, nil
+	return wire{family: family, nlri: nlri, attrs: attrs, comms: []uint32{communityNoExport},
+		key: "flowspec " + nlri.String(), attr: fmt.Sprintf("rate %v", rate)}, nil
 }
 
 // trafficRate is the traffic-rate (bytes/s) announcing f's action.

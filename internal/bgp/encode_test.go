@@ -13,6 +13,7 @@ import (
 
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 
+	"github.com/tierwall/tierwall/internal/bgp/community"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -239,5 +240,58 @@ func TestRouteJSONRoundTrip(t *testing.T) {
 	var k Kind
 	if err := k.UnmarshalText([]byte("blackhole")); err == nil {
 		t.Fatal("an unknown kind was accepted")
+	}
+}
+
+// A route's communities follow the well-known ones and bgp.announce's,
+// each once; large ones go in their own attribute (RFC 8092), which is
+// left out when there are none; both are part of what re-sends a route.
+func TestEncodeCommunities(t *testing.T) {
+	enc := encoder{asn: 65000, nextHop4: netip.MustParseAddr("192.0.2.1"), communities: []uint32{64500<<16 | 666},
+		large: []community.Large{{Global: 65000, Local1: 666, Local2: 1}}}
+	r := Route{Kind: RTBH, Prefix: netip.MustParsePrefix("198.51.100.7/32"),
+		Communities:      []community.Standard{64600<<16 | 666, 64500<<16 | 666, community.Blackhole},
+		LargeCommunities: []community.Large{{Global: 4200000000, Local1: 666, Local2: 2}, {Global: 65000, Local1: 666, Local2: 1}}}
+	w, err := enc.encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, attrs := wireRoundTrip(t, w)
+	var comms []uint32
+	var large []string
+	for _, a := range attrs {
+		switch a := a.(type) {
+		case *bgp.PathAttributeCommunities:
+			comms = a.Value
+		case *bgp.PathAttributeLargeCommunities:
+			for _, l := range a.Values {
+				large = append(large, l.String())
+			}
+		}
+	}
+	if want := []uint32{communityBlackhole, communityNoExport, 64500<<16 | 666, 64600<<16 | 666}; !slices.Equal(comms, want) {
+		t.Errorf("communities %v, want %v", comms, want)
+	}
+	if want := []string{"65000:666:1", "4200000000:666:2"}; !slices.Equal(large, want) {
+		t.Errorf("large communities %v, want %v", large, want)
+	}
+	r2 := r
+	r2.LargeCommunities = nil
+	w2, err := enc.encode(r2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w2.key != w.key || w2.attr == w.attr {
+		t.Errorf("key %q/%q, attr %q/%q: want the same key and another attr", w.key, w2.key, w.attr, w2.attr)
+	}
+	enc.large = nil
+	w3, err := enc.encode(Route{Kind: FlowSpec, Flow: Flow{FlowRule: mustRule(t, "dst 198.51.100.7/32 drop")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range w3.attrs {
+		if _, ok := a.(*bgp.PathAttributeLargeCommunities); ok {
+			t.Errorf("an empty large communities attribute on %s", w3.key)
+		}
 	}
 }

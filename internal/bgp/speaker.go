@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
 
+	"github.com/tierwall/tierwall/internal/bgp/community"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -47,12 +47,15 @@ const (
 	prefixLimitIdleMax = 15 * time.Minute
 )
 
-// Names of the export policy objects in GoBGP.
+// Names of the export policy objects in GoBGP; a neighbour's
+// communities are added by a statement of its own, matching a neighbour
+// set of its own (prefixNeighbor followed by its address).
 const (
 	policyName           = "tierwall-export"
 	setReceiveOnly       = "tierwall-no-flowspec"
 	stmtNoFlowSpecToPeer = "tierwall-no-flowspec-to-receive-only"
 	stmtLocalOnly        = "tierwall-local-only"
+	prefixNeighbor       = "tierwall-neighbor-"
 )
 
 var flowFamilies = []bgp.Family{bgp.RF_FS_IPv4_UC, bgp.RF_FS_IPv6_UC}
@@ -147,14 +150,15 @@ func New(cfg config.BGP, log *slog.Logger) (*Speaker, error) {
 		peers:     map[netip.Addr]*peerState{},
 	}
 	s.enc = encoder{asn: cfg.ASN, nextHop4: cfg.Announce.NextHop4Addr, nextHop6: cfg.Announce.NextHop6Addr}
-	for i, c := range cfg.Announce.Communities {
-		x, y, ok := strings.Cut(c, ":")
-		a, err1 := strconv.ParseUint(x, 10, 16)
-		b, err2 := strconv.ParseUint(y, 10, 16)
-		if !ok || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%w: bgp.announce.communities[%d] %q is not ASN:VALUE", rule.ErrInvalid, i, c)
-		}
-		s.enc.communities = append(s.enc.communities, uint32(a)<<16|uint32(b))
+	std, err := community.ParseStandards(cfg.Announce.Communities)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bgp.announce.communities%w", rule.ErrInvalid, err)
+	}
+	for _, c := range std {
+		s.enc.communities = append(s.enc.communities, uint32(c))
+	}
+	if s.enc.large, err = community.ParseLarges(cfg.Announce.LargeCommunities); err != nil {
+		return nil, fmt.Errorf("%w: bgp.announce.large_communities%w", rule.ErrInvalid, err)
 	}
 	s.cfg.Neighbors = slices.Clone(cfg.Neighbors)
 	for i := range s.cfg.Neighbors {
@@ -174,6 +178,14 @@ func New(cfg config.BGP, log *slog.Logger) (*Speaker, error) {
 		}
 		if n.MaxPrefixes == 0 {
 			n.MaxPrefixes = 1000
+		}
+		// Parsed here to refuse a bad one before GoBGP is started; the
+		// export policy gives GoBGP the text.
+		if _, err := community.ParseStandards(n.Communities); err != nil {
+			return nil, fmt.Errorf("%w: bgp.neighbors[%d].communities%w", rule.ErrInvalid, i, err)
+		}
+		if _, err := community.ParseLarges(n.LargeCommunities); err != nil {
+			return nil, fmt.Errorf("%w: bgp.neighbors[%d].large_communities%w", rule.ErrInvalid, i, err)
 		}
 		s.peers[n.AddressAddr] = &peerState{cfg: n, routes: map[string]*remoteEntry{}}
 		s.order = append(s.order, n.AddressAddr)
@@ -357,6 +369,35 @@ func (s *Speaker) exportPolicy(ctx context.Context, srv *server.BgpServer) error
 				AfiSafiIn:   fams,
 			},
 			Actions: &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_REJECT},
+		})
+	}
+	// A neighbour's own communities: GoBGP adds them to a copy of the
+	// path as it is sent to that neighbour, so no other peer sees them.
+	// The statement has no route action, so evaluation goes on to the
+	// next and the local-only rule still decides; a path rejected above
+	// never gets here.
+	for _, a := range s.order {
+		n := s.peers[a].cfg
+		if len(n.Communities)+len(n.LargeCommunities) == 0 {
+			continue
+		}
+		set := prefixNeighbor + a.String()
+		if err := srv.AddDefinedSet(ctx, &api.AddDefinedSetRequest{DefinedSet: &api.DefinedSet{
+			DefinedType: api.DefinedType_DEFINED_TYPE_NEIGHBOR, Name: set, List: []string{netip.PrefixFrom(a, a.BitLen()).String()},
+		}}); err != nil {
+			return fmt.Errorf("bgp: export policy of neighbour %s: %w", a, err)
+		}
+		act := &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_UNSPECIFIED}
+		if len(n.Communities) > 0 {
+			act.Community = &api.CommunityAction{Type: api.CommunityAction_TYPE_ADD, Communities: slices.Clone(n.Communities)}
+		}
+		if len(n.LargeCommunities) > 0 {
+			act.LargeCommunity = &api.CommunityAction{Type: api.CommunityAction_TYPE_ADD, Communities: slices.Clone(n.LargeCommunities)}
+		}
+		stmts = append(stmts, &api.Statement{
+			Name:       set,
+			Conditions: &api.Conditions{NeighborSet: &api.MatchSet{Type: api.MatchSet_TYPE_ANY, Name: set}},
+			Actions:    act,
 		})
 	}
 	stmts = append(stmts, &api.Statement{

@@ -19,6 +19,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
 
+	"github.com/tierwall/tierwall/internal/bgp/community"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -706,5 +707,109 @@ func TestPrefixLimitComesBack(t *testing.T) {
 	})
 	if since := time.Since(down); since < time.Second {
 		t.Errorf("back %v after the teardown, before the idle hold", since)
+	}
+}
+
+func largeCommunities(p *apiutil.Path) []string {
+	var out []string
+	for _, a := range p.Attrs {
+		if c, ok := a.(*bgp.PathAttributeLargeCommunities); ok {
+			for _, l := range c.Values {
+				out = append(out, l.String())
+			}
+		}
+	}
+	return out
+}
+
+func communityText(cs []uint32) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = community.Standard(c).String()
+	}
+	return out
+}
+
+// Communities reach real peers where they belong: bgp.announce's
+// (standard and large) on every route to every neighbour; a neighbour's
+// own only on the routes sent to it, by GoBGP's export policy; a route's
+// own (network mode's host group) on that route only, and a changed list
+// re-sends the route.
+func TestCommunitiesPerNeighbourAndRoute(t *testing.T) {
+	a := newRouter(t, "127.0.0.2", "10.0.0.2")
+	b := newRouterAS(t, "127.0.0.3", "10.0.0.3", 65002)
+	na := a.neighbor([]string{"rtbh", "flowspec"}, false)
+	na.Communities, na.LargeCommunities = []string{"65002:9999"}, []string{"4200000000:666:7"}
+	nb := b.neighbor([]string{"rtbh", "flowspec"}, false)
+	cfg := baseConfig(na, nb)
+	cfg.Announce.LargeCommunities = []string{"65000:666:1"}
+	s := startSpeaker(t, cfg)
+	established(t, s)
+
+	plain := Route{Kind: RTBH, Prefix: netip.MustParsePrefix("203.0.113.9/32")}
+	grouped := Route{Kind: RTBH, Prefix: netip.MustParsePrefix("198.51.100.7/32"),
+		Communities: []community.Standard{64600<<16 | 666}, LargeCommunities: []community.Large{{Global: 4200000001, Local1: 666, Local2: 2}}}
+	fs := Route{Kind: FlowSpec, Flow: flow(t, "", "dst 198.51.100.7/32 proto udp dport 53 drop")}
+	if d, err := s.Announce([]Route{plain, grouped, fs}); err != nil || d.Added != 3 {
+		t.Fatalf("announce: %+v, %v", d, err)
+	}
+	for _, r := range []*router{a, b} {
+		eventually(t, "routes at "+r.addr, func() bool {
+			return len(r.rib(t, bgp.RF_IPv4_UC)) == 2 && len(r.rib(t, bgp.RF_FS_IPv4_UC)) == 1
+		})
+	}
+	type want struct{ comms, large []string }
+	check := func(r *router, f bgp.Family, match string, w want) {
+		t.Helper()
+		for k, p := range r.rib(t, f) {
+			if !strings.Contains(k, match) {
+				continue
+			}
+			if got := communityText(communities(p)); !slices.Equal(got, w.comms) {
+				t.Errorf("%s at %s: communities %v, want %v", k, r.addr, got, w.comms)
+			}
+			if got := largeCommunities(p); !slices.Equal(got, w.large) {
+				t.Errorf("%s at %s: large communities %v, want %v", k, r.addr, got, w.large)
+			}
+			return
+		}
+		t.Errorf("%s: no route %s", r.addr, match)
+	}
+	// A: the neighbour's own after ours (GoBGP appends them).
+	check(a, bgp.RF_IPv4_UC, "203.0.113.9", want{[]string{"65535:666", "65535:65281", "65001:666", "65002:9999"}, []string{"65000:666:1", "4200000000:666:7"}})
+	check(a, bgp.RF_IPv4_UC, "198.51.100.7", want{[]string{"65535:666", "65535:65281", "65001:666", "64600:666", "65002:9999"}, []string{"65000:666:1", "4200000001:666:2", "4200000000:666:7"}})
+	check(a, bgp.RF_FS_IPv4_UC, "198.51.100.7", want{[]string{"65535:65281", "65001:666", "65002:9999"}, []string{"65000:666:1", "4200000000:666:7"}})
+	// B: none of A's.
+	check(b, bgp.RF_IPv4_UC, "203.0.113.9", want{[]string{"65535:666", "65535:65281", "65001:666"}, []string{"65000:666:1"}})
+	check(b, bgp.RF_IPv4_UC, "198.51.100.7", want{[]string{"65535:666", "65535:65281", "65001:666", "64600:666"}, []string{"65000:666:1", "4200000001:666:2"}})
+	check(b, bgp.RF_FS_IPv4_UC, "198.51.100.7", want{[]string{"65535:65281", "65001:666"}, []string{"65000:666:1"}})
+
+	// The group's communities change: the route is sent again.
+	grouped.LargeCommunities = nil
+	if d, err := s.Announce([]Route{plain, grouped, fs}); err != nil || d.Added != 1 || d.Withdrawn != 0 {
+		t.Fatalf("re-announce: %+v, %v", d, err)
+	}
+	eventually(t, "the changed route at B", func() bool {
+		for k, p := range b.rib(t, bgp.RF_IPv4_UC) {
+			if strings.Contains(k, "198.51.100.7") {
+				return len(largeCommunities(p)) == 1
+			}
+		}
+		return false
+	})
+	check(b, bgp.RF_IPv4_UC, "198.51.100.7", want{[]string{"65535:666", "65535:65281", "65001:666", "64600:666"}, []string{"65000:666:1"}})
+}
+
+// New refuses communities it cannot encode, whatever let them through.
+func TestNewRefusesBadCommunities(t *testing.T) {
+	for _, c := range []config.BGP{
+		{ASN: speakerAS, RouterID: "192.0.2.100", Announce: config.BGPAnnounce{LargeCommunities: []string{"65000:666"}}},
+		{ASN: speakerAS, RouterID: "192.0.2.100", Announce: config.BGPAnnounce{Communities: []string{"65000:666:1"}}},
+		{ASN: speakerAS, RouterID: "192.0.2.100", Neighbors: []config.BGPNeighbor{{Address: "127.0.0.2", ASN: 1, Communities: []string{"x"}}}},
+		{ASN: speakerAS, RouterID: "192.0.2.100", Neighbors: []config.BGPNeighbor{{Address: "127.0.0.2", ASN: 1, LargeCommunities: []string{"1:2:3:4"}}}},
+	} {
+		if _, err := New(c, nil); !errors.Is(err, rule.ErrInvalid) || !errors.Is(err, community.ErrSyntax) {
+			t.Errorf("%+v: %v, want rule.ErrInvalid and community.ErrSyntax", c, err)
+		}
 	}
 }

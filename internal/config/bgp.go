@@ -5,7 +5,11 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/bgp/community"
 )
 
 // BGP is the embedded BGP speaker (internal/bgp): it announces what the
@@ -65,6 +69,12 @@ type BGPNeighbor struct {
 	HoldTime        time.Duration `yaml:"hold_time"`
 	GracefulRestart *bool         `yaml:"graceful_restart"`
 	RestartTime     time.Duration `yaml:"restart_time"`
+	// Communities and LargeCommunities (RFC 8092) are added to the
+	// routes sent to this neighbour only, after bgp.announce's: a
+	// transit provider's blackhole community means nothing to another
+	// provider, and may mean something else.
+	Communities      []string `yaml:"communities"`
+	LargeCommunities []string `yaml:"large_communities"`
 
 	AddressAddr      netip.Addr `yaml:"-"`
 	LocalAddressAddr netip.Addr `yaml:"-"`
@@ -105,6 +115,10 @@ type BGPAnnounce struct {
 	// a provider's own blackhole community), besides BLACKHOLE
 	// (65535:666) on RTBH routes and NO_EXPORT on both.
 	Communities []string `yaml:"communities"`
+	// LargeCommunities (RFC 8092, "65000:666:1") are added to every
+	// announcement too: a provider with a 4-byte ASN can only name its
+	// blackhole community in one.
+	LargeCommunities []string `yaml:"large_communities"`
 	// Destination: FlowSpec source bans carry this destination prefix
 	// (the fleet's service prefix), so that receivers can validate them
 	// against their own prefixes (RFC 8955 §6); empty: none.
@@ -235,6 +249,12 @@ func (b *BGP) validate() error {
 		if n.RestartTime < time.Second || n.RestartTime > 4095*time.Second {
 			return bad(f+".restart_time", n.RestartTime, "outside 1s..4095s (RFC 4724 §3)")
 		}
+		if err := checkCommunities(f, n.Communities, n.LargeCommunities); err != nil {
+			return err
+		}
+		if len(n.Send) == 0 && len(n.Communities)+len(n.LargeCommunities) > 0 {
+			return bad(f+".communities", fmt.Sprint(append(slices.Clone(n.Communities), n.LargeCommunities...)), "are set on a neighbour that is sent nothing (send is empty)")
+		}
 	}
 	an := &b.Announce
 	if an.MinPPS == 0 {
@@ -271,11 +291,8 @@ func (b *BGP) validate() error {
 	if sendsRTBH && !an.NextHop4Addr.IsValid() && !an.NextHop6Addr.IsValid() {
 		return bad("bgp.announce.next_hop4", `""`, "is required when a neighbour is sent rtbh")
 	}
-	for i, c := range an.Communities {
-		var x, y uint32
-		if _, err := fmt.Sscanf(c, "%d:%d", &x, &y); err != nil || x > 65535 || y > 65535 || fmt.Sprintf("%d:%d", x, y) != c {
-			return bad(fmt.Sprintf("bgp.announce.communities[%d]", i), c, "is not ASN:VALUE (two numbers 0..65535)")
-		}
+	if err := checkCommunities("bgp.announce", an.Communities, an.LargeCommunities); err != nil {
+		return err
 	}
 	if an.Destination != "" {
 		p, err := netip.ParsePrefix(an.Destination)
@@ -303,4 +320,32 @@ func (b *BGP) validate() error {
 		return bad("bgp.accept.hold", ac.Hold, "outside 0..24h")
 	}
 	return nil
+}
+
+// checkCommunities validates the communities and large_communities
+// fields under parent.
+func checkCommunities(parent string, std, large []string) error {
+	for i, c := range std {
+		if _, err := community.ParseStandard(c); err != nil {
+			why := "is not ASN:VALUE (two numbers 0..65535)"
+			if strings.Count(c, ":") == 2 {
+				why += "; a large community (three numbers) goes in large_communities"
+			}
+			return bad(fmt.Sprintf("%s.communities[%d]", parent, i), quoted(c), why)
+		}
+	}
+	for i, c := range large {
+		if _, err := community.ParseLarge(c); err != nil {
+			return bad(fmt.Sprintf("%s.large_communities[%d]", parent, i), quoted(c), "is not GLOBAL:LOCAL1:LOCAL2 (three numbers 0..4294967295, RFC 8092)")
+		}
+	}
+	return nil
+}
+
+// quoted shows an empty value as "" rather than nothing.
+func quoted(s string) string {
+	if s == "" || strings.TrimSpace(s) != s {
+		return fmt.Sprintf("%q", s)
+	}
+	return s
 }

@@ -60,6 +60,12 @@ type TelemetryGroup struct {
 	Thresholds map[string]TelemetryLimits `yaml:"thresholds"` // per host
 	Total      map[string]TelemetryLimits `yaml:"total"`      // over the group
 	UplinkBPS  float64                    `yaml:"uplink_bps"` // RTBH above it (0: never)
+	// Communities and LargeCommunities (RFC 8092) are added to the
+	// group's RTBH routes, besides BLACKHOLE and bgp.announce's: the
+	// group's uplinks may go to a provider with a blackhole community of
+	// its own.
+	Communities      []string `yaml:"communities"`
+	LargeCommunities []string `yaml:"large_communities"`
 }
 
 // TelemetryFlowSpec is the FlowSpec action of an attack's rule.
@@ -153,6 +159,7 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 	if out.Detector.Groups, err = c.DetectHostGroups(); err != nil {
 		return out, err
 	}
+	rtbh := map[string]telemetry.Communities{}
 	for name, g := range t.Groups {
 		f := "telemetry.groups." + name
 		if !slices.ContainsFunc(c.HostGroups, func(h HostGroup) bool { return h.Name == name }) {
@@ -170,8 +177,17 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 		}
 		p.UplinkBPS = g.UplinkBPS
 		out.Detector.Policies[name] = p
+		if err := checkCommunities(f, g.Communities, g.LargeCommunities); err != nil {
+			return out, err
+		}
+		if len(g.Communities)+len(g.LargeCommunities) > 0 {
+			if g.UplinkBPS == 0 {
+				return out, bad(f+".communities", fmt.Sprint(append(slices.Clone(g.Communities), g.LargeCommunities...)), "are for the group's RTBH routes, and without uplink_bps it has none")
+			}
+			rtbh[name] = telemetry.Communities{Standard: slices.Clone(g.Communities), Large: slices.Clone(g.LargeCommunities)}
+		}
 	}
-	out.Action = telemetry.ActionConfig{Mode: mode, RatePPS: t.FlowSpec.RatePPS, Policies: out.Detector.Policies}
+	out.Action = telemetry.ActionConfig{Mode: mode, RatePPS: t.FlowSpec.RatePPS, Policies: out.Detector.Policies, RTBH: rtbh}
 	switch t.FlowSpec.Action {
 	case "", "rate-limit":
 		out.Action.FlowAction = rule.FlowRateLimit

@@ -3,6 +3,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -99,6 +100,53 @@ func TestTelemetryExamples(t *testing.T) {
 			if err != nil || len(tc.Decoder.Exporters) != 2 || tc.Action.Mode != telemetry.DryRun || tc.Detector.Policies["customers"].UplinkBPS != 10e9 {
 				t.Errorf("%s: %v %+v", f, err, tc)
 			}
+		}
+	}
+}
+
+// A host group's communities go on its RTBH routes: they reach the plan's
+// configuration as written, and a bad one, or one on a group that is never
+// blackholed (no uplink_bps), is refused with its field.
+func TestTelemetryGroupCommunities(t *testing.T) {
+	y := strings.Replace(telemetryYAML, "      uplink_bps: 10e9\n",
+		"      uplink_bps: 10e9\n      communities: [\"64500:666\"]\n      large_communities: [\"65000:666:1\"]\n", 1)
+	c, err := ParseFile("tierwall.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := c.TelemetryConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := tc.Action.RTBH["customers"]
+	if len(got.Standard) != 1 || got.Standard[0] != "64500:666" || len(got.Large) != 1 || got.Large[0] != "65000:666:1" {
+		t.Errorf("RTBH communities %+v", tc.Action.RTBH)
+	}
+	for repl, want := range map[string]string{
+		`communities: ["64500:666"]`:       ``,
+		`communities: ["64500:70000"]`:     `telemetry.groups.customers.communities[0]: 64500:70000 is not ASN:VALUE`,
+		`large_communities: ["65000:666"]`: `telemetry.groups.customers.large_communities[0]: 65000:666 is not GLOBAL:LOCAL1:LOCAL2`,
+		`large_communities: ["65000:x:1"]`: `telemetry.groups.customers.large_communities[0]: 65000:x:1`,
+		`uplink_bps: 0`:                    `telemetry.groups.customers.communities: [64500:666 65000:666:1] are for the group's RTBH routes`,
+	} {
+		var yy string
+		switch {
+		case strings.HasPrefix(repl, "large"):
+			yy = strings.Replace(y, `large_communities: ["65000:666:1"]`, repl, 1)
+		case strings.HasPrefix(repl, "communities"):
+			yy = strings.Replace(y, `      communities: ["64500:666"]`, "      "+repl, 1)
+		default:
+			yy = strings.Replace(y, "uplink_bps: 10e9", repl, 1)
+		}
+		_, err := ParseFile("tierwall.yaml", []byte(yy))
+		if want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", repl, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error with %q", repl, err, want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/bgp"
+	"github.com/tierwall/tierwall/internal/bgp/community"
 	"github.com/tierwall/tierwall/internal/telemetry"
 )
 
@@ -125,18 +127,30 @@ func (d *Daemon) closeTelemetry() {
 	d.tele.svc = nil
 }
 
-// upstreamRoutes turns network mode's plan into routes.
-func upstreamRoutes(plan []telemetry.Upstream) []bgp.Route {
+// upstreamRoutes turns network mode's plan into routes, an RTBH route
+// with its host group's communities. A community that does not parse
+// (the configuration was validated: it cannot) leaves its route out, with
+// the error: a blackhole without the provider's community is ignored
+// upstream, or worse, taken as something else.
+func upstreamRoutes(plan []telemetry.Upstream) ([]bgp.Route, error) {
 	var out []bgp.Route
+	var errs []error
 	for _, u := range plan {
 		switch u.Kind {
 		case telemetry.UpFlowSpec:
 			out = append(out, bgp.Route{Kind: bgp.FlowSpec, Flow: bgp.Flow{FlowRule: u.Rule}, Reason: u.Reason, Rate: u.PPS})
 		case telemetry.UpRTBH:
-			out = append(out, bgp.Route{Kind: bgp.RTBH, Prefix: u.Prefix, Reason: u.Reason, Rate: u.PPS})
+			std, err1 := community.ParseStandards(u.Communities.Standard)
+			large, err2 := community.ParseLarges(u.Communities.Large)
+			if err := errors.Join(err1, err2); err != nil {
+				errs = append(errs, fmt.Errorf("rtbh %s: communities: %w", u.Prefix, err))
+				continue
+			}
+			out = append(out, bgp.Route{Kind: bgp.RTBH, Prefix: u.Prefix, Reason: u.Reason, Rate: u.PPS,
+				Communities: std, LargeCommunities: large})
 		}
 	}
-	return out
+	return out, errors.Join(errs...)
 }
 
 // telemetryChanged runs on network mode's ticker: it announces first
@@ -146,8 +160,10 @@ func (d *Daemon) telemetryChanged(c telemetry.Change) {
 	var announced []bgp.Route
 	var aerr error
 	if c.PlanChanged && d.tele.merged != nil && d.tele.announce {
-		announced = upstreamRoutes(c.Plan)
+		var perr error
+		announced, perr = upstreamRoutes(c.Plan)
 		_, aerr = d.tele.merged.announceExtra(announced)
+		aerr = errors.Join(perr, aerr)
 	}
 	report := func() {
 		for _, a := range c.Started {

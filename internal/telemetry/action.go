@@ -56,6 +56,20 @@ type ActionConfig struct {
 	RatePPS    uint64
 	// Policies give each host group its uplink capacity (RTBH above it).
 	Policies map[string]GroupPolicy
+	// RTBH are the communities of each host group's blackhole routes, by
+	// group name: the transit provider of a customer's uplinks decides
+	// which community blackholes there (and where: a large community
+	// often names a region or a peer).
+	RTBH map[string]Communities
+}
+
+// Communities are BGP communities as configured, validated by package
+// config and encoded by the speaker (package telemetry knows nothing of
+// BGP's wire): RFC 1997's "ASN:VALUE" and RFC 8092's
+// "GLOBAL:LOCAL1:LOCAL2".
+type Communities struct {
+	Standard []string
+	Large    []string
 }
 
 // UpstreamKind is how an action goes upstream.
@@ -76,6 +90,10 @@ type Upstream struct {
 	Prefix netip.Prefix  `json:"prefix,omitzero"`
 	Reason string        `json:"reason"`
 	PPS    float64       `json:"pps"`
+	// Communities are the group's for an RTBH action (ActionConfig.RTBH),
+	// added to the speaker's own. Not in the API's answers: its schema
+	// (internal/api/openapi.json) has no field for them yet.
+	Communities Communities `json:"-"`
 }
 
 // Plan is the set of upstream actions the attacks on now call for: a
@@ -101,7 +119,8 @@ func Plan(as []Attack, cfg ActionConfig) []Upstream {
 		}
 		if up := cfg.Policies[a.Group].UplinkBPS; !a.Carpet && up > 0 && a.PeakBPS > up {
 			out = append(out, Upstream{Attack: a.ID, Kind: UpRTBH, Prefix: a.Dst[0], PPS: a.PeakPPS,
-				Reason: fmt.Sprintf("network attack %s: %.0f bit/s over the uplinks' %.0f", a.ID, a.PeakBPS, up)})
+				Reason:      fmt.Sprintf("network attack %s: %.0f bit/s over the uplinks' %.0f", a.ID, a.PeakBPS, up),
+				Communities: cfg.RTBH[a.Group]})
 		}
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 
 	tt "github.com/tierwall/tierwall/internal/telemetry/telemetrytest"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -53,6 +54,29 @@ func TestPlanLadder(t *testing.T) {
 	}
 	if ups := Plan([]Attack{amp}, ActionConfig{Mode: Monitor}); len(ups) != 0 {
 		t.Errorf("monitor mode planned %v", ups)
+	}
+}
+
+// A group's RTBH communities go on its blackhole routes only: not on its
+// FlowSpec, not on another group's blackhole.
+func TestPlanGroupCommunities(t *testing.T) {
+	a := Attack{ID: "a1", Dst: []netip.Prefix{netip.MustParsePrefix("198.51.100.7/32")}, Group: "dc", PeakBPS: 2e9, Signature: Signature{Proto: 17}}
+	b := Attack{ID: "a2", Dst: []netip.Prefix{netip.MustParsePrefix("203.0.113.7/32")}, Group: "other", PeakBPS: 2e9, Signature: Signature{Proto: 17}}
+	dc := Communities{Standard: []string{"64500:666"}, Large: []string{"65000:666:1"}}
+	cfg := ActionConfig{Policies: map[string]GroupPolicy{"dc": {UplinkBPS: 1e9}, "other": {UplinkBPS: 1e9}},
+		RTBH: map[string]Communities{"dc": dc}}
+	ups := Plan([]Attack{a, b}, cfg)
+	if len(ups) != 4 {
+		t.Fatalf("%d actions: %+v", len(ups), ups)
+	}
+	for _, u := range ups {
+		want := Communities{}
+		if u.Kind == UpRTBH && u.Attack == "a1" {
+			want = dc
+		}
+		if !slices.Equal(u.Communities.Standard, want.Standard) || !slices.Equal(u.Communities.Large, want.Large) {
+			t.Errorf("%s %s: communities %+v, want %+v", u.Attack, u.Kind, u.Communities, want)
+		}
 	}
 }
 

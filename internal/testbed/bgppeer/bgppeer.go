@@ -81,6 +81,9 @@ type Route struct {
 	// Communities are "ASN:VALUE", in numeric order (Blackhole before
 	// NoExport).
 	Communities []string
+	// LargeCommunities (RFC 8092) are "GLOBAL:LOCAL1:LOCAL2", in numeric
+	// order. FRR's FlowSpec JSON shows none (as it shows no communities).
+	LargeCommunities []string
 	// ExtCommunities are sorted; TrafficRate's form for traffic-rate,
 	// the daemon's own text for any other.
 	ExtCommunities []string
@@ -93,6 +96,9 @@ func (r Route) String() string {
 	}
 	if len(r.Communities) > 0 {
 		s += " comm " + strings.Join(r.Communities, ",")
+	}
+	if len(r.LargeCommunities) > 0 {
+		s += " large " + strings.Join(r.LargeCommunities, ",")
 	}
 	if len(r.ExtCommunities) > 0 {
 		s += " ext " + strings.Join(r.ExtCommunities, ",")
@@ -320,6 +326,7 @@ func freePort(ns string) (int, error) {
 func sortRoutes(rs []Route) []Route {
 	for i := range rs {
 		sortCommunities(rs[i].Communities)
+		sortCommunities(rs[i].LargeCommunities)
 		sort.Strings(rs[i].ExtCommunities)
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].NLRI < rs[j].NLRI })
@@ -388,22 +395,31 @@ func Find(rs []Route, nlri string) (Route, bool) {
 	return Route{}, false
 }
 
-// sortCommunities sorts "ASN:VALUE" by number, what a reader expects
-// (65535:666 before 65535:65281); anything else after, as text.
+// sortCommunities sorts "ASN:VALUE" and large "GLOBAL:LOCAL1:LOCAL2" by
+// number, what a reader expects (65535:666 before 65535:65281); anything
+// else after, as text.
 func sortCommunities(cs []string) {
-	key := func(c string) uint64 {
-		a, v, ok := strings.Cut(c, ":")
-		x, err1 := strconv.ParseUint(a, 10, 16)
-		y, err2 := strconv.ParseUint(v, 10, 16)
-		if !ok || err1 != nil || err2 != nil {
-			return 1 << 32
+	key := func(c string) [3]uint64 {
+		var k [3]uint64
+		parts := strings.Split(c, ":")
+		if len(parts) < 2 || len(parts) > 3 {
+			return [3]uint64{1 << 32}
 		}
-		return x<<16 | y
+		for i, p := range parts {
+			v, err := strconv.ParseUint(p, 10, 32)
+			if err != nil {
+				return [3]uint64{1 << 32}
+			}
+			k[i] = v
+		}
+		return k
 	}
 	sort.SliceStable(cs, func(i, j int) bool {
 		ki, kj := key(cs[i]), key(cs[j])
-		if ki != kj {
-			return ki < kj
+		for n := range ki {
+			if ki[n] != kj[n] {
+				return ki[n] < kj[n]
+			}
 		}
 		return cs[i] < cs[j]
 	})

@@ -29,6 +29,7 @@ var (
 	}
 	wantFlow4 = "dst 10.0.1.0/24 src 192.0.2.0/24 proto =6 dport >=80&<=81"
 	wantFlow6 = "dst 2001:db8::/64 proto =17 dport =53"
+	wantLarge = []string{"65000:666:1", "4200000000:1:2"}
 )
 
 func pair(t *testing.T, name string) *Pair {
@@ -73,7 +74,10 @@ func hostGobgpd(t *testing.T, ctx context.Context, p *Pair) *Gobgpd {
 	}
 	closeWithLog(t, "gobgpd", g)
 	for _, args := range [][]string{
-		{"global", "rib", "-a", "ipv4", "add", "198.51.100.7/32", "nexthop", rtbhNextHop, "community", "65535:666,no-export"},
+		// Large communities (RFC 8092) out of order: each daemon's decoder
+		// sorts them.
+		{"global", "rib", "-a", "ipv4", "add", "198.51.100.7/32", "nexthop", rtbhNextHop, "community", "65535:666,no-export",
+			"large-community", "4200000000:1:2,65000:666:1"},
 		{"global", "rib", "-a", "ipv6", "add", "2001:db8:1::7/128", "nexthop", "fd77::1", "community", "65535:666,no-export"},
 	} {
 		if out, err := g.CLI(ctx, args...); err != nil {
@@ -128,7 +132,7 @@ func TestBGPPeerGobgpdBird(t *testing.T) {
 	// gobgpd -> BIRD: FlowSpec both families and RTBH.
 	expectRoute(t, ctx, b, IPv4FlowSpec, Route{NLRI: wantFlow4, ExtCommunities: []string{TrafficRate(0)}})
 	expectRoute(t, ctx, b, IPv6FlowSpec, Route{NLRI: wantFlow6, ExtCommunities: []string{TrafficRate(1000)}})
-	expectRoute(t, ctx, b, IPv4Unicast, Route{NLRI: "198.51.100.7/32", NextHop: rtbhNextHop, Communities: []string{Blackhole, NoExport}})
+	expectRoute(t, ctx, b, IPv4Unicast, Route{NLRI: "198.51.100.7/32", NextHop: rtbhNextHop, Communities: []string{Blackhole, NoExport}, LargeCommunities: wantLarge})
 	expectRoute(t, ctx, b, IPv6Unicast, Route{NLRI: "2001:db8:1::7/128", NextHop: "fd77::1", Communities: []string{Blackhole, NoExport}})
 
 	// BIRD -> gobgpd: its static FlowSpec, with the action the filter or
@@ -169,7 +173,7 @@ func TestBGPPeerGobgpdFRR(t *testing.T) {
 	waitUp(t, ctx, g, f)
 	expectRoute(t, ctx, f, IPv4FlowSpec, Route{NLRI: wantFlow4, ExtCommunities: []string{TrafficRate(0)}})
 	expectRoute(t, ctx, f, IPv6FlowSpec, Route{NLRI: wantFlow6, ExtCommunities: []string{TrafficRate(1000)}})
-	expectRoute(t, ctx, f, IPv4Unicast, Route{NLRI: "198.51.100.7/32", NextHop: rtbhNextHop, Communities: []string{Blackhole, NoExport}})
+	expectRoute(t, ctx, f, IPv4Unicast, Route{NLRI: "198.51.100.7/32", NextHop: rtbhNextHop, Communities: []string{Blackhole, NoExport}, LargeCommunities: wantLarge})
 	expectRoute(t, ctx, f, IPv6Unicast, Route{NLRI: "2001:db8:1::7/128", NextHop: "fd77::1", Communities: []string{Blackhole, NoExport}})
 }
 
@@ -272,5 +276,27 @@ func TestBGPPeerCanonical(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("frr:\n got %q\nwant %q", got, want)
+	}
+}
+
+// Large communities (RFC 8092) as gobgp and BIRD print them (captured
+// from gobgpd 3.10 and BIRD 2.0.12) come out canonical and sorted.
+func TestBGPPeerLargeCommunities(t *testing.T) {
+	gobgp := `{"198.51.100.9/32":[{"nlri":{"prefix":"198.51.100.9/32"},"attrs":[{"type":3,"nexthop":"192.0.2.1"},{"type":8,"communities":[4294902426]},{"type":32,"value":[{"ASN":4200000000,"LocalData1":1,"LocalData2":2},{"ASN":65000,"LocalData1":666,"LocalData2":1}]}],"neighbor-ip":"10.77.0.1"}]}`
+	rs, err := decodeGobgpRIB(IPv4Unicast, []byte(gobgp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "ipv4-unicast 198.51.100.9/32 via 192.0.2.1 comm 65535:666 large 65000:666:1,4200000000:1:2"
+	if len(rs) != 1 || rs[0].String() != want {
+		t.Errorf("gobgp: %v, want %s", rs, want)
+	}
+	bird := "Table master4:\n198.51.100.9/32     unicast [peer1 16:35:51.000] * (100) [AS65001i]\n\tvia 10.77.0.1 on bgpr0\n\tType: BGP univ\n\tBGP.next_hop: 192.0.2.1\n" +
+		"\tBGP.community: (65535,666)\n\tBGP.large_community: (4200000000, 1, 2) (65000, 666, 1)\n"
+	if rs, err = decodeBirdRoutes(IPv4Unicast, bird); err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].String() != want {
+		t.Errorf("bird: %v, want %s", rs, want)
 	}
 }

@@ -220,6 +220,11 @@ func decodeBirdRoutes(f Family, out string) ([]Route, error) {
 				for _, c := range regexp.MustCompile(`\((\d+),(\d+)\)`).FindAllStringSubmatch(v, -1) {
 					cur.r.Communities = append(cur.r.Communities, c[1]+":"+c[2])
 				}
+			case "BGP.large_community":
+				// "(65000, 666, 1) (4200000000, 1, 2)"
+				for _, c := range regexp.MustCompile(`\((\d+), *(\d+), *(\d+)\)`).FindAllStringSubmatch(v, -1) {
+					cur.r.LargeCommunities = append(cur.r.LargeCommunities, c[1]+":"+c[2]+":"+c[3])
+				}
 			case "BGP.ext_community":
 				for _, c := range regexp.MustCompile(`\(([^)]*)\)`).FindAllStringSubmatch(v, -1) {
 					cur.r.ExtCommunities = append(cur.r.ExtCommunities, birdExtCommunity(c[1]))

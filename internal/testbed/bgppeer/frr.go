@@ -174,6 +174,9 @@ func (f *FRR) unicast(ctx context.Context, fam Family) ([]Route, error) {
 			Community *struct {
 				String string `json:"string"`
 			} `json:"community"`
+			LargeCommunity *struct {
+				String string `json:"string"`
+			} `json:"largeCommunity"`
 			ExtCommunity *struct {
 				String string `json:"string"`
 			} `json:"extendedCommunity"`
@@ -204,6 +207,10 @@ func (f *FRR) unicast(ctx context.Context, fam Family) ([]Route, error) {
 			}
 			if p.Community != nil {
 				r.Communities = frrCommunities(p.Community.String)
+			}
+			if p.LargeCommunity != nil {
+				// "65000:666:1 4200000000:1:2": already canonical.
+				r.LargeCommunities = strings.Fields(p.LargeCommunity.String)
 			}
 			if p.ExtCommunity != nil {
 				r.ExtCommunities = frrExtCommunities(p.ExtCommunity.String)

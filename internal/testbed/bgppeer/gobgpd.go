@@ -269,6 +269,14 @@ func gobgpAttrs(r *Route, attrs []json.RawMessage) error {
 			for _, c := range a.Communities {
 				r.Communities = append(r.Communities, community(c))
 			}
+		case 32: // LARGE_COMMUNITY, RFC 8092
+			var ls []struct{ ASN, LocalData1, LocalData2 uint32 }
+			if err := json.Unmarshal(a.Value, &ls); err != nil {
+				return fmt.Errorf("large communities: %w", err)
+			}
+			for _, l := range ls {
+				r.LargeCommunities = append(r.LargeCommunities, fmt.Sprintf("%d:%d:%d", l.ASN, l.LocalData1, l.LocalData2))
+			}
 		case 16:
 			var ecs []json.RawMessage
 			if err := json.Unmarshal(a.Value, &ecs); err != nil {
