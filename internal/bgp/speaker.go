@@ -149,17 +149,11 @@ func New(cfg config.BGP, log *slog.Logger) (*Speaker, error) {
 		announced: map[string]announcedRoute{},
 		peers:     map[netip.Addr]*peerState{},
 	}
-	s.enc = encoder{asn: cfg.ASN, nextHop4: cfg.Announce.NextHop4Addr, nextHop6: cfg.Announce.NextHop6Addr}
-	std, err := community.ParseStandards(cfg.Announce.Communities)
+	enc, err := newEncoder(cfg.ASN, cfg.Announce)
 	if err != nil {
-		return nil, fmt.Errorf("%w: bgp.announce.communities%w", rule.ErrInvalid, err)
+		return nil, err
 	}
-	for _, c := range std {
-		s.enc.communities = append(s.enc.communities, uint32(c))
-	}
-	if s.enc.large, err = community.ParseLarges(cfg.Announce.LargeCommunities); err != nil {
-		return nil, fmt.Errorf("%w: bgp.announce.large_communities%w", rule.ErrInvalid, err)
-	}
+	s.enc = enc
 	s.cfg.Neighbors = slices.Clone(cfg.Neighbors)
 	for i := range s.cfg.Neighbors {
 		n := &s.cfg.Neighbors[i]
@@ -191,6 +185,38 @@ func New(cfg config.BGP, log *slog.Logger) (*Speaker, error) {
 		s.order = append(s.order, n.AddressAddr)
 	}
 	return s, nil
+}
+
+// newEncoder is the wire form of the announce policy a: next hops and
+// communities.
+func newEncoder(asn uint32, a config.BGPAnnounce) (encoder, error) {
+	e := encoder{asn: asn, nextHop4: a.NextHop4Addr, nextHop6: a.NextHop6Addr}
+	std, err := community.ParseStandards(a.Communities)
+	if err != nil {
+		return e, fmt.Errorf("%w: bgp.announce.communities%w", rule.ErrInvalid, err)
+	}
+	for _, c := range std {
+		e.communities = append(e.communities, uint32(c))
+	}
+	if e.large, err = community.ParseLarges(a.LargeCommunities); err != nil {
+		return e, fmt.Errorf("%w: bgp.announce.large_communities%w", rule.ErrInvalid, err)
+	}
+	return e, nil
+}
+
+// SetAnnounce takes a reloaded announce policy's next hops and
+// communities (validated by package config); the next Announce re-sends
+// every route whose attributes they change. A policy that does not
+// encode is refused and the running one kept.
+func (s *Speaker) SetAnnounce(a config.BGPAnnounce) error {
+	enc, err := newEncoder(s.cfg.ASN, a)
+	if err != nil {
+		return err
+	}
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	s.enc = enc
+	return nil
 }
 
 // neighborFamilies is what n negotiates: unicast only to be sent RTBH,

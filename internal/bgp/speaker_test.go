@@ -798,6 +798,33 @@ func TestCommunitiesPerNeighbourAndRoute(t *testing.T) {
 		return false
 	})
 	check(b, bgp.RF_IPv4_UC, "198.51.100.7", want{[]string{"65535:666", "65535:65281", "65001:666", "64600:666"}, []string{"65000:666:1"}})
+
+	// A reloaded announce policy: every route is sent again with its
+	// communities.
+	an := cfg.Announce
+	an.Communities, an.LargeCommunities = nil, []string{"65000:667:1"}
+	an.NextHop4Addr = netip.MustParseAddr("192.0.2.1")
+	if err := s.SetAnnounce(an); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Announce([]Route{plain, grouped, fs}); err != nil || d.Added != 3 || d.Withdrawn != 0 {
+		t.Fatalf("after SetAnnounce: %+v, %v", d, err)
+	}
+	eventually(t, "the reloaded communities at B", func() bool {
+		n := 0
+		for _, f := range []bgp.Family{bgp.RF_IPv4_UC, bgp.RF_FS_IPv4_UC} {
+			for _, p := range b.rib(t, f) {
+				if slices.Contains(largeCommunities(p), "65000:667:1") {
+					n++
+				}
+			}
+		}
+		return n == 3
+	})
+	check(b, bgp.RF_IPv4_UC, "203.0.113.9", want{[]string{"65535:666", "65535:65281"}, []string{"65000:667:1"}})
+	if err := s.SetAnnounce(config.BGPAnnounce{LargeCommunities: []string{"1:2"}}); !errors.Is(err, community.ErrSyntax) {
+		t.Errorf("SetAnnounce of a bad large community: %v", err)
+	}
 }
 
 // New refuses communities it cannot encode, whatever let them through.

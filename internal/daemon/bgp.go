@@ -96,6 +96,40 @@ type bgpState struct {
 	// peer and flow, with why: the speaker validated them, so only the
 	// loop knows (read by BGP and the collector, under the daemon's mu).
 	why, whying map[string]string
+	// encoding is what the speaker was last given of bgp.announce's wire
+	// form (next hops, communities), as text: a SIGHUP that changes it
+	// reaches the speaker at the next interval (announceSetter).
+	encoding string
+}
+
+// announceSetter is a speaker that takes a reloaded announce policy's
+// next hops and communities (*bgp.Speaker; the unit tests' fake has
+// none).
+type announceSetter interface {
+	SetAnnounce(config.BGPAnnounce) error
+}
+
+// announceEncoding is the part of a that the speaker encodes.
+func announceEncoding(a *config.BGPAnnounce) string {
+	return fmt.Sprint(a.NextHop4Addr, a.NextHop6Addr, a.Communities, a.LargeCommunities)
+}
+
+// setAnnounce hands a reloaded announce policy's wire form to the speaker
+// (bgp.announce reloads on SIGHUP: the loop reads its policy every
+// interval, the speaker its communities and next hops only from here).
+func (d *Daemon) setAnnounce(now time.Time) {
+	enc := announceEncoding(&d.cfg.BGP.Announce)
+	if enc == d.bgp.encoding {
+		return
+	}
+	d.bgp.encoding = enc
+	u, ok := d.bgp.sp.(announceSetter)
+	if !ok {
+		return
+	}
+	if err := u.SetAnnounce(d.cfg.BGP.Announce); err != nil {
+		d.event(now, "error", netip.Prefix{}, "bgp: keeping the running communities and next hops: %v", err)
+	}
 }
 
 // remoteBan is a source ban a peer sent: its peer and the route's
@@ -217,7 +251,8 @@ func (d *Daemon) openBGP(now time.Time) error {
 	d.mu.Lock()
 	iface := d.cfg.Interface
 	d.bgp = bgpState{sp: sp, asn: d.cfg.BGP.ASN, routerID: d.cfg.BGP.RouterID, started: now, cancel: cancel,
-		announced: map[string]bgp.Route{}, refused: map[string]bool{}, loss: func() (uint64, error) { return wireLoss(iface) }}
+		announced: map[string]bgp.Route{}, refused: map[string]bool{}, loss: func() (uint64, error) { return wireLoss(iface) },
+		encoding: announceEncoding(&d.cfg.BGP.Announce)}
 	if n, err := d.bgp.loss(); err == nil {
 		d.bgp.lossAt = n
 	}
@@ -272,6 +307,7 @@ func (d *Daemon) syncBGP(now time.Time, overflow uint64) {
 			d.bgp.lossAt = n
 		}
 	}
+	d.setAnnounce(now)
 	want := announcePolicy(&d.cfg.BGP, d.store.Each, d.flowRulesForBGP(), saturated, d.bgp.announced, d.store.Guarded)
 	if d.cfg.Rails.MonitorOnly {
 		want = nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/bgp"
 	"github.com/tierwall/tierwall/internal/bgp/community"
+	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/telemetry"
 )
 
@@ -60,6 +61,16 @@ func (m *mergedSpeaker) announce() (bgp.Diff, error) {
 		}
 	}
 	return m.Speaker.Announce(all)
+}
+
+// SetAnnounce passes a reloaded announce policy to the speaker when it
+// takes one; the routes of both halves are re-sent at the loop's next
+// Announce.
+func (m *mergedSpeaker) SetAnnounce(a config.BGPAnnounce) error {
+	if u, ok := m.Speaker.(announceSetter); ok {
+		return u.SetAnnounce(a)
+	}
+	return nil
 }
 
 // Announce is the loop's: it replaces the loop's half.

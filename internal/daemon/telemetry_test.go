@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -296,4 +297,57 @@ func TestTelemetryFloodToFRR(t *testing.T) {
 		}
 		t.Logf("withdrawn at FRR %v after the feed went quiet (withdraw_after 0.5 s)", time.Since(quiet).Round(time.Millisecond))
 	})
+}
+
+// announceSpeaker is the fake speaker that takes reloaded announce
+// policies, as *bgp.Speaker does.
+type announceSpeaker struct {
+	*fakeSpeaker
+	set []config.BGPAnnounce
+}
+
+func (a *announceSpeaker) SetAnnounce(an config.BGPAnnounce) error {
+	a.set = append(a.set, an)
+	return nil
+}
+
+// A reloaded bgp.announce whose communities or next hops changed reaches
+// the speaker (through network mode's merged speaker) before the next
+// announcement; one that changed only the loop's policy does not.
+func TestBGPReloadedCommunitiesReachTheSpeaker(t *testing.T) {
+	cfg := bgpConfig(t)
+	cfg.HostGroups = []config.HostGroup{{Name: "customers", Prefixes: []string{"198.51.100.0/24"}}}
+	cfg.Telemetry = config.Telemetry{Enabled: true, Listen: []string{"127.0.0.1:0"},
+		Exporters: []config.TelemetryExporter{{Address: "127.0.0.1"}}, Thresholds: map[string]config.TelemetryLimits{"all": {PPS: 50000}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	as := &announceSpeaker{fakeSpeaker: &fakeSpeaker{changed: make(chan struct{}, 1)}}
+	old := newSpeaker
+	newSpeaker = func(config.BGP, *slog.Logger) (Speaker, error) { return as, nil }
+	t.Cleanup(func() { newSpeaker = old })
+	h := newHarness(t, cfg, false)
+	t.Cleanup(h.d.closeTelemetry)
+	if h.d.tele.merged == nil {
+		t.Fatal("network mode did not wrap the speaker")
+	}
+	h.step(t)
+	if len(as.set) != 0 {
+		t.Fatalf("the policy at start was given again: %+v", as.set)
+	}
+	reloaded := *h.d.cfg
+	reloaded.BGP.Announce.MinPPS = 1 // the loop's policy only
+	h.d.cfg = &reloaded
+	h.step(t)
+	if len(as.set) != 0 {
+		t.Fatalf("min_pps alone reached the speaker: %+v", as.set)
+	}
+	again := reloaded
+	again.BGP.Announce.LargeCommunities = []string{"65000:666:1"}
+	h.d.cfg = &again
+	h.step(t)
+	h.step(t)
+	if len(as.set) != 1 || !slices.Equal(as.set[0].LargeCommunities, []string{"65000:666:1"}) {
+		t.Errorf("given %+v, want the reloaded large community once", as.set)
+	}
 }
