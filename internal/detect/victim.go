@@ -5,6 +5,7 @@ package detect
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/tierwall/tierwall/internal/rule"
@@ -651,17 +652,33 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 	v.Groups.Lookup(victim).apply(&ev)
 	var m Mitigation
 	if at.active[len(at.active)-1].Rung == RungFlowRule {
-		// Flow rules are the last rung: a rate-limit passes up to its
-		// rate by design, so what passes may well stay over the
-		// threshold. Except for a SYN flood on a victim without SYN
-		// cookies yet (its rate-limit came for an earlier surge): the
-		// limit would pass its rate of spoofed SYNs to the stack.
-		if hasSYNCookie(at.active) || !v.synFlood(t, &t.Dests[dst], ev, s) {
-			return
-		}
-		m = v.synEscalation(in, dst, s, ev, at.active)
-		if len(m.Rules) == 0 {
-			return
+		switch {
+		case !hasSYNCookie(at.active) && v.synFlood(t, &t.Dests[dst], ev, s):
+			// A SYN flood on a victim without SYN cookies yet (its
+			// rate-limit came for an earlier surge): the limit would
+			// pass its rate of spoofed SYNs to the stack.
+			m = v.synEscalation(in, dst, s, ev, at.active)
+			if len(m.Rules) == 0 {
+				return
+			}
+		default:
+			// Flow rules are the last rung: a rate-limit passes up to
+			// its rate by design, so what passes may well stay over the
+			// threshold, and that alone is no reason to climb. A vector
+			// that no rule in force matches is: an attacker who first
+			// drew a rate-limit on one port (a surge of its own) then
+			// flooded another, and 2.3M packets passed unopposed.
+			// Only a rule that names a protocol is a vector: "no
+			// protocol stands out, rate-limit all of it" over what the
+			// rules in force let pass is their allowance, not a flood.
+			m = v.ladder(in, dst, s, ev, at.active)
+			if m.Rung == RungFlowRule {
+				m.Rules = slices.DeleteFunc(uncovered(m.Rules, at.active), func(r rule.FlowRule) bool { return r.Proto == 0 })
+				if len(m.Rules) == 0 {
+					return
+				}
+				m.Reason = "new vector: " + m.Reason
+			}
 		}
 	} else {
 		m = v.ladder(in, dst, s, ev, at.active)
@@ -669,6 +686,36 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 	at.hot = 0
 	at.active = append(at.active, m)
 	dec.Apply = append(dec.Apply, m)
+}
+
+// uncovered are the rules of rs that no flow rule of ms already matches
+// (the same or a wider match, whatever its action or rate).
+func uncovered(rs []rule.FlowRule, ms []Mitigation) []rule.FlowRule {
+	var out []rule.FlowRule
+	for _, r := range rs {
+		covered := false
+		for _, m := range ms {
+			for _, a := range m.Rules {
+				covered = covered || matchCovers(a, r)
+			}
+		}
+		if !covered {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// matchCovers reports whether every packet b matches, a matches too:
+// each of a's fields is unset or the same as b's.
+func matchCovers(a, b rule.FlowRule) bool {
+	return a.Dst.Bits() <= b.Dst.Bits() && a.Dst.Contains(b.Dst.Addr()) &&
+		(a.Proto == 0 || a.Proto == b.Proto) &&
+		(a.DstPorts == rule.PortRange{} || a.DstPorts == b.DstPorts) &&
+		(a.SrcPorts == rule.PortRange{} || a.SrcPorts == b.SrcPorts) &&
+		(a.TCPFlags.Mask == 0 || a.TCPFlags == b.TCPFlags) &&
+		(a.Length == rule.Range16{} || a.Length == b.Length) &&
+		(a.Fragment == b.Fragment || a.Fragment == rule.FragmentMatch(0))
 }
 
 func hasSYNCookie(ms []Mitigation) bool {

@@ -352,6 +352,9 @@ func TestVictimFloods(t *testing.T) {
 				}
 				applied += len(dec.Apply)
 				for _, m := range dec.Apply {
+					t.Logf("flood interval %d: %s", i+1, m.Reason)
+				}
+				for _, m := range dec.Apply {
 					if m.Victim != tc.victim {
 						t.Fatalf("flood interval %d: mitigation for %s, want %s: %s", i+1, m.Victim, tc.victim, m.Reason)
 					}
@@ -850,5 +853,50 @@ func TestVictimColdBusyClientsAreNotAnAttack(t *testing.T) {
 	s = u
 	if dec := u.step(busy(17)); len(dec.Attacks) == 0 {
 		t.Fatal("the same volume as UDP, cold, was not judged an attack")
+	}
+}
+
+// A surge on one port draws a rate-limit (the last rung); a flood on
+// another vector afterwards must still be met: the rate-limit does not
+// match it, so a rule for it is added, while the rate-limit's own port,
+// over threshold by design, proposes nothing new. (On the lab, a victim
+// rate-limited on TCP 80 for its clients' surge then passed a 0.35 Mpps
+// UDP flood whole.)
+func TestVictimNewVectorAfterRateLimit(t *testing.T) {
+	s := newSim(t, VictimConfig{})
+	s.warm(30)
+	crowd := func(e emit) {
+		for i := range 3000 {
+			src := netip.AddrFrom4([4]byte{100, 64, byte(i >> 8), byte(i)})
+			e(flow{src: src, dst: victimA, proto: 6, sport: uint16(30000 + i), dport: 443, packets: 3, syns: 1, size: 600})
+		}
+	}
+	udp := spoofed(5, netip.MustParsePrefix("0.0.0.0/0"), clients, 200000, victimA, 17, 9, 2, false)
+	var got []Mitigation
+	for i := range 12 {
+		gens := []func(emit){s.regularClients, crowd}
+		if i >= 4 {
+			gens = append(gens, udp)
+		}
+		for _, m := range s.step(gens...).Apply {
+			t.Logf("interval %d: %s", i, m.Reason)
+			got = append(got, m)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d mitigations, want the crowd's rate-limit then one for the UDP flood", len(got))
+	}
+	if r := got[0].Rules; len(r) == 0 || r[0].Proto != 6 {
+		t.Fatalf("first mitigation %v, want the TCP rate-limit", r)
+	}
+	var udpRule bool
+	for _, r := range got[1].Rules {
+		if matchCovers(r, rule.FlowRule{Dst: host(victimA), Proto: 6, DstPorts: rule.PortRange{Lo: 443, Hi: 443}}) {
+			t.Errorf("second mitigation repeats the TCP match: %s", r)
+		}
+		udpRule = udpRule || r.Proto == 17 && r.DstPorts == rule.PortRange{Lo: 9, Hi: 9}
+	}
+	if !udpRule || !strings.Contains(got[1].Reason, "new vector") {
+		t.Fatalf("second mitigation %v (%s), want a UDP port 9 rule for the new vector", got[1].Rules, got[1].Reason)
 	}
 }
