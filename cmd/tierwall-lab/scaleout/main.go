@@ -230,6 +230,7 @@ func newEval() *cobra.Command {
 	var rounds int
 	var step time.Duration
 	var rates []float64
+	var render bool
 	cmd := &cobra.Command{
 		Use:   "eval",
 		Short: "two collectors against one on the same replayed sFlow feed: datagrams/s ingested with no loss (docs/EVALUATION-SCALEOUT.md)",
@@ -241,18 +242,34 @@ func newEval() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("finding this binary: %w", err)
 			}
+			md := filepath.Join(filepath.Dir(out), "EVALUATION-SCALEOUT.md")
+			if render {
+				// The document again from the run's results: for a change
+				// of the document's wording, not of what was measured.
+				raw, err := os.ReadFile(filepath.Join(out, "scaleout.json"))
+				if err != nil {
+					return fmt.Errorf("reading the results: %w", err)
+				}
+				var res eval.ScaleoutResult
+				if err := json.Unmarshal(raw, &res); err != nil {
+					return fmt.Errorf("reading the results: %w", err)
+				}
+				return eval.ScaleoutReport(out, md, res, res.Took, res.At)
+			}
 			start := time.Now()
 			res, err := eval.Scaleout(ctx, eval.ScaleoutParams{Self: self, NATSServer: natsServer, Rounds: rounds, Step: step, Rates: rates, Log: os.Stderr})
 			if err != nil {
 				return err
 			}
-			return eval.ScaleoutReport(out, filepath.Join(filepath.Dir(out), "EVALUATION-SCALEOUT.md"), res, time.Since(start), time.Now())
+			res.Took, res.At = time.Since(start).Round(time.Second), time.Now().UTC()
+			return eval.ScaleoutReport(out, md, res, res.Took, res.At)
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "docs/eval", "directory for scaleout.json (docs/EVALUATION-SCALEOUT.md goes next to it)")
 	cmd.Flags().StringVar(&natsServer, "nats-server", "nats-server", "the NATS server binary (Debian's nats-server)")
-	cmd.Flags().IntVar(&rounds, "rounds", 3, "rounds of the whole ladder (each rate: one collector, then two)")
+	cmd.Flags().IntVar(&rounds, "rounds", 5, "rounds of the whole ladder (each rate: one collector, then two)")
 	cmd.Flags().DurationVar(&step, "step", 2*time.Second, "how long each rate is offered")
+	cmd.Flags().BoolVar(&render, "render", false, "write the document again from --out's scaleout.json, measuring nothing")
 	cmd.Flags().Float64SliceVar(&rates, "rates", nil, "datagrams/s offered, ascending (default: 20k to 240k, then all the sender sends)")
 	return cmd
 }

@@ -85,11 +85,7 @@ func RenderScaleout(res ScaleoutResult, took time.Duration, now time.Time) strin
 	fmt.Fprintf(&b, "- **The feed**: %s, replayed from one socket on loopback at each rate for the step's length (eval-network's no-loss ingest, with the datagrams of two routers: sub-agents 0 and 1 alternating, each with its own sequence numbers).\n", res.Feed)
 	b.WriteString("- **One collector**: every datagram to one `tierwall-scaleout collect` process. **Two collectors**: each router's datagrams to its own collector process, so each sees half the routers and half the datagrams, and both see every destination.\n")
 	fmt.Fprintf(&b, "- Each collector decodes with network mode's decoder (`telemetry.Decoder`), counts per destination and tick (100 ms) with the detector's own counting (`telemetry.Partial`), and publishes the tick's aggregates to Debian's %s (JetStream, memory storage, on loopback) on %d subjects partitioned by the destination's /24; a detector in the measuring process consumes every partition (`scaleout.Consume` into `telemetry.Detector`). Nothing is pinned: the collectors, the server and the measuring process share the machine's CPUs with each other and with other jobs.\n", res.NATS, res.Partitions)
-	fifo := "at normal priority (SCHED_FIFO was refused)"
-	if res.SenderFIFO {
-		fifo = "at SCHED_FIFO"
-	}
-	fmt.Fprintf(&b, "- The sender runs %s in the measuring process. The set-ups take turns at every rate (one, two, one, two …); rounds of the whole ladder: %d.\n", fifo, roundsOf(res))
+	fmt.Fprintf(&b, "- The sender runs at normal priority on a thread of its own in the measuring process (as eval-network's ingest does: at SCHED_FIFO, a sender that cannot keep up would take a whole CPU from the collectors). The set-ups take turns at every rate (one, two, one, two …); rounds of the whole ladder: %d.\n", roundsOf(res))
 	b.WriteString("- **No loss** at a step: no datagram dropped by any collector's socket (`/proc/net/udp`), no aggregate dropped by a collector's queue or refused by the server, and every aggregate the collectors queued reached the detector. A round's no-loss rate is the highest rate sent with no loss there or at any lower rate of the round.\n\n")
 
 	b.WriteString("## Results\n\n")
@@ -104,6 +100,8 @@ func RenderScaleout(res ScaleoutResult, took time.Duration, now time.Time) strin
 	}
 	fmt.Fprintf(&b, "| datagrams/s ingested with no loss, median (min–max) of %d rounds | %s | %s |\n", roundsOf(res), medianRange(one.NoLoss(), thousands), medianRange(two.NoLoss(), thousands))
 	fmt.Fprintf(&b, "| datagrams/s decoded when offered all the sender sends | %s | %s |\n", medianRange(one.Overload(), thousands), medianRange(two.Overload(), thousands))
+	fmt.Fprintf(&b, "| the highest rate the sender reached in a round, datagrams/s | %s | %s |\n", medianRange(maxSent(one), thousands), medianRange(maxSent(two), thousands))
+	fmt.Fprintf(&b, "| rounds with a loss at some step (else the ladder ended first) | %d of %d | %d of %d |\n", lossyRounds(one), roundsOf(res), lossyRounds(two), roundsOf(res))
 	fmt.Fprintf(&b, "| collectors' CPU per datagram sent at the highest lossless step, µs, the ticks' fixed cost included (median of rounds) | %s | %s |\n", cpuPer(one), cpuPer(two))
 	fmt.Fprintf(&b, "| aggregates published per second at that step (median of rounds) | %s | %s |\n", aggsPer(one), aggsPer(two))
 	fmt.Fprintf(&b, "| socket receive buffer | %d KiB | %d KiB each |\n\n", one.RcvBuf/1024, two.RcvBuf/1024)
@@ -191,4 +189,30 @@ func aggsPer(s ScaleoutSetup) string {
 		return "—"
 	}
 	return thousands(median(xs))
+}
+
+// maxSent is, per round, the highest rate the sender reached: on a
+// busy machine it falls short of the rate offered, and a set-up whose
+// collectors take more CPU leaves the sender less.
+func maxSent(s ScaleoutSetup) []float64 {
+	byRound := map[int]float64{}
+	for _, st := range s.Steps {
+		byRound[st.Round] = max(byRound[st.Round], st.Rate())
+	}
+	out := make([]float64, 0, len(byRound))
+	for r := range len(byRound) {
+		out = append(out, byRound[r])
+	}
+	return out
+}
+
+// lossyRounds is how many rounds lost anything at any step.
+func lossyRounds(s ScaleoutSetup) int {
+	lossy := map[int]bool{}
+	for _, st := range s.Steps {
+		if st.Lost() {
+			lossy[st.Round] = true
+		}
+	}
+	return len(lossy)
 }
