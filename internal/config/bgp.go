@@ -294,6 +294,20 @@ func (b *BGP) validate() error {
 	if err := checkCommunities("bgp.announce", an.Communities, an.LargeCommunities); err != nil {
 		return err
 	}
+	// GoBGP appends a neighbour's communities to the route's without
+	// looking, so one that bgp.announce already adds would go twice.
+	for i, n := range b.Neighbors {
+		for _, l := range []struct {
+			field     string
+			own, glob []string
+		}{{"communities", n.Communities, an.Communities}, {"large_communities", n.LargeCommunities, an.LargeCommunities}} {
+			for j, c := range l.own {
+				if slices.Contains(l.glob, c) {
+					return bad(fmt.Sprintf("bgp.neighbors[%d].%s[%d]", i, l.field, j), c, "is in bgp.announce."+l.field+" already (every route carries it)")
+				}
+			}
+		}
+	}
 	if an.Destination != "" {
 		p, err := netip.ParsePrefix(an.Destination)
 		if err != nil || p != p.Masked() {

@@ -59,6 +59,8 @@ func TestBGPCommunitiesRefused(t *testing.T) {
 		{`communities: ["64500:666"]`, `communities: ["64500:666:1"]`, `bgp.announce.communities[0]: 64500:666:1 is not ASN:VALUE (two numbers 0..65535); a large community (three numbers) goes in large_communities`},
 		{`communities: ["65000:9999"]`, `communities: ["65536:1"]`, `bgp.neighbors[0].communities[0]: 65536:1`},
 		{`large_communities: ["4200000000:666:0"]`, `large_communities: ["4200000000:666"]`, `bgp.neighbors[0].large_communities[0]: 4200000000:666`},
+		{`communities: ["65000:9999"]`, `communities: ["64500:666"]`, `bgp.neighbors[0].communities[0]: 64500:666 is in bgp.announce.communities already`},
+		{`large_communities: ["4200000000:666:0"]`, `large_communities: ["65000:666:1"]`, `bgp.neighbors[0].large_communities[0]: 65000:666:1 is in bgp.announce.large_communities already`},
 		{`{address: 10.0.0.3, asn: 65003, send: [flowspec]}`, `{address: 10.0.0.3, asn: 65003, receive: true, communities: ["1:1"]}`, `bgp.neighbors[1].communities: [1:1] are set on a neighbour that is sent nothing`},
 	} {
 		y := strings.Replace(bgpCommunitiesYAML, tc.old, tc.new, 1)
