@@ -232,6 +232,8 @@ type Datapath struct {
 	// feature buffers mapped into this process, by map, kept across
 	// snapshots so their pages are faulted in once
 	featMem map[*ebpf.Map][]filterTwFeatSlot
+	// the drain's working memory, reused by every snapshot (snapshot.go)
+	drained drainBufs
 	// the heavy-hitter report reader, opened on first use (heavy.go)
 	heavyEvents *HeavyEvents
 }

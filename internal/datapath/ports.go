@@ -75,8 +75,9 @@ func (p *PortProfile) Top(proto uint8, source bool, n int) (top []PortCount, tot
 
 // drainPorts sums the per-CPU port profiles of a quiescent feature buffer
 // and zeroes them, touching only counters that moved.
-func drainPorts(buf []filterTwFeatSlot, sz sizes) *PortProfile {
-	p := &PortProfile{}
+func (b *drainBufs) drainPorts(buf []filterTwFeatSlot, sz sizes) *PortProfile {
+	p := &b.ports
+	*p = PortProfile{}
 	rows := [4]*[65536]uint64{&p.TCPSrc, &p.TCPDst, &p.UDPSrc, &p.UDPDst}
 	base := int(sz.portBase())
 	for cpu := 0; cpu < int(sz.ncpu); cpu++ {

@@ -42,7 +42,11 @@ type Snapshot struct {
 }
 
 // Snapshot swaps the feature buffers and returns the one that was being
-// filled. The swap is one update of the tw_feat map-in-map slot; the kernel
+// filled. Its Flows and Ports are this Datapath's working memory, valid
+// until the next Snapshot: a flood's interval is up to 2^18 keys a CPU,
+// and fresh slices every interval were 60 MiB of garbage that the heap
+// doubled before each collection (the daemon's peak RSS went over its
+// 256 MB figure under spoofed floods, issue 32). The swap is one update of the tw_feat map-in-map slot; the kernel
 // returns from it only after an RCU grace period, when no XDP program can
 // still hold the old buffer, so what is read is a consistent interval and
 // the filter never waits. The drained buffer becomes the next spare.
@@ -84,9 +88,9 @@ func (d *Datapath) Snapshot() (*Snapshot, error) {
 		return nil, err
 	}
 	var ds drainStats
-	s.Flows, ds = drain(buf, d.sizes, &cfg.FeatSeed)
+	s.Flows, ds = d.drained.drain(buf, d.sizes, &cfg.FeatSeed)
 	s.MergeFallback = ds.fallback
-	s.Ports = drainPorts(buf, d.sizes)
+	s.Ports = d.drained.drainPorts(buf, d.sizes)
 	var fs []filterTwFeatStats
 	if err := d.maps.TwFstats.Lookup(uint32(0), &fs); err != nil {
 		return nil, fmt.Errorf("reading feature stats: %w", err)
@@ -148,6 +152,29 @@ type drainStats struct {
 // slots are merged by key across CPUs and zeroed, then the headers are
 // reset for the buffer's next turn.
 func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]Flow, drainStats) {
+	var b drainBufs
+	return b.drain(buf, sz, seed)
+}
+
+// drainBufs are a drain's index, keys, flows and port profile, kept for
+// the next: the largest interval's, so a steady flood allocates nothing.
+type drainBufs struct {
+	tbl   []int32
+	keys  []filterTwFeatKey
+	flows []Flow
+	ports PortProfile
+}
+
+// grow returns s emptied with room for n, reusing its array when it has
+// it and it is not far larger than n (a flood's arrays do not outlive it).
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n || cap(s) > 4*n && cap(s) > 1<<16 {
+		return make([]T, 0, n)
+	}
+	return s[:0]
+}
+
+func (b *drainBufs) drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]Flow, drainStats) {
 	ncpu, slots := int(sz.ncpu), int(sz.featSlots)
 	hdrs := buf[ncpu*slots:]
 	total := 0
@@ -160,12 +187,13 @@ func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]Flow, drainStats
 	// here costs a cache miss per key, over half of the 100 ms budget at
 	// 300K keys). A power of two above 2 × keys: at most half full.
 	mask := uint32(1<<bits.Len(uint(2*total)) - 1)
-	tbl := make([]int32, mask+1)
+	tbl := grow(b.tbl, int(mask+1))[:mask+1]
 	for i := range tbl {
 		tbl[i] = -1
 	}
-	keys := make([]filterTwFeatKey, 0, total)
-	flows := make([]Flow, 0, total)
+	keys := grow(b.keys, total)
+	flows := grow(b.flows, total)
+	defer func() { b.tbl, b.keys, b.flows = tbl, keys, flows }()
 	var st drainStats
 	var spill map[filterTwFeatKey]int32
 	add := func(k *filterTwFeatKey) int32 {
