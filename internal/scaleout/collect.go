@@ -132,7 +132,9 @@ func (p *Publisher) Emit(tick int64, as []telemetry.Aggregate) {
 	}
 	tickLen := p.cfg.TickLen
 	for part, b := range p.buckets {
-		for len(b) > 0 {
+		// A partition with nothing this tick still gets an empty batch:
+		// its detector learns that this collector is alive.
+		for first := true; first || len(b) > 0; first = false {
 			n := min(len(b), p.cfg.MaxBatch)
 			batch := Batch{Collector: p.cfg.Name, Partition: part, TickLen: tickLen, Tick: tick, Aggregates: b[:n]}
 			m := &nats.Msg{Subject: Subject(p.cfg.Stream.Subject, part), Data: AppendBatch(make([]byte, 0, 64+n*160), &batch)}

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +65,23 @@ type ConsumerStats struct {
 	// belong to another partition (a collector with another partitioner,
 	// or not ours); Invalid ones the detector refused.
 	Malformed, WrongTick, Misrouted, Invalid uint64
+	// Untracked messages came from collectors past the first
+	// maxCollectors names (their aggregates are merged, their health
+	// not tracked).
+	Untracked uint64
+}
+
+// maxCollectors bounds the collectors whose health a detector tracks:
+// their names come over the bus.
+const maxCollectors = 1024
+
+// CollectorSeen is one collector as a detector last heard from it.
+type CollectorSeen struct {
+	Name string `json:"name"`
+	// LastTick is the start of the latest tick it reported (every
+	// collector reports every tick to every partition, empty or not).
+	LastTick time.Time `json:"last_tick"`
+	Messages uint64    `json:"messages"`
 }
 
 // Consumer feeds one telemetry.Detector from its partitions.
@@ -71,7 +91,10 @@ type Consumer struct {
 	log *slog.Logger
 	ccs []jetstream.ConsumeContext
 
-	msgs, aggs, malformed, wrongTick, misrouted, invalid atomic.Uint64
+	msgs, aggs, malformed, wrongTick, misrouted, invalid, untracked atomic.Uint64
+
+	mu   sync.Mutex
+	seen map[string]*CollectorSeen
 }
 
 // Consume subscribes to cfg.Owned and merges every message into det
@@ -93,7 +116,7 @@ func Consume(ctx context.Context, nc *nats.Conn, cfg DetectorConfig, det *teleme
 	if _, err := EnsureStream(ctx, js, cfg.Stream); err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, det: det, log: log}
+	c := &Consumer{cfg: cfg, det: det, log: log, seen: map[string]*CollectorSeen{}}
 	for _, p := range cfg.Owned {
 		oc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{Subject(cfg.Stream.Subject, p)}, DeliverPolicy: jetstream.DeliverNewPolicy}
 		if cfg.Replay > 0 {
@@ -139,6 +162,7 @@ func (c *Consumer) handle(part int, data []byte) {
 		}
 		return
 	}
+	c.saw(b.Collector, time.Unix(0, b.Tick*int64(b.TickLen)))
 	// Every aggregate must belong here: one routed elsewhere would split
 	// a destination's traffic between two detectors.
 	as := b.Aggregates[:0]
@@ -157,10 +181,63 @@ func (c *Consumer) handle(part int, data []byte) {
 	c.aggs.Add(uint64(len(as)))
 }
 
+// saw records that collector reported tick.
+func (c *Consumer) saw(collector string, tick time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seen[collector]
+	if s == nil {
+		if len(c.seen) >= maxCollectors {
+			c.untracked.Add(1)
+			return
+		}
+		s = &CollectorSeen{Name: collector}
+		c.seen[collector] = s
+	}
+	s.Messages++
+	if tick.After(s.LastTick) {
+		s.LastTick = tick
+	}
+}
+
+// Collectors lists the collectors heard from, by name.
+func (c *Consumer) Collectors() []CollectorSeen {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]CollectorSeen, 0, len(c.seen))
+	for _, s := range c.seen {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b CollectorSeen) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Quiet lists the collectors whose last tick is more than after before
+// the latest any collector reported: their routers' share is missing
+// from every sum (an undercount), while the others still report. When
+// every collector is quiet, the bus or this detector is the problem,
+// and none is listed.
+func (c *Consumer) Quiet(after time.Duration) []string {
+	all := c.Collectors()
+	var latest time.Time
+	for _, s := range all {
+		if s.LastTick.After(latest) {
+			latest = s.LastTick
+		}
+	}
+	var out []string
+	for _, s := range all {
+		if latest.Sub(s.LastTick) > after {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
 // Stats reads the counters.
 func (c *Consumer) Stats() ConsumerStats {
 	return ConsumerStats{Messages: c.msgs.Load(), Aggregates: c.aggs.Load(), Malformed: c.malformed.Load(),
-		WrongTick: c.wrongTick.Load(), Misrouted: c.misrouted.Load(), Invalid: c.invalid.Load()}
+		WrongTick: c.wrongTick.Load(), Misrouted: c.misrouted.Load(), Invalid: c.invalid.Load(), Untracked: c.untracked.Load()}
 }
 
 // Close stops consuming.

@@ -86,7 +86,7 @@ func (a *Aggregate) Valid() error {
 
 // Partial counts one collector's records into aggregates, one tick at a
 // time: when a record of a later tick arrives, or Flush is called after
-// the tick, the tick's aggregates go to emit. Safe for concurrent use
+// the tick, the tick's aggregates (none, for a quiet tick) go to emit. Safe for concurrent use
 // (the collector's sockets each call Add).
 type Partial struct {
 	det  *Detector // its configuration and counting code; its state unused
@@ -152,14 +152,18 @@ func (p *Partial) Add(now time.Time, rs []Record) {
 func (p *Partial) Flush(now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.det.tickAt(now) > p.tick {
+	if t := p.det.tickAt(now); t > p.tick {
 		p.flushLocked()
+		p.tick = t
 	}
 }
 
+// flushLocked emits the current tick's aggregates, none included: an
+// empty tick tells the detectors that this collector is alive and its
+// routers sent nothing, which a collector that died cannot.
 func (p *Partial) flushLocked() {
-	if len(p.cur) == 0 {
-		return
+	if p.tick == 0 {
+		return // nothing counted yet
 	}
 	as := make([]Aggregate, 0, len(p.cur))
 	for _, s := range p.cur {

@@ -154,7 +154,7 @@ func newDetect() *cobra.Command {
 	var owned string
 	cmd := &cobra.Command{
 		Use:   "detect",
-		Short: "judge the partitions owned from every collector's aggregates; attacks as JSON lines as they start and end",
+		Short: "judge the partitions owned from every collector's aggregates; attacks, and collectors gone quiet, as JSON lines",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tc, pt, err := c.load()
@@ -181,6 +181,7 @@ func newDetect() *cobra.Command {
 			p := &printer{enc: json.NewEncoder(os.Stdout)}
 			tk := time.NewTicker(det.Config().Tick)
 			defer tk.Stop()
+			quiet := map[string]bool{}
 			for {
 				select {
 				case <-ctx.Done():
@@ -193,6 +194,21 @@ func newDetect() *cobra.Command {
 					for _, a := range ended {
 						p.print(map[string]any{"ended": a})
 					}
+					// A collector silent for a second while others report:
+					// its routers' share is missing from every rate.
+					now := map[string]bool{}
+					for _, n := range cons.Quiet(time.Second) {
+						now[n] = true
+						if !quiet[n] {
+							p.print(map[string]any{"collector_quiet": n})
+						}
+					}
+					for n := range quiet {
+						if !now[n] {
+							p.print(map[string]any{"collector_back": n})
+						}
+					}
+					quiet = now
 				}
 			}
 		},
