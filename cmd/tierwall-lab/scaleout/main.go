@@ -36,10 +36,12 @@ import (
 
 var netns string
 
-func main() {
+func main() { cli.Main(newRoot()) }
+
+func newRoot() *cobra.Command {
 	root := cli.NewRoot("tierwall-scaleout", "network mode over NATS JetStream: collectors, detectors, the measurement", &netns)
 	root.AddCommand(newCollect(), newDetect(), newEval())
-	cli.Main(root)
+	return root
 }
 
 // common are the flags both roles take.
