@@ -138,7 +138,7 @@ const daemonPairEnv = "TIERWALL_DAEMON_BGP_PAIR"
 // GoBGP dials its peers from threads of its own, so the whole process must
 // be in the namespace: the parent makes the Pair and re-runs this one test
 // there (under ip netns exec), and the re-run calls body.
-func inHostNamespace(t *testing.T, name string, body func(t *testing.T, p *bgppeer.Pair)) {
+func inHostNamespace(t *testing.T, name string, commands []string, body func(t *testing.T, p *bgppeer.Pair)) {
 	if env := os.Getenv(daemonPairEnv); env != "" {
 		var p bgppeer.Pair
 		if err := json.Unmarshal([]byte(env), &p); err != nil {
@@ -148,7 +148,7 @@ func inHostNamespace(t *testing.T, name string, body func(t *testing.T, p *bgppe
 		return
 	}
 	testutil.RequireRoot(t)
-	testutil.RequireCommand(t, "vtysh", "/usr/lib/frr/bgpd")
+	testutil.RequireCommand(t, commands...)
 	p, err := bgppeer.NewPair(name)
 	if err != nil {
 		t.Fatal(err)
@@ -188,115 +188,134 @@ func inHostNamespace(t *testing.T, name string, body func(t *testing.T, p *bgppe
 // bgp.announce's communities, the host group's and the neighbour's
 // (standard and large). Both are withdrawn when the feed goes quiet.
 func TestTelemetryFloodToFRR(t *testing.T) {
-	inHostNamespace(t, "telfrr", func(t *testing.T, p *bgppeer.Pair) {
-		ctx := t.Context()
-		frr, err := bgppeer.StartFRR(ctx, bgppeer.Options{Netns: p.Router, RouterID: p.Router4, ASN: 65002,
-			LocalAddr: p.Router4, PeerAddr: p.Host4, PeerASN: 65001})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("frr log:\n%s", frr.Log())
-			}
-			if err := frr.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		cfg := testConfig(t)
-		cfg.BGP = config.BGP{ASN: 65001, RouterID: p.Host4.String(), ListenPort: -1,
-			Neighbors: []config.BGPNeighbor{{Address: p.Router4.String(), ASN: 65002, LocalAddress: p.Host4.String(),
-				Send: []string{"rtbh", "flowspec"}, HoldTime: 9 * time.Second,
-				Communities: []string{"65002:9999"}, LargeCommunities: []string{"4200000000:9999:1"}}},
-			Announce: config.BGPAnnounce{NextHop4: "192.0.2.1", Communities: []string{"65000:666"}, LargeCommunities: []string{"65000:666:1"}}}
-		cfg.HostGroups = []config.HostGroup{{Name: "customers", Prefixes: []string{"198.51.100.0/24"}}}
-		cfg.Telemetry = config.Telemetry{Enabled: true, Listen: []string{"127.0.0.1:0"},
-			Exporters:  []config.TelemetryExporter{{Address: "127.0.0.1"}},
-			Thresholds: map[string]config.TelemetryLimits{"all": {PPS: 50000}},
-			Groups: map[string]config.TelemetryGroup{"customers": {UplinkBPS: 1e9,
-				Communities: []string{"64600:666"}, LargeCommunities: []string{"4200000000:666:7"}}},
-			WithdrawAfter: 500 * time.Millisecond}
-		if err := cfg.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		h := newHarness(t, cfg, false) // the real speaker: newSpeaker is not replaced
-		t.Cleanup(h.d.closeBGP)
-		t.Cleanup(h.d.closeTelemetry)
-		if err := bgppeer.WaitFor(ctx, 40*time.Second, "session with FRR", frr.Established); err != nil {
-			t.Fatal(err)
-		}
+	inHostNamespace(t, "telfrr", []string{"vtysh", "/usr/lib/frr/bgpd"}, func(t *testing.T, p *bgppeer.Pair) {
+		// FRR's FlowSpec JSON shows no communities (bgppeer.FRR).
+		floodToPeer(t, p, "FRR", func(ctx context.Context, o bgppeer.Options) (bgppeer.Peer, error) { return bgppeer.StartFRR(ctx, o) }, nil, nil)
+	})
+}
 
-		conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(h.d.tele.svc.Addrs()[0]))
-		if err != nil {
-			t.Fatal(err)
+// The same to BIRD (2.0.12), which also shows a FlowSpec route's
+// communities: bgp.announce's and the neighbour's, not the host group's
+// (those are for its RTBH routes only).
+func TestTelemetryFloodToBird(t *testing.T) {
+	inHostNamespace(t, "telbird", []string{"bird", "birdc"}, func(t *testing.T, p *bgppeer.Pair) {
+		floodToPeer(t, p, "BIRD", func(ctx context.Context, o bgppeer.Options) (bgppeer.Peer, error) { return bgppeer.StartBird(ctx, o) },
+			[]string{"65000:666", "65002:9999", bgppeer.NoExport}, []string{"65000:666:1", "4200000000:9999:1"})
+	})
+}
+
+// floodToPeer runs a daemon whose speaker peers with the daemon start
+// starts in p's router namespace, floods it through the telemetry feed
+// and checks the routes the peer receives, then their withdrawal; fsComms
+// and fsLarge are the FlowSpec route's communities as the peer shows them.
+func floodToPeer(t *testing.T, p *bgppeer.Pair, name string, start func(context.Context, bgppeer.Options) (bgppeer.Peer, error), fsComms, fsLarge []string) {
+	ctx := t.Context()
+	peer, err := start(ctx, bgppeer.Options{Netns: p.Router, RouterID: p.Router4, ASN: 65002,
+		LocalAddr: p.Router4, PeerAddr: p.Host4, PeerASN: 65001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, peer.Log())
 		}
-		defer conn.Close()
-		// 6 samples at 1:10000 every 100 ms: 600 kpps of 1400-byte
-		// memcached answers, 6.7 Gbit/s against 1 Gbit/s of uplinks.
-		stop, stopped := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(stopped)
-			for seq := uint32(1); ; seq++ {
-				sf := tt.SFlow{Agent: netip.MustParseAddr("127.0.0.1"), Sequence: seq}
-				for range 6 {
-					sf.Flow(10000, tt.Packet{Src: netip.MustParseAddr("203.0.113.9"), Dst: netip.MustParseAddr("198.51.100.7"),
-						Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400})
-				}
-				_, _ = conn.Write(sf.Bytes())
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
+		if err := peer.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	cfg := testConfig(t)
+	cfg.BGP = config.BGP{ASN: 65001, RouterID: p.Host4.String(), ListenPort: -1,
+		Neighbors: []config.BGPNeighbor{{Address: p.Router4.String(), ASN: 65002, LocalAddress: p.Host4.String(),
+			Send: []string{"rtbh", "flowspec"}, HoldTime: 9 * time.Second,
+			Communities: []string{"65002:9999"}, LargeCommunities: []string{"4200000000:9999:1"}}},
+		Announce: config.BGPAnnounce{NextHop4: "192.0.2.1", Communities: []string{"65000:666"}, LargeCommunities: []string{"65000:666:1"}}}
+	cfg.HostGroups = []config.HostGroup{{Name: "customers", Prefixes: []string{"198.51.100.0/24"}}}
+	cfg.Telemetry = config.Telemetry{Enabled: true, Listen: []string{"127.0.0.1:0"},
+		Exporters:  []config.TelemetryExporter{{Address: "127.0.0.1"}},
+		Thresholds: map[string]config.TelemetryLimits{"all": {PPS: 50000}},
+		Groups: map[string]config.TelemetryGroup{"customers": {UplinkBPS: 1e9,
+			Communities: []string{"64600:666"}, LargeCommunities: []string{"4200000000:666:7"}}},
+		WithdrawAfter: 500 * time.Millisecond}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, false) // the real speaker: newSpeaker is not replaced
+	t.Cleanup(h.d.closeBGP)
+	t.Cleanup(h.d.closeTelemetry)
+	if err := bgppeer.WaitFor(ctx, 40*time.Second, "session with "+name, peer.Established); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(h.d.tele.svc.Addrs()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// 6 samples at 1:10000 every 100 ms: 600 kpps of 1400-byte
+	// memcached answers, 6.7 Gbit/s against 1 Gbit/s of uplinks.
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for seq := uint32(1); ; seq++ {
+			sf := tt.SFlow{Agent: netip.MustParseAddr("127.0.0.1"), Sequence: seq}
+			for range 6 {
+				sf.Flow(10000, tt.Packet{Src: netip.MustParseAddr("203.0.113.9"), Dst: netip.MustParseAddr("198.51.100.7"),
+					Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400})
 			}
-		}()
-		defer func() {
+			_, _ = conn.Write(sf.Bytes())
 			select {
 			case <-stop:
-			default:
-				close(stop)
+				return
+			case <-time.After(100 * time.Millisecond):
 			}
-			<-stopped
-		}()
-		start := time.Now()
-		nlri := "dst 198.51.100.7/32 proto =17 dport =80 sport =11211 len =1400"
-		// FRR's FlowSpec JSON shows no communities (bgppeer.FRR).
-		wantFS := bgppeer.Route{Family: bgppeer.IPv4FlowSpec, NLRI: nlri, ExtCommunities: []string{bgppeer.TrafficRate(0)}}
-		wantRTBH := bgppeer.Route{Family: bgppeer.IPv4Unicast, NLRI: "198.51.100.7/32", NextHop: "192.0.2.1",
-			Communities:      []string{"64600:666", "65000:666", "65002:9999", bgppeer.Blackhole, bgppeer.NoExport},
-			LargeCommunities: []string{"65000:666:1", "4200000000:666:7", "4200000000:9999:1"}}
-		for _, want := range []bgppeer.Route{wantFS, wantRTBH} {
-			rs, err := bgppeer.WaitRoutes(ctx, frr, want.Family, 20*time.Second, func(rs []bgppeer.Route) bool {
-				_, ok := bgppeer.Find(rs, want.NLRI)
-				return ok
-			})
-			if err != nil {
-				t.Fatalf("%v; FRR has %v; announced %v", err, rs, h.d.bgp.sp.Announced())
-			}
-			if got, _ := bgppeer.Find(rs, want.NLRI); got.String() != want.String() {
-				t.Errorf("at FRR:\n got %v\nwant %v", got, want)
-			}
-			t.Logf("%s at FRR %v after the first datagram", want.Family, time.Since(start).Round(time.Millisecond))
 		}
-		// The loop's interval announces its own set: network mode's stays.
-		h.step(t)
-		if rs, err := frr.Routes(ctx, bgppeer.IPv4Unicast); err != nil || len(rs) != 1 {
-			t.Errorf("after the loop's step: %v, %v", rs, err)
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
 		}
-
-		close(stop)
 		<-stopped
-		quiet := time.Now()
-		for _, want := range []bgppeer.Route{wantFS, wantRTBH} {
-			if rs, err := bgppeer.WaitRoutes(ctx, frr, want.Family, 20*time.Second, func(rs []bgppeer.Route) bool {
-				_, ok := bgppeer.Find(rs, want.NLRI)
-				return !ok
-			}); err != nil {
-				t.Fatalf("withdrawal of %s: %v; FRR has %v", want.NLRI, err, rs)
-			}
+	}()
+	begin := time.Now()
+	nlri := "dst 198.51.100.7/32 proto =17 dport =80 sport =11211 len =1400"
+	wantFS := bgppeer.Route{Family: bgppeer.IPv4FlowSpec, NLRI: nlri, Communities: fsComms, LargeCommunities: fsLarge,
+		ExtCommunities: []string{bgppeer.TrafficRate(0)}}
+	wantRTBH := bgppeer.Route{Family: bgppeer.IPv4Unicast, NLRI: "198.51.100.7/32", NextHop: "192.0.2.1",
+		Communities:      []string{"64600:666", "65000:666", "65002:9999", bgppeer.Blackhole, bgppeer.NoExport},
+		LargeCommunities: []string{"65000:666:1", "4200000000:666:7", "4200000000:9999:1"}}
+	for _, want := range []bgppeer.Route{wantFS, wantRTBH} {
+		rs, err := bgppeer.WaitRoutes(ctx, peer, want.Family, 20*time.Second, func(rs []bgppeer.Route) bool {
+			_, ok := bgppeer.Find(rs, want.NLRI)
+			return ok
+		})
+		if err != nil {
+			t.Fatalf("%v; %s has %v; announced %v", err, name, rs, h.d.bgp.sp.Announced())
 		}
-		t.Logf("withdrawn at FRR %v after the feed went quiet (withdraw_after 0.5 s)", time.Since(quiet).Round(time.Millisecond))
-	})
+		if got, _ := bgppeer.Find(rs, want.NLRI); got.String() != want.String() {
+			t.Errorf("at %s:\n got %v\nwant %v", name, got, want)
+		}
+		t.Logf("%s at %s %v after the first datagram", want.Family, name, time.Since(begin).Round(time.Millisecond))
+	}
+	// The loop's interval announces its own set: network mode's stays.
+	h.step(t)
+	if rs, err := peer.Routes(ctx, bgppeer.IPv4Unicast); err != nil || len(rs) != 1 {
+		t.Errorf("after the loop's step: %v, %v", rs, err)
+	}
+
+	close(stop)
+	<-stopped
+	quiet := time.Now()
+	for _, want := range []bgppeer.Route{wantFS, wantRTBH} {
+		if rs, err := bgppeer.WaitRoutes(ctx, peer, want.Family, 20*time.Second, func(rs []bgppeer.Route) bool {
+			_, ok := bgppeer.Find(rs, want.NLRI)
+			return !ok
+		}); err != nil {
+			t.Fatalf("withdrawal of %s: %v; %s has %v", want.NLRI, err, name, rs)
+		}
+	}
+	t.Logf("withdrawn at %s %v after the feed went quiet (withdraw_after 0.5 s)", name, time.Since(quiet).Round(time.Millisecond))
 }
 
 // announceSpeaker is the fake speaker that takes reloaded announce
