@@ -206,7 +206,11 @@ func (d *Detector) AddAggregates(as []Aggregate) (invalid int) {
 	defer d.mu.Unlock()
 	for i := range as {
 		a := &as[i]
-		if a.Valid() != nil {
+		// A tick far ahead of this detector's would move the
+		// destination's clock there, and every honest aggregate after it
+		// would count as decayed to nothing until then: one message
+		// would blind a destination.
+		if a.Valid() != nil || (d.tick != 0 && a.Tick > d.tick+maxAheadTicks) {
 			invalid++
 			continue
 		}
@@ -233,6 +237,11 @@ func (d *Detector) AddAggregates(as []Aggregate) (invalid int) {
 	}
 	return invalid
 }
+
+// maxAheadTicks is how far ahead of the detector's last judged tick an
+// aggregate may be (collectors' clocks run a little ahead, and a tick's
+// aggregates may arrive before it is judged).
+const maxAheadTicks = 20
 
 func (d *Detector) merge(s *dest, a *Aggregate) {
 	w := 1.0
