@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/api"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/datapath/nicstage"
@@ -76,7 +77,19 @@ type SpoofScenario struct {
 	// many prefixes, one of them the clients').
 	ThinSpoof netip.Prefix `json:"thin_spoof,omitzero"`
 	ThinRate  uint64       `json:"thin_rate_pps,omitempty"`
+	// Warmup: the same flood at the victim for this long as soon as the
+	// daemon starts, inside the entropy detector's first intervals (its
+	// baseline is learned then), then the reference phase lengthened by
+	// WarmupQuiet for the baseline to finish from quiet intervals; the
+	// row says whether the entropy detector named the main flood.
+	Warmup time.Duration `json:"warmup_ns,omitempty"`
 }
+
+// WarmupQuiet is how long a Warmup scenario's reference phase runs after
+// the warm-up flood: the withdrawal's quiet intervals and the entropy
+// detector's 30-interval history at the evaluation's 500 ms interval,
+// with room to spare.
+const WarmupQuiet = 25 * time.Second
 
 // SixClients are the IPv6 clients' addresses: in the lab's shared /64
 // with the host (fd70::/64), from fd70::1:0.
@@ -109,6 +122,11 @@ func SpoofScenarios() []SpoofScenario {
 			ThinSpoof: netip.MustParsePrefix("10.70.0.0/18"), ThinRate: 10_000},
 		// One address of the /64 the clients share with the host.
 		{Name: "udp-spoof6-shared-64", Dst: lab.Host6, Spoof: netip.MustParsePrefix("fd70::bad/128"), DstPort: 9, Clients6: true},
+		// A flood in the entropy detector's first intervals, then the
+		// same flood once its baseline is learned: random sources in
+		// four /24s, which the entropy detector names (each over its 1%
+		// share and rate floor).
+		{Name: "entropy-warmup", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.202.0.0/22"), DstPort: 9, Warmup: 4 * time.Second},
 	}
 }
 
@@ -135,6 +153,11 @@ type SpoofRow struct {
 	// intervals that took longer than the interval, with their largest
 	// stages (a rule decided in one reaches XDP only when it ends).
 	SlowIntervals []string `json:"slow_intervals,omitempty"`
+	// EntropyAfter, in a Warmup scenario: intervals from the main
+	// flood's start to the entropy detector's first detection in it (-1:
+	// none); EntropyWarmup: its detections during the warm-up flood.
+	EntropyAfter  float64 `json:"entropy_after_intervals,omitempty"`
+	EntropyWarmup int     `json:"entropy_warmup_detections,omitempty"`
 	BaselineRPS   float64  `json:"baseline_rps"`
 	AttackRPS     float64  `json:"attack_rps"`
 	// HostCPUBefore and HostCPUDuring are the host CPU's busy share (%)
@@ -602,7 +625,12 @@ api: {socket: %s}
 	// Reference: the clients alone at the victim, the same flood into the
 	// sink; the daemon learns the victim and its clients meanwhile.
 	base := &demo.Load{NewConns: sc.SYN, Rate: p.clientRate(sc)}
-	bctx, bcancel := context.WithTimeout(ctx, p.Baseline)
+	refStart, refLen := time.Now(), p.Baseline
+	if sc.Warmup > 0 {
+		refLen += sc.Warmup + WarmupQuiet
+	}
+	bctx, bcancel := context.WithTimeout(ctx, refLen)
+	defer bcancel()
 	baseDone := make(chan struct{})
 	refCPU := markCPU(rxCPU)
 	others := clients
@@ -611,21 +639,41 @@ api: {socket: %s}
 	}
 	go func() { base.Run(bctx, lab.NSInet, url, others); close(baseDone) }()
 	var watchedBase *demo.Load
+	var okFrom, watchedFrom uint64
+	xdpTotal := func() uint64 { _, t, _ := drops(); return t }
 	if sc.SpoofClient {
 		// The spoofed client's own rate, apart from the others'.
 		watchedBase = &demo.Load{Rate: p.clientRate(sc)}
 		go watchedBase.Run(bctx, lab.NSInet, url, clients[:1])
 	}
-	_, ferr := flood(bctx, sinkIf, p.Baseline, floodRate, nil)
+	if sc.Warmup > 0 {
+		wstart := time.Now()
+		if _, err := flood(bctx, lab.IfInet, sc.Warmup, floodRate, nil); err != nil && bctx.Err() == nil {
+			return row, fmt.Errorf("warm-up flood: %w", err)
+		}
+		if row.EntropyWarmup, err = entropyDetections(ctx, dmn.Client, wstart); err != nil {
+			return row, err
+		}
+		fmt.Fprintf(p.Log, "  warm-up flood %v: %d entropy detections (the baseline learning)\n", sc.Warmup, row.EntropyWarmup)
+		// The reference rates count from here: the warm-up is not the
+		// clients' normal.
+		okFrom, t0 = base.OK.Load(), xdpTotal()
+		if watchedBase != nil {
+			watchedFrom = watchedBase.OK.Load()
+		}
+	}
+	refFrom := time.Now()
+	_, ferr := flood(bctx, sinkIf, refLen-time.Since(refStart), floodRate, nil)
 	<-baseDone
 	bcancel()
 	row.HostCPUBefore, row.ClientPace = refCPU.busyPct(), p.clientRate(sc)
 	if ferr != nil && bctx.Err() == nil {
 		return row, fmt.Errorf("generator into the sink: %w", ferr)
 	}
-	row.BaselineRPS = float64(base.OK.Load()) / p.Baseline.Seconds()
+	refSecs := time.Since(refFrom).Seconds()
+	row.BaselineRPS = float64(base.OK.Load()-okFrom) / refSecs
 	if watchedBase != nil {
-		row.WatchedBaseRPS = float64(watchedBase.OK.Load()) / p.Baseline.Seconds()
+		row.WatchedBaseRPS = float64(watchedBase.OK.Load()-watchedFrom) / refSecs
 	}
 	// attackFrom is when the attacker's first packet left: the flood's
 	// start, or its spoofed ACKs'. The daemon's mitigations before it are
@@ -645,7 +693,7 @@ api: {socket: %s}
 	}
 	row.ExchBase = exch.take()
 	_, t1, _ := drops()
-	row.BaselinePassPPS = float64(t1-t0) / p.Baseline.Seconds()
+	row.BaselinePassPPS = float64(t1-t0) / refSecs
 
 	tcp0, err := tcpStats()
 	if err != nil {
@@ -733,6 +781,36 @@ api: {socket: %s}
 		case <-time.After(time.Until(start.Add(3 * p.Interval))):
 			tcp3, _ = tcpStats()
 		case <-actx.Done():
+		}
+	}()
+	// The entropy detector's first detection of the main flood, polled
+	// while it runs: the daemon keeps only its last 1,000 detections.
+	var entropyAt time.Time
+	entropyDone := make(chan struct{})
+	go func() {
+		defer close(entropyDone)
+		if sc.Warmup == 0 {
+			return
+		}
+		select {
+		case <-begun:
+		case <-actx.Done():
+			return
+		}
+		for actx.Err() == nil {
+			var ds []daemon.Detection
+			if err := dmn.Client.Do(actx, "GET", "/v1/detections", nil, &ds); err == nil {
+				for _, d := range ds {
+					if d.Detector == "entropy" && !d.Time.Before(start) {
+						entropyAt = d.Time
+						return
+					}
+				}
+			}
+			select {
+			case <-actx.Done():
+			case <-time.After(p.Interval / 2):
+			}
 		}
 	}()
 	var sent uint64
@@ -853,6 +931,14 @@ api: {socket: %s}
 		}
 	}
 
+	if sc.Warmup > 0 {
+		<-entropyDone
+		row.EntropyAfter = -1
+		if !entropyAt.IsZero() {
+			row.EntropyAfter = max(entropyAt.Sub(start).Seconds(), 0) / p.Interval.Seconds()
+		}
+		fmt.Fprintf(p.Log, "  entropy detector: first detection of the main flood after %.1f intervals (-1: none)\n", row.EntropyAfter)
+	}
 	// The daemon's account: first mitigation, what it chose, bans on
 	// clients.
 	var events []daemon.Event
@@ -1118,6 +1204,22 @@ func knownGoodOf(host *datapath.Datapath, sc SpoofScenario) (int, error) {
 	n := 0
 	for _, a := range addrs {
 		if set[a] {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// entropyDetections counts the entropy detector's detections since from,
+// as the daemon lists them.
+func entropyDetections(ctx context.Context, c *api.Client, from time.Time) (int, error) {
+	var ds []daemon.Detection
+	if err := c.Do(ctx, "GET", "/v1/detections", nil, &ds); err != nil {
+		return 0, fmt.Errorf("daemon detections: %w", err)
+	}
+	n := 0
+	for _, d := range ds {
+		if d.Detector == "entropy" && !d.Time.Before(from) {
 			n++
 		}
 	}

@@ -124,6 +124,14 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 			fmt.Fprintf(&b, "| %s: a client's own address spoofed at %d kpps for %v, then %d kpps: that client keeps ≥ 90%% of its HTTP rate, and no ban covers it | %.0f → %.0f req/s (%.0f%%); %d client bans; the others %.0f%% | %s |\n",
 				r.Scenario.Name, r.Scenario.FirstRate/1000, r.Scenario.FirstFor, r.Scenario.Rate/1000, r.WatchedBaseRPS, r.WatchedAttackRPS, 100*r.WatchedAttackRPS/max(r.WatchedBaseRPS, 1), len(r.ClientsBanned), 100*r.AttackRPS/max(r.BaselineRPS, 1), yes(ok))
 			continue
+		case r.Scenario.Warmup > 0:
+			ok := r.EntropyAfter >= 0 && r.EntropyAfter <= 2
+			after := "not detected"
+			if r.EntropyAfter >= 0 {
+				after = fmt.Sprintf("detected %.1f intervals after its start", r.EntropyAfter)
+			}
+			fmt.Fprintf(&b, "| %s: the flood for %v as the daemon starts (the entropy detector's first intervals, %d detections by it then), then the same flood once its baseline is learned: the entropy detector detects it within 2 intervals | %s | %s |\n",
+				r.Scenario.Name, r.Scenario.Warmup, r.EntropyWarmup, after, yes(ok))
 		case r.Scenario.ThinSpoof.IsValid():
 			ok := len(r.ClientsBanned) == 0
 			fmt.Fprintf(&b, "| %s: %d pps spread over %s beside the flood, one /24 of it the clients': no ban of the clients' /24 | %d client bans | %s |\n", r.Scenario.Name, r.Scenario.ThinRate, r.Scenario.ThinSpoof, len(r.ClientsBanned), yes(ok))
