@@ -158,8 +158,8 @@ type SpoofRow struct {
 	// none); EntropyWarmup: its detections during the warm-up flood.
 	EntropyAfter  float64 `json:"entropy_after_intervals,omitempty"`
 	EntropyWarmup int     `json:"entropy_warmup_detections,omitempty"`
-	BaselineRPS   float64  `json:"baseline_rps"`
-	AttackRPS     float64  `json:"attack_rps"`
+	BaselineRPS   float64 `json:"baseline_rps"`
+	AttackRPS     float64 `json:"attack_rps"`
 	// HostCPUBefore and HostCPUDuring are the host CPU's busy share (%)
 	// with the clients alone and during the flood: the headroom the
 	// clients' paced load leaves, and what the flood took of it.
