@@ -82,8 +82,9 @@ type Publisher struct {
 
 	aggs, msgs, acked, dropped, droppedMsgs, errs atomic.Uint64
 	// buckets are reused by Emit (it runs under the Partial's lock).
-	buckets [][]telemetry.Aggregate
-	lastErr atomic.Pointer[error]
+	buckets  [][]telemetry.Aggregate
+	lastErr  atomic.Pointer[error]
+	recreate chan struct{}
 }
 
 // NewPublisher makes sure the stream exists and starts publishing.
@@ -92,7 +93,7 @@ func NewPublisher(ctx context.Context, nc *nats.Conn, cfg PublisherConfig, log *
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Publisher{cfg: cfg, log: log, q: make(chan *nats.Msg, cfg.Queue), done: make(chan struct{}),
+	p := &Publisher{cfg: cfg, log: log, q: make(chan *nats.Msg, cfg.Queue), done: make(chan struct{}), recreate: make(chan struct{}, 1),
 		buckets: make([][]telemetry.Aggregate, cfg.Partitioner.N)}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(cfg.MaxInFlight),
@@ -107,6 +108,7 @@ func NewPublisher(ctx context.Context, nc *nats.Conn, cfg PublisherConfig, log *
 		return nil, err
 	}
 	go p.run()
+	go p.recreateStream()
 	return p, nil
 }
 
@@ -115,6 +117,39 @@ func (p *Publisher) fail(err error) {
 		p.log.Warn("scaleout: publishing aggregates failed", "err", err)
 	}
 	p.lastErr.Store(&err)
+	// A standalone server keeps a memory stream's definition in memory:
+	// after a restart the stream is gone and every publish fails until
+	// someone creates it again.
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		select {
+		case p.recreate <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// recreateStream creates the stream again when publishes find none, at
+// most once a second.
+func (p *Publisher) recreateStream() {
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-p.recreate:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := EnsureStream(ctx, p.js, p.cfg.Stream); err != nil {
+			p.log.Warn("scaleout: recreating the stream", "err", err)
+		} else {
+			p.log.Info("scaleout: stream recreated", "stream", p.cfg.Stream.Name)
+		}
+		cancel()
+		select {
+		case <-p.done:
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Emit is the Partial's emit: it splits one tick's aggregates by
