@@ -156,7 +156,7 @@ func newDetect() *cobra.Command {
 	var owned string
 	cmd := &cobra.Command{
 		Use:   "detect",
-		Short: "judge the partitions owned from every collector's aggregates; attacks, and collectors gone quiet, as JSON lines",
+		Short: "judge the partitions owned from every collector's aggregates; attacks, and collectors gone quiet, as JSON lines; counters on SIGUSR1",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tc, pt, err := c.load()
@@ -183,11 +183,15 @@ func newDetect() *cobra.Command {
 			p := &printer{enc: json.NewEncoder(os.Stdout)}
 			tk := time.NewTicker(det.Config().Tick)
 			defer tk.Stop()
+			usr1 := make(chan os.Signal, 1)
+			signal.Notify(usr1, syscall.SIGUSR1)
 			quiet := map[string]bool{}
 			for {
 				select {
 				case <-ctx.Done():
 					return nil
+				case <-usr1:
+					p.print(map[string]any{"stats": cons.Stats(), "collectors": cons.Collectors(), "untracked_records": det.Untracked()})
 				case <-tk.C:
 					started, ended := det.Judge(time.Now())
 					for _, a := range started {
