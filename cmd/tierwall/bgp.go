@@ -80,9 +80,19 @@ func newBGP() *cobra.Command {
 
 func printBGPRoutes(st daemon.BGPStatus) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ANNOUNCED\tROUTE\tRATE PPS\tREASON")
+	fmt.Fprintln(w, "ANNOUNCED\tROUTE\tRATE PPS\tCOMMUNITIES\tREASON")
 	for _, r := range st.Announced {
-		fmt.Fprintf(w, "%s\t%s\t%.0f\t%s\n", r.Kind, r.String(), r.Rate, oneLine(r.Reason))
+		// A route's own communities (network mode's host group's, on its
+		// RTBH routes): which provider it asks to blackhole. The
+		// configured ones every route carries are in the configuration.
+		var cs []string
+		for _, c := range r.Communities {
+			cs = append(cs, c.String())
+		}
+		for _, c := range r.LargeCommunities {
+			cs = append(cs, c.String())
+		}
+		fmt.Fprintf(w, "%s\t%s\t%.0f\t%s\t%s\n", r.Kind, r.String(), r.Rate, dash(strings.Join(cs, ",")), oneLine(r.Reason))
 	}
 	_ = w.Flush()
 	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)

@@ -118,6 +118,9 @@ func newTelemetry() *cobra.Command {
 				if u.Kind == telemetry.UpFlowSpec {
 					what = u.Rule.String()
 				}
+				if cs := slices.Concat(u.Communities.Standard, u.Communities.Large); len(cs) > 0 {
+					what += " communities " + strings.Join(cs, ",")
+				}
 				fmt.Printf("%s %s: %s (%s)\n", st.Mode, u.Kind, what, u.Reason)
 			}
 			return nil

@@ -16,11 +16,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tierwall/tierwall/internal/bgp"
+	"github.com/tierwall/tierwall/internal/bgp/community"
 	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/daemon"
 	"github.com/tierwall/tierwall/internal/flow"
 	"github.com/tierwall/tierwall/internal/flow/flowtest"
 	"github.com/tierwall/tierwall/internal/probed"
+	"github.com/tierwall/tierwall/internal/telemetry"
 	"github.com/tierwall/tierwall/internal/tier/tiertest"
 )
 
@@ -348,6 +351,48 @@ func TestSchemaValidator(t *testing.T) {
 	_ = json.Unmarshal([]byte(`null`), &v)
 	if got := doc.validate("", &schema{Type: "array", Items: &schema{Type: "string"}}, v); len(got) == 0 {
 		t.Error("a null list passed")
+	}
+}
+
+// An announced route's communities and a network attack's RTBH action's
+// are in the answers and their schemas: both were left out of the JSON
+// (json:"-") while the document had no field for them.
+func TestCommunitiesMatchSchemas(t *testing.T) {
+	doc := loadSpec(t)
+	std, _ := community.ParseStandard("64500:666")
+	large, _ := community.ParseLarge("4200000000:666:0")
+	victim := netip.MustParsePrefix("198.51.100.7/32")
+	for _, tc := range []struct {
+		schema string
+		v      any
+		want   []string
+	}{
+		{"BGPStatus", daemon.BGPStatus{Enabled: true, Neighbors: []bgp.Neighbor{}, Received: []bgp.Remote{},
+			Announced: []bgp.Route{{Kind: bgp.RTBH, Prefix: victim, Reason: "network attack", Rate: 1e6,
+				Communities: []community.Standard{std}, LargeCommunities: []community.Large{large}}}},
+			[]string{`"communities":["64500:666"]`, `"large_communities":["4200000000:666:0"]`}},
+		{"TelemetryStatus", telemetry.Status{Enabled: true, Listen: []netip.AddrPort{}, Exporters: []telemetry.ExporterStats{},
+			Attacks: []telemetry.Attack{}, Top: []telemetry.Talker{},
+			Plan: []telemetry.Upstream{{Attack: "n1", Kind: telemetry.UpRTBH, Prefix: victim, Reason: "network attack", PPS: 1e6,
+				Communities: telemetry.Communities{Standard: []string{"64500:666"}, Large: []string{"4200000000:666:0"}}}}},
+			[]string{`"communities":{"standard":["64500:666"],"large":["4200000000:666:0"]}`}},
+	} {
+		b, err := json.Marshal(tc.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tc.want {
+			if !bytes.Contains(b, []byte(w)) {
+				t.Errorf("%s: %s lacks %s", tc.schema, b, w)
+			}
+		}
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range doc.validate(tc.schema, &schema{Ref: "#/components/schemas/" + tc.schema}, v) {
+			t.Errorf("%s: %s", tc.schema, e)
+		}
 	}
 }
 

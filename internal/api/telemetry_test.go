@@ -3,8 +3,10 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,16 +24,20 @@ import (
 )
 
 // /v1/telemetry with network mode on, an exporter and an attack in
-// dry-run: the answer matches its schema, and the client reads it.
+// dry-run: the answer matches its schema, and the client reads it, the
+// RTBH action's host group communities included.
 func TestTelemetryEndpoint(t *testing.T) {
 	cfg := config.Default()
 	cfg.Interface = "mem0"
 	cfg.Interval = time.Second
 	cfg.StateFile = filepath.Join(t.TempDir(), "state.json")
 	cfg.API.Socket = ""
+	cfg.HostGroups = []config.HostGroup{{Name: "customers", Prefixes: []string{"198.51.100.0/24"}}}
 	cfg.Telemetry = config.Telemetry{Enabled: true, Listen: []string{"127.0.0.1:0"}, Mode: "dry-run",
 		Exporters:  []config.TelemetryExporter{{Address: "127.0.0.1", Name: "edge1"}},
-		Thresholds: map[string]config.TelemetryLimits{"all": {PPS: 50000}}}
+		Thresholds: map[string]config.TelemetryLimits{"all": {PPS: 50000}},
+		Groups: map[string]config.TelemetryGroup{"customers": {UplinkBPS: 1e6,
+			Communities: []string{"64500:666"}, LargeCommunities: []string{"4200000000:666:0"}}}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +90,17 @@ func TestTelemetryEndpoint(t *testing.T) {
 		if len(st.Plan) > 0 {
 			if len(st.Attacks) != 1 || len(st.Top) != 1 || st.Exporters[0].Name != "edge1" || st.Plan[0].Rule.TCPFlags.Value != 2 {
 				t.Errorf("status %+v", st)
+			}
+			if len(st.Plan) != 2 || st.Plan[1].Kind != "rtbh" ||
+				fmt.Sprint(st.Plan[1].Communities.Standard, st.Plan[1].Communities.Large) != "[64500:666] [4200000000:666:0]" {
+				t.Errorf("plan %+v, want an RTBH action with the group's communities", st.Plan)
+			}
+			var flat bytes.Buffer
+			if err := json.Compact(&flat, b); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(flat.String(), `"communities":{"standard":["64500:666"],"large":["4200000000:666:0"]}`) {
+				t.Errorf("answer without the RTBH action's communities: %s", flat.String())
 			}
 			break
 		}

@@ -77,11 +77,12 @@ type Route struct {
 	// after the well-known ones and bgp.announce's: network mode's
 	// per-host-group RTBH communities, which name the provider of the
 	// group's uplinks. They are part of what is sent, not of the route's
-	// identity (String): a changed list re-sends the route. Not in the
-	// API's answers: its schema (internal/api/openapi.json) has no field
-	// for them yet.
-	Communities      []community.Standard `json:"-"`
-	LargeCommunities []community.Large    `json:"-"`
+	// identity (String): a changed list re-sends the route. The API and
+	// `tierwall bgp routes` show them, as "ASN:VALUE" and
+	// "GLOBAL:LOCAL1:LOCAL2", so that an operator can see which provider
+	// an RTBH route asks to blackhole.
+	Communities      []community.Standard `json:"communities,omitempty"`
+	LargeCommunities []community.Large    `json:"large_communities,omitempty"`
 }
 
 // Neighbor is a configured peer as it is now.

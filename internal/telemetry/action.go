@@ -68,8 +68,8 @@ type ActionConfig struct {
 // BGP's wire): RFC 1997's "ASN:VALUE" and RFC 8092's
 // "GLOBAL:LOCAL1:LOCAL2".
 type Communities struct {
-	Standard []string
-	Large    []string
+	Standard []string `json:"standard,omitempty"`
+	Large    []string `json:"large,omitempty"`
 }
 
 // UpstreamKind is how an action goes upstream.
@@ -91,9 +91,9 @@ type Upstream struct {
 	Reason string        `json:"reason"`
 	PPS    float64       `json:"pps"`
 	// Communities are the group's for an RTBH action (ActionConfig.RTBH),
-	// added to the speaker's own. Not in the API's answers: its schema
-	// (internal/api/openapi.json) has no field for them yet.
-	Communities Communities `json:"-"`
+	// added to the speaker's own; shown in /v1/telemetry's plan (absent
+	// when the group has none).
+	Communities Communities `json:"communities,omitzero"`
 }
 
 // Plan is the set of upstream actions the attacks on now call for: a
