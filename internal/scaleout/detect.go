@@ -32,8 +32,11 @@ type DetectorConfig struct {
 	// MaxAge. Negative: only new aggregates.
 	Replay time.Duration
 	// MaxPending bounds the messages buffered per partition between the
-	// server and the detector (256).
-	MaxPending int
+	// server and the detector (256), MaxPendingBytes their bytes (4 MiB,
+	// at least the stream's MaxMsgSize, or a message could never come):
+	// 256 full messages would be 120 MiB a partition.
+	MaxPending      int
+	MaxPendingBytes int
 }
 
 func (c *DetectorConfig) defaults() {
@@ -53,6 +56,10 @@ func (c *DetectorConfig) defaults() {
 	if c.MaxPending <= 0 {
 		c.MaxPending = 256
 	}
+	if c.MaxPendingBytes <= 0 {
+		c.MaxPendingBytes = 4 << 20
+	}
+	c.MaxPendingBytes = max(c.MaxPendingBytes, int(c.Stream.MaxMsgSize))
 }
 
 // ConsumerStats are a detector's counters of what came over the bus.
@@ -133,7 +140,7 @@ func Consume(ctx context.Context, nc *nats.Conn, cfg DetectorConfig, det *teleme
 		}
 		part := p
 		cc, err := cons.Consume(func(m jetstream.Msg) { c.handle(part, m.Data()) },
-			jetstream.PullMaxMessages(cfg.MaxPending),
+			jetstream.PullMaxMessagesWithBytesLimit(cfg.MaxPending, cfg.MaxPendingBytes),
 			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 				log.Warn("scaleout: consuming aggregates", "partition", part, "err", err)
 			}))

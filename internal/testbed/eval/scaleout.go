@@ -392,7 +392,7 @@ func Scaleout(ctx context.Context, p ScaleoutParams) (ScaleoutResult, error) {
 				}
 				st.Round = round
 				su.res.Steps = append(su.res.Steps, st)
-				fmt.Fprintf(p.Log, "eval-scaleout: round %d, %s at %.0f/s: sent %d in %.2f s (%.0f/s), dropped %d, aggregates %d queued %d delivered %d lost, CPU s: collectors %.2f, server %.2f, sender and detector %.2f\n",
+				fmt.Fprintf(p.Log, "eval-scaleout: round %d, %s at %.0f/s: sent %d in %.2f s (%.0f/s), dropped %d, aggregates queued %d, delivered %d, lost %d, CPU s: collectors %.2f, server %.2f, sender and detector %.2f\n",
 					round, su.res.Name, rate, st.Sent, st.Secs, st.Rate(), st.Dropped, st.Queued, st.Delivered, st.QueueDrops+st.PublishErrors, st.CPUCollectors, st.CPUServer, st.CPUSelf)
 			}
 		}
