@@ -196,6 +196,11 @@ type SpoofRow struct {
 	// transmit side as the internet would take them.
 	EgressInternet uint64 `json:"egress_internet,omitempty"`
 	DaemonMaxRSSMB uint64 `json:"daemon_max_rss_mb"`
+	// DaemonMaxAnonMB is the largest RssAnon: the daemon's own pages (Go
+	// heap, stacks), what grows with the sources; the rest of its RSS is
+	// mapped: the binary and the kernel's feature buffers, whose pages
+	// the kernel holds from attach whether or not the daemon reads them.
+	DaemonMaxAnonMB uint64 `json:"daemon_max_anon_mb"`
 	// RuleInXDP is intervals from the flood's start to the first sample
 	// (every 100 ms) that found a flow rule in XDP (-1 or 0: none, or one
 	// from before); Sample3Lag is how long before the third interval the
@@ -1000,7 +1005,7 @@ api: {socket: %s}
 		}
 	}
 	rcancel()
-	row.DaemonMaxRSSMB = rss.max.Load() >> 20
+	row.DaemonMaxRSSMB, row.DaemonMaxAnonMB = rss.max.Load()>>20, rss.anon.Load()>>20
 	return row, nil
 }
 
@@ -1122,20 +1127,27 @@ func (x *exchanger) take() [2]uint64 {
 
 // maxRSS follows a process's peak resident memory (VmHWM).
 type maxRSS struct {
-	pid int
-	max atomic.Uint64
+	pid  int
+	max  atomic.Uint64 // VmHWM
+	anon atomic.Uint64 // the largest RssAnon seen: the process's own pages
 }
 
 func (m *maxRSS) watch(ctx context.Context) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	kb := func(v string) uint64 {
+		n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		return n << 10
+	}
 	for {
 		if f, err := os.Open(fmt.Sprintf("/proc/%d/status", m.pid)); err == nil {
 			sc := bufio.NewScanner(f)
 			for sc.Scan() {
 				if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-					kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-					m.max.Store(kb << 10)
+					m.max.Store(kb(v))
+				}
+				if v, ok := strings.CutPrefix(sc.Text(), "RssAnon:"); ok {
+					m.anon.Store(max(m.anon.Load(), kb(v)))
 				}
 			}
 			f.Close()

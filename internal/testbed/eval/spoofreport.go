@@ -170,12 +170,12 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 				r.Scenario.Name, rate, r.PassedFrom3, r.PassiveOpens, r.ClientConns, p.Clients, r.KernelCookies, r.KernelCookiesFrom3, r.EgressInternet, 100*r.AttackRPS/max(r.BaselineRPS, 1), yes(ok))
 		}
 	}
-	var peak uint64
+	var peak, anon uint64
 	for _, r := range rows {
-		peak = max(peak, r.DaemonMaxRSSMB)
+		peak, anon = max(peak, r.DaemonMaxRSSMB), max(anon, r.DaemonMaxAnonMB)
 	}
 	if peak > 0 {
-		fmt.Fprintf(&b, "| the daemon's memory stays bounded whatever the number of sources (≤ 256 MB, the control-plane issue's figure; the budget, `capacity.memory_mib: 1024`, is what the daemon's sizing asks for these capacities and the default 500,000 bans, not what it uses) | peak RSS %d MB over all scenarios, the feature buffers and tables the daemon maps from the kernel included | %s |\n", peak, yes(peak <= 256))
+		fmt.Fprintf(&b, "| the daemon's memory stays bounded whatever the number of sources (≤ 256 MB, the control-plane issue's figure; the budget, `capacity.memory_mib: 1024`, is what the daemon's sizing asks for these capacities and the default 500,000 bans, not what it uses) | peak RSS %d MB over all scenarios, the feature buffers and tables the daemon maps from the kernel included; its own pages (RssAnon: heap, stacks) at most %d MB, the rest mapped (the binary, and the two feature buffers of 2 × 2^18 slots and a port profile a CPU, 64 B a slot: %d MB on %d CPUs that the kernel holds from attach) | %s |\n", peak, anon, spoofFeatureMB(runtime.NumCPU()), runtime.NumCPU(), yes(peak <= 256))
 	} else {
 		b.WriteString("| the daemon's memory stays bounded whatever the number of sources (≤ 256 MB) | not measured in this run | — |\n")
 	}
@@ -215,4 +215,12 @@ func paceText(rate, conn float64) string {
 		return "The clients are not paced: each sends its next request as soon as the last is answered, so they load the host as far as it serves them." + headroom
 	}
 	return fmt.Sprintf("The clients are paced as a server's regular users are, not run flat out: %s, keep-alive, and %s (a new connection per request) in the SYN floods; a client that falls behind does not catch up in a burst.", pace(rate, "requests/s"), pace(conn, "connections/s")) + headroom
+}
+
+// spoofFeatureMB is what the evaluation's feature buffers take (its
+// capacity.features of 2^18 a CPU): two buffers, each with 2 × 2^18 slots
+// of 64 B and a port profile of 4 × 65,536 counters a CPU.
+func spoofFeatureMB(cpus int) int {
+	perCPU := 2*(1<<18)*64 + 64 + 4*65536*8
+	return 2 * cpus * perCPU >> 20
 }
