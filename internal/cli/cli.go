@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/config"
-	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/errdefs"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/tier"
 )
@@ -38,8 +38,10 @@ func Usage(err error) error { return UsageError{err} }
 
 // ExitCode maps err to the process exit code.
 func ExitCode(err error) int {
-	for _, s := range []error{rule.ErrInvalid, datapath.ErrTableFull, datapath.ErrNoInterface,
-		datapath.ErrNotAttached, datapath.ErrNoRule, datapath.ErrIncompatible,
+	// The data plane's sentinels come from errdefs, where datapath
+	// defines them, so that this package does not link the data plane.
+	for _, s := range []error{rule.ErrInvalid, errdefs.ErrTableFull, errdefs.ErrNoInterface,
+		errdefs.ErrNotAttached, errdefs.ErrNoRule, errdefs.ErrIncompatible,
 		tier.ErrInvalid, tier.ErrTableFull, tier.ErrNoRule, config.ErrInvalid} {
 		if errors.Is(err, s) {
 			return ExitUsage

@@ -3,25 +3,25 @@
 package datapath
 
 import (
-	"errors"
-
+	"github.com/tierwall/tierwall/internal/errdefs"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Sentinel errors; callers test them with errors.Is. Each is wrapped with
-// the detail of what was being done.
+// the detail of what was being done. They are defined in errdefs so that
+// the CLI maps them to exit codes without importing the data plane.
 var (
 	// ErrTableFull means a rule table has no room for another entry.
-	ErrTableFull = errors.New("table full")
+	ErrTableFull = errdefs.ErrTableFull
 	// ErrNotAttached means no pinned tierwall state exists for the interface.
-	ErrNotAttached = errors.New("not attached")
+	ErrNotAttached = errdefs.ErrNotAttached
 	// ErrNoInterface means the named network interface does not exist.
-	ErrNoInterface = errors.New("no such interface")
+	ErrNoInterface = errdefs.ErrNoInterface
 	// ErrIncompatible means pinned state exists but cannot be re-adopted as
 	// asked (another layout, capacity or attach mode).
-	ErrIncompatible = errors.New("pinned state incompatible")
+	ErrIncompatible = errdefs.ErrIncompatible
 	// ErrNoRule means a rule to delete does not exist.
-	ErrNoRule = errors.New("no such rule")
+	ErrNoRule = errdefs.ErrNoRule
 	// ErrInvalid means the caller passed a value that cannot be a rule; it
 	// is the project-wide usage error of package rule.
 	ErrInvalid = rule.ErrInvalid
