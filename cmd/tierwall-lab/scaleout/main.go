@@ -34,11 +34,11 @@ import (
 	"github.com/tierwall/tierwall/internal/testbed/eval"
 )
 
-var netns string
-
 func main() { cli.Main(newRoot()) }
 
 func newRoot() *cobra.Command {
+	// Each root its own -n: the test runs two commands at once.
+	var netns string
 	root := cli.NewRoot("tierwall-scaleout", "network mode over NATS JetStream: collectors, detectors, the measurement", &netns)
 	root.AddCommand(newCollect(), newDetect(), newEval())
 	return root
