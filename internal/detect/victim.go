@@ -624,15 +624,26 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 	if g := v.Groups.Lookup(victim); g != nil && g.PPS > 0 {
 		limit = g.PPS // the group's threshold, learned baseline or not
 	}
-	if offered < limit {
+	// A victim attacked before its baseline was learned has none to
+	// withdraw against (attacked intervals teach nothing), and its own
+	// clients' load above MinPPS held a flood's rate-limit in force for
+	// good after the flood. Its flow rules report what they drop: none
+	// dropping anything is the flood gone. (Source bans' drops are not
+	// in Dropped, so a mitigation with bans keeps the rate test.)
+	unlearnedQuiet := !s.learned(c.LearnIntervals) && in.Dropped[victim] == 0 && onlyFlowRules(at.active)
+	if offered < limit || unlearnedQuiet {
 		at.quiet++
 	} else {
 		at.quiet = 0
 	}
 	if at.quiet >= c.WithdrawAfter {
+		why := fmt.Sprintf("offered %.0f pps (passed + dropped) under %.0f for %d intervals", offered, limit, at.quiet)
+		if offered >= limit {
+			why = fmt.Sprintf("its flow rules dropped nothing for %d intervals (no baseline learned: attacked since it was first seen; offered %.0f pps)", at.quiet, offered)
+		}
 		for _, m := range at.active {
 			dec.Withdraw = append(dec.Withdraw, Withdrawal{ID: m.ID, Victim: victim, Rung: m.Rung, OfferedPPS: offered,
-				Reason: fmt.Sprintf("attack on %s over: offered %.0f pps (passed + dropped) under %.0f for %d intervals", victim, offered, limit, at.quiet)})
+				Reason: fmt.Sprintf("attack on %s over: %s", victim, why)})
 		}
 		s.attack = nil
 		v.attacks--
@@ -686,6 +697,16 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 	at.hot = 0
 	at.active = append(at.active, m)
 	dec.Apply = append(dec.Apply, m)
+}
+
+// onlyFlowRules reports whether every mitigation of ms is flow rules.
+func onlyFlowRules(ms []Mitigation) bool {
+	for _, m := range ms {
+		if m.Rung != RungFlowRule {
+			return false
+		}
+	}
+	return len(ms) > 0
 }
 
 // uncovered are the rules of rs that no flow rule of ms already matches

@@ -900,3 +900,29 @@ func TestVictimNewVectorAfterRateLimit(t *testing.T) {
 		t.Fatalf("second mitigation %v (%s), want a UDP port 9 rule for the new vector", got[1].Rules, got[1].Reason)
 	}
 }
+
+// A flood from the first interval, before the victim's baseline is
+// learned, over a victim whose clients alone are above MinPPS: once the
+// flood stops, its flow rule drops nothing and is withdrawn, not held in
+// force for good by the clients' own load.
+func TestVictimUnlearnedWithdrawsWhenRulesDropNothing(t *testing.T) {
+	s := newSim(t, VictimConfig{})
+	udp := spoofed(6, netip.MustParsePrefix("0.0.0.0/0"), clients, 100000, victimA, 17, 9, 2, false)
+	applied := 0
+	for range 4 {
+		applied += len(s.step(s.regularClients, udp).Apply)
+	}
+	if applied == 0 {
+		t.Fatal("the flood from the first interval was never met")
+	}
+	for i := 1; i <= 12; i++ {
+		if dec := s.step(s.regularClients); len(dec.Withdraw) > 0 {
+			t.Logf("withdrawn %d intervals after the flood: %s", i, dec.Withdraw[0].Reason)
+			if len(s.active) != 0 {
+				t.Fatalf("%d mitigations left", len(s.active))
+			}
+			return
+		}
+	}
+	t.Fatalf("the flood's mitigation still in force 12 intervals after it stopped (%d active)", len(s.active))
+}
