@@ -658,8 +658,10 @@ api: {socket: %s}
 		watchedBase = &demo.Load{Rate: p.clientRate(sc)}
 		go watchedBase.Run(bctx, lab.NSInet, url, clients[:1])
 	}
+	var warmFrom time.Time // the warm-up flood's start
 	if sc.Warmup > 0 {
 		wstart := time.Now()
+		warmFrom = wstart
 		if _, err := flood(bctx, lab.IfInet, sc.Warmup, floodRate, nil); err != nil && bctx.Err() == nil {
 			return row, fmt.Errorf("warm-up flood: %w", err)
 		}
@@ -964,6 +966,9 @@ api: {socket: %s}
 	for _, e := range events {
 		if attackFrom.IsZero() {
 			attackFrom = start
+		}
+		if !warmFrom.IsZero() && !e.Time.Before(warmFrom) && e.Time.Before(start) {
+			continue // the warm-up flood's answer and its withdrawal
 		}
 		if e.Time.Before(attackFrom) {
 			// Clients alone: anything the daemon put in force then
