@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -100,8 +101,11 @@ type Consumer struct {
 
 	msgs, aggs, malformed, wrongTick, misrouted, invalid, untracked atomic.Uint64
 
-	mu   sync.Mutex
-	seen map[string]*CollectorSeen
+	mu        sync.Mutex
+	seen      map[string]*CollectorSeen
+	last      map[string]map[int]int64 // collector → partition → tick
+	complete  int64
+	completed chan int64
 }
 
 // Consume subscribes to cfg.Owned and merges every message into det
@@ -123,7 +127,8 @@ func Consume(ctx context.Context, nc *nats.Conn, cfg DetectorConfig, det *teleme
 	if _, err := EnsureStream(ctx, js, cfg.Stream); err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, det: det, log: log, seen: map[string]*CollectorSeen{}}
+	c := &Consumer{cfg: cfg, det: det, log: log, seen: map[string]*CollectorSeen{},
+		last: map[string]map[int]int64{}, completed: make(chan int64, 1)}
 	for _, p := range cfg.Owned {
 		oc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{Subject(cfg.Stream.Subject, p)}, DeliverPolicy: jetstream.DeliverNewPolicy}
 		if cfg.Replay > 0 {
@@ -169,7 +174,7 @@ func (c *Consumer) handle(part int, data []byte) {
 		}
 		return
 	}
-	c.saw(b.Collector, time.Unix(0, b.Tick*int64(b.TickLen)))
+	c.saw(part, b.Collector, b.Tick, b.TickLen)
 	// Every aggregate must belong here: one routed elsewhere would split
 	// a destination's traffic between two detectors.
 	as := b.Aggregates[:0]
@@ -188,8 +193,10 @@ func (c *Consumer) handle(part int, data []byte) {
 	c.aggs.Add(uint64(len(as)))
 }
 
-// saw records that collector reported tick.
-func (c *Consumer) saw(collector string, tick time.Time) {
+// saw records that collector reported tick to part, and signals
+// Completed when every collector heard from lately has now reported a
+// later tick to every partition owned.
+func (c *Consumer) saw(part int, collector string, tick int64, tickLen time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.seen[collector]
@@ -200,12 +207,59 @@ func (c *Consumer) saw(collector string, tick time.Time) {
 		}
 		s = &CollectorSeen{Name: collector}
 		c.seen[collector] = s
+		c.last[collector] = map[int]int64{}
 	}
 	s.Messages++
-	if tick.After(s.LastTick) {
-		s.LastTick = tick
+	if at := time.Unix(0, tick*int64(tickLen)); at.After(s.LastTick) {
+		s.LastTick = at
+	}
+	last := c.last[collector]
+	if tick <= last[part] {
+		return
+	}
+	last[part] = tick
+	if done := c.completeLocked(); done > c.complete {
+		c.complete = done
+		select {
+		case c.completed <- done:
+		default:
+		}
 	}
 }
+
+// completeLocked is the latest tick every live collector (one that
+// reported within quietAfter of the latest) has reported to every
+// partition owned; 0 while one has not.
+func (c *Consumer) completeLocked() int64 {
+	var latest time.Time
+	for _, s := range c.seen {
+		if s.LastTick.After(latest) {
+			latest = s.LastTick
+		}
+	}
+	done := int64(math.MaxInt64)
+	for name, s := range c.seen {
+		if latest.Sub(s.LastTick) > quietAfter {
+			continue
+		}
+		for _, p := range c.cfg.Owned {
+			done = min(done, c.last[name][p])
+		}
+	}
+	if done == math.MaxInt64 {
+		return 0
+	}
+	return done
+}
+
+// quietAfter is how far behind the latest tick a collector is quiet.
+const quietAfter = time.Second
+
+// Completed signals a tick that every live collector has reported to
+// every partition owned: judged at once, its records are judged as
+// early as in one process, plus the bus, instead of waiting for the
+// detector's own tick. One signal is held; more wait for it to be read.
+func (c *Consumer) Completed() <-chan int64 { return c.completed }
 
 // Collectors lists the collectors heard from, by name.
 func (c *Consumer) Collectors() []CollectorSeen {

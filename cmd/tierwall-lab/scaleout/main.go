@@ -186,36 +186,51 @@ func newDetect() *cobra.Command {
 			usr1 := make(chan os.Signal, 1)
 			signal.Notify(usr1, syscall.SIGUSR1)
 			quiet := map[string]bool{}
+			tick := det.Config().Tick
+			var judged int64 // the tick last judged in
 			for {
+				var now time.Time
 				select {
 				case <-ctx.Done():
 					return nil
 				case <-usr1:
 					p.print(map[string]any{"stats": cons.Stats(), "collectors": cons.Collectors(), "untracked_records": det.Untracked()})
-				case <-tk.C:
-					started, ended := det.Judge(time.Now())
-					for _, a := range started {
-						p.print(map[string]any{"started": a})
+					continue
+				case <-cons.Completed():
+					// Every collector has reported the tick just ended:
+					// judge now rather than at this detector's own tick.
+					now = time.Now()
+				case now = <-tk.C:
+					// The fallback, when a collector is late; not twice in
+					// a tick.
+					if now.UnixNano()/int64(tick) <= judged {
+						continue
 					}
-					for _, a := range ended {
-						p.print(map[string]any{"ended": a})
-					}
-					// A collector silent for a second while others report:
-					// its routers' share is missing from every rate.
-					now := map[string]bool{}
-					for _, n := range cons.Quiet(time.Second) {
-						now[n] = true
-						if !quiet[n] {
-							p.print(map[string]any{"collector_quiet": n})
-						}
-					}
-					for n := range quiet {
-						if !now[n] {
-							p.print(map[string]any{"collector_back": n})
-						}
-					}
-					quiet = now
+					now = time.Now()
 				}
+				judged = now.UnixNano() / int64(tick)
+				started, ended := det.Judge(now)
+				for _, a := range started {
+					p.print(map[string]any{"started": a})
+				}
+				for _, a := range ended {
+					p.print(map[string]any{"ended": a})
+				}
+				// A collector silent for a second while others report: its
+				// routers' share is missing from every rate.
+				silent := map[string]bool{}
+				for _, n := range cons.Quiet(time.Second) {
+					silent[n] = true
+					if !quiet[n] {
+						p.print(map[string]any{"collector_quiet": n})
+					}
+				}
+				for n := range quiet {
+					if !silent[n] {
+						p.print(map[string]any{"collector_back": n})
+					}
+				}
+				quiet = silent
 			}
 		},
 	}
