@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -119,4 +120,12 @@ func TestCollectorOverUDP(t *testing.T) {
 		t.Errorf("publisher %+v: lost messages", ps)
 	}
 	t.Logf("detected %v after the first record; publisher %+v", attacks[0].Detected.Sub(attacks[0].FirstRecord), ps)
+}
+
+func TestOwnedPartitionsOnce(t *testing.T) {
+	c := DetectorConfig{Partitioner: Partitioner{N: 8}, Owned: []int{3, 1, 3, 2, 1}}
+	c.defaults()
+	if want := []int{1, 2, 3}; !slices.Equal(c.Owned, want) {
+		t.Errorf("owned %v, want %v", c.Owned, want)
+	}
 }

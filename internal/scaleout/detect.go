@@ -50,6 +50,8 @@ func (c *DetectorConfig) defaults() {
 			c.Owned = append(c.Owned, i)
 		}
 	}
+	// A partition named twice would be consumed twice, and counted twice.
+	c.Owned = slices.Compact(slices.Sorted(slices.Values(c.Owned)))
 	if c.Replay == 0 {
 		c.Replay = 2 * time.Second
 	}
