@@ -21,7 +21,8 @@ import (
 // PublisherConfig configures the publishing side of a collector; zero
 // fields take the defaults in parentheses.
 type PublisherConfig struct {
-	// Name identifies the collector in its messages (its host name).
+	// Name identifies the collector in its messages (its host name):
+	// unique per collector, since detectors track collectors by it.
 	Name string
 	// TickLen is the tick the aggregates are counted in (the Partial's,
 	// 100ms); a detector refuses messages of another.
@@ -62,8 +63,8 @@ func (c *PublisherConfig) defaults() {
 
 // PublisherStats are the publisher's counters.
 type PublisherStats struct {
-	// Aggregates and Messages were handed to NATS; Acked messages were
-	// stored by the stream.
+	// Aggregates were queued for publishing, Messages handed to NATS;
+	// Acked messages were stored by the stream.
 	Aggregates, Messages, Acked uint64
 	// Dropped aggregates (and DroppedMessages) found the queue full;
 	// Errors are publishes the server refused or never acknowledged.

@@ -55,7 +55,7 @@ func (c *common) flags(cmd *cobra.Command) {
 	host, _ := os.Hostname()
 	cmd.Flags().StringVar(&c.file, "config", "/etc/tierwall/tierwall.yaml", "tierwall.yaml with the telemetry section")
 	cmd.Flags().StringVar(&c.url, "nats", "nats://127.0.0.1:4222", "the NATS server (JetStream enabled)")
-	cmd.Flags().StringVar(&c.name, "name", host, "this process's name in its messages and in the server's connections")
+	cmd.Flags().StringVar(&c.name, "name", host, "this process's name in its messages and the server's connections: unique per collector (detectors track collectors by it)")
 	cmd.Flags().IntVar(&c.partitions, "partitions", 16, "partitions of the destinations: the same in every collector and detector")
 	cmd.Flags().StringVar(&c.stream.Name, "stream", "TIERWALL_AGGREGATES", "the JetStream stream")
 	cmd.Flags().StringVar(&c.stream.Subject, "subject", "tierwall.aggregates", "the prefix of the stream's subjects, one per partition")
