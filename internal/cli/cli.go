@@ -14,9 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/errdefs"
-	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/tier"
 )
 
@@ -39,10 +37,12 @@ func Usage(err error) error { return UsageError{err} }
 // ExitCode maps err to the process exit code.
 func ExitCode(err error) int {
 	// The data plane's sentinels come from errdefs, where datapath
-	// defines them, so that this package does not link the data plane.
-	for _, s := range []error{rule.ErrInvalid, errdefs.ErrTableFull, errdefs.ErrNoInterface,
+	// defines them, so that this package does not link the data plane;
+	// errdefs.ErrInvalid is also every layer's ErrInvalid (rule, tier,
+	// config).
+	for _, s := range []error{errdefs.ErrInvalid, errdefs.ErrTableFull, errdefs.ErrNoInterface,
 		errdefs.ErrNotAttached, errdefs.ErrNoRule, errdefs.ErrIncompatible,
-		tier.ErrInvalid, tier.ErrTableFull, tier.ErrNoRule, config.ErrInvalid} {
+		tier.ErrTableFull, tier.ErrNoRule} {
 		if errors.Is(err, s) {
 			return ExitUsage
 		}
@@ -88,7 +88,7 @@ func Parent(use, short, subs string) *cobra.Command {
 func EnterNetns(name string) error {
 	f, err := os.Open("/run/netns/" + name)
 	if err != nil {
-		return fmt.Errorf("%w: network namespace %q: %v", rule.ErrInvalid, name, err)
+		return fmt.Errorf("%w: network namespace %q: %v", errdefs.ErrInvalid, name, err)
 	}
 	defer f.Close()
 	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {

@@ -18,11 +18,13 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tierwall/tierwall/internal/errdefs"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // ErrInvalid wraps every configuration error.
-var ErrInvalid = errors.New("invalid configuration")
+// It is errdefs.ErrInvalid to errors.Is, as the CLI's exit code needs.
+var ErrInvalid = errdefs.Invalid("invalid configuration")
 
 // Config is the daemon's configuration.
 type Config struct {

@@ -36,8 +36,9 @@ func (e *FieldError) Error() string {
 	return b.String()
 }
 
-// Is makes every FieldError an ErrInvalid for errors.Is.
-func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+// Is makes every FieldError an ErrInvalid (and so errdefs.ErrInvalid) for
+// errors.Is.
+func (e *FieldError) Is(target error) bool { return errors.Is(ErrInvalid, target) }
 
 // Errors is every structural error found in one file, in file order: a
 // typo and a bad duration are reported together, not one per attempt.
@@ -51,7 +52,7 @@ func (es Errors) Error() string {
 	return strings.Join(s, "\n")
 }
 
-func (es Errors) Is(target error) bool { return target == ErrInvalid }
+func (es Errors) Is(target error) bool { return errors.Is(ErrInvalid, target) }
 
 // Unwrap lets errors.As find each FieldError.
 func (es Errors) Unwrap() []error {

@@ -4,7 +4,6 @@ package datapath
 
 import (
 	"github.com/tierwall/tierwall/internal/errdefs"
-	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Sentinel errors; callers test them with errors.Is. Each is wrapped with
@@ -23,6 +22,6 @@ var (
 	// ErrNoRule means a rule to delete does not exist.
 	ErrNoRule = errdefs.ErrNoRule
 	// ErrInvalid means the caller passed a value that cannot be a rule; it
-	// is the project-wide usage error of package rule.
-	ErrInvalid = rule.ErrInvalid
+	// is the project-wide usage error (rule.ErrInvalid).
+	ErrInvalid = errdefs.ErrInvalid
 )

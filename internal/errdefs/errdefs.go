@@ -9,6 +9,23 @@ package errdefs
 
 import "errors"
 
+// ErrInvalid is the project's usage error: a value that cannot be a rule,
+// an address, a prefix, an option or a configuration. Every layer wraps it,
+// directly or through a sentinel of its own made by Invalid, so the CLI
+// tells bad input (exit code 2) from failures with one errors.Is.
+var ErrInvalid = errors.New("invalid argument")
+
+// Invalid returns a package's own invalid-input sentinel: it reads as msg
+// ("invalid configuration"), so messages name the layer that refused, and
+// errors.Is finds ErrInvalid through it, so callers need not know every
+// layer's sentinel.
+func Invalid(msg string) error { return &invalid{msg} }
+
+type invalid struct{ msg string }
+
+func (e *invalid) Error() string { return e.msg }
+func (e *invalid) Unwrap() error { return ErrInvalid }
+
 // The data plane's conditions (internal/datapath and its stages).
 var (
 	// ErrTableFull means a rule table has no room for another entry.

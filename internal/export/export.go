@@ -10,19 +10,20 @@
 package export
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/errdefs"
 	"github.com/tierwall/tierwall/internal/export/ipfix"
 	"github.com/tierwall/tierwall/internal/flowprobe"
 )
 
 // ErrInvalid reports a configuration the exporter cannot work with.
-var ErrInvalid = errors.New("invalid flow export configuration")
+// It is errdefs.ErrInvalid to errors.Is.
+var ErrInvalid = errdefs.Invalid("invalid flow export configuration")
 
 // Defaults of Config.
 const (

@@ -6,17 +6,19 @@ package rule
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"strings"
+
+	"github.com/tierwall/tierwall/internal/errdefs"
 )
 
-// ErrInvalid is the project's usage error: a value that cannot be a rule,
-// an address, a prefix or an option. Every layer wraps it, so the CLI
-// tells bad input (exit code 2) from failures with errors.Is.
-var ErrInvalid = errors.New("invalid argument")
+// ErrInvalid is the project's usage error (errdefs.ErrInvalid): a value
+// that cannot be a rule, an address, a prefix or an option. Every layer
+// wraps it, so the CLI tells bad input (exit code 2) from failures with
+// errors.Is.
+var ErrInvalid = errdefs.ErrInvalid
 
 // Parse turns "192.0.2.1", "2001:db8::1", "198.51.100.0/24" or
 // "2001:db8::/32" into a prefix, refusing anything CheckPrefix refuses.

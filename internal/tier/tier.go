@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/errdefs"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -27,7 +28,8 @@ var (
 	ErrUnsupported   = errors.New("not supported by this NIC")
 	ErrNotInHardware = errors.New("rule did not reach hardware")
 	ErrNoRule        = errors.New("no such hardware rule")
-	ErrInvalid       = errors.New("invalid hardware rule")
+	// ErrInvalid is errdefs.ErrInvalid to errors.Is, worded for the NIC.
+	ErrInvalid = errdefs.Invalid("invalid hardware rule")
 )
 
 // Match is what a rule matches. A source rule sets Src only; a flow rule

@@ -10,10 +10,10 @@ package ipfix
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/errdefs"
 	"github.com/tierwall/tierwall/internal/flowprobe"
 )
 
@@ -47,7 +47,8 @@ func ParseFormat(s string) (Format, error) {
 }
 
 // ErrInvalid reports options an encoder cannot work with.
-var ErrInvalid = errors.New("invalid export options")
+// It is errdefs.ErrInvalid to errors.Is.
+var ErrInvalid = errdefs.Invalid("invalid export options")
 
 // Template IDs: a uniflow and a biflow template per address family, so a
 // collector that cached one never reads the other's records with it.
