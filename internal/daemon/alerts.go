@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ import (
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/detect"
 	"github.com/tierwall/tierwall/internal/mitigate"
+	"github.com/tierwall/tierwall/internal/telemetry"
 )
 
 // Alerting: each interval, the detections and the victim detector's
@@ -53,6 +55,9 @@ type alerting struct {
 	netns    netns.NsHandle            // the loop's network namespace
 	pkts     map[string][]alert.Packet // by attack ID, while it runs
 	top      topScratch
+	// net are network mode's attacks while they are on, by network
+	// mode's ID (alertNetwork); only the loop touches them.
+	net map[string]*netAlert
 }
 
 // openAlerts opens the attack log in the state file's directory, takes
@@ -68,11 +73,27 @@ func (d *Daemon) openAlerts() error {
 	if err != nil {
 		return fmt.Errorf("finding the daemon's network namespace: %w", err)
 	}
-	a := &alerting{cfg: c, log: lg, pkts: map[string][]alert.Packet{}, netns: ns, tracker: alert.Tracker{EndAfter: c.EndAfter}}
+	a := &alerting{cfg: c, log: lg, pkts: map[string][]alert.Packet{}, netns: ns, tracker: alert.Tracker{EndAfter: c.EndAfter},
+		net: map[string]*netAlert{}}
 	a.notify = alert.NewNotifier(a.notifierConfig(), d.log)
 	if rs, err := lg.List(); err == nil {
 		for _, r := range rs {
-			if r.Active() {
+			switch {
+			case !r.Active():
+			case isNetworkReport(r):
+				// Network mode keeps no state across a restart: its
+				// detector starts afresh and would name the attack again
+				// under a new ID, and the host tracker would keep this
+				// one open on its victim. It ends here, and says so.
+				now := time.Now()
+				r.Event, r.Ended, r.Updated = alert.EventEnd, now, now
+				r.Duration = now.Sub(r.Started).Seconds()
+				r.Reason = "ended by a restart of the daemon (network mode keeps no state across one); " + r.Reason
+				if err := lg.Append(r); err != nil {
+					d.log.Warn("attack log", "error", err)
+				}
+				a.notify.Notify(r)
+			default:
 				a.tracker.Restore(r)
 			}
 		}
@@ -593,4 +614,219 @@ func (d *Daemon) AttackPcap(ctx context.Context, id string) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrNotFound, err)
 	}
 	return p, err
+}
+
+// Network mode's attacks (telemetry.go) go through the same alert path
+// as host mode's: a report of the same shape in the attack log, to the
+// webhooks and the exec hook, and an "attack" event. Its detector, not
+// the host tracker, says when an attack starts and ends, so the reports
+// are made here: start when the feed names the attack (with what was
+// announced for it in the same tick), escalation when an upstream action
+// is announced or withdrawn while it is on, end when the feed shows it
+// over (listing what was withdrawn). A report says:
+//   - detectors: "network:KIND" for each kind over its threshold;
+//   - victim: the attacked address (absent for a carpet bombing, whose
+//     prefixes are in reason);
+//   - reason: network mode's ID, the victim, the host group, the kinds,
+//     the rates at detection, then what was announced or withdrawn;
+//   - rung: "flowspec" or "rtbh", the highest upstream action announced;
+//   - flow_rules: the upstream actions announced, "flowspec RULE" and
+//     "rtbh PREFIX [communities ...]";
+//   - peak_pps, peak_bps: the feed's, scaled by sampling.
+// In dry-run and monitor modes (or without BGP) nothing is announced:
+// the reports have no rung and say in reason what would be.
+
+// netAlert is a network attack's report while it is on, and the upstream
+// actions (announced, or in dry-run planned) its last report listed.
+type netAlert struct {
+	r  alert.Report
+	up []string
+	// about is the reason's first part, what the feed named at the
+	// start; each report adds what changed upstream to it.
+	about string
+}
+
+// netDetector prefixes the detectors of a network attack's report.
+const netDetector = "network:"
+
+func isNetworkReport(r alert.Report) bool {
+	return slices.ContainsFunc(r.Detectors, func(d string) bool { return strings.HasPrefix(d, netDetector) })
+}
+
+// netReportID names a network attack's report as the tracker names host
+// mode's, by its start, so that the log sorts by time, with network
+// mode's ID after it: that ID restarts from 1 with the daemon and would
+// otherwise overwrite an earlier run's attack in the log. It is kept to
+// the characters the log takes for a file name.
+func netReportID(a telemetry.Attack) string {
+	id := []byte(a.Detected.UTC().Format("20060102T150405.000Z") + "-" + a.ID)
+	for i, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.' || c == '-') {
+			id[i] = '.'
+		}
+	}
+	return string(id[:min(len(id), 64)])
+}
+
+// upstreamKey is how an upstream action reads in a report.
+func upstreamKey(u telemetry.Upstream) string {
+	s := string(u.Kind) + " " + upstreamText(u)
+	if cs := slices.Concat(u.Communities.Standard, u.Communities.Large); len(cs) > 0 {
+		s += " communities " + strings.Join(cs, ",")
+	}
+	return s
+}
+
+// alertNetwork turns one tick of network mode into reports. announcing
+// says whether the plan's routes go upstream (enforce, BGP on, not
+// rails.monitor_only); failed that announcing them failed this tick, when
+// what is upstream is unknown and the reports keep what they said. It
+// runs on the loop (network mode reports through Do), as alertStep does.
+func (d *Daemon) alertNetwork(c telemetry.Change, announcing, failed bool, mode telemetry.Mode) {
+	a := d.alerts
+	if a == nil {
+		return
+	}
+	send := func(n *netAlert) {
+		r := &n.r
+		r.Updated = c.Now
+		r.Duration = max(c.Now.Sub(r.Started), 0).Seconds()
+		if err := a.log.Append(*r); err != nil {
+			d.event(c.Now, "error", netip.Prefix{}, "attack log: %v", err)
+		}
+		a.notify.Notify(*r)
+		d.event(c.Now, "attack", victimPrefix(r.Victim), "%s %s: %v, rung %q, peak %.0f pps", r.ID, r.Event, r.Detectors, r.Rung, r.PeakPPS)
+	}
+	// describe names what changed upstream since n's last report.
+	describe := func(n *netAlert, now []string) string {
+		var added, gone []string
+		for _, s := range now {
+			if !slices.Contains(n.up, s) {
+				added = append(added, s)
+			}
+		}
+		for _, s := range n.up {
+			if !slices.Contains(now, s) {
+				gone = append(gone, s)
+			}
+		}
+		var parts []string
+		switch {
+		case !announcing && len(added) > 0:
+			parts = append(parts, fmt.Sprintf("would announce (%s, or no BGP): %s", mode, strings.Join(added, "; ")))
+		case len(added) > 0:
+			parts = append(parts, "announced upstream: "+strings.Join(added, "; "))
+		}
+		if announcing && len(gone) > 0 {
+			parts = append(parts, "withdrawn upstream: "+strings.Join(gone, "; "))
+		}
+		return strings.Join(parts, "; ")
+	}
+	plan := map[string][]string{}
+	rung := map[string]string{}
+	for _, u := range c.Plan {
+		plan[u.Attack] = append(plan[u.Attack], upstreamKey(u))
+		if u.Kind == telemetry.UpRTBH || rung[u.Attack] == "" {
+			rung[u.Attack] = string(u.Kind)
+		}
+	}
+	started := map[string]bool{}
+	for _, at := range c.Started {
+		var ds []string
+		for _, k := range at.Kinds {
+			ds = append(ds, netDetector+k.String())
+		}
+		var victim netip.Addr
+		if !at.Carpet && len(at.Dst) == 1 && at.Dst[0].IsSingleIP() {
+			victim = at.Dst[0].Addr()
+		}
+		var dsts []string
+		for _, p := range at.Dst {
+			dsts = append(dsts, p.String())
+		}
+		what := "network attack"
+		if at.Carpet {
+			what = "network attack on the group's total (carpet bombing)"
+		}
+		if at.Monitor {
+			what += ", the group's action is monitor"
+		}
+		a.net[at.ID] = &netAlert{r: alert.Report{ID: netReportID(at), Event: alert.EventStart, Victim: victim, Started: at.Detected,
+			Detectors: ds, TopSources: []alert.Source{}, Bans: []netip.Prefix{}, FlowRules: []string{},
+			PeakPPS: at.PeakPPS, PeakBPS: at.PeakBPS},
+			about: fmt.Sprintf("%s %s on %s (host group %s): %s; %.0f pps, %.0f bit/s, %.0f flows/s at detection, %s after its first record",
+				what, at.ID, strings.Join(dsts, ","), dash(at.Group), kindNames(at.Kinds), at.PPS, at.BPS, at.FlowsPS,
+				at.Detected.Sub(at.FirstRecord).Round(time.Millisecond))}
+		a.net[at.ID].r.Reason = a.net[at.ID].about
+		started[at.ID] = true
+	}
+	ended := map[string]telemetry.Attack{}
+	for _, at := range c.Ended {
+		ended[at.ID] = at
+	}
+	for _, id := range slices.Sorted(func(yield func(string) bool) {
+		for id := range a.net {
+			if !yield(id) {
+				return
+			}
+		}
+	}) {
+		n := a.net[id]
+		base := n.about
+		if at, over := ended[id]; over {
+			n.r.Event, n.r.Ended = alert.EventEnd, at.Ended
+			if n.r.Ended.IsZero() {
+				n.r.Ended = c.Now
+			}
+			n.r.PeakPPS, n.r.PeakBPS = max(n.r.PeakPPS, at.PeakPPS), max(n.r.PeakBPS, at.PeakBPS)
+			n.r.Reason = base + "; over"
+			if announcing && !failed && len(n.up) > 0 {
+				n.r.Reason += "; upstream: withdrawn " + strings.Join(n.up, "; ")
+			}
+			send(n)
+			delete(a.net, id)
+			continue
+		}
+		if failed || !c.PlanChanged && !started[id] {
+			continue
+		}
+		now := plan[id]
+		change := describe(n, now)
+		if !started[id] && change == "" {
+			continue
+		}
+		if !started[id] {
+			n.r.Event = alert.EventEscalation
+		}
+		if change != "" {
+			base += "; upstream: " + change
+		}
+		n.r.Reason = base
+		if announcing {
+			// The rung is the highest action taken, as host mode's.
+			if r := rung[id]; r == string(telemetry.UpRTBH) || n.r.Rung == "" {
+				n.r.Rung = r
+			}
+			n.r.FlowRules = append([]string{}, now...)
+		}
+		n.up = now
+		send(n)
+	}
+}
+
+// kindNames lists an attack's kinds for a reason.
+func kindNames(ks []telemetry.Kind) string {
+	var s []string
+	for _, k := range ks {
+		s = append(s, k.String())
+	}
+	return strings.Join(s, ",")
+}
+
+// dash is a name or "-" for none.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

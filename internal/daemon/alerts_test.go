@@ -5,19 +5,23 @@ package daemon
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/alert"
+	"github.com/tierwall/tierwall/internal/config"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/pkt"
+	tt "github.com/tierwall/tierwall/internal/telemetry/telemetrytest"
 )
 
 // fakeSampler is the data plane's drop sampler: what queue holds is what
@@ -277,5 +281,116 @@ func TestAttackPeakIsTheVictimsRate(t *testing.T) {
 			t.Logf("attack %+v", *a)
 		}
 		t.Fatalf("%d attacks; want one on 192.0.2.1 peaking at %d pps", len(as), 30*1050+10)
+	}
+}
+
+// A flood seen only in the routers' sFlow is notified as host mode's
+// attacks are: a start report to the webhook naming the victim, the host
+// group, the kind and the rates, with the FlowSpec and RTBH routes
+// announced for it (the group's communities on the RTBH); an end report
+// under the same ID once the feed shows it over, listing what was
+// withdrawn; both in the attack log. Network attacks were events and
+// metrics only.
+func TestNetworkAttackNotified(t *testing.T) {
+	url, hooks := webhookSink(t)
+	cfg := bgpConfig(t)
+	cfg.Alerts.Webhooks = []string{url}
+	cfg.HostGroups = []config.HostGroup{{Name: "customers", Prefixes: []string{"198.51.100.0/24"}}}
+	cfg.Telemetry = config.Telemetry{Enabled: true, Listen: []string{"127.0.0.1:0"},
+		Exporters:  []config.TelemetryExporter{{Address: "127.0.0.1"}},
+		Thresholds: map[string]config.TelemetryLimits{"all": {PPS: 50000}},
+		Groups: map[string]config.TelemetryGroup{"customers": {UplinkBPS: 1e9,
+			Communities: []string{"64600:666"}, LargeCommunities: []string{"4200000000:666:7"}}},
+		WithdrawAfter: 300 * time.Millisecond}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := bgpHarness(t, cfg)
+	t.Cleanup(h.d.closeAlerts)
+	t.Cleanup(h.d.closeTelemetry)
+	// Network mode reports through the loop: serve it.
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		for {
+			select {
+			case f := <-h.d.reqs:
+				f()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(h.d.tele.svc.Addrs()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	victim := netip.MustParseAddr("198.51.100.7")
+	// 40 samples at 1:10000 of 1400-byte memcached answers: 400k packets,
+	// 4.5 Gbit/s over the uplinks' 1 Gbit/s.
+	sf := tt.SFlow{Agent: netip.MustParseAddr("127.0.0.1")}
+	for range 40 {
+		sf.Flow(10000, tt.Packet{Src: netip.MustParseAddr("203.0.113.9"), Dst: victim, Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400})
+	}
+	if _, err := conn.Write(sf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	start := nextReport(t, hooks, alert.EventStart)
+	if start.Victim != victim || strings.Join(start.Detectors, ",") != "network:all" || start.PeakPPS < 50000 || start.PeakBPS <= 1e9 ||
+		!strings.Contains(start.Reason, "host group customers") || !strings.Contains(start.Reason, "198.51.100.7/32") {
+		t.Fatalf("start report %+v", start)
+	}
+	rtbh := "rtbh 198.51.100.7/32 communities 64600:666,4200000000:666:7"
+	flowspec := "flowspec dst 198.51.100.7/32 proto udp dport 80 sport 11211 length 1400-1400 drop"
+	if start.Rung != "rtbh" || !slices.Contains(start.FlowRules, rtbh) || !slices.Contains(start.FlowRules, flowspec) ||
+		!strings.Contains(start.Reason, "announced upstream: ") {
+		t.Errorf("start report: rung %q, upstream %q, reason %q; want both routes announced", start.Rung, start.FlowRules, start.Reason)
+	}
+	// No more samples: over after withdraw_after.
+	end := nextReport(t, hooks, alert.EventEnd)
+	if end.ID != start.ID || end.Ended.IsZero() || end.Victim != victim || !strings.Contains(end.Reason, "withdrawn") ||
+		!strings.Contains(end.Reason, rtbh) || end.PeakPPS < start.PeakPPS {
+		t.Errorf("end report %+v", end)
+	}
+	rs, err := h.d.alerts.log.List()
+	if err != nil || len(rs) != 1 || rs[0].ID != start.ID || rs[0].Event != alert.EventEnd {
+		t.Errorf("attack log: %+v %v", rs, err)
+	}
+	if !hasEventLocked(h.d, "attack", start.ID+" start") || !hasEventLocked(h.d, "attack", start.ID+" end") {
+		t.Error("no attack events for the network attack")
+	}
+}
+
+// hasEventLocked is hasEvent for a daemon whose loop is served by another
+// goroutine.
+func hasEventLocked(d *Daemon, kind, substr string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return hasEvent(d, kind, substr)
+}
+
+// A network attack the log still has open when the daemon starts is
+// ended, not handed to the host tracker: network mode starts afresh and
+// would name it again under a new ID.
+func TestNetworkAttackEndedAtRestart(t *testing.T) {
+	cfg := testConfig(t)
+	lg, err := alert.OpenLog(filepath.Dir(cfg.StateFile), cfg.Alerts.LogMaxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := alert.Report{ID: "20261128T170000.000Z-net-1-198.51.100.7", Event: alert.EventStart, Victim: netip.MustParseAddr("198.51.100.7"),
+		Started: t0.Add(-time.Minute), Detectors: []string{"network:udp"}, TopSources: []alert.Source{}, Bans: []netip.Prefix{}, FlowRules: []string{}}
+	if err := lg.Append(open); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cfg, false)
+	t.Cleanup(h.d.closeAlerts)
+	if n := len(h.d.alerts.tracker.Active()); n != 0 {
+		t.Errorf("%d attacks restored into host mode's tracker", n)
+	}
+	rs, err := h.d.alerts.log.List()
+	if err != nil || len(rs) != 1 || rs[0].Event != alert.EventEnd || rs[0].Ended.IsZero() || !strings.Contains(rs[0].Reason, "restart") {
+		t.Errorf("attack log: %+v %v", rs, err)
 	}
 }

@@ -170,7 +170,8 @@ func upstreamRoutes(plan []telemetry.Upstream) ([]bgp.Route, error) {
 func (d *Daemon) telemetryChanged(c telemetry.Change) {
 	var announced []bgp.Route
 	var aerr error
-	if c.PlanChanged && d.tele.merged != nil && d.tele.announce {
+	announcing := d.tele.merged != nil && d.tele.announce
+	if c.PlanChanged && announcing {
 		var perr error
 		announced, perr = upstreamRoutes(c.Plan)
 		_, aerr = d.tele.merged.announceExtra(announced)
@@ -184,13 +185,15 @@ func (d *Daemon) telemetryChanged(c telemetry.Change) {
 		for _, a := range c.Ended {
 			d.event(c.Now, "telemetry", firstPrefix(a.Dst), "network attack %s on %v over (peak %.0f pps, %.0f bit/s)", a.ID, a.Dst, a.PeakPPS, a.PeakBPS)
 		}
+		// Notifications, as host mode's attacks get them.
+		d.alertNetwork(c, announcing, aerr != nil, d.tele.mode)
 		if !c.PlanChanged {
 			return
 		}
 		switch {
 		case aerr != nil:
 			d.event(c.Now, "error", netip.Prefix{}, "telemetry: announcing %d routes: %v", len(announced), aerr)
-		case d.tele.merged != nil && d.tele.announce:
+		case announcing:
 			d.event(c.Now, "telemetry", netip.Prefix{}, "upstream: %d routes announced for network attacks", len(announced))
 		default:
 			for _, u := range c.Plan {
