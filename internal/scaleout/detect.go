@@ -98,8 +98,10 @@ type CollectorSeen struct {
 type Consumer struct {
 	cfg DetectorConfig
 	det *telemetry.Detector
-	log *slog.Logger
-	ccs []jetstream.ConsumeContext
+	// tick is the detector's, read once: it never changes.
+	tick time.Duration
+	log  *slog.Logger
+	ccs  []jetstream.ConsumeContext
 
 	msgs, aggs, malformed, wrongTick, misrouted, invalid, untracked atomic.Uint64
 
@@ -129,7 +131,7 @@ func Consume(ctx context.Context, nc *nats.Conn, cfg DetectorConfig, det *teleme
 	if _, err := EnsureStream(ctx, js, cfg.Stream); err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, det: det, log: log, seen: map[string]*CollectorSeen{},
+	c := &Consumer{cfg: cfg, det: det, tick: det.Config().Tick, log: log, seen: map[string]*CollectorSeen{},
 		last: map[string]map[int]int64{}, completed: make(chan int64, 1)}
 	for _, p := range cfg.Owned {
 		oc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{Subject(cfg.Stream.Subject, p)}, DeliverPolicy: jetstream.DeliverNewPolicy}
@@ -169,10 +171,10 @@ func (c *Consumer) handle(part int, data []byte) {
 		}
 		return
 	}
-	if b.TickLen != c.det.Config().Tick {
+	if b.TickLen != c.tick {
 		if c.wrongTick.Add(1) == 1 {
 			c.log.Warn("scaleout: aggregates of another tick length", "collector", b.Collector,
-				"tick", b.TickLen, "ours", c.det.Config().Tick)
+				"tick", b.TickLen, "ours", c.tick)
 		}
 		return
 	}

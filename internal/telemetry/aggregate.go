@@ -328,4 +328,8 @@ func (d *Detector) Rates(dst netip.Addr) map[Kind]Limits {
 
 // Config is the detector's configuration with the defaults filled in
 // (collectors and detectors of one deployment must share Tick).
-func (d *Detector) Config() DetectorConfig { return d.cfg }
+func (d *Detector) Config() DetectorConfig {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg
+}
