@@ -412,29 +412,34 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 	return rows, nil
 }
 
-func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []netip.Addr) (_ SpoofRow, err error) {
-	if sc.SpoofClient {
-		sc.Spoof = netip.PrefixFrom(clients[0], 32)
-	}
-	row := SpoofRow{Scenario: sc, Interval: p.Interval.Seconds(), DetectIntervals: -1}
-	// Everything through the host's XDP: the NIC stage forwards.
+// attachWireNIC attaches the lab's NIC stage in wire mode: everything
+// goes through to the host's XDP. With syn, also the card's transmit
+// side (egress, nil without). close detaches both.
+func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err error) {
 	var nic *nicstage.Table
 	if err := inNS(lab.NSNic, -1, func() error {
 		var e error
 		nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: nicstage.Wire})
 		return e
 	}); err != nil {
-		return row, err
+		return nil, nil, err
+	}
+	detach = func() error {
+		if egress != nil {
+			egress.Close()
+		}
+		nic.Close()
+		return inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
 	}
 	defer func() {
-		nic.Close()
-		err = errors.Join(err, inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") }))
+		if err != nil {
+			err = errors.Join(err, detach())
+		}
 	}()
 	if err := pinNIC(); err != nil {
-		return row, err
+		return nil, nil, err
 	}
-	var egress *nicstage.Egress
-	if sc.SYN {
+	if syn {
 		// The card's transmit side: the cookie SYN-ACKs XDP sends back
 		// to the flood's spoofed sources leave for the internet (dropped
 		// at the NIC's host port, counted), the clients' go on to the
@@ -448,41 +453,115 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 			egress, e = nicstage.AttachEgress(ifc.Index, []netip.Prefix{lab.Net4, lab.Net6})
 			return e
 		}); err != nil {
-			return row, fmt.Errorf("the NIC's transmit side: %w", err)
+			return nil, nil, fmt.Errorf("the NIC's transmit side: %w", err)
 		}
-		defer egress.Close()
 		// The card's transmit side is the card's work: on CPU 0, not
 		// on the host CPU whose XDP_TX woke it.
 		if err := pinNAPIFirst(lab.NSNic, lab.IfHPort, nicCPU); err != nil {
-			return row, fmt.Errorf("the NIC's transmit side: %w", err)
+			return nil, nil, fmt.Errorf("the NIC's transmit side: %w", err)
 		}
 	}
+	return egress, detach, nil
+}
+
+// spoofFlooder runs a scenario's generators from the internet's side.
+type spoofFlooder struct {
+	sc               SpoofScenario
+	inetMAC, hostMAC net.HardwareAddr
+	background       bool // the evaluation's background load is on
+}
+
+// run runs the generators out of iface for dur. began, if set, is told
+// when the first generator sends its first frame: the flood's start,
+// with the generators' set-up left out.
+func (f *spoofFlooder) run(ctx context.Context, iface string, dur time.Duration, rate uint64, began func(time.Time)) (uint64, error) {
+	ports := f.sc.SrcPorts
+	if len(ports) == 0 {
+		ports = []uint16{0}
+	}
+	var (
+		wg   sync.WaitGroup
+		sent atomic.Uint64
+		gmu  sync.Mutex
+		gerr error
+	)
+	var specs []trafgen.Spec
+	for i, sp := range ports {
+		spec := trafgen.Spec{Iface: iface, SrcMAC: [6]byte(f.inetMAC), DstMAC: [6]byte(f.hostMAC), Dst: f.sc.Dst, DstPort: f.sc.DstPort,
+			SrcPort: sp, SYN: f.sc.SYN, Spoof: f.sc.Spoof, Duration: dur, Seed: uint64(11 + i), Rate: rate / uint64(len(ports)), Started: began}
+		switch {
+		case f.sc.Sources > 0:
+			spec.Spoof = netip.Prefix{}
+			spec.Sources, spec.Dist, spec.Base = f.sc.Sources, trafgen.Uniform, f.sc.Spoof
+		case !f.sc.Spoof.IsValid():
+			// Reflectors all over IPv4 (the lab's host drops its
+			// ICMP answers to them: no route).
+			spec.Sources, spec.Dist, spec.Spread = f.sc.Reflectors, trafgen.Uniform, true
+			spec.Base = netip.MustParsePrefix("0.0.0.0/0")
+			spec.Seed = uint64(11 + i)
+		}
+		specs = append(specs, spec)
+	}
+	if f.sc.ThinSpoof.IsValid() {
+		specs = append(specs, trafgen.Spec{Iface: iface, SrcMAC: [6]byte(f.inetMAC), DstMAC: [6]byte(f.hostMAC), Dst: f.sc.Dst, DstPort: f.sc.DstPort,
+			SYN: f.sc.SYN, Spoof: f.sc.ThinSpoof, Duration: dur, Seed: 97, Rate: f.sc.ThinRate})
+	}
+	for _, spec := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rep *trafgen.Report
+			e := inNS(lab.NSInet, genCPU, func() error {
+				// The attacker's CPU is not the clients' on a real
+				// network; here they share CPU 0, so the generator
+				// takes only what the clients leave (nice 19, this
+				// thread only), in the reference as under attack,
+				// and the clients' rate measures the host, not their
+				// share of CPU 0 against the generator.
+				// Under the background load it keeps nice 0, as
+				// the busy loops have: at 19 it would get ~1% of CPU 0
+				// against them and send no flood worth the name.
+				tid := unix.Gettid() // on Linux a nice value is a thread's
+				nice := 19
+				if f.background {
+					nice = 0
+				}
+				if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
+					return fmt.Errorf("lowering the generator's priority: %w", err)
+				}
+				defer func() { _ = unix.Setpriority(unix.PRIO_PROCESS, tid, 0) }()
+				var e error
+				rep, e = trafgen.Run(ctx, spec)
+				return e
+			})
+			if rep != nil {
+				sent.Add(rep.Sent)
+			}
+			gmu.Lock()
+			gerr = errors.Join(gerr, e)
+			gmu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return sent.Load(), gerr
+}
+
+func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []netip.Addr) (_ SpoofRow, err error) {
+	if sc.SpoofClient {
+		sc.Spoof = netip.PrefixFrom(clients[0], 32)
+	}
+	row := SpoofRow{Scenario: sc, Interval: p.Interval.Seconds(), DetectIntervals: -1}
+	egress, closeNIC, err := attachWireNIC(sc.SYN)
+	if err != nil {
+		return row, err
+	}
+	defer func() { err = errors.Join(err, closeNIC()) }()
 	dir, err := os.MkdirTemp("", "tierwall-spoof")
 	if err != nil {
 		return row, err
 	}
 	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "api.sock")
-	cfgPath := filepath.Join(dir, "tierwall.yaml")
-	cfg := fmt.Sprintf(`interface: %s
-interval: %v
-state_file: %s/state.json
-capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 262144, memory_mib: 1024}
-api: {socket: %s}
-`, lab.IfHost, p.Interval, dir, sock)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return row, err
-	}
-	harness.RemovePins(lab.NSHost)
-	// The daemon may run on either CPU. The host's NAPI thread on CPU 1
-	// runs at SCHED_FIFO, as a softirq preempts user space, but it never
-	// yields as a softirq does (one that runs too long hands over to
-	// ksoftirqd, a normal thread): under a flood that saturates it, the
-	// real-time throttle's 5% was all a daemon held to CPU 1 got, and the
-	// interval that decides the flood's rule took 1-2.5 s of 500 ms. On a
-	// real host the NIC's interrupts take some cores and the control
-	// plane runs beside them; nginx and the host's NAPI stay on CPU 1.
-	dmn, err := harness.StartDaemon(harness.Options{Tierwall: p.Tierwall, Netns: lab.NSHost, Config: cfgPath, Socket: sock, Timeout: 30 * time.Second})
+	dmn, err := startSpoofDaemon(p, dir)
 	if err != nil {
 		return row, err
 	}
@@ -496,37 +575,6 @@ api: {socket: %s}
 		return row, err
 	}
 	defer host.Close()
-	// drops are XDP's drops by a rule (bans, prefixes, flow rules) and
-	// the packets a syn-cookie rule handed to the SYN proxy, which answers
-	// or drops them in XDP (their verdict is the proxy's, not the
-	// filter's); total is every packet XDP saw.
-	// passed is what XDP passed to the stack from sources not known
-	// good (verdict pass).
-	drops := func() (drop, total, passed uint64) {
-		st, err := host.Stats()
-		if err != nil {
-			return 0, 0, 0
-		}
-		for v, c := range st.Verdicts {
-			total += c.Packets
-			if strings.HasPrefix(v, "drop_") && !strings.Contains(v, "malformed") {
-				drop += c.Packets
-			}
-		}
-		passed = st.Verdicts["pass"].Packets
-		frs, err := host.FlowRuleCounters()
-		if err != nil {
-			return 0, 0, 0
-		}
-		for _, fr := range frs {
-			if fr.Rule.Action == rule.FlowSYNCookie {
-				proxied := fr.Matched.Packets - fr.PassedKnownGood
-				drop += proxied
-				total += proxied
-			}
-		}
-		return drop, total, passed
-	}
 	rss := &maxRSS{pid: dmn.Cmd.Process.Pid}
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
@@ -554,140 +602,19 @@ api: {socket: %s}
 	if err != nil {
 		return row, err
 	}
-	// flood runs the scenario's generators out of iface for dur.
-	// began, if set, is told when the first generator sends its first
-	// frame: the flood's start, with the generators' set-up left out.
-	flood := func(ctx context.Context, iface string, dur time.Duration, rate uint64, began func(time.Time)) (uint64, error) {
-		ports := sc.SrcPorts
-		if len(ports) == 0 {
-			ports = []uint16{0}
-		}
-		var (
-			wg   sync.WaitGroup
-			sent atomic.Uint64
-			gmu  sync.Mutex
-			gerr error
-		)
-		var specs []trafgen.Spec
-		for i, sp := range ports {
-			spec := trafgen.Spec{Iface: iface, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
-				SrcPort: sp, SYN: sc.SYN, Spoof: sc.Spoof, Duration: dur, Seed: uint64(11 + i), Rate: rate / uint64(len(ports)), Started: began}
-			switch {
-			case sc.Sources > 0:
-				spec.Spoof = netip.Prefix{}
-				spec.Sources, spec.Dist, spec.Base = sc.Sources, trafgen.Uniform, sc.Spoof
-			case !sc.Spoof.IsValid():
-				// Reflectors all over IPv4 (the lab's host drops its
-				// ICMP answers to them: no route).
-				spec.Sources, spec.Dist, spec.Spread = sc.Reflectors, trafgen.Uniform, true
-				spec.Base = netip.MustParsePrefix("0.0.0.0/0")
-				spec.Seed = uint64(11 + i)
-			}
-			specs = append(specs, spec)
-		}
-		if sc.ThinSpoof.IsValid() {
-			specs = append(specs, trafgen.Spec{Iface: iface, SrcMAC: [6]byte(inetMAC), DstMAC: [6]byte(hostMAC), Dst: sc.Dst, DstPort: sc.DstPort,
-				SYN: sc.SYN, Spoof: sc.ThinSpoof, Duration: dur, Seed: 97, Rate: sc.ThinRate})
-		}
-		for _, spec := range specs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var rep *trafgen.Report
-				e := inNS(lab.NSInet, genCPU, func() error {
-					// The attacker's CPU is not the clients' on a real
-					// network; here they share CPU 0, so the generator
-					// takes only what the clients leave (nice 19, this
-					// thread only), in the reference as under attack,
-					// and the clients' rate measures the host, not their
-					// share of CPU 0 against the generator.
-					// Under the background load it keeps nice 0, as
-					// the busy loops have: at 19 it would get ~1% of CPU 0
-					// against them and send no flood worth the name.
-					tid := unix.Gettid() // on Linux a nice value is a thread's
-					nice := 19
-					if p.Background {
-						nice = 0
-					}
-					if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
-						return fmt.Errorf("lowering the generator's priority: %w", err)
-					}
-					defer func() { _ = unix.Setpriority(unix.PRIO_PROCESS, tid, 0) }()
-					var e error
-					rep, e = trafgen.Run(ctx, spec)
-					return e
-				})
-				if rep != nil {
-					sent.Add(rep.Sent)
-				}
-				gmu.Lock()
-				gerr = errors.Join(gerr, e)
-				gmu.Unlock()
-			}()
-		}
-		wg.Wait()
-		return sent.Load(), gerr
-	}
-
+	fl := &spoofFlooder{sc: sc, inetMAC: inetMAC, hostMAC: hostMAC, background: p.Background}
+	flood := fl.run
 	floodRate := p.Rate
 	if sc.Rate != 0 {
 		floodRate = sc.Rate
 	}
-	_, t0, _ := drops()
-	// Reference: the clients alone at the victim, the same flood into the
-	// sink; the daemon learns the victim and its clients meanwhile.
-	base := &demo.Load{NewConns: sc.SYN, Rate: p.clientRate(sc)}
-	refStart, refLen := time.Now(), p.Baseline
-	if sc.Warmup > 0 {
-		refLen += sc.Warmup + WarmupQuiet
-	}
-	bctx, bcancel := context.WithTimeout(ctx, refLen)
-	defer bcancel()
-	baseDone := make(chan struct{})
-	refCPU := markCPU(rxCPU)
 	others := clients
 	if sc.SpoofClient {
 		others = clients[1:] // the first is watched apart
 	}
-	go func() { base.Run(bctx, lab.NSInet, url, others); close(baseDone) }()
-	var watchedBase *demo.Load
-	var okFrom, watchedFrom uint64
-	xdpTotal := func() uint64 { _, t, _ := drops(); return t }
-	if sc.SpoofClient {
-		// The spoofed client's own rate, apart from the others'.
-		watchedBase = &demo.Load{Rate: p.clientRate(sc)}
-		go watchedBase.Run(bctx, lab.NSInet, url, clients[:1])
-	}
-	var warmFrom time.Time // the warm-up flood's start
-	if sc.Warmup > 0 {
-		wstart := time.Now()
-		warmFrom = wstart
-		if _, err := flood(bctx, lab.IfInet, sc.Warmup, floodRate, nil); err != nil && bctx.Err() == nil {
-			return row, fmt.Errorf("warm-up flood: %w", err)
-		}
-		if row.EntropyWarmup, err = entropyDetections(ctx, dmn.Client, wstart); err != nil {
-			return row, err
-		}
-		fmt.Fprintf(p.Log, "  warm-up flood %v: %d entropy detections (the baseline learning)\n", sc.Warmup, row.EntropyWarmup)
-		// The reference rates count from here: the warm-up is not the
-		// clients' normal.
-		okFrom, t0 = base.OK.Load(), xdpTotal()
-		if watchedBase != nil {
-			watchedFrom = watchedBase.OK.Load()
-		}
-	}
-	refFrom := time.Now()
-	_, ferr := flood(bctx, sinkIf, refLen-time.Since(refStart), floodRate, nil)
-	<-baseDone
-	bcancel()
-	row.HostCPUBefore, row.ClientPace = refCPU.busyPct(), p.clientRate(sc)
-	if ferr != nil && bctx.Err() == nil {
-		return row, fmt.Errorf("generator into the sink: %w", ferr)
-	}
-	refSecs := time.Since(refFrom).Seconds()
-	row.BaselineRPS = float64(base.OK.Load()-okFrom) / refSecs
-	if watchedBase != nil {
-		row.WatchedBaseRPS = float64(watchedBase.OK.Load()-watchedFrom) / refSecs
+	warmFrom, err := spoofReference(ctx, p, sc, &row, spoofEnv{url: url, others: others, watched: clients[:1], flood: flood, floodRate: floodRate, client: dmn.Client, host: host})
+	if err != nil {
+		return row, err
 	}
 	// attackFrom is when the attacker's first packet left: the flood's
 	// start, or its spoofed ACKs'. The daemon's mitigations before it are
@@ -706,8 +633,6 @@ api: {socket: %s}
 		}
 	}
 	row.ExchBase = exch.take()
-	_, t1, _ := drops()
-	row.BaselinePassPPS = float64(t1-t0) / refSecs
 
 	tcp0, err := tcpStats()
 	if err != nil {
@@ -730,36 +655,9 @@ api: {socket: %s}
 
 	// The flood; XDP's counters sampled so the share from the third
 	// interval on can be read.
-	type sample struct {
-		at                   time.Time
-		drops, total, passed uint64
-	}
-	var (
-		samples []sample
-		ruleAt  time.Time // when the sampler first saw a flow rule in XDP
-		smu     sync.Mutex
-	)
+	smp := &xdpSampler{host: host}
 	sctx, scancel := context.WithCancel(ctx)
-	go func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			d, tot, pass := drops()
-			smu.Lock()
-			samples = append(samples, sample{time.Now(), d, tot, pass})
-			if ruleAt.IsZero() {
-				if frs, err := host.FlowRuleCounters(); err == nil && len(frs) > 0 {
-					ruleAt = time.Now()
-				}
-			}
-			smu.Unlock()
-			select {
-			case <-sctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	go smp.run(sctx)
 	// Every time below counts from the flood's first frame, not from
 	// when the generators were asked to start: their set-up (sockets,
 	// XDP programs, source tables) is not the attack.
@@ -799,34 +697,12 @@ api: {socket: %s}
 	}()
 	// The entropy detector's first detection of the main flood, polled
 	// while it runs: the daemon keeps only its last 1,000 detections.
-	var entropyAt time.Time
-	entropyDone := make(chan struct{})
-	go func() {
-		defer close(entropyDone)
-		if sc.Warmup == 0 {
-			return
-		}
-		select {
-		case <-begun:
-		case <-actx.Done():
-			return
-		}
-		for actx.Err() == nil {
-			var ds []daemon.Detection
-			if err := dmn.Client.Do(actx, "GET", "/v1/detections", nil, &ds); err == nil {
-				for _, d := range ds {
-					if d.Detector == "entropy" && !d.Time.Before(start) {
-						entropyAt = d.Time
-						return
-					}
-				}
-			}
-			select {
-			case <-actx.Done():
-			case <-time.After(p.Interval / 2):
-			}
-		}
-	}()
+	entropy := make(chan time.Time, 1)
+	if sc.Warmup > 0 {
+		go firstEntropy(actx, dmn.Client, begun, func() time.Time { return start }, p.Interval/2, entropy)
+	} else {
+		entropy <- time.Time{}
+	}
 	var sent uint64
 	var gerr error
 	if sc.FirstFor > 0 {
@@ -877,26 +753,9 @@ api: {socket: %s}
 	}
 	row.ClientFails = load.Failed.Load()
 	row.ExchAttack = exch.take()
-	tcp1, err := tcpStats()
+	tcp1, err := row.hostAfter(host, egress, v0)
 	if err != nil {
 		return row, err
-	}
-	if egress != nil {
-		st, err := egress.Stats()
-		if err != nil {
-			return row, err
-		}
-		row.EgressInternet = st["internet"].Packets
-	}
-	v1, err := host.Stats()
-	if err != nil {
-		return row, err
-	}
-	row.Verdicts = map[string]uint64{}
-	for v, c := range v1.Verdicts {
-		if d := c.Packets - v0.Verdicts[v].Packets; d > 0 {
-			row.Verdicts[v] = d
-		}
 	}
 	if err := dmn.Client.Do(ctx, "GET", "/v1/flowrules", nil, &row.FlowRules); err != nil {
 		return row, fmt.Errorf("daemon flow rules: %w", err)
@@ -911,24 +770,254 @@ api: {socket: %s}
 		row.ClientConns = load.OK.Load() + load.Failed.Load()
 	}
 
+	row.fromThird(smp, start, elapsed, p.Interval)
+
+	if entropyAt := <-entropy; sc.Warmup > 0 {
+		row.EntropyAfter = -1
+		if !entropyAt.IsZero() {
+			row.EntropyAfter = max(entropyAt.Sub(start).Seconds(), 0) / p.Interval.Seconds()
+		}
+		fmt.Fprintf(p.Log, "  entropy detector: first detection of the main flood after %.1f intervals (-1: none)\n", row.EntropyAfter)
+	}
+	// The daemon's account: first mitigation, what it chose, bans on
+	// clients.
+	var events []daemon.Event
+	if err := dmn.Client.Do(ctx, "GET", "/v1/events", nil, &events); err != nil {
+		return row, fmt.Errorf("daemon events: %w", err)
+	}
+	row.account(events, p, clients, spoofTimes{start: start, attackFrom: attackFrom, warmFrom: warmFrom})
+	rcancel()
+	row.DaemonMaxRSSMB, row.DaemonMaxAnonMB = rss.max.Load()>>20, rss.anon.Load()>>20
+	return row, nil
+}
+
+// firstEntropy sends on out the time of the entropy detector's first
+// detection after the flood began (start, read once begun is closed), or
+// the zero time when ctx ends first; it polls the daemon every poll.
+func firstEntropy(ctx context.Context, c *api.Client, begun <-chan struct{}, start func() time.Time, poll time.Duration, out chan<- time.Time) {
+	var at time.Time
+	defer func() { out <- at }()
+	select {
+	case <-begun:
+	case <-ctx.Done():
+		return
+	}
+	from := start()
+	for ctx.Err() == nil {
+		var ds []daemon.Detection
+		if err := c.Do(ctx, "GET", "/v1/detections", nil, &ds); err == nil {
+			for _, d := range ds {
+				if d.Detector == "entropy" && !d.Time.Before(from) {
+					at = d.Time
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(poll):
+		}
+	}
+}
+
+// xdpCounts are the host's XDP counts: drop, its drops by a rule (bans,
+// prefixes, flow rules) and the packets a syn-cookie rule handed to the
+// SYN proxy, which answers or drops them in XDP (their verdict is the
+// proxy's, not the filter's); total, every packet XDP saw; passed, what
+// XDP passed to the stack from sources not known good (verdict pass).
+// Zero when unreadable.
+func xdpCounts(host *datapath.Datapath) (drop, total, passed uint64) {
+	st, err := host.Stats()
+	if err != nil {
+		return 0, 0, 0
+	}
+	for v, c := range st.Verdicts {
+		total += c.Packets
+		if strings.HasPrefix(v, "drop_") && !strings.Contains(v, "malformed") {
+			drop += c.Packets
+		}
+	}
+	passed = st.Verdicts["pass"].Packets
+	frs, err := host.FlowRuleCounters()
+	if err != nil {
+		return 0, 0, 0
+	}
+	for _, fr := range frs {
+		if fr.Rule.Action == rule.FlowSYNCookie {
+			proxied := fr.Matched.Packets - fr.PassedKnownGood
+			drop += proxied
+			total += proxied
+		}
+	}
+	return drop, total, passed
+}
+
+// startSpoofDaemon writes the scenarios' daemon configuration into dir
+// and starts the daemon on the lab's host.
+func startSpoofDaemon(p SpoofParams, dir string) (*harness.Daemon, error) {
+	sock := filepath.Join(dir, "api.sock")
+	cfgPath := filepath.Join(dir, "tierwall.yaml")
+	cfg := fmt.Sprintf(`interface: %s
+interval: %v
+state_file: %s/state.json
+capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 262144, memory_mib: 1024}
+api: {socket: %s}
+`, lab.IfHost, p.Interval, dir, sock)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	harness.RemovePins(lab.NSHost)
+	// The daemon may run on either CPU. The host's NAPI thread on CPU 1
+	// runs at SCHED_FIFO, as a softirq preempts user space, but it never
+	// yields as a softirq does (one that runs too long hands over to
+	// ksoftirqd, a normal thread): under a flood that saturates it, the
+	// real-time throttle's 5% was all a daemon held to CPU 1 got, and the
+	// interval that decides the flood's rule took 1-2.5 s of 500 ms. On a
+	// real host the NIC's interrupts take some cores and the control
+	// plane runs beside them; nginx and the host's NAPI stay on CPU 1.
+	dmn, err := harness.StartDaemon(harness.Options{Tierwall: p.Tierwall, Netns: lab.NSHost, Config: cfgPath, Socket: sock, Timeout: 30 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	return dmn, nil
+}
+
+// xdpSample is the host's XDP counts (xdpCounts) at one moment.
+type xdpSample struct {
+	at                   time.Time
+	drops, total, passed uint64
+}
+
+// xdpSampler samples the host's XDP counts every 100 ms, and notes when
+// it first saw a flow rule in XDP.
+type xdpSampler struct {
+	host    *datapath.Datapath
+	mu      sync.Mutex
+	samples []xdpSample
+	ruleAt  time.Time
+}
+
+func (x *xdpSampler) run(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		d, tot, pass := xdpCounts(x.host)
+		x.mu.Lock()
+		x.samples = append(x.samples, xdpSample{time.Now(), d, tot, pass})
+		if x.ruleAt.IsZero() {
+			if frs, err := x.host.FlowRuleCounters(); err == nil && len(frs) > 0 {
+				x.ruleAt = time.Now()
+			}
+		}
+		x.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// at returns the last sample no later than t, the last sample, and when
+// a flow rule was first seen (zero: never).
+func (x *xdpSampler) at(t time.Time) (before, last xdpSample, ruleAt time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, s := range x.samples {
+		if !s.at.After(t) {
+			before = s
+		}
+		last = s
+	}
+	return before, last, x.ruleAt
+}
+
+// spoofEnv is what a scenario's phases share: the clients' URL, the
+// clients run together and the one watched apart (SpoofClient), the
+// flood and its rate, the daemon's API and the host's data plane.
+type spoofEnv struct {
+	url             string
+	others, watched []netip.Addr
+	flood           func(ctx context.Context, iface string, dur time.Duration, rate uint64, began func(time.Time)) (uint64, error)
+	floodRate       uint64
+	client          *api.Client
+	host            *datapath.Datapath
+}
+
+// spoofReference is a scenario's reference phase: the clients alone at
+// the victim and the same flood into the sink, the daemon learning the
+// victim and its clients meanwhile; with a Warmup, the flood at the
+// victim first (its start returned). It fills the row's reference rates.
+func spoofReference(ctx context.Context, p SpoofParams, sc SpoofScenario, row *SpoofRow, e spoofEnv) (warmFrom time.Time, err error) {
+	_, t0, _ := xdpCounts(e.host)
+	// Reference: the clients alone at the victim, the same flood into the
+	// sink; the daemon learns the victim and its clients meanwhile.
+	base := &demo.Load{NewConns: sc.SYN, Rate: p.clientRate(sc)}
+	refStart, refLen := time.Now(), p.Baseline
+	if sc.Warmup > 0 {
+		refLen += sc.Warmup + WarmupQuiet
+	}
+	bctx, bcancel := context.WithTimeout(ctx, refLen)
+	defer bcancel()
+	baseDone := make(chan struct{})
+	refCPU := markCPU(rxCPU)
+	go func() { base.Run(bctx, lab.NSInet, e.url, e.others); close(baseDone) }()
+	var watchedBase *demo.Load
+	var okFrom, watchedFrom uint64
+	xdpTotal := func() uint64 { _, t, _ := xdpCounts(e.host); return t }
+	if sc.SpoofClient {
+		// The spoofed client's own rate, apart from the others'.
+		watchedBase = &demo.Load{Rate: p.clientRate(sc)}
+		go watchedBase.Run(bctx, lab.NSInet, e.url, e.watched)
+	}
+	if sc.Warmup > 0 {
+		wstart := time.Now()
+		warmFrom = wstart
+		if _, err := e.flood(bctx, lab.IfInet, sc.Warmup, e.floodRate, nil); err != nil && bctx.Err() == nil {
+			return warmFrom, fmt.Errorf("warm-up flood: %w", err)
+		}
+		if row.EntropyWarmup, err = entropyDetections(ctx, e.client, wstart); err != nil {
+			return warmFrom, err
+		}
+		fmt.Fprintf(p.Log, "  warm-up flood %v: %d entropy detections (the baseline learning)\n", sc.Warmup, row.EntropyWarmup)
+		// The reference rates count from here: the warm-up is not the
+		// clients' normal.
+		okFrom, t0 = base.OK.Load(), xdpTotal()
+		if watchedBase != nil {
+			watchedFrom = watchedBase.OK.Load()
+		}
+	}
+	refFrom := time.Now()
+	_, ferr := e.flood(bctx, sinkIf, refLen-time.Since(refStart), e.floodRate, nil)
+	<-baseDone
+	bcancel()
+	row.HostCPUBefore, row.ClientPace = refCPU.busyPct(), p.clientRate(sc)
+	if ferr != nil && bctx.Err() == nil {
+		return warmFrom, fmt.Errorf("generator into the sink: %w", ferr)
+	}
+	refSecs := time.Since(refFrom).Seconds()
+	row.BaselineRPS = float64(base.OK.Load()-okFrom) / refSecs
+	if watchedBase != nil {
+		row.WatchedBaseRPS = float64(watchedBase.OK.Load()-watchedFrom) / refSecs
+	}
+	_, t1, _ := xdpCounts(e.host)
+	row.BaselinePassPPS = float64(t1-t0) / refSecs
+	return warmFrom, nil
+}
+
+// fromThird fills the row's shares from the third interval on (the
+// flood began at start and lasted elapsed) from the sampler's counts.
+func (row *SpoofRow) fromThird(smp *xdpSampler, start time.Time, elapsed, interval time.Duration) {
 	// From the third interval on: XDP's drops over the flood's packets
 	// that reached XDP then (every packet XDP saw, less the clients', at
 	// their reference rate). Packets the generator sent that never reached
 	// XDP (the veth rings between, full at the generator's rate) are
 	// counted apart: they are lost to the attacker and cost the host
 	// nothing.
-	t3 := start.Add(3 * p.Interval)
-	smu.Lock()
-	var s3, sEnd sample
-	for _, s := range samples {
-		if !s.at.After(t3) {
-			s3 = s
-		}
-		sEnd = s
-	}
-	smu.Unlock()
+	t3 := start.Add(3 * interval)
+	s3, sEnd, ruleAt := smp.at(t3)
 	if !ruleAt.IsZero() {
-		row.RuleInXDP = ruleAt.Sub(start).Seconds() / p.Interval.Seconds()
+		row.RuleInXDP = ruleAt.Sub(start).Seconds() / interval.Seconds()
 	}
 	if !s3.at.IsZero() {
 		row.Sample3Lag = t3.Sub(s3.at).Seconds()
@@ -944,33 +1033,57 @@ api: {socket: %s}
 			row.ReachedXDP = min((float64(sEnd.total-s3.total)-legit)/sent, 1)
 		}
 	}
+}
 
-	if sc.Warmup > 0 {
-		<-entropyDone
-		row.EntropyAfter = -1
-		if !entropyAt.IsZero() {
-			row.EntropyAfter = max(entropyAt.Sub(start).Seconds(), 0) / p.Interval.Seconds()
+// hostAfter reads, after the flood, the host's TCP counters (returned),
+// what the NIC's transmit side sent to the internet (egress: nil in
+// floods without one) and XDP's verdicts since v0 into the row.
+func (row *SpoofRow) hostAfter(host *datapath.Datapath, egress *nicstage.Egress, v0 *datapath.Stats) (map[string]uint64, error) {
+	tcp1, err := tcpStats()
+	if err != nil {
+		return nil, err
+	}
+	if egress != nil {
+		st, err := egress.Stats()
+		if err != nil {
+			return nil, err
 		}
-		fmt.Fprintf(p.Log, "  entropy detector: first detection of the main flood after %.1f intervals (-1: none)\n", row.EntropyAfter)
+		row.EgressInternet = st["internet"].Packets
 	}
-	// The daemon's account: first mitigation, what it chose, bans on
-	// clients.
-	var events []daemon.Event
-	if err := dmn.Client.Do(ctx, "GET", "/v1/events", nil, &events); err != nil {
-		return row, fmt.Errorf("daemon events: %w", err)
+	v1, err := host.Stats()
+	if err != nil {
+		return nil, err
 	}
+	row.Verdicts = map[string]uint64{}
+	for v, c := range v1.Verdicts {
+		if d := c.Packets - v0.Verdicts[v].Packets; d > 0 {
+			row.Verdicts[v] = d
+		}
+	}
+	return tcp1, nil
+}
+
+// spoofTimes are a scenario's moments: the main flood's first frame, the
+// attacker's first packet (its spoofed ACKs, or the flood), the warm-up
+// flood's start (zero: none).
+type spoofTimes struct{ start, attackFrom, warmFrom time.Time }
+
+// account reads the daemon's events into row: what it put in force
+// before the flood (false positives), its first mitigation, what it
+// chose, slow intervals, the widest ban and bans that covered a client.
+func (row *SpoofRow) account(events []daemon.Event, p SpoofParams, clients []netip.Addr, t spoofTimes) {
 	legit := map[netip.Addr]bool{lab.Client4: true}
 	for _, c := range clients {
 		legit[c] = true
 	}
 	for _, e := range events {
-		if attackFrom.IsZero() {
-			attackFrom = start
+		if t.attackFrom.IsZero() {
+			t.attackFrom = t.start
 		}
-		if !warmFrom.IsZero() && !e.Time.Before(warmFrom) && e.Time.Before(start) {
+		if !t.warmFrom.IsZero() && !e.Time.Before(t.warmFrom) && e.Time.Before(t.start) {
 			continue // the warm-up flood's answer and its withdrawal
 		}
-		if e.Time.Before(attackFrom) {
+		if e.Time.Before(t.attackFrom) {
 			// Clients alone: anything the daemon put in force then
 			// was a false positive, reported as such.
 			if e.Kind == "ban" || e.Kind == "mitigation" {
@@ -991,7 +1104,7 @@ api: {socket: %s}
 			}
 		case "ban", "mitigation":
 			if row.DetectIntervals < 0 {
-				row.DetectIntervals = max(e.Time.Sub(start).Seconds(), 0) / p.Interval.Seconds() // 0: in force before the flood (its spoofed ACKs met it)
+				row.DetectIntervals = max(e.Time.Sub(t.start).Seconds(), 0) / p.Interval.Seconds() // 0: in force before the flood (its spoofed ACKs met it)
 			}
 			if e.Kind == "mitigation" && len(row.Mitigations) < 6 {
 				row.Mitigations = append(row.Mitigations, e.Detail)
@@ -1009,9 +1122,6 @@ api: {socket: %s}
 			}
 		}
 	}
-	rcancel()
-	row.DaemonMaxRSSMB, row.DaemonMaxAnonMB = rss.max.Load()>>20, rss.anon.Load()>>20
-	return row, nil
 }
 
 // tcpStats reads the host namespace's TCP counters (/proc/net/snmp and
