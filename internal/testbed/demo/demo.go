@@ -71,8 +71,9 @@ type counters struct {
 	nicDrop, nicMiss, xdpDrop, xdpPass uint64
 }
 
-// Run runs the demo.
-func Run(ctx context.Context, o Options) (_ *Summary, err error) {
+// defaults fills the zero fields: 1,000 attackers for 30 s after 6 s of
+// 256 clients alone at 40 requests/s each.
+func (o *Options) defaults() {
 	if o.Attackers == 0 {
 		o.Attackers = 1000
 	}
@@ -88,6 +89,113 @@ func Run(ctx context.Context, o Options) (_ *Summary, err error) {
 	if o.ClientRate == 0 {
 		o.ClientRate = 40
 	}
+}
+
+// startDaemon writes the demo's daemon configuration into the lab's
+// state directory and starts the daemon on the host side, its output in
+// the directory's daemon.log (its name returned).
+func startDaemon(o Options) (_ *harness.Daemon, logName string, err error) {
+	dir := lab.StateDir
+	sock := filepath.Join(dir, "api.sock")
+	cfg := fmt.Sprintf(`interface: %s
+interval: 500ms
+state_file: %s/state.json
+log: {format: text, level: info}
+capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 65536}
+hardware:
+  backend: emulated
+  capacity: 512
+  max_rate_pps: 2000000
+  emulated: {netns: %s, wire: %s, host: %s}
+detectors:
+  rate: {enabled: true, learn_intervals: 10, margin: 1.5, min_pps: 100}
+  entropy: {enabled: false}
+  heavy: {enabled: true, window: 20ms, learned_factor: 3}
+bans: {ttl: 10m, hold: 5s, unban_pps: 100}
+rails:
+  protected: [%s/32]
+api: {socket: %s}
+`, lab.IfHost, dir, lab.NSNic, lab.IfWire, lab.IfHPort, lab.Host4, sock)
+	cfgPath := filepath.Join(dir, "tierwall.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, "", err
+	}
+	daemonLog, err := os.Create(filepath.Join(dir, "daemon.log"))
+	if err != nil {
+		return nil, "", err
+	}
+	// The daemon's output goes to the file; this process's handle can go.
+	defer daemonLog.Close()
+	dmn, err := harness.StartDaemon(harness.Options{Tierwall: o.Tierwall, Netns: lab.NSHost, Config: cfgPath, Socket: sock, Log: daemonLog})
+	if err != nil {
+		return nil, "", err
+	}
+	return dmn, daemonLog.Name(), nil
+}
+
+// countBans reads the daemon's bans into s: how many, how many in the
+// NIC's table, and every ban it ever applied on a legitimate client
+// (also those the rate monitor lifted since): false positives.
+func (s *Summary) countBans(getJSON func(path string, v any) error, clients []netip.Addr) error {
+	var rules []struct {
+		Prefix string
+		Tier   string
+	}
+	if err := getJSON("/v1/rules", &rules); err != nil {
+		return fmt.Errorf("daemon rules: %w", err)
+	}
+	s.Bans = len(rules)
+	legit := map[netip.Addr]bool{lab.Client4: true}
+	for _, c := range clients {
+		legit[c] = true
+	}
+	for _, r := range rules {
+		if r.Tier == "hw" {
+			s.BansInHW++
+		}
+	}
+	// False positives: every ban the daemon ever applied on a legitimate
+	// client, also those the rate monitor lifted since.
+	var events []struct {
+		Prefix string
+	}
+	if err := getJSON("/v1/events?kind=ban", &events); err != nil {
+		return fmt.Errorf("daemon ban events: %w", err)
+	}
+	seen := map[string]bool{}
+	for _, e := range events {
+		p, err := netip.ParsePrefix(e.Prefix)
+		if err != nil || seen[e.Prefix] {
+			continue
+		}
+		for c := range legit {
+			if p.Contains(c) {
+				seen[e.Prefix] = true
+				s.FalsePositives = append(s.FalsePositives, e.Prefix)
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// readTiers reads the attack's counts off both tiers: the NIC's drops
+// and misses, XDP's drops by a ban and its passes (zero when unreadable).
+func readTiers(nic *nicstage.Stage, host *datapath.Datapath) counters {
+	var c counters
+	if st, err := nic.Stats(); err == nil {
+		c.nicDrop, c.nicMiss = st["hit_drop"].Packets, st["miss"].Packets
+	}
+	if st, err := host.Stats(); err == nil {
+		c.xdpDrop = st.Verdicts["drop_exact"].Packets + st.Verdicts["drop_prefix"].Packets + st.Verdicts["drop_provisional"].Packets
+		c.xdpPass = st.Verdicts["pass"].Packets
+	}
+	return c
+}
+
+// Run runs the demo.
+func Run(ctx context.Context, o Options) (_ *Summary, err error) {
+	o.defaults()
 	w := o.Out
 	say := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
 	release, err := lab.Hold(ctx, "make demo", w)
@@ -120,43 +228,13 @@ func Run(ctx context.Context, o Options) (_ *Summary, err error) {
 	}
 
 	// The daemon, as an operator runs it, on the host side.
-	dir := lab.StateDir
-	sock := filepath.Join(dir, "api.sock")
-	cfg := fmt.Sprintf(`interface: %s
-interval: 500ms
-state_file: %s/state.json
-log: {format: text, level: info}
-capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 65536}
-hardware:
-  backend: emulated
-  capacity: 512
-  max_rate_pps: 2000000
-  emulated: {netns: %s, wire: %s, host: %s}
-detectors:
-  rate: {enabled: true, learn_intervals: 10, margin: 1.5, min_pps: 100}
-  entropy: {enabled: false}
-  heavy: {enabled: true, window: 20ms, learned_factor: 3}
-bans: {ttl: 10m, hold: 5s, unban_pps: 100}
-rails:
-  protected: [%s/32]
-api: {socket: %s}
-`, lab.IfHost, dir, lab.NSNic, lab.IfWire, lab.IfHPort, lab.Host4, sock)
-	cfgPath := filepath.Join(dir, "tierwall.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	daemonLog, err := os.Create(filepath.Join(dir, "daemon.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer daemonLog.Close()
-	dmn, err := harness.StartDaemon(harness.Options{Tierwall: o.Tierwall, Netns: lab.NSHost, Config: cfgPath, Socket: sock, Log: daemonLog})
+	dmn, logName, err := startDaemon(o)
 	if err != nil {
 		return nil, err
 	}
 	defer dmn.Stop()
 	getJSON := func(path string, v any) error { return dmn.Client.Do(ctx, "GET", path, nil, v) }
-	say("   daemon up (tierwall run, interval 500 ms; the rate detector learns its per-source threshold from the first 5 s), log in %s", daemonLog.Name())
+	say("   daemon up (tierwall run, interval 500 ms; the rate detector learns its per-source threshold from the first 5 s), log in %s", logName)
 
 	// Counters of both tiers, read from the pinned maps.
 	var nic *nicstage.Stage
@@ -169,17 +247,7 @@ api: {socket: %s}
 		return nil, err
 	}
 	defer host.Close()
-	read := func() counters {
-		var c counters
-		if st, err := nic.Stats(); err == nil {
-			c.nicDrop, c.nicMiss = st["hit_drop"].Packets, st["miss"].Packets
-		}
-		if st, err := host.Stats(); err == nil {
-			c.xdpDrop = st.Verdicts["drop_exact"].Packets + st.Verdicts["drop_prefix"].Packets + st.Verdicts["drop_provisional"].Packets
-			c.xdpPass = st.Verdicts["pass"].Packets
-		}
-		return c
-	}
+	read := func() counters { return readTiers(nic, host) }
 
 	url := "http://" + lab.Host4.String() + "/"
 	say("== %v of legitimate traffic alone: %d clients fetching %s, %g times a second each", o.Baseline, o.Clients, url, o.ClientRate)
@@ -333,44 +401,8 @@ loop:
 	s.FirstBan, s.Mitigated = firstBan, mitigated
 	fd := <-firstDrop
 	s.FirstDrop, s.FirstDropPolled = fd.first(), fd.Polled
-	var rules []struct {
-		Prefix string
-		Tier   string
-	}
-	if err := getJSON("/v1/rules", &rules); err != nil {
-		return nil, fmt.Errorf("daemon rules: %w", err)
-	}
-	s.Bans = len(rules)
-	legit := map[netip.Addr]bool{lab.Client4: true}
-	for _, c := range clients {
-		legit[c] = true
-	}
-	for _, r := range rules {
-		if r.Tier == "hw" {
-			s.BansInHW++
-		}
-	}
-	// False positives: every ban the daemon ever applied on a legitimate
-	// client, also those the rate monitor lifted since.
-	var events []struct {
-		Prefix string
-	}
-	if err := getJSON("/v1/events?kind=ban", &events); err != nil {
-		return nil, fmt.Errorf("daemon ban events: %w", err)
-	}
-	seen := map[string]bool{}
-	for _, e := range events {
-		p, err := netip.ParsePrefix(e.Prefix)
-		if err != nil || seen[e.Prefix] {
-			continue
-		}
-		for c := range legit {
-			if p.Contains(c) {
-				seen[e.Prefix] = true
-				s.FalsePositives = append(s.FalsePositives, e.Prefix)
-				break
-			}
-		}
+	if err := s.countBans(getJSON, clients); err != nil {
+		return nil, err
 	}
 	sort.Strings(s.FalsePositives)
 	say("")

@@ -546,6 +546,9 @@ func (f *spoofFlooder) run(ctx context.Context, iface string, dur time.Duration,
 	return sent.Load(), gerr
 }
 
+// spoofCell runs one scenario on the lab: the NIC stage and a fresh
+// daemon, the reference phase, the flood with the clients running, then
+// the daemon's account of it.
 func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []netip.Addr) (_ SpoofRow, err error) {
 	if sc.SpoofClient {
 		sc.Spoof = netip.PrefixFrom(clients[0], 32)
