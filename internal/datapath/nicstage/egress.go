@@ -92,18 +92,9 @@ func netipBE32(a netip.Addr) uint32 {
 
 // Stats returns the egress counters, summed over CPUs.
 func (e *Egress) Stats() (map[string]datapath.Counter, error) {
-	out := map[string]datapath.Counter{}
-	for i, name := range EgressVerdicts {
-		var cs []nic_egressTwCtr
-		if err := e.objs.TwEgressStats.Lookup(uint32(i), &cs); err != nil {
-			return nil, fmt.Errorf("reading the NIC's egress counters: %w", err)
-		}
-		var c datapath.Counter
-		for _, v := range cs {
-			c.Packets += v.Packets
-			c.Bytes += v.Bytes
-		}
-		out[name] = c
+	out, err := sumVerdicts[nic_egressTwCtr, datapath.Counter](e.objs.TwEgressStats, EgressVerdicts)
+	if err != nil {
+		return nil, fmt.Errorf("reading the NIC's egress counters: %w", err)
 	}
 	return out, nil
 }

@@ -398,18 +398,9 @@ var FlowVerdicts = []string{"hit_discard", "hit_host", "hit_twin", "miss", "unha
 
 // Verdicts returns the data plane's per-verdict counters, summed over CPUs.
 func (t *FlowTable) Verdicts() (map[string]tier.Counters, error) {
-	out := make(map[string]tier.Counters, len(FlowVerdicts))
-	for i, name := range FlowVerdicts {
-		var cs []nicflowTwCtr
-		if err := t.objs.TwNicflowStats.Lookup(nicflowTwNicflowVerdict(i), &cs); err != nil {
-			return nil, fmt.Errorf("reading NIC flow stats: %w", err)
-		}
-		var c tier.Counters
-		for _, v := range cs {
-			c.Packets += v.Packets
-			c.Bytes += v.Bytes
-		}
-		out[name] = c
+	out, err := sumVerdicts[nicflowTwCtr, tier.Counters](t.objs.TwNicflowStats, FlowVerdicts)
+	if err != nil {
+		return nil, fmt.Errorf("reading NIC flow stats: %w", err)
 	}
 	return out, nil
 }

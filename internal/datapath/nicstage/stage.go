@@ -602,18 +602,9 @@ func (n *Stage) Mode() (Mode, error) {
 
 // Stats returns the stage's per-verdict counters, summed over CPUs.
 func (n *Stage) Stats() (map[string]datapath.Counter, error) {
-	out := map[string]datapath.Counter{}
-	for i, name := range Verdicts {
-		var cs []nicTwCtr
-		if err := n.objs.TwNicStats.Lookup(nicTwNicVerdict(i), &cs); err != nil {
-			return nil, fmt.Errorf("reading NIC stats: %w", err)
-		}
-		var c datapath.Counter
-		for _, v := range cs {
-			c.Packets += v.Packets
-			c.Bytes += v.Bytes
-		}
-		out[name] = c
+	out, err := sumVerdicts[nicTwCtr, datapath.Counter](n.objs.TwNicStats, Verdicts)
+	if err != nil {
+		return nil, fmt.Errorf("reading NIC stats: %w", err)
 	}
 	return out, nil
 }
