@@ -443,7 +443,7 @@ func (v *Victims) Observe(in Input) Decision {
 		s := &v.vs[i]
 		if s.attack != nil && s.last != v.epoch {
 			s.last = v.epoch
-			v.settle(in, s, 0, false, &dec)
+			v.settle(in, s, 0, false, false, &dec)
 		}
 	}
 
@@ -601,14 +601,14 @@ func (v *Victims) judge(in Input, a *destAcc, dec *Decision) {
 	if attack {
 		dec.Attacks = append(dec.Attacks, judgement(victim, false, ev, g))
 	}
-	v.settle(in, s, a.dst, attack, dec)
+	v.settle(in, s, a.dst, attack, ev.Signals&sigPop != 0, dec)
 }
 
 // settle runs an ongoing attack's interval: withdraw after WithdrawAfter
 // quiet intervals of offered traffic, escalate after EscalateAfter
 // intervals in which the passed traffic alone stayed anomalous (hot; dst
 // is then the victim's position in Traffic.Dests, judged this interval).
-func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Decision) {
+func (v *Victims) settle(in Input, s *victimState, dst int32, hot, pop bool, dec *Decision) {
 	t, c := in.Traffic, &v.Config
 	at := s.attack
 	victim := s.key.Addr()
@@ -621,17 +621,21 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 	if !s.learned(c.LearnIntervals) {
 		limit = c.MinPPS
 	}
+	// Only the MinPPS floor to withdraw against: a victim attacked before
+	// its baseline was learned (attacked intervals teach nothing), or
+	// learned while it was idle, before its clients came. Its clients'
+	// own load above MinPPS held the attack on for good after the flood
+	// (and the entropy detector, which learns only while no attack is
+	// on, with it). Then the flood is gone when its flow rules drop
+	// nothing and what passes shows no source-population anomaly (no
+	// surge of new, few-packet sources): the clients' steady load. Bans
+	// the attack made keep their own lifecycle (the rate monitor).
+	floorOnly := limit == c.MinPPS
 	if g := v.Groups.Lookup(victim); g != nil && g.PPS > 0 {
-		limit = g.PPS // the group's threshold, learned baseline or not
+		limit, floorOnly = g.PPS, false // the group's threshold, learned baseline or not
 	}
-	// A victim attacked before its baseline was learned has none to
-	// withdraw against (attacked intervals teach nothing), and its own
-	// clients' load above MinPPS held a flood's rate-limit in force for
-	// good after the flood. Its flow rules report what they drop: none
-	// dropping anything is the flood gone. (Source bans' drops are not
-	// in Dropped, so a mitigation with bans keeps the rate test.)
-	unlearnedQuiet := !s.learned(c.LearnIntervals) && in.Dropped[victim] == 0 && onlyFlowRules(at.active)
-	if offered < limit || unlearnedQuiet {
+	rulesIdle := floorOnly && in.Dropped[victim] == 0 && !pop
+	if offered < limit || rulesIdle {
 		at.quiet++
 	} else {
 		at.quiet = 0
@@ -639,7 +643,7 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 	if at.quiet >= c.WithdrawAfter {
 		why := fmt.Sprintf("offered %.0f pps (passed + dropped) under %.0f for %d intervals", offered, limit, at.quiet)
 		if offered >= limit {
-			why = fmt.Sprintf("its flow rules dropped nothing for %d intervals (no baseline learned: attacked since it was first seen; offered %.0f pps)", at.quiet, offered)
+			why = fmt.Sprintf("its flow rules dropped nothing and no surge of new sources for %d intervals (no baseline above min_pps to judge its offered %.0f pps by)", at.quiet, offered)
 		}
 		for _, m := range at.active {
 			dec.Withdraw = append(dec.Withdraw, Withdrawal{ID: m.ID, Victim: victim, Rung: m.Rung, OfferedPPS: offered,
@@ -697,16 +701,6 @@ func (v *Victims) settle(in Input, s *victimState, dst int32, hot bool, dec *Dec
 	at.hot = 0
 	at.active = append(at.active, m)
 	dec.Apply = append(dec.Apply, m)
-}
-
-// onlyFlowRules reports whether every mitigation of ms is flow rules.
-func onlyFlowRules(ms []Mitigation) bool {
-	for _, m := range ms {
-		if m.Rung != RungFlowRule {
-			return false
-		}
-	}
-	return len(ms) > 0
 }
 
 // uncovered are the rules of rs that no flow rule of ms already matches

@@ -905,24 +905,31 @@ func TestVictimNewVectorAfterRateLimit(t *testing.T) {
 // learned, over a victim whose clients alone are above MinPPS: once the
 // flood stops, its flow rule drops nothing and is withdrawn, not held in
 // force for good by the clients' own load.
-func TestVictimUnlearnedWithdrawsWhenRulesDropNothing(t *testing.T) {
-	s := newSim(t, VictimConfig{})
-	udp := spoofed(6, netip.MustParsePrefix("0.0.0.0/0"), clients, 100000, victimA, 17, 9, 2, false)
-	applied := 0
-	for range 4 {
-		applied += len(s.step(s.regularClients, udp).Apply)
-	}
-	if applied == 0 {
-		t.Fatal("the flood from the first interval was never met")
-	}
-	for i := 1; i <= 12; i++ {
-		if dec := s.step(s.regularClients); len(dec.Withdraw) > 0 {
-			t.Logf("withdrawn %d intervals after the flood: %s", i, dec.Withdraw[0].Reason)
-			if len(s.active) != 0 {
-				t.Fatalf("%d mitigations left", len(s.active))
+func TestVictimUnlearnedWithdrawsWhenFloodGone(t *testing.T) {
+	for name, flood := range map[string]func(emit){
+		"random sources (flow rule)": spoofed(6, netip.MustParsePrefix("0.0.0.0/0"), clients, 100000, victimA, 17, 9, 2, false),
+		"one /24 (prefix ban)":       spoofed(7, netip.MustParsePrefix("198.51.100.0/24"), clients, 20000, victimA, 17, 9, 2, false),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newSim(t, VictimConfig{})
+			var got []Mitigation
+			for range 4 {
+				got = append(got, s.step(s.regularClients, flood).Apply...)
 			}
-			return
-		}
+			if len(got) == 0 {
+				t.Fatal("the flood from the first interval was never met")
+			}
+			t.Logf("met by %s", got[0].Rung)
+			for i := 1; i <= 12; i++ {
+				if dec := s.step(s.regularClients); len(dec.Withdraw) > 0 {
+					t.Logf("withdrawn %d intervals after the flood: %s", i, dec.Withdraw[0].Reason)
+					if s.v.Attacks() != 0 {
+						t.Fatalf("%d attacks still on", s.v.Attacks())
+					}
+					return
+				}
+			}
+			t.Fatalf("the attack still on 12 intervals after the flood stopped (%d active)", s.v.Attacks())
+		})
 	}
-	t.Fatalf("the flood's mitigation still in force 12 intervals after it stopped (%d active)", len(s.active))
 }
