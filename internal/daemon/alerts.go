@@ -156,6 +156,10 @@ func (d *Daemon) closeAlerts() {
 
 // alertStep is the interval's alerting stage, after mitigate.
 func (d *Daemon) alertStep(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
+	// Network mode reports its attacks through this stage, and takes a
+	// reloaded configuration here: the interval's stages are daemon.go's,
+	// and this is the one of network mode's.
+	d.reloadTelemetry(now)
 	a := d.alerts
 	if a == nil {
 		return

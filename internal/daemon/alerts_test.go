@@ -357,8 +357,13 @@ func TestNetworkAttackNotified(t *testing.T) {
 	if err != nil || len(rs) != 1 || rs[0].ID != start.ID || rs[0].Event != alert.EventEnd {
 		t.Errorf("attack log: %+v %v", rs, err)
 	}
-	if !hasEventLocked(h.d, "attack", start.ID+" start") || !hasEventLocked(h.d, "attack", start.ID+" end") {
-		t.Error("no attack events for the network attack")
+	// The event follows the notification's queueing: wait for it.
+	deadline := time.Now().Add(5 * time.Second)
+	for !hasEventLocked(h.d, "attack", start.ID+" start") || !hasEventLocked(h.d, "attack", start.ID+" end") {
+		if time.Now().After(deadline) {
+			t.Fatal("no attack events for the network attack")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

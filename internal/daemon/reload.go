@@ -89,18 +89,26 @@ func diffTree(path string, a, b any, out *[]string) {
 // needsRestart reports whether a change to the field at path takes effect
 // only when the daemon restarts: what is attached, listened on or opened
 // at start (the speaker's sessions; its announce policy is read every
-// interval).
+// interval; network mode's sockets and bounds, not its thresholds and
+// policy: reloadTelemetry).
 func needsRestart(path string) bool {
 	under := func(p string) bool { return path == p || strings.HasPrefix(path, p+".") }
 	switch {
-	case under("interface"), under("hardware"), under("api"), under("state_file"),
-		under("telemetry"): // network mode is built at start (telemetry.go)
+	case under("interface"), under("hardware"), under("api"), under("state_file"):
 		return true
 	case under("bgp"):
 		return !under("bgp.announce")
+	case under("telemetry"):
+		return !slices.ContainsFunc(telemetryReloaded, func(f string) bool { return under("telemetry." + f) })
 	}
 	return false
 }
+
+// telemetryReloaded are the fields of telemetry: a reload applies
+// (reloadTelemetry); the others (enabled, listen, exporters, max_*, tick,
+// window) open the collector's sockets or size it, or give its decayed
+// sums their meaning.
+var telemetryReloaded = []string{"mode", "thresholds", "groups", "flowspec", "min_samples", "withdraw_after"}
 
 // reloadSummary is the reload event's text: what changed, and what of it
 // waits for a restart (the running values kept).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -31,11 +32,20 @@ type telemetryState struct {
 	merged *mergedSpeaker // nil without BGP
 	ctx    context.Context
 	cancel context.CancelFunc
-	// announce: enforce mode and not rails.monitor_only, read at start
-	// (network mode is not reloaded: the ticker must not read d.cfg,
-	// which the loop replaces on SIGHUP).
+	// mu guards announce and mode: the loop sets them on a reload, the
+	// ticker reads them (it must not read d.cfg, which the loop replaces
+	// on SIGHUP). announce: enforce mode and not rails.monitor_only.
+	mu       sync.Mutex
 	announce bool
 	mode     telemetry.Mode
+	// started is the section network mode was built with: what opens
+	// sockets or sizes the collector keeps these values until a restart.
+	// seen* are the loop's last look at what a reload may change
+	// (reloadTelemetry); only the loop touches them.
+	started         config.Telemetry
+	seen            config.Telemetry
+	seenGroups      []config.HostGroup
+	seenMonitorOnly bool
 	// reports go to the loop through one goroutine, so that the ticker
 	// never waits for the loop's interval; a full queue drops them.
 	reports chan func()
@@ -89,6 +99,13 @@ func (m *mergedSpeaker) announceExtra(rs []bgp.Route) (bgp.Diff, error) {
 	return m.announce()
 }
 
+// extraLen is how many routes network mode's half holds.
+func (m *mergedSpeaker) extraLen() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.extra)
+}
+
 // openTelemetry starts network mode when configured.
 func (d *Daemon) openTelemetry() error {
 	if !d.cfg.Telemetry.Enabled {
@@ -104,6 +121,8 @@ func (d *Daemon) openTelemetry() error {
 	}
 	d.tele.mode = tc.Action.Mode
 	d.tele.announce = tc.Action.Mode == telemetry.Enforce && !d.cfg.Rails.MonitorOnly
+	d.tele.started, d.tele.seen = d.cfg.Telemetry, d.cfg.Telemetry
+	d.tele.seenGroups, d.tele.seenMonitorOnly = d.cfg.HostGroups, d.cfg.Rails.MonitorOnly
 	d.tele.ctx, d.tele.cancel = context.WithCancel(context.Background())
 	d.tele.reports, d.tele.done = make(chan func(), 256), make(chan struct{})
 	go func() {
@@ -170,12 +189,22 @@ func upstreamRoutes(plan []telemetry.Upstream) ([]bgp.Route, error) {
 func (d *Daemon) telemetryChanged(c telemetry.Change) {
 	var announced []bgp.Route
 	var aerr error
-	announcing := d.tele.merged != nil && d.tele.announce
-	if c.PlanChanged && announcing {
+	d.tele.mu.Lock()
+	announcing, mode := d.tele.merged != nil && d.tele.announce, d.tele.mode
+	d.tele.mu.Unlock()
+	withdrawn := 0
+	switch {
+	case c.PlanChanged && announcing:
 		var perr error
 		announced, perr = upstreamRoutes(c.Plan)
 		_, aerr = d.tele.merged.announceExtra(announced)
 		aerr = errors.Join(perr, aerr)
+	case c.PlanChanged && d.tele.merged != nil:
+		// Not announcing (any more: a reload to dry-run or monitor, or
+		// rails.monitor_only): what network mode announced goes.
+		if withdrawn = d.tele.merged.extraLen(); withdrawn > 0 {
+			_, aerr = d.tele.merged.announceExtra(nil)
+		}
 	}
 	report := func() {
 		for _, a := range c.Started {
@@ -186,7 +215,7 @@ func (d *Daemon) telemetryChanged(c telemetry.Change) {
 			d.event(c.Now, "telemetry", firstPrefix(a.Dst), "network attack %s on %v over (peak %.0f pps, %.0f bit/s)", a.ID, a.Dst, a.PeakPPS, a.PeakBPS)
 		}
 		// Notifications, as host mode's attacks get them.
-		d.alertNetwork(c, announcing, aerr != nil, d.tele.mode)
+		d.alertNetwork(c, announcing, aerr != nil, mode)
 		if !c.PlanChanged {
 			return
 		}
@@ -196,8 +225,11 @@ func (d *Daemon) telemetryChanged(c telemetry.Change) {
 		case announcing:
 			d.event(c.Now, "telemetry", netip.Prefix{}, "upstream: %d routes announced for network attacks", len(announced))
 		default:
+			if withdrawn > 0 {
+				d.event(c.Now, "telemetry", netip.Prefix{}, "upstream: %d routes of network attacks withdrawn (%s, or rails.monitor_only)", withdrawn, mode)
+			}
 			for _, u := range c.Plan {
-				d.event(c.Now, "telemetry", netip.Prefix{}, "would announce (%s, or no BGP): %s %s — %s", d.tele.mode, u.Kind, upstreamText(u), u.Reason)
+				d.event(c.Now, "telemetry", netip.Prefix{}, "would announce (%s, or no BGP): %s %s — %s", mode, u.Kind, upstreamText(u), u.Reason)
 			}
 		}
 	}
@@ -228,4 +260,43 @@ func upstreamText(u telemetry.Upstream) string {
 		return u.Prefix.String()
 	}
 	return u.Rule.String()
+}
+
+// reloadTelemetry applies a reloaded configuration to network mode: its
+// thresholds, host groups (hostgroups: and telemetry.groups: thresholds,
+// totals, uplinks, communities), mode, FlowSpec action, min_samples and
+// withdraw_after, and rails.monitor_only. What opens sockets or sizes the
+// collector keeps its running value (needsRestart lists it: enabled,
+// listen, exporters, max_*, tick, window). The loop calls it every
+// interval (reload() in daemon.go replaces d.cfg and has no hook of
+// network mode's), so a SIGHUP takes effect at the next interval; the
+// next tick of network mode then announces (or withdraws) its plan under
+// the new policy.
+func (d *Daemon) reloadTelemetry(now time.Time) {
+	t := &d.tele
+	if t.svc == nil || reflect.DeepEqual(t.seen, d.cfg.Telemetry) && reflect.DeepEqual(t.seenGroups, d.cfg.HostGroups) &&
+		t.seenMonitorOnly == d.cfg.Rails.MonitorOnly {
+		return
+	}
+	t.seen, t.seenGroups, t.seenMonitorOnly = d.cfg.Telemetry, d.cfg.HostGroups, d.cfg.Rails.MonitorOnly
+	run := *d.cfg
+	s := t.started
+	run.Telemetry.Enabled, run.Telemetry.Listen, run.Telemetry.Exporters = s.Enabled, s.Listen, s.Exporters
+	run.Telemetry.MaxTemplates, run.Telemetry.MaxExporters, run.Telemetry.MaxDestinations = s.MaxTemplates, s.MaxExporters, s.MaxDestinations
+	run.Telemetry.Tick, run.Telemetry.Window = s.Tick, s.Window
+	tc, err := run.TelemetryConfig()
+	if err != nil {
+		// A file that turned network mode off is not validated for it:
+		// what it says of thresholds may not build. The running policy
+		// stays, and the operator is told.
+		d.event(now, "error", netip.Prefix{}, "reload: network mode keeps its running thresholds and policy: %v", err)
+		return
+	}
+	t.svc.SetConfig(tc)
+	t.mu.Lock()
+	t.mode = tc.Action.Mode
+	t.announce = tc.Action.Mode == telemetry.Enforce && !d.cfg.Rails.MonitorOnly
+	announce := t.announce
+	t.mu.Unlock()
+	d.event(now, "telemetry", netip.Prefix{}, "network mode reloaded: mode %s, announcing %v", tc.Action.Mode, announce && t.merged != nil)
 }

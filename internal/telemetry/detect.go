@@ -200,8 +200,11 @@ func (t *topPorts) top(total float64) (uint16, float64) {
 
 // dest is one judged destination, or one group's total.
 type dest struct {
-	addr   netip.Addr
-	group  *detect.HostGroup // nil: none
+	addr  netip.Addr
+	group *detect.HostGroup // nil: none
+	// stale: a group total whose group a reload removed (or whose total
+	// policy it dropped), kept only until its attack ends.
+	stale  bool
 	tick   int64
 	r      rates
 	sum    summary
@@ -551,10 +554,62 @@ func (d *Detector) Judge(now time.Time) (started, ended []Attack) {
 			delete(d.dests, a)
 		}
 	}
-	for _, s := range d.totals {
+	for g, s := range d.totals {
 		judge(s, true)
+		if s.stale && s.attack == nil {
+			delete(d.totals, g)
+		}
 	}
 	return started, ended
+}
+
+// SetConfig applies a reloaded configuration: the thresholds, the host
+// groups and their policies, MinSamples and WithdrawAfter, judged from
+// the next tick on. Tick, Window, MaxDests and Protects stay as they
+// started: the first two give the decayed sums kept their meaning, and
+// the collector's sockets and bounds are a restart's. Destinations move to
+// the groups that now hold them; a group's total carries over by the
+// group's name, and one whose group or total policy is gone is judged
+// against nothing, so its attack ends after WithdrawAfter and it goes.
+// Attacks on now keep their ID and group.
+func (d *Detector) SetConfig(cfg DetectorConfig) {
+	def := cfg
+	def.defaults()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// Field by field, not d.cfg = cfg: Partial reads Tick and Protects
+	// without d.mu.
+	d.cfg.Host, d.cfg.Groups, d.cfg.Policies = cfg.Host, cfg.Groups, cfg.Policies
+	d.cfg.MinSamples, d.cfg.WithdrawAfter = def.MinSamples, def.WithdrawAfter
+	for _, s := range d.dests {
+		s.group = d.cfg.Groups.Lookup(s.addr)
+	}
+	totals := map[*detect.HostGroup]*dest{}
+	for g, s := range d.totals {
+		ng := d.groupNamed(g)
+		if p, ok := d.cfg.Policies[g.Name]; ng != nil && ok && p.Total != (Thresholds{}) {
+			s.group, s.stale = ng, false
+			totals[ng] = s
+			continue
+		}
+		if s.attack != nil {
+			s.stale = true
+			totals[g] = s
+		}
+	}
+	d.totals = totals
+}
+
+// groupNamed is the reloaded group of g's name, found at one of g's
+// prefixes (nil: none there now; a total for it is made again on its
+// first traffic).
+func (d *Detector) groupNamed(g *detect.HostGroup) *detect.HostGroup {
+	for _, p := range g.Prefixes {
+		if ng := d.cfg.Groups.Lookup(p.Addr()); ng != nil && ng.Name == g.Name {
+			return ng
+		}
+	}
+	return nil
 }
 
 func (d *Detector) newAttack(s *dest, g *detect.HostGroup, total bool, ks []Kind, now time.Time) *Attack {

@@ -41,6 +41,13 @@ type Service struct {
 
 	mu   sync.Mutex
 	plan []Upstream
+	// action is cfg.Action as last set (SetConfig): the ticker plans
+	// with it, under mu.
+	action ActionConfig
+	// replan makes the next tick report its plan as changed: a reload
+	// may change what a plan's routes carry (communities) or whether
+	// they are announced at all, which the comparison of plans ignores.
+	replan bool
 }
 
 // Start listens and starts the ticker; onChange is called from the
@@ -53,7 +60,7 @@ func Start(cfg Config, log *slog.Logger, onChange func(Change)) (*Service, error
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
-	s := &Service{cfg: cfg, dec: dec, det: NewDetector(cfg.Detector), log: log, stop: make(chan struct{})}
+	s := &Service{cfg: cfg, dec: dec, det: NewDetector(cfg.Detector), log: log, stop: make(chan struct{}), action: cfg.Action}
 	s.col, err = Listen(cfg.Listen, dec, s.det.Add, log)
 	if err != nil {
 		return nil, err
@@ -92,10 +99,10 @@ func (s *Service) Tick(now time.Time) (Change, bool) {
 			cur = append(cur, a)
 		}
 	}
-	plan := Plan(cur, s.cfg.Action)
 	s.mu.Lock()
-	changed := !reflect.DeepEqual(stripRates(plan), stripRates(s.plan))
-	s.plan = plan
+	plan := Plan(cur, s.action)
+	changed := s.replan || !reflect.DeepEqual(stripRates(plan), stripRates(s.plan))
+	s.plan, s.replan = plan, false
 	s.mu.Unlock()
 	return Change{Now: now, Started: started, Ended: ended, Plan: plan, PlanChanged: changed},
 		changed || len(started) > 0 || len(ended) > 0
@@ -108,6 +115,20 @@ func stripRates(p []Upstream) []Upstream {
 		out[i] = Upstream{Attack: u.Attack, Kind: u.Kind, Rule: u.Rule, Prefix: u.Prefix}
 	}
 	return out
+}
+
+// SetConfig applies a reloaded configuration (SIGHUP): the detector's
+// thresholds, host groups and policies (Detector.SetConfig) and the
+// action policy (mode, FlowSpec action, uplinks, communities), from the
+// next tick on, which reports its plan as changed so that the caller
+// announces it again under the new policy. What opens sockets or sizes
+// the collector is kept as it started (Listen, the decoder's exporters
+// and bounds, Tick, Window, MaxDests): those need a restart.
+func (s *Service) SetConfig(cfg Config) {
+	s.det.SetConfig(cfg.Detector)
+	s.mu.Lock()
+	s.action, s.replan = cfg.Action, true
+	s.mu.Unlock()
 }
 
 // Decoder is the service's decoder (for its statistics).
@@ -135,10 +156,11 @@ type Status struct {
 
 // Status reads the service's state, with the top n destinations.
 func (s *Service) Status(n int) Status {
-	st := Status{Enabled: true, Mode: s.cfg.Action.Mode, Listen: s.Addrs(), Exporters: s.dec.Exporters(),
+	st := Status{Enabled: true, Listen: s.Addrs(), Exporters: s.dec.Exporters(),
 		Untracked: s.det.Untracked(), Attacks: s.det.Attacks(), Top: s.det.Top(n)}
 	st.Unknown, st.LastUnknown = s.dec.Unknown()
 	s.mu.Lock()
+	st.Mode = s.action.Mode
 	st.Plan = append([]Upstream{}, s.plan...)
 	s.mu.Unlock()
 	if st.Attacks == nil {
