@@ -112,15 +112,9 @@ const (
 	FlowDiscard FlowAction = 2 // counted and dropped: a passive probe's offload (the NIC consumes it)
 )
 
-func (a FlowAction) String() string {
-	switch a {
-	case FlowForward:
-		return "forward"
-	case FlowDiscard:
-		return "discard"
-	}
-	return fmt.Sprintf("action(%d)", uint8(a))
-}
+var flowActionNames = map[FlowAction]string{FlowForward: "forward", FlowDiscard: "discard"}
+
+func (a FlowAction) String() string { return enumName(flowActionNames, a, "action(%d)") }
 
 // LearnOptions are a learned flow's options; zero values take the
 // table's defaults.
@@ -148,19 +142,11 @@ const (
 	Unlearned    FlowEventKind = 4 // left hardware: Cause and the final counters
 )
 
-func (k FlowEventKind) String() string {
-	switch k {
-	case LearnDone:
-		return "learn-done"
-	case LearnFailed:
-		return "learn-failed"
-	case LearnIgnored:
-		return "learn-ignored"
-	case Unlearned:
-		return "unlearned"
-	}
-	return fmt.Sprintf("event(%d)", uint8(k))
+var eventNames = map[FlowEventKind]string{
+	LearnDone: "learn-done", LearnFailed: "learn-failed", LearnIgnored: "learn-ignored", Unlearned: "unlearned",
 }
+
+func (k FlowEventKind) String() string { return enumName(eventNames, k, "event(%d)") }
 
 // Cause is why a flow was unlearned (PF_RING's update causes, Napatech's
 // flow-info causes).
@@ -174,29 +160,19 @@ const (
 	CauseFlush    Cause = 5 // the table was closed or reset
 )
 
-func (c Cause) String() string {
-	switch c {
-	case CauseIdle:
-		return "idle"
-	case CauseLifetime:
-		return "lifetime"
-	case CauseTCPTerm:
-		return "tcp-term"
-	case CauseApp:
-		return "app"
-	case CauseFlush:
-		return "flush"
-	}
-	return fmt.Sprintf("cause(%d)", uint8(c))
+var causeNames = map[Cause]string{
+	CauseIdle: "idle", CauseLifetime: "lifetime", CauseTCPTerm: "tcp-term", CauseApp: "app", CauseFlush: "flush",
 }
+
+func (c Cause) String() string { return enumName(causeNames, c, "cause(%d)") }
 
 // MarshalText writes the cause's name (JSON map keys, logs).
 func (c Cause) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // UnmarshalText reads a cause's name.
 func (c *Cause) UnmarshalText(b []byte) error {
-	for v := CauseIdle; v <= CauseFlush; v++ {
-		if v.String() == string(b) {
+	for v, name := range causeNames {
+		if name == string(b) {
 			*c = v
 			return nil
 		}

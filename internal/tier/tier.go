@@ -89,14 +89,18 @@ const (
 	Forward Action = 2 // count and deliver (flow offload after DPI)
 )
 
-func (a Action) String() string {
-	switch a {
-	case Drop:
-		return "drop"
-	case Forward:
-		return "forward"
+var actionNames = map[Action]string{Drop: "drop", Forward: "forward"}
+
+func (a Action) String() string { return enumName(actionNames, a, "action-%d") }
+
+// enumName is v's name in names, or unknown formatted with its number:
+// the package's enums name themselves from one table each, and a value
+// read from hardware or a file that has no name still prints.
+func enumName[T ~uint8](names map[T]string, v T, unknown string) string {
+	if s, ok := names[v]; ok {
+		return s
 	}
-	return fmt.Sprintf("action-%d", a)
+	return fmt.Sprintf(unknown, uint8(v))
 }
 
 // Rule is one hardware table entry.
