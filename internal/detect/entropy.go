@@ -51,7 +51,19 @@ type Entropy struct {
 	n                       int
 	pps, hsrc, hdst         welford
 	lastHsrc, lastHdst, vol float64
+	// pending are the last learnLag intervals' numbers, learned only once
+	// that many more intervals passed without Hold: the victim detector
+	// names a flood an interval or two after it began, and the intervals
+	// before its judgement were the flood too. Learned at once, a flood
+	// as the daemon started went into the first intervals' mean (before
+	// the 4× guard has a mean to guard with), and its variance widened
+	// the volume band past the same flood afterwards.
+	pending [][3]float64
 }
+
+// learnLag is how many intervals a clean interval waits before it is
+// learned (Entropy.pending).
+const learnLag = 2
 
 func (e *Entropy) Name() string { return "entropy" }
 
@@ -129,7 +141,7 @@ func normEntropy(n int, at func(int) uint64) float64 {
 // file: a restart continues from it instead of learning blind (a flood in
 // the first History intervals after a start would be learned as normal).
 func (e *Entropy) State() map[string]float64 {
-	out := map[string]float64{"n": float64(e.n)}
+	out := map[string]float64{"n": float64(e.learned())}
 	for name, w := range map[string]*welford{"pps": &e.pps, "hsrc": &e.hsrc, "hdst": &e.hdst} {
 		out[name+"_n"], out[name+"_mean"], out[name+"_m2"] = w.n, w.mean, w.m2
 	}
@@ -151,8 +163,12 @@ func (e *Entropy) Restore(st map[string]float64) {
 
 // Baseline reports what has been learned: mean pps and entropies.
 func (e *Entropy) Baseline() (pps, hsrc, hdst float64, ready bool) {
-	return e.pps.mean, e.hsrc.mean, e.hdst.mean, e.n >= e.History
+	return e.pps.mean, e.hsrc.mean, e.hdst.mean, e.learned() >= e.History
 }
+
+// learned counts the intervals learned, those still pending included:
+// clean so far, they are judged by the mean of those before them.
+func (e *Entropy) learned() int { return e.n + len(e.pending) }
 
 func (e *Entropy) Detect(t *Traffic) []Detection {
 	e.defaults()
@@ -161,14 +177,23 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 	pps, hs, hd := t.Rate(t.Total.Packets), normEntropy(len(t.Sources), srcPkts), normEntropy(len(t.Dests), dstPkts)
 	e.lastHsrc, e.lastHdst, e.vol = hs, hd, pps
 
+	if e.Hold {
+		e.pending = e.pending[:0] // the attack may have begun in them
+	}
 	learn := func() {
-		e.pps.add(pps)
-		e.hsrc.add(hs)
-		e.hdst.add(hd)
+		e.pending = append(e.pending, [3]float64{pps, hs, hd})
+		if len(e.pending) <= learnLag {
+			return
+		}
+		x := e.pending[0]
+		e.pending = append(e.pending[:0], e.pending[1:]...)
+		e.pps.add(x[0])
+		e.hsrc.add(x[1])
+		e.hdst.add(x[2])
 		e.n++
 	}
-	if e.n < e.History {
-		if !e.Hold && !(e.n >= 3 && pps > e.MinPPS && pps > 4*e.pps.mean) {
+	if e.learned() < e.History {
+		if !e.Hold && !(e.learned() >= 3 && e.n > 0 && pps > e.MinPPS && pps > 4*e.pps.mean) {
 			learn()
 		}
 		return nil

@@ -111,3 +111,27 @@ func TestEntropyStateRestore(t *testing.T) {
 		t.Fatal("an empty state made a ready detector")
 	}
 }
+
+// A flood from the daemon's first interval, which the victim detector
+// names (Hold) only in its third: the two intervals before its judgement
+// are not learned either, and the same flood is detected once the
+// baseline is learned from normal intervals. (Learned at once, they went
+// into the first mean, and the variance they left hid the flood.)
+func TestEntropyFloodAtStartNotLearned(t *testing.T) {
+	e := &Entropy{History: 8, MinPPS: 100}
+	for i := range 5 {
+		e.Hold = i >= 2
+		e.Detect(floodInterval(i))
+	}
+	e.Hold = false
+	for i := range 12 {
+		e.Detect(normal(5 + i))
+	}
+	if _, _, _, ready := e.Baseline(); !ready {
+		t.Fatal("baseline not learned after 12 normal intervals")
+	}
+	if ds := e.Detect(floodInterval(30)); len(ds) == 0 {
+		pps, _, _, _ := e.Baseline()
+		t.Fatalf("the flood from the start not detected once learned (baseline %.0f pps)", pps)
+	}
+}
