@@ -657,6 +657,10 @@ func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.D
 		// (the victim detector's, still on from the last interval) and
 		// complete ones.
 		d.entropy.Hold = tr.Overflow > 0 || d.flow.victims != nil && d.flow.victims.Attacks() > 0
+		defer func() { d.Metrics.entropyLearned.Set(float64(d.entropy.Learned())) }()
+	}
+	if d.flow.victims != nil {
+		d.Metrics.attacksOn.Set(float64(d.flow.victims.Attacks()))
 	}
 	var ds []detect.Detection
 	for _, det := range d.detectors() {

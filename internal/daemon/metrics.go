@@ -32,6 +32,8 @@ type Metrics struct {
 	detectToDrop     prometheus.Histogram
 	hwLatency        prometheus.Histogram
 	victimsAttacked  prometheus.Gauge
+	attacksOn        prometheus.Gauge // victims with an attack on (tracked until withdrawn)
+	entropyLearned   prometheus.Gauge // intervals the entropy detector learned
 	mitigations      *prometheus.CounterVec
 	flowRules        prometheus.Gauge
 	knownGood        prometheus.Gauge
@@ -65,6 +67,10 @@ func newMetrics(d *Daemon) *Metrics {
 		Buckets: []float64{0.05, 0.1, 0.2, 0.5, 1, 2, 3, 5, 10, 30}})
 	m.hwLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tierwall_hw_update_latency_seconds",
 		Help: "Measured latency of one hardware rule update.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)})
+	m.attacksOn = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_victim_attacks_on",
+		Help: "Victims with an attack on, from its detection to its withdrawal: while any is on, the entropy detector learns nothing."})
+	m.entropyLearned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_entropy_learned_intervals",
+		Help: "Intervals the entropy detector learned its baseline from; it judges from detectors.entropy.history on."})
 	m.victimsAttacked = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_victims_under_attack", Help: "Destinations the per-victim detector judged attacked in the last interval."})
 	m.mitigations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_mitigations_total", Help: "Mitigations the ladder chose, by rung."}, []string{"rung"})
 	m.flowRules = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_flow_rules", Help: "Flow rules in the data plane."})
@@ -86,7 +92,7 @@ func newMetrics(d *Daemon) *Metrics {
 		m.refused.WithLabelValues(r)
 	}
 	m.Registry.MustRegister(m.detections, m.bans, m.unbans, m.refused, m.mergeFallback, m.placementUpdates, m.detectToDrop, m.hwLatency,
-		m.victimsAttacked, m.mitigations, m.flowRules, m.knownGood, m.loopDuration, m.stageDuration, m.lastInterval, build,
+		m.victimsAttacked, m.attacksOn, m.entropyLearned, m.mitigations, m.flowRules, m.knownGood, m.loopDuration, m.stageDuration, m.lastInterval, build,
 		&bpfCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.heavy = newHeavyMetrics(m.Registry)
 	m.bgp = newBGPMetrics(m.Registry, d)

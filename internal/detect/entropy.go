@@ -170,6 +170,9 @@ func (e *Entropy) Baseline() (pps, hsrc, hdst float64, ready bool) {
 // clean so far, they are judged by the mean of those before them.
 func (e *Entropy) learned() int { return e.n + len(e.pending) }
 
+// Learned is how many intervals the baseline was learned from.
+func (e *Entropy) Learned() int { return e.learned() }
+
 func (e *Entropy) Detect(t *Traffic) []Detection {
 	e.defaults()
 	srcPkts := func(i int) uint64 { return t.Sources[i].Packets }

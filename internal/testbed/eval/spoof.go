@@ -156,10 +156,16 @@ type SpoofRow struct {
 	// EntropyAfter, in a Warmup scenario: intervals from the main
 	// flood's start to the entropy detector's first detection in it (-1:
 	// none); EntropyWarmup: its detections during the warm-up flood.
-	EntropyAfter  float64 `json:"entropy_after_intervals,omitempty"`
-	EntropyWarmup int     `json:"entropy_warmup_detections,omitempty"`
-	BaselineRPS   float64 `json:"baseline_rps"`
-	AttackRPS     float64 `json:"attack_rps"`
+	EntropyAfter float64 `json:"entropy_after_intervals,omitempty"`
+	// EntropyLearned and AttacksOn, in a Warmup scenario, are the
+	// daemon's gauges as the main flood starts: intervals the entropy
+	// detector learned (it judges from its history, 30), and victims
+	// with an attack on (while any is, it learns nothing).
+	EntropyLearned float64 `json:"entropy_learned_at_flood,omitempty"`
+	AttacksOn      float64 `json:"attacks_on_at_flood,omitempty"`
+	EntropyWarmup  int     `json:"entropy_warmup_detections,omitempty"`
+	BaselineRPS    float64 `json:"baseline_rps"`
+	AttackRPS      float64 `json:"attack_rps"`
 	// HostCPUBefore and HostCPUDuring are the host CPU's busy share (%)
 	// with the clients alone and during the flood: the headroom the
 	// clients' paced load leaves, and what the flood took of it.
@@ -698,6 +704,12 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 		case <-actx.Done():
 		}
 	}()
+	if sc.Warmup > 0 {
+		if text, err := dmn.Client.Metrics(ctx); err == nil {
+			row.EntropyLearned, row.AttacksOn = gauge(text, "tierwall_entropy_learned_intervals"), gauge(text, "tierwall_victim_attacks_on")
+		}
+		fmt.Fprintf(p.Log, "  as the main flood starts: the entropy detector learned %.0f intervals; %.0f attacks on\n", row.EntropyLearned, row.AttacksOn)
+	}
 	// The entropy detector's first detection of the main flood, polled
 	// while it runs: the daemon keeps only its last 1,000 detections.
 	entropy := make(chan time.Time, 1)
@@ -1361,4 +1373,16 @@ func entropyDetections(ctx context.Context, c *api.Client, from time.Time) (int,
 		}
 	}
 	return n, nil
+}
+
+// gauge is the value of the unlabelled metric name in Prometheus text
+// (0 when absent).
+func gauge(text, name string) float64 {
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
 }

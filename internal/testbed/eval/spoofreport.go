@@ -130,8 +130,8 @@ func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Durat
 			if r.EntropyAfter >= 0 {
 				after = fmt.Sprintf("detected %.1f intervals after its start", r.EntropyAfter)
 			}
-			fmt.Fprintf(&b, "| %s: the flood for %v as the daemon starts (the entropy detector's first intervals, %d detections by it then), then the same flood once its baseline is learned: the entropy detector detects it within 2 intervals | %s | %s |\n",
-				r.Scenario.Name, r.Scenario.Warmup, r.EntropyWarmup, after, yes(ok))
+			fmt.Fprintf(&b, "| %s: the flood for %v as the daemon starts (the entropy detector's first intervals, %d detections by it then), then the same flood once its baseline is learned: the entropy detector detects it within 2 intervals | %s (as it began: %.0f intervals learned, %.0f attacks on) | %s |\n",
+				r.Scenario.Name, r.Scenario.Warmup, r.EntropyWarmup, after, r.EntropyLearned, r.AttacksOn, yes(ok))
 		case r.Scenario.ThinSpoof.IsValid():
 			ok := len(r.ClientsBanned) == 0
 			fmt.Fprintf(&b, "| %s: %d pps spread over %s beside the flood, one /24 of it the clients': no ban of the clients' /24 | %d client bans | %s |\n", r.Scenario.Name, r.Scenario.ThinRate, r.Scenario.ThinSpoof, len(r.ClientsBanned), yes(ok))
