@@ -123,10 +123,13 @@ func SpoofScenarios() []SpoofScenario {
 		// One address of the /64 the clients share with the host.
 		{Name: "udp-spoof6-shared-64", Dst: lab.Host6, Spoof: netip.MustParsePrefix("fd70::bad/128"), DstPort: 9, Clients6: true},
 		// A flood in the entropy detector's first intervals, then the
-		// same flood once its baseline is learned: random sources in
-		// four /24s, which the entropy detector names (each over its 1%
-		// share and rate floor).
-		{Name: "entropy-warmup", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.202.0.0/22"), DstPort: 9, Warmup: 4 * time.Second},
+		// same flood once its baseline is learned. The detector names
+		// the prefixes of spoofed few-packet sources that carry 1% of
+		// them and its rate floor each: random IPv6 sources in a /44
+		// (sixteen /48s, one packet a source) are such a flood in the
+		// one interval it meets before the victim's rule drops it; IPv4
+		// ranges small enough for 1% a /24 send many packets a source.
+		{Name: "entropy-warmup", Dst: lab.Host6, Spoof: netip.MustParsePrefix("fd00:bad:10::/44"), DstPort: 9, Warmup: 4 * time.Second},
 	}
 }
 
