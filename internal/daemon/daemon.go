@@ -1351,6 +1351,7 @@ func (d *Daemon) reload(now time.Time) {
 	d.store.Rails, d.store.TTL = rails(c), c.Bans.TTL
 	d.refreshManagement(now)
 	d.dropCuttingRules(now) // rails.management_ports may have grown
+	d.reloadTelemetry(now)  // network mode's policy now, not at the next interval
 	if detChanged {
 		d.buildDetectors()
 		d.restoreBaselines() // a reload never relearns (an attack may be running)

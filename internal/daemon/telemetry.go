@@ -267,11 +267,10 @@ func upstreamText(u telemetry.Upstream) string {
 // totals, uplinks, communities), mode, FlowSpec action, min_samples and
 // withdraw_after, and rails.monitor_only. What opens sockets or sizes the
 // collector keeps its running value (needsRestart lists it: enabled,
-// listen, exporters, max_*, tick, window). The loop calls it every
-// interval (reload() in daemon.go replaces d.cfg and has no hook of
-// network mode's), so a SIGHUP takes effect at the next interval; the
-// next tick of network mode then announces (or withdraws) its plan under
-// the new policy.
+// listen, exporters, max_*, tick, window). reload() calls it as it
+// replaces d.cfg, and the loop every interval (a no-op while nothing
+// changed); the next tick of network mode then announces (or withdraws)
+// its plan under the new policy.
 func (d *Daemon) reloadTelemetry(now time.Time) {
 	t := &d.tele
 	if t.svc == nil || reflect.DeepEqual(t.seen, d.cfg.Telemetry) && reflect.DeepEqual(t.seenGroups, d.cfg.HostGroups) &&
