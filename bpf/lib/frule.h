@@ -159,6 +159,32 @@ static __always_inline int tw_bucket_take(__u64 *credit, __u64 *last_ns,
 #define TW_GOOD_BURST_NS 100000000ULL
 #define TW_GOOD_RATE_CAP (1ULL << 32)
 
+/* The packet's 4-tuple as a socket lookup takes it (the source as the
+ * socket's peer); returns its size. */
+static __always_inline __u32 tw_sock_tuple(const struct tw_fview *v,
+					   struct bpf_sock_tuple *t)
+{
+	if (!v->sent6) {
+		t->ipv4.saddr = v->src[0];
+		t->ipv4.daddr = v->dst[3];
+		t->ipv4.sport = bpf_htons(v->sport);
+		t->ipv4.dport = bpf_htons(v->dport);
+		return sizeof(t->ipv4);
+	}
+	if (v->src4) {
+		/* tw_unmap made a mapped source IPv4: the socket saw it as
+		 * sent. */
+		t->ipv6.saddr[2] = bpf_htonl(0xffff);
+		t->ipv6.saddr[3] = v->src[0];
+	} else {
+		__builtin_memcpy(t->ipv6.saddr, v->src, 16);
+	}
+	__builtin_memcpy(t->ipv6.daddr, v->dst, 16);
+	t->ipv6.sport = bpf_htons(v->sport);
+	t->ipv6.dport = bpf_htons(v->dport);
+	return sizeof(t->ipv6);
+}
+
 /* Whether the packet belongs to a TCP connection of this host: a socket
  * for its exact 4-tuple, established or on its way (a request or
  * time-wait socket). The lookup falls back to a listener when there is
@@ -171,32 +197,36 @@ static __always_inline int tw_connected(struct xdp_md *ctx,
 	if (v->proto != IPPROTO_TCP || !v->ports)
 		return 0;
 	struct bpf_sock_tuple t = {};
-	__u32 size;
-	if (!v->sent6) {
-		t.ipv4.saddr = v->src[0];
-		t.ipv4.daddr = v->dst[3];
-		t.ipv4.sport = bpf_htons(v->sport);
-		t.ipv4.dport = bpf_htons(v->dport);
-		size = sizeof(t.ipv4);
-	} else {
-		if (v->src4) {
-			/* tw_unmap made a mapped source IPv4: the socket
-			 * saw it as sent. */
-			t.ipv6.saddr[2] = bpf_htonl(0xffff);
-			t.ipv6.saddr[3] = v->src[0];
-		} else {
-			__builtin_memcpy(t.ipv6.saddr, v->src, 16);
-		}
-		__builtin_memcpy(t.ipv6.daddr, v->dst, 16);
-		t.ipv6.sport = bpf_htons(v->sport);
-		t.ipv6.dport = bpf_htons(v->dport);
-		size = sizeof(t.ipv6);
-	}
+	__u32 size = tw_sock_tuple(v, &t);
 	struct bpf_sock *sk =
 		bpf_skc_lookup_tcp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
 	if (!sk)
 		return 0;
 	int ok = sk->state != BPF_TCP_LISTEN;
+	bpf_sk_release(sk);
+	return ok;
+}
+
+/* Whether a UDP packet answers one of this host's own queries: a socket
+ * connected to its source, bound to its destination (a resolver's, an NTP
+ * client's). The lookup falls back to an unconnected socket, a server's,
+ * which any source reaches, so only a socket with a peer port counts. A
+ * reflection flood's drop rule (source port 53 or 123) cut the host's own
+ * DNS and NTP answers: their servers never complete a TCP handshake, so
+ * they are no known-good members. A spoofer must hit the exact 4-tuple:
+ * the server and the socket's ephemeral port. */
+static __always_inline int tw_udp_answer(struct xdp_md *ctx,
+					 const struct tw_fview *v)
+{
+	if (v->proto != IPPROTO_UDP || !v->ports)
+		return 0;
+	struct bpf_sock_tuple t = {};
+	__u32 size = tw_sock_tuple(v, &t);
+	struct bpf_sock *sk =
+		bpf_sk_lookup_udp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	int ok = sk->dst_port != 0;
 	bpf_sk_release(sk);
 	return ok;
 }
@@ -220,8 +250,9 @@ static __always_inline int tw_good_admit(struct tw_good *g, __u64 rate)
 	return tw_bucket_take(&g->credit, &g->last_ns, rate, burst, TW_NSEC);
 }
 
-/* Whether a bypass rule lets the packet pass as known-good: its source is
- * on the list, and the packet is of one of the host's connections, or
+/* Whether a bypass rule lets the packet pass as known-good: an answer to
+ * one of the host's connected UDP sockets, whoever sent it; or its source
+ * is on the list, and the packet is of one of the host's connections, or
  * within the member's rate (v->good_pps) when it is not (a new
  * connection's SYN, UDP, a forwarded destination). A flood spoofed from a
  * member's address is then its rule's to drop beyond that rate, and the
@@ -229,6 +260,8 @@ static __always_inline int tw_good_admit(struct tw_good *g, __u64 rate)
 static __always_inline int tw_known_good(struct xdp_md *ctx,
 					 const struct tw_fview *v)
 {
+	if (tw_udp_answer(ctx, v))
+		return 1;
 	/* Keys copied to the stack: v is a global function's argument,
 	 * which 6.1's verifier does not take as a map key. */
 	struct tw_good *g;

@@ -562,3 +562,54 @@ func TestFlowRulesReadopted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A bypass rule lets an answer to one of the host's connected UDP sockets
+// pass whoever sent it (a resolver's, an NTP client's: their servers are
+// never known-good members), and only the exact 4-tuple: the same server
+// to another port, and anyone to an unconnected (server) socket, meet the
+// rule. A reflection flood's source-port rule dropped the host's own DNS
+// and NTP answers.
+func TestUDPAnswerBypass(t *testing.T) {
+	d := loadTestDatapath(t)
+	for _, fam := range []struct{ network, host, spoof string }{{"udp4", "127.0.0.1", "127.0.0.9"}, {"udp6", "::1", "::9"}} {
+		t.Run(fam.network, func(t *testing.T) {
+			srvConn, err := net.ListenPacket(fam.network, net.JoinHostPort(fam.host, "0"))
+			if err != nil {
+				t.Skipf("no %s loopback: %v", fam.network, err)
+			}
+			defer srvConn.Close()
+			srv := srvConn.LocalAddr().(*net.UDPAddr).AddrPort()
+			conn, err := net.Dial(fam.network, srv.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			cli := conn.LocalAddr().(*net.UDPAddr).AddrPort()
+			rs := mustFlowRules(t, []string{fmt.Sprintf("dst %s proto udp drop bypass-known-good", netip.PrefixFrom(cli.Addr(), cli.Addr().BitLen()))})
+			if err := d.SetFlowRules(rs); err != nil {
+				t.Fatal(err)
+			}
+			answer := flowPkt{src: srv.Addr().String(), dst: cli.Addr().String(), proto: pkt.ProtoUDP, sport: srv.Port(), dport: cli.Port()}.build()
+			otherPort := flowPkt{src: srv.Addr().String(), dst: cli.Addr().String(), proto: pkt.ProtoUDP, sport: srv.Port(), dport: cli.Port() ^ 0x5a5a}.build()
+			toServer := flowPkt{src: fam.spoof, dst: srv.Addr().String(), proto: pkt.ProtoUDP, sport: 4444, dport: srv.Port()}.build()
+			for _, c := range []struct {
+				name       string
+				frame      []byte
+				pass, drop uint64
+			}{
+				{"the answer to the connected socket", answer, 50, 0},
+				{"the server's address to another port", otherPort, 0, 50},
+				{"anyone to the unconnected socket", toServer, 0, 50},
+			} {
+				before := observe(t, d)
+				progtest.RunEach(t, d.Program(), c.frame, 50)
+				after := observe(t, d)
+				p := after.verdicts["pass_known_good"].Packets - before.verdicts["pass_known_good"].Packets
+				dr := after.verdicts["drop_flow"].Packets - before.verdicts["drop_flow"].Packets
+				if p != c.pass || dr != c.drop {
+					t.Errorf("%s: %d passed as known-good, %d dropped; want %d, %d", c.name, p, dr, c.pass, c.drop)
+				}
+			}
+		})
+	}
+}
