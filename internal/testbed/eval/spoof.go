@@ -1172,8 +1172,9 @@ func tcpStats() (map[string]uint64, error) {
 
 // exchanger is the host's own DNS and NTP traffic during a reflection
 // flood: the host asks a server on the internet side (the lab's client
-// address) every 20 ms on each port and counts the answers, which come
-// from the flood's source ports.
+// address) every 20 ms on each port, from a connected socket as a
+// resolver does, and counts the answers, which come from the flood's
+// source ports.
 type exchanger struct {
 	asked, answered atomic.Uint64
 	lastA, lastB    uint64
@@ -1213,13 +1214,19 @@ func (x *exchanger) start(ctx context.Context, ports []uint16) (stop func(), err
 				_, _ = srv.WriteTo(buf[:n], a) // a lost echo is a lost answer, counted
 			}
 		}()
-		var cli net.PacketConn
-		if err := inNS(lab.NSHost, -1, func() error { var e error; cli, e = net.ListenPacket("udp4", lab.Host4.String()+":0"); return e }); err != nil {
+		// Connected, as glibc's resolver and chrony's client sockets are:
+		// the answers are then the socket's exact 4-tuple.
+		dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Client4, port))
+		var cli *net.UDPConn
+		if err := inNS(lab.NSHost, -1, func() error {
+			var e error
+			cli, e = net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Host4, 0)), dst)
+			return e
+		}); err != nil {
 			closeAll()
 			return nil, err
 		}
 		conns = append(conns, cli)
-		dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Client4, port))
 		wg.Add(2)
 		go func() { // ask
 			defer wg.Done()
@@ -1231,7 +1238,7 @@ func (x *exchanger) start(ctx context.Context, ports []uint16) (stop func(), err
 					return
 				case <-t.C:
 				}
-				if _, err := cli.WriteTo([]byte("tierwall exchange"), dst); err == nil {
+				if _, err := cli.Write([]byte("tierwall exchange")); err == nil {
 					x.asked.Add(1)
 				}
 			}
@@ -1240,8 +1247,11 @@ func (x *exchanger) start(ctx context.Context, ports []uint16) (stop func(), err
 			defer wg.Done()
 			buf := make([]byte, 512)
 			for {
-				if _, _, err := cli.ReadFrom(buf); err != nil {
-					return
+				if _, err := cli.Read(buf); err != nil {
+					if xctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+						return
+					}
+					continue // an ICMP error for a lost query: not an answer
 				}
 				x.answered.Add(1)
 			}
