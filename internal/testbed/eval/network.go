@@ -875,7 +875,12 @@ func (p *proc) lines() []string {
 
 // start runs cmd pinned to CPU 1, keeping its standard output's lines.
 func start(ctx context.Context, name string, args []string, log io.Writer) (*proc, error) {
-	cmd := exec.CommandContext(ctx, "taskset", append([]string{"-c", "1", name}, args...)...)
+	return startCmd(exec.CommandContext(ctx, "taskset", append([]string{"-c", "1", name}, args...)...), name, log)
+}
+
+// startCmd starts cmd (name is what errors call it), its standard error
+// into log, and keeps its standard output's lines until it exits.
+func startCmd(cmd *exec.Cmd, name string, log io.Writer) (*proc, error) {
 	cmd.Stderr = log
 	out, err := cmd.StdoutPipe()
 	if err != nil {

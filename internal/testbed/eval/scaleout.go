@@ -3,7 +3,6 @@
 package eval
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -228,28 +227,7 @@ func (c *collectorProc) stats() (CollectorStats, error) {
 // unlike start, not pinned, since the point is how collectors use the
 // machine's CPUs.
 func startUnpinned(ctx context.Context, name string, args []string, log io.Writer) (*proc, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Stderr = log
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	go func() {
-		s := bufio.NewScanner(out)
-		s.Buffer(make([]byte, 1<<20), 1<<20)
-		for s.Scan() {
-			p.mu.Lock()
-			p.out = append(p.out, s.Text())
-			p.mu.Unlock()
-		}
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return startCmd(exec.CommandContext(ctx, name, args...), name, log)
 }
 
 // cpuSecs is a process's user and system CPU time (/proc/PID/stat).
