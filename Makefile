@@ -16,11 +16,11 @@ BPF_CFLAGS := -O2 -g -Wall -Werror -nostdinc
 
 # Regenerates the BPF objects and their Go bindings (committed).
 generate: deps
-	$(GO) generate ./internal/datapath/...
+	$(GO) generate ./internal/...
 
 # CI: regenerating must not change what is committed.
 check-generated: generate
-	@git diff --exit-code --stat -- internal/datapath || \
+	@git diff --exit-code --stat -- internal || \
 		{ echo "generated BPF files differ from the committed ones: run make generate and commit" >&2; exit 1; }
 
 build: deps
@@ -36,12 +36,12 @@ test: build
 	@$(MAKE) --no-print-directory test-ndpi
 
 # The nDPI classifier: cgo against libndpi-dev (scripts/deps.sh), behind a
-# build tag so that the default build needs no cgo. Only internal/dpi has
+# build tag so that the default build needs no cgo. Only internal/probe/dpi has
 # tagged files; vet looks at everything as built with the tag.
 NDPI_TAGS := ndpi
 test-ndpi: deps
 	$(GO) vet -tags $(NDPI_TAGS) ./...
-	$(GO) test -count=1 -tags $(NDPI_TAGS) ./internal/dpi/...
+	$(GO) test -count=1 -tags $(NDPI_TAGS) ./internal/probe/dpi/...
 
 # The data plane on Debian 12's own kernels under QEMU (scripts/vmtest.sh
 # installs qemu and the kernel packages): 6.1 (linux-image-amd64) with
@@ -66,9 +66,9 @@ lint: deps
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l cmd internal test)" || { gofmt -l cmd internal test; exit 1; }
 	@BPF_CFLAGS='$(BPF_CFLAGS)' bash scripts/check-bpf2go.sh
-	clang-format --dry-run --Werror bpf/*.c bpf/lib/*.h
+	clang-format --dry-run --Werror bpf/*/*.c bpf/lib/*.h
 	$(BIN)/golangci-lint run ./...
-	$(BIN)/golangci-lint run --build-tags $(NDPI_TAGS) ./internal/dpi/...
+	$(BIN)/golangci-lint run --build-tags $(NDPI_TAGS) ./internal/probe/dpi/...
 
 clean:
 	rm -rf $(BIN)

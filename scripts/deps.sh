@@ -11,13 +11,13 @@ pkgs+=(systemd man-db)
 # Real BGP peers for the speaker's tests (internal/testbed/bgppeer):
 # GoBGP 3.10 (gobgpd, gobgp), BIRD 2.0.12, FRR 8.4.
 pkgs+=(gobgpd bird2 frr)
-# Real flow exporters for network mode's tests (internal/telemetry):
+# Real flow exporters for network mode's tests (internal/control/telemetry):
 # softflowd 1.1 (NetFlow v9, IPFIX) and pmacct 1.7 (pmacctd's sfprobe: sFlow).
 pkgs+=(softflowd pmacct)
 # FastNetMon Community 1.2 for make eval-network (run in the foreground
 # with a private configuration, never as the system's service).
 pkgs+=(fastnetmon)
-# NATS (JetStream) 2.9 for network mode's scale-out (internal/scaleout):
+# NATS (JetStream) 2.9 for network mode's scale-out (internal/control/scaleout):
 # its tests and make eval-scaleout start their own server on loopback.
 pkgs+=(nats-server)
 missing=()

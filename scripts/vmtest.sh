@@ -63,10 +63,10 @@ mkdir -p "$out/tests" "$root/.vm"
 echo "vmtest: building the test binaries (static, CGO_ENABLED=0)"
 declare -A tpkg=(
 	[datapath]=./internal/datapath
-	[nicstage]=./internal/datapath/nicstage
-	[probe]=./internal/datapath/probe
-	[synproxy]=./internal/datapath/synproxy
-	[gen]=./internal/datapath/gen
+	[nicstage]=./internal/tier/nicstage
+	[probe]=./internal/probe/xdp
+	[synproxy]=./internal/synproxy/xdp
+	[gen]=./internal/testbed/gen
 	[flower]=./internal/tier/flower
 	[e2e]=./test/e2e
 )

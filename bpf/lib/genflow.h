@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only OR BSD-2-Clause */
-/* genflow.h - what the flow generator (bpf/xdp_genflow.c) shares with
- * internal/datapath/gen: one scheduled frame, a payload template and the
+/* genflow.h - what the flow generator (bpf/testbed/xdp_genflow.c) shares with
+ * internal/testbed/gen: one scheduled frame, a payload template and the
  * run state through which the kernel reports frames it did not send. */
 #ifndef TW_GENFLOW_H
 #define TW_GENFLOW_H

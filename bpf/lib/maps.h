@@ -226,8 +226,8 @@ struct {
 	__uint(max_entries, 1);
 } tw_good6 SEC(".maps");
 
-/* Tail-call targets: TW_JMP_SYNPROXY is the SYN proxy (bpf/xdp_synproxy.c,
- * loaded by internal/datapath/synproxy). An empty slot makes the call fall
+/* Tail-call targets: TW_JMP_SYNPROXY is the SYN proxy (bpf/synproxy/xdp_synproxy.c,
+ * loaded by internal/synproxy/xdp). An empty slot makes the call fall
  * through. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);

@@ -2,7 +2,7 @@
 /* nicflow.h - types and maps of the emulated SmartNIC in flow mode
  * (xdp_nicflow.c), after Napatech's Flow Manager as PF_RING drives it (Deri
  * et al., HPSR 2024): a hardware flow table of capacity K that the NIC's
- * "firmware" (internal/datapath/nicstage) learns flows into, per-direction
+ * "firmware" (internal/tier/nicstage) learns flows into, per-direction
  * counters the data plane keeps in each entry, and the verdicts of every
  * packet. The mark left for the host is flow.h's tw_flow_meta. */
 #ifndef TW_NICFLOW_H

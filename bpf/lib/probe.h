@@ -23,7 +23,7 @@
  * classifier needs more than a few packets. */
 #define TW_DPI_PKTS_MAX 32
 
-/* Set before load (internal/datapath/probe checks the ranges too). */
+/* Set before load (internal/probe/xdp checks the ranges too). */
 volatile const __u32 tw_probe_dpi_pkts = 10; /* samples per flow */
 volatile const __u32 tw_probe_snaplen = 512; /* <= TW_DPI_SNAP_MAX */
 volatile const __u32 tw_probe_inline = 0;    /* 0: passive, 1: inline */

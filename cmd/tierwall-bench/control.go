@@ -22,9 +22,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/ban"
-	"github.com/tierwall/tierwall/internal/config"
-	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/control/ban"
+	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
 

@@ -16,9 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/placement"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/bench"
-	"github.com/tierwall/tierwall/internal/placement"
+	"github.com/tierwall/tierwall/internal/testbed/bench"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 )
@@ -153,7 +153,7 @@ func benchLadder(b *bytes.Buffer, rounds, repeat int) {
 		fail(err)
 	}
 	e, pl, v, x, f, bl, p := med(r.Empty), med(r.Plain), med(r.Verdict), med(r.Exact), med(r.Filter), med(r.Baseline), med(r.Parse)
-	fmt.Fprintf(b, "\n**The fixed cost at 1 rule, piece by piece**: the filter's drop path cut into rungs built from its own headers (`bpf/bench_parts.c`), each the previous plus one piece, through the same wrapper, %d rounds of %d packets interleaved with the filter and the plain hash. A piece's cost is the difference of two medians, so a few ns either way is noise. A plain IPv4 frame (untagged, 20-byte header) has its source lists asked before the full parser; the last row is that parser alone (a global function), what every other packet pays first.\n\n", rounds, repeat)
+	fmt.Fprintf(b, "\n**The fixed cost at 1 rule, piece by piece**: the filter's drop path cut into rungs built from its own headers (`bpf/testbed/bench_parts.c`), each the previous plus one piece, through the same wrapper, %d rounds of %d packets interleaved with the filter and the plain hash. A piece's cost is the difference of two medians, so a few ns either way is noise. A plain IPv4 frame (untagged, 20-byte header) has its source lists asked before the full parser; the last row is that parser alone (a global function), what every other packet pays first.\n\n", rounds, repeat)
 	fmt.Fprintf(b, "| rung | ns/pkt | piece | + ns |\n|---|---:|---|---:|\n")
 	fmt.Fprintf(b, "| empty program | %.0f %s | wrapper, tail call | |\n", e, span(r.Empty))
 	fmt.Fprintf(b, "| plain IPv4 | %.0f %s | the plain-IPv4 check (inline) | %+.0f |\n", pl, span(r.Plain), pl-e)
@@ -194,7 +194,7 @@ func benchHeavy(b *bytes.Buffer, rounds, repeat int) {
 	fmt.Fprintf(b, "| %.0f %s | %.0f %s | %.0f %s | %+.1f | %+.1f | %s |\n\n", off, span(r.Off), on, span(r.On), live, span(r.Live), on-off, live-off,
 		verdict(on-off <= 15 && live-off <= 15))
 
-	fmt.Fprintf(b, "What a call costs on this host, which the detector's design follows (`bp_calls_*` in bpf/bench_parts.c: eight calls a run against the same program without them, median of %d rounds of %d runs): every helper call, and every call of a global BPF function, returns through the kernel's return thunk where one is in force (SRSO safe RET on AMD hosts); `bpf_jiffies64` and array lookups are inlined loads. So the packet path reads `jiffies`, draws its sampling from a per-CPU generator and calls the sketch's function only for a sampled packet; the precise clock and `bpf_get_prandom_u32` are read only when an entry is made or a generator seeded.\n\n", rounds, repeat/16)
+	fmt.Fprintf(b, "What a call costs on this host, which the detector's design follows (`bp_calls_*` in bpf/testbed/bench_parts.c: eight calls a run against the same program without them, median of %d rounds of %d runs): every helper call, and every call of a global BPF function, returns through the kernel's return thunk where one is in force (SRSO safe RET on AMD hosts); `bpf_jiffies64` and array lookups are inlined loads. So the packet path reads `jiffies`, draws its sampling from a per-CPU generator and calls the sketch's function only for a sampled packet; the precise clock and `bpf_get_prandom_u32` are read only when an entry is made or a generator seeded.\n\n", rounds, repeat/16)
 	fmt.Fprintf(os.Stderr, "bench: heavy hitter, call costs...\n")
 	cs, err := bench.BenchCalls(rounds, repeat/16)
 	if err != nil {

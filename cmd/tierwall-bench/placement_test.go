@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierwall/tierwall/internal/placement"
+	"github.com/tierwall/tierwall/internal/control/placement"
 )
 
 // The threshold was tuned on tuningSeeds: the report scores every case on

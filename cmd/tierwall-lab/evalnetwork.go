@@ -17,8 +17,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/config"
-	"github.com/tierwall/tierwall/internal/telemetry"
+	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/telemetry"
 	"github.com/tierwall/tierwall/internal/testbed/eval"
 )
 

@@ -8,11 +8,11 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tierwall/tierwall/internal/api"
+	"github.com/tierwall/tierwall/internal/bpffs"
 	"github.com/tierwall/tierwall/internal/cli"
-	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/alert"
-	"github.com/tierwall/tierwall/internal/api"
+	"github.com/tierwall/tierwall/internal/control/alert"
+	"github.com/tierwall/tierwall/internal/control/api"
 )
 
 func newAttacks() *cobra.Command {

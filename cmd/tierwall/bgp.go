@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/bgp"
-	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/control/bgp"
+	"github.com/tierwall/tierwall/internal/control/daemon"
 )
 
 // newBGP shows the daemon's BGP speaker: the sessions, what goes upstream

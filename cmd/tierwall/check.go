@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
-	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/control/config"
 )
 
 // errCheckFailed is --check's verdict on a file the daemon would refuse:

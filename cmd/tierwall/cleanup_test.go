@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierwall/tierwall/internal/daemon"
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/bpffs"
+	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/synproxy"
 	"github.com/tierwall/tierwall/internal/testbed/harness"

@@ -13,11 +13,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierwall/tierwall/internal/bgp"
-	"github.com/tierwall/tierwall/internal/bgp/community"
-	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/control/bgp"
+	"github.com/tierwall/tierwall/internal/control/bgp/community"
+	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/telemetry"
 	"github.com/tierwall/tierwall/internal/rule"
-	"github.com/tierwall/tierwall/internal/telemetry"
 )
 
 // stdout runs args and returns what they printed: these commands print to

@@ -12,12 +12,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tierwall/tierwall/internal/api"
+	"github.com/tierwall/tierwall/internal/bpffs"
 	"github.com/tierwall/tierwall/internal/cli"
-	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/probed"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
-	"github.com/tierwall/tierwall/internal/probed"
 )
 
 // fakeAPI serves a few read endpoints on a unix socket in a temporary

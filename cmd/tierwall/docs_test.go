@@ -12,7 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/control/config"
 )
 
 // configKeys is every field name of the configuration, at any depth.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/datapath/kernel"
+	"github.com/tierwall/tierwall/internal/control/kernel"
 )
 
 // errProgramsRefused makes doctor exit 1: this kernel refuses a program

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/api"
 	"github.com/tierwall/tierwall/internal/cli"
+	"github.com/tierwall/tierwall/internal/control/api"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/flow"
-	"github.com/tierwall/tierwall/internal/probed"
+	"github.com/tierwall/tierwall/internal/control/probed"
+	"github.com/tierwall/tierwall/internal/probe/flow"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 

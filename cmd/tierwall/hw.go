@@ -16,10 +16,10 @@ import (
 
 	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/tier"
 	"github.com/tierwall/tierwall/internal/tier/autodetect"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 )
 
 // newHW is `tierwall hw`: the NIC tier of a real interface.

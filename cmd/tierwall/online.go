@@ -10,7 +10,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/control/config"
 )
 
 // run --check --online: what the file alone cannot say but this host can,

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/api"
 	"github.com/tierwall/tierwall/internal/cli"
-	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
 

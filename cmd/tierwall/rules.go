@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/tierwall/tierwall/internal/api"
-	"github.com/tierwall/tierwall/internal/ban"
 	"github.com/tierwall/tierwall/internal/cli"
-	"github.com/tierwall/tierwall/internal/config"
-	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/ban"
+	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
 )

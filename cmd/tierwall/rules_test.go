@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/api"
-	"github.com/tierwall/tierwall/internal/ban"
-	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/ban"
+	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
 

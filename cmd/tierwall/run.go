@@ -14,10 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/api"
-	"github.com/tierwall/tierwall/internal/config"
-	"github.com/tierwall/tierwall/internal/daemon"
-	"github.com/tierwall/tierwall/internal/probed"
+	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/probed"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/sdnotify"
 )

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/telemetry"
+	"github.com/tierwall/tierwall/internal/control/telemetry"
 )
 
 // newTelemetry shows network mode: the routers that send telemetry, and

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/tierwall/tierwall/internal/cli"
-	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/tier"

@@ -11,7 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/bpffs"
 )
 
 // ErrOrphaned means the maps this handle writes are no longer the ones the

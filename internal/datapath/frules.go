@@ -340,7 +340,7 @@ func (d *Datapath) FlowRuleCounters() ([]FlowRuleCounters, error) {
 // SetSynproxy makes prog the SYN proxy that syn-cookie flow rules hand TCP
 // packets to (a tail call: prog must be an XDP program compatible with
 // the filter: type XDP, expected attach type XDP as SEC("xdp") gives, no
-// frags, e.g. loaded by internal/datapath/synproxy), replacing any
+// frags, e.g. loaded by internal/synproxy/xdp), replacing any
 // earlier one atomically; nil removes it. Without a proxy those packets
 // pass, counted as synproxy_missing. The slot is pinned with the filter's
 // state, so the proxy stays in place until it is replaced or detached.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/bpffs"
 )
 
 // Mode is how the XDP program is attached.

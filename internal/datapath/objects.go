@@ -4,6 +4,6 @@ package datapath
 
 import "github.com/cilium/ebpf"
 
-// FilterSpec is the filter's object as compiled (bpf/xdp_filter.c), for
-// the kernel check (internal/datapath/kernel) to load and report on.
+// FilterSpec is the filter's object as compiled (bpf/filter/xdp_filter.c), for
+// the kernel check (internal/control/kernel) to load and report on.
 func FilterSpec() (*ebpf.CollectionSpec, error) { return loadFilter() }

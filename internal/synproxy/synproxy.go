@@ -2,7 +2,7 @@
 
 // Package synproxy sets up the kernel half of the SYN-cookie stage: the
 // nftables SYNPROXY that takes the ACKs whose cookies the XDP program
-// (internal/datapath/synproxy) passed, checks them again and opens the real
+// (internal/synproxy/xdp) passed, checks them again and opens the real
 // connections to the server. For each protected destination and port it
 // leaves SYNs untracked in the raw table (the XDP program answers them; if
 // one gets past it, SYNPROXY answers it the same way), hands untracked and

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/alert"
+	"github.com/tierwall/tierwall/internal/control/alert"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"

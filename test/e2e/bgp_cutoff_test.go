@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/mitigate"
+	"github.com/tierwall/tierwall/internal/control/mitigate"
 	rulepkg "github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/bgppeer"
 	"github.com/tierwall/tierwall/internal/testbed/harness"

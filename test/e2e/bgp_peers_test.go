@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/bgp"
-	"github.com/tierwall/tierwall/internal/config"
+	"github.com/tierwall/tierwall/internal/control/bgp"
+	"github.com/tierwall/tierwall/internal/control/config"
 	rulepkg "github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/bgppeer"
 	"github.com/tierwall/tierwall/internal/testutil"

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/mitigate"
+	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/pkt"
 	rulepkg "github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/bgppeer"

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/bpffs"
+	"github.com/tierwall/tierwall/internal/control/placement"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/pkt"
-	"github.com/tierwall/tierwall/internal/placement"
 	"github.com/tierwall/tierwall/internal/testutil"
 	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 	"golang.org/x/sys/unix"
 )
 

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/api"
-	"github.com/tierwall/tierwall/internal/flow"
-	"github.com/tierwall/tierwall/internal/flowprobe"
+	"github.com/tierwall/tierwall/internal/control/api"
 	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/probe/flow"
+	"github.com/tierwall/tierwall/internal/probe/flowprobe"
 	"github.com/tierwall/tierwall/internal/testbed/collector"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"

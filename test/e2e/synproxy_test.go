@@ -20,11 +20,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	dpsynproxy "github.com/tierwall/tierwall/internal/datapath/synproxy"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/pkt"
 	twrule "github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/synproxy"
+	dpsynproxy "github.com/tierwall/tierwall/internal/synproxy/xdp"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"
 )

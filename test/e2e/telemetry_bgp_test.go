@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/bgp"
-	"github.com/tierwall/tierwall/internal/config"
-	"github.com/tierwall/tierwall/internal/detect"
-	"github.com/tierwall/tierwall/internal/telemetry"
-	tt "github.com/tierwall/tierwall/internal/telemetry/telemetrytest"
+	"github.com/tierwall/tierwall/internal/control/bgp"
+	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/detect"
+	"github.com/tierwall/tierwall/internal/control/telemetry"
+	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
 	"github.com/tierwall/tierwall/internal/testbed/bgppeer"
 )
 
@@ -22,7 +22,7 @@ import (
 // real gobgpd as the FlowSpec rule its samples describe, and as RTBH with
 // BLACKHOLE and the provider's community since it is over its group's
 // uplinks; both are withdrawn when the feed goes quiet. Network mode and
-// the speaker run in process, as in the daemon (internal/daemon/
+// the speaker run in process, as in the daemon (internal/control/daemon/
 // telemetry.go makes the same routes of the plan).
 func TestTelemetryFloodToGobgpd(t *testing.T) {
 	inHostNS(t, "telemetry", func(t *testing.T, p *bgppeer.Pair) {

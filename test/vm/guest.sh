@@ -45,10 +45,10 @@ for s in $suites; do
 	*)
 		case "$s" in
 		datapath) dir=internal/datapath ;;
-		nicstage) dir=internal/datapath/nicstage ;;
-		probe) dir=internal/datapath/probe ;;
-		synproxy) dir=internal/datapath/synproxy ;;
-		gen) dir=internal/datapath/gen ;;
+		nicstage) dir=internal/tier/nicstage ;;
+		probe) dir=internal/probe/xdp ;;
+		synproxy) dir=internal/synproxy/xdp ;;
+		gen) dir=internal/testbed/gen ;;
 		flower) dir=internal/tier/flower ;;
 		e2e) dir=test/e2e ;;
 		*) echo "vm: unknown suite $s"; fail=$((fail + 1)); continue ;;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command tierwall-scaleout runs network mode split over NATS JetStream
-// (internal/scaleout): collectors that decode their routers' telemetry
+// (internal/control/scaleout): collectors that decode their routers' telemetry
 // and publish per-destination aggregates, detectors that judge their
 // partitions, and the measurement of two collectors against one
 // (make eval-scaleout). Both roles read the telemetry section of a
@@ -28,9 +28,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierwall/tierwall/internal/cli"
-	"github.com/tierwall/tierwall/internal/config"
-	"github.com/tierwall/tierwall/internal/scaleout"
-	"github.com/tierwall/tierwall/internal/telemetry"
+	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/scaleout"
+	"github.com/tierwall/tierwall/internal/control/telemetry"
 	"github.com/tierwall/tierwall/internal/testbed/eval"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/telemetry/telemetrytest"
+	"github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
 	"github.com/tierwall/tierwall/internal/testutil"
 )
 

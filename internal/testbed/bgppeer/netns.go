@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/bpffs"
 )
 
 // Pair is two network namespaces joined by a veth pair: the "tierwall

@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 )
 
 // Options of a demo run.

@@ -18,13 +18,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tierwall/tierwall/internal/control/probed"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
-	"github.com/tierwall/tierwall/internal/probed"
 	"github.com/tierwall/tierwall/internal/testbed/collector"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 )
 
 // The talk's experiment (Deri et al., HPSR 2024) on the probe lab: the

@@ -232,7 +232,7 @@ func flowsMarkdown(rows []FlowRow, p FlowsParams, dir string, started time.Time)
 
 	b.WriteString("## The experiment\n\n")
 	b.WriteString("The talk's experiment, scaled to a 2-vCPU VM. The probe lab (`internal/testbed/lab/probe.go`): the flow generator " +
-		"(`tierwall-lab gen --flows N`, XDP live frames) transmits into the wire veth; the emulated NIC's flow stage (`bpf/xdp_nicflow.c`) " +
+		"(`tierwall-lab gen --flows N`, XDP live frames) transmits into the wire veth; the emulated NIC's flow stage (`bpf/nic/xdp_nicflow.c`) " +
 		"runs on the wire's NAPI and either handles a packet (a learned flow: counted per direction, then consumed in passive mode or " +
 		"sent out of the twin port inline) or hands it to the host marked miss/unhandled; the host runs `tierwall run` in the probe role " +
 		"(XDP flow tier, DPI on the first 10 packets, learning into the NIC, IPFIX export to a real nfcapd on the host's loopback).\n\n")

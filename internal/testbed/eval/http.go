@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 )
 
 // HTTP measures completed requests/s of legitimate clients against nginx

@@ -17,7 +17,7 @@ import (
 	"strings"
 
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/bench"
+	"github.com/tierwall/tierwall/internal/testbed/bench"
 )
 
 // A Mechanism blocks a set of sources on the receiving interface and

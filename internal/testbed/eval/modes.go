@@ -10,11 +10,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/placement"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
-	"github.com/tierwall/tierwall/internal/placement"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 )
 
 // NICCPURate models the SmartNIC's CPU: the paper's NIC ran XDP slower

@@ -27,7 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	tt "github.com/tierwall/tierwall/internal/telemetry/telemetrytest"
+	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
 )
 
 // Network mode's evaluation (issue 36): tierwall's collector and detector

@@ -19,7 +19,7 @@ import (
 
 	"gonum.org/v1/plot/plotter"
 
-	"github.com/tierwall/tierwall/internal/placement"
+	"github.com/tierwall/tierwall/internal/control/placement"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 

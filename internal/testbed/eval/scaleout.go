@@ -24,9 +24,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/tierwall/tierwall/internal/scaleout"
-	"github.com/tierwall/tierwall/internal/telemetry"
-	tt "github.com/tierwall/tierwall/internal/telemetry/telemetrytest"
+	"github.com/tierwall/tierwall/internal/control/scaleout"
+	"github.com/tierwall/tierwall/internal/control/telemetry"
+	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
 )
 
 // The scale-out measurement (issue 36): the same replayed sFlow feed to

@@ -22,17 +22,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/api"
-	"github.com/tierwall/tierwall/internal/daemon"
+	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
-	"github.com/tierwall/tierwall/internal/mitigate"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/demo"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 	"golang.org/x/sys/unix"
 )
 

@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/api"
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/bpffs"
+	"github.com/tierwall/tierwall/internal/control/api"
 )
 
 // Daemon is a running `tierwall run`.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/bpffs"
 )
 
 // LockFile serialises everything that uses the machine's testbed: the

@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/datapath/bpffs"
+	"github.com/tierwall/tierwall/internal/bpffs"
 )
 
 const (

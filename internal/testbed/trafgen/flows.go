@@ -9,9 +9,9 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/datapath/gen"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/testbed/gen"
 	"github.com/tierwall/tierwall/internal/tier"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tierwall/tierwall/internal/datapath/gen"
 	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/testbed/gen"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"
 	"github.com/tierwall/tierwall/internal/tier"

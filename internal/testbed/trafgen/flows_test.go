@@ -9,8 +9,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/tierwall/tierwall/internal/datapath/gen"
 	"github.com/tierwall/tierwall/internal/pkt"
+	"github.com/tierwall/tierwall/internal/testbed/gen"
 	"github.com/tierwall/tierwall/internal/tier"
 )
 

@@ -23,10 +23,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/datapath/gen"
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/testbed/gen"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 )
 
 // Dist is how the rate is spread over the sources.

@@ -15,11 +15,11 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/datapath/nicstage"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testutil"
 	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 )
 
 const (

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/flow"
-	"github.com/tierwall/tierwall/internal/flow/flowtest"
-	"github.com/tierwall/tierwall/internal/flowprobe"
+	"github.com/tierwall/tierwall/internal/probe/flow"
+	"github.com/tierwall/tierwall/internal/probe/flow/flowtest"
+	"github.com/tierwall/tierwall/internal/probe/flowprobe"
 	"github.com/tierwall/tierwall/internal/tier"
 )
 

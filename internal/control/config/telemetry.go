@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/control/telemetry"
+	"github.com/tierwall/tierwall/internal/rule"
+)
+
+// Telemetry is network mode (docs/NETWORK.md): detection from the routers'
+// sFlow, NetFlow and IPFIX, and actions upstream through the BGP speaker.
+type Telemetry struct {
+	Enabled bool `yaml:"enabled"`
+	// Listen: UDP addresses; each takes every protocol (default
+	// ["0.0.0.0:6343", "0.0.0.0:2055"]: sFlow's and NetFlow's ports).
+	Listen []string `yaml:"listen"`
+	// Mode: enforce (announce), dry-run (plan and report) or monitor
+	// (detect only).
+	Mode      string              `yaml:"mode"`
+	Exporters []TelemetryExporter `yaml:"exporters"`
+	// Bounds: templates per exporter, exporters, destinations tracked.
+	MaxTemplates    int `yaml:"max_templates"`
+	MaxExporters    int `yaml:"max_exporters"`
+	MaxDestinations int `yaml:"max_destinations"`
+	// Tick, Window, MinSamples and WithdrawAfter: see telemetry.DetectorConfig.
+	Tick          time.Duration `yaml:"tick"`
+	Window        time.Duration `yaml:"window"`
+	MinSamples    float64       `yaml:"min_samples"`
+	WithdrawAfter time.Duration `yaml:"withdraw_after"`
+	// Thresholds per destination host, by kind: all, udp, tcp, syn, icmp,
+	// frag, amp (every amplification port) or amp:PORT.
+	Thresholds map[string]TelemetryLimits `yaml:"thresholds"`
+	// Groups: network policy per host group (hostgroups:), by name.
+	Groups   map[string]TelemetryGroup `yaml:"groups"`
+	FlowSpec TelemetryFlowSpec         `yaml:"flowspec"`
+}
+
+// TelemetryExporter is a router allowed to send telemetry.
+type TelemetryExporter struct {
+	Address      string `yaml:"address"`
+	Name         string `yaml:"name"`
+	SamplingRate uint32 `yaml:"sampling_rate"` // when its datagrams say none
+}
+
+// TelemetryLimits: zero fields are not tested.
+type TelemetryLimits struct {
+	PPS     float64 `yaml:"pps"`
+	BPS     float64 `yaml:"bps"` // bits/s
+	FlowsPS float64 `yaml:"flows_ps"`
+}
+
+// TelemetryGroup is a host group's network policy.
+type TelemetryGroup struct {
+	Thresholds map[string]TelemetryLimits `yaml:"thresholds"` // per host
+	Total      map[string]TelemetryLimits `yaml:"total"`      // over the group
+	UplinkBPS  float64                    `yaml:"uplink_bps"` // RTBH above it (0: never)
+	// Communities and LargeCommunities (RFC 8092) are added to the
+	// group's RTBH routes, besides BLACKHOLE and bgp.announce's: the
+	// group's uplinks may go to a provider with a blackhole community of
+	// its own.
+	Communities      []string `yaml:"communities"`
+	LargeCommunities []string `yaml:"large_communities"`
+}
+
+// TelemetryFlowSpec is the FlowSpec action of an attack's rule.
+type TelemetryFlowSpec struct {
+	Action  string `yaml:"action"` // rate-limit (default) or drop
+	RatePPS uint64 `yaml:"rate_pps"`
+}
+
+// validateTelemetry checks the section by building it.
+func (c *Config) validateTelemetry() error {
+	if !c.Telemetry.Enabled {
+		return nil
+	}
+	_, err := c.TelemetryConfig()
+	return err
+}
+
+func thresholds(field string, m map[string]TelemetryLimits) (telemetry.Thresholds, error) {
+	var th telemetry.Thresholds
+	// "amp" first, so that amp:PORT overrides it whatever the map order.
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for _, k := range keys {
+		l := m[k]
+		if l.PPS < 0 || l.BPS < 0 || l.FlowsPS < 0 {
+			return th, bad(field+"."+k, fmt.Sprintf("%+v", l), "is negative")
+		}
+		tl := telemetry.Limits{PPS: l.PPS, BPS: l.BPS, FlowsPS: l.FlowsPS}
+		if k == "amp" {
+			for _, p := range telemetry.AmpPorts {
+				kk, _ := telemetry.ParseKind(fmt.Sprintf("amp:%d", p))
+				if _, own := m[kk.String()]; !own {
+					th[kk] = tl
+				}
+			}
+			continue
+		}
+		kind, err := telemetry.ParseKind(k)
+		if err != nil {
+			return th, bad(field+"."+k, k, strings.TrimPrefix(err.Error(), fmt.Sprintf("kind %q ", k)))
+		}
+		th[kind] = tl
+	}
+	return th, nil
+}
+
+// TelemetryConfig is network mode's configuration for package telemetry.
+func (c *Config) TelemetryConfig() (telemetry.Config, error) {
+	t := c.Telemetry
+	var out telemetry.Config
+	out.Listen = t.Listen
+	if len(out.Listen) == 0 {
+		out.Listen = []string{"0.0.0.0:6343", "0.0.0.0:2055"}
+	}
+	mode, err := telemetry.ParseMode(t.Mode)
+	if err != nil {
+		return out, bad("telemetry.mode", t.Mode, "is not enforce, dry-run or monitor")
+	}
+	if len(t.Exporters) == 0 {
+		return out, bad("telemetry.exporters", "[]", "needs at least one exporter: datagrams from others are ignored")
+	}
+	for i, e := range t.Exporters {
+		a, err := netip.ParseAddr(e.Address)
+		if err != nil {
+			return out, bad(fmt.Sprintf("telemetry.exporters[%d].address", i), e.Address, "is not an IP address")
+		}
+		out.Decoder.Exporters = append(out.Decoder.Exporters, telemetry.ExporterConfig{Address: a, Name: e.Name, SamplingRate: e.SamplingRate})
+	}
+	out.Decoder.MaxTemplates, out.Decoder.MaxExporters = t.MaxTemplates, t.MaxExporters
+	for f, v := range map[string]int{"max_templates": t.MaxTemplates, "max_exporters": t.MaxExporters, "max_destinations": t.MaxDestinations} {
+		if v < 0 || v > 1<<22 {
+			return out, bad("telemetry."+f, v, "outside 0..4194304")
+		}
+	}
+	if t.Tick < 0 || t.Window < 0 || t.WithdrawAfter < 0 || t.MinSamples < 0 {
+		return out, bad("telemetry", fmt.Sprintf("tick=%v window=%v withdraw_after=%v min_samples=%v", t.Tick, t.Window, t.WithdrawAfter, t.MinSamples), "must not be negative")
+	}
+	if t.Tick > 0 && (t.Tick < 10*time.Millisecond || t.Tick > 10*time.Second) {
+		return out, bad("telemetry.tick", t.Tick, "outside 10ms..10s")
+	}
+	out.Detector = telemetry.DetectorConfig{Tick: t.Tick, Window: t.Window, MinSamples: t.MinSamples,
+		MaxDests: t.MaxDestinations, WithdrawAfter: t.WithdrawAfter, Policies: map[string]telemetry.GroupPolicy{}}
+	if out.Detector.Host, err = thresholds("telemetry.thresholds", t.Thresholds); err != nil {
+		return out, err
+	}
+	if out.Detector.Groups, err = c.DetectHostGroups(); err != nil {
+		return out, err
+	}
+	rtbh := map[string]telemetry.Communities{}
+	for name, g := range t.Groups {
+		f := "telemetry.groups." + name
+		if !slices.ContainsFunc(c.HostGroups, func(h HostGroup) bool { return h.Name == name }) {
+			return out, bad(f, name, "is not the name of a host group (hostgroups:)")
+		}
+		var p telemetry.GroupPolicy
+		if p.Host, err = thresholds(f+".thresholds", g.Thresholds); err != nil {
+			return out, err
+		}
+		if p.Total, err = thresholds(f+".total", g.Total); err != nil {
+			return out, err
+		}
+		if g.UplinkBPS < 0 {
+			return out, bad(f+".uplink_bps", g.UplinkBPS, "is negative")
+		}
+		p.UplinkBPS = g.UplinkBPS
+		out.Detector.Policies[name] = p
+		if err := checkCommunities(f, g.Communities, g.LargeCommunities); err != nil {
+			return out, err
+		}
+		if len(g.Communities)+len(g.LargeCommunities) > 0 {
+			if g.UplinkBPS == 0 {
+				return out, bad(f+".communities", fmt.Sprint(append(slices.Clone(g.Communities), g.LargeCommunities...)), "are for the group's RTBH routes, and without uplink_bps it has none")
+			}
+			rtbh[name] = telemetry.Communities{Standard: slices.Clone(g.Communities), Large: slices.Clone(g.LargeCommunities)}
+		}
+	}
+	out.Action = telemetry.ActionConfig{Mode: mode, RatePPS: t.FlowSpec.RatePPS, Policies: out.Detector.Policies, RTBH: rtbh}
+	switch t.FlowSpec.Action {
+	case "", "rate-limit":
+		out.Action.FlowAction = rule.FlowRateLimit
+	case "drop":
+		out.Action.FlowAction = rule.FlowDrop
+	default:
+		return out, bad("telemetry.flowspec.action", t.FlowSpec.Action, "is not rate-limit or drop")
+	}
+	if out.Detector.Host == (telemetry.Thresholds{}) && len(out.Detector.Policies) == 0 {
+		return out, bad("telemetry.thresholds", "{}", "are empty: nothing would ever be detected")
+	}
+	return out, nil
+}

@@ -1,0 +1,1417 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package daemon is `tierwall run`: the control loop that closes the
+// paper's pipeline. Every interval it takes the feature snapshot, runs the
+// detectors, turns detections into bans through the safety rails, blocks
+// them in XDP, lets the rate monitor lift bans on sources gone quiet, runs
+// placement over the hardware tier, and saves its state. One goroutine
+// owns all of that; API requests run on it between intervals, so nothing
+// needs a lock and nothing the API sees is half-applied.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tierwall/tierwall/internal/bpffs"
+	"github.com/tierwall/tierwall/internal/control/ban"
+	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/detect"
+	"github.com/tierwall/tierwall/internal/control/kernel"
+	"github.com/tierwall/tierwall/internal/control/mitigate"
+	"github.com/tierwall/tierwall/internal/control/placement"
+	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/netnsx"
+	"github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/sdnotify"
+	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/autodetect"
+	"github.com/tierwall/tierwall/internal/tier/flower"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
+	"github.com/tierwall/tierwall/internal/tier/ntuple"
+)
+
+// Event is one thing the daemon did or decided, for the API and logs.
+type Event struct {
+	Time   time.Time    `json:"time"`
+	Kind   string       `json:"kind"`   // one of EventKinds
+	Prefix netip.Prefix `json:"prefix"` // "" when the event names none
+	Detail string       `json:"detail"`
+	// HostGroup is the host group holding Prefix (hostgroups.go).
+	HostGroup string `json:"hostgroup,omitempty"`
+}
+
+const maxEvents = 1000
+
+// establishedAfter is how many consecutive intervals make a source a
+// regular one for the circuit breaker.
+const establishedAfter = 5
+
+// Daemon is the running control loop.
+type Daemon struct {
+	cfg     *config.Config
+	cfgPath string
+	log     *slog.Logger
+	clock   stageClock // the current interval's stages (stages.go)
+
+	hostgroups *detect.HostGroups
+
+	// kernelFeatures: what the kernel had at start (checkKernel).
+	kernelFeatures []kernel.Feature
+
+	dp    DataPlane
+	hw    tier.Table // owned by off: the daemon only reads its capabilities
+	off   *placement.Offloader
+	store *ban.Store
+
+	rate    *detect.Rate
+	entropy *detect.Entropy
+	lists   *detect.List
+
+	events       []Event
+	lastTop      []detect.Talker
+	lastSnap     time.Time
+	lastOverflow uint64 // feature overflow counter at the last snapshot
+	lastAt       time.Time
+	hist         map[detect.Key]int32 // sources seen in the last interval (positions in hists), for the circuit breaker
+	histNext     map[detect.Key]int32 // the next interval's hist, being built by track (see there)
+	hists        []history            // what hist points to; freed entries are listed in histFree
+	histFree     []int32
+	histCap      [2]int             // keys hist and histNext were made for
+	traffic      *detect.Traffic    // the interval's traffic, reused: see observe
+	readings     []datapath.Reading // the bans' counters, parallel to store.Prefixes(), reused
+	breaker      bool
+	tierCounts   map[string]int // bans per tier, for the metrics collector (under mu)
+	started      time.Time
+	hwUpdates    uint64 // hardware updates placement applied
+	lastSave     time.Time
+	steps        uint64
+	dirty        bool
+	flow         flowState
+	heavy        heavyState          // the XDP heavy-hitter detector (heavy.go)
+	bgp          bgpState            // the BGP speaker (bgp.go)
+	tele         telemetryState      // network mode (telemetry.go)
+	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
+	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
+	detections   []Detection         // the last intervals' heaviest detections, for the API (under mu)
+
+	owner  *Ownership    // the data plane's owner lock, released at shutdown
+	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
+	mgmtAt time.Time
+	alerts *alerting // attack tracking, log and notifications (alerts.go)
+
+	Metrics *Metrics
+	reqs    chan func()
+	mu      sync.Mutex // guards only what the metrics collector reads outside the loop
+}
+
+// DataPlane is the XDP filter as the control loop uses it:
+// *datapath.Datapath in production, a fake in unit tests.
+type DataPlane interface {
+	Snapshot() (*datapath.Snapshot, error)
+	Block(ps ...netip.Prefix) error
+	Unblock(ps ...netip.Prefix) error
+	Allow(ps ...netip.Prefix) error
+	Disallow(ps ...netip.Prefix) error
+	Blocked() ([]datapath.Rule, error)
+	Allowed() ([]datapath.Rule, error)
+	// RuleCountersInto reads the counters of block rules ps into out,
+	// out[i] for ps[i]: a slice, not a map, since it runs over every ban
+	// every interval.
+	RuleCountersInto(ps []netip.Prefix, out []datapath.Reading) error
+	Stats() (*datapath.Stats, error)
+	// Check reports datapath.ErrOrphaned when the filter no longer reads
+	// these maps (detached, re-attached, interface re-created).
+	Check() error
+	Close() error
+}
+
+var _ DataPlane = (*datapath.Datapath)(nil)
+
+// New attaches (or re-adopts) the data plane and the hardware tier named
+// in cfg, loads the state file and reconciles the three. It must run on
+// the goroutine that will run Run, locked to its OS thread, in the network
+// namespace of cfg.Interface.
+func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err error) {
+	// One daemon per data plane: refused here, before the program, the
+	// maps or the state file are touched.
+	own, err := Own(ownerDir, OwnerKey("", cfg.Interface), Owner{Interface: cfg.Interface, Socket: cfg.API.Socket,
+		TCP: cfg.API.TCP, Config: cfgPath, StateFile: cfg.StateFile})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			own.Release()
+		}
+	}()
+	// The budget is checked before anything is attached: a budget the
+	// tables alone exceed is a configuration error that changes nothing.
+	if err := applyMemoryBudget(cfg, log); err != nil {
+		return nil, err
+	}
+	// A loop that cannot get the CPU still works, later: said, not fatal.
+	if err := setNice(cfg.NiceOrDefault(), log); err != nil {
+		log.Warn("running at the niceness started with", "err", err)
+	}
+	dp, err := attachDataPlane(cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
+	}
+	hw, err := openHardware(cfg, log)
+	if err != nil {
+		dp.Close()
+		return nil, err
+	}
+	d, err := newDaemon(cfg, cfgPath, log, dp, hw, time.Now())
+	if err != nil {
+		if hw != nil {
+			hw.Close()
+		}
+		dp.Close()
+		return nil, err
+	}
+	d.owner = own
+	d.checkKernel(log)
+	return d, nil
+}
+
+// ownerDir and attachDataPlane are the run directory and datapath.Attach;
+// tests start daemons over a fake data plane in a temporary directory.
+var (
+	ownerDir        = bpffs.RunDir
+	attachDataPlane = func(cfg *config.Config, log *slog.Logger) (DataPlane, error) {
+		dp, err := datapath.Attach(cfg.Interface, dataPlaneOptions(cfg))
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range dp.Warnings {
+			log.Warn(w)
+		}
+		return dp, nil
+	}
+)
+
+// NewOver builds the loop over a data plane the caller loaded (no
+// hardware tier, no configuration file to reload): for benchmarks that
+// drive Step themselves.
+func NewOver(cfg *config.Config, log *slog.Logger, dp DataPlane, now time.Time) (*Daemon, error) {
+	return newDaemon(cfg, "", log, dp, nil, now)
+}
+
+// newDaemon builds the loop over a data plane and an optional hardware
+// tier (nil: XDP only) and reconciles them with the state file at now.
+func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlane, hw tier.Table, now time.Time) (*Daemon, error) {
+	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: now, dp: dp, hw: hw,
+		hist: map[detect.Key]int32{}, histNext: map[detect.Key]int32{}}
+	d.Metrics = newMetrics(d)
+	if hw != nil {
+		d.off = &placement.Offloader{Table: d.Metrics.countHW(hw), Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
+			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
+	}
+	d.buildDetectors()
+	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
+	d.store.RefreshEvery = refreshEvery
+	d.store.PrefixLift = prefixLift
+	// The host's addresses before the flow rules: a kept rule that would
+	// cut the host off is dropped before the data plane gets it.
+	d.refreshManagement(now)
+	if err := d.dropCuttingSavedRules(now); err != nil {
+		return nil, err
+	}
+	if err := d.openFlowRules(now); err != nil {
+		return nil, err
+	}
+	d.wireHostGroups()
+	if err := d.openHeavy(now); err != nil {
+		return nil, err
+	}
+	if err := d.reconcile(now); err != nil {
+		return nil, err
+	}
+	d.restoreBaselines()
+	if err := d.drainFeatures(); err != nil {
+		return nil, err
+	}
+	if err := d.openAlerts(); err != nil {
+		return nil, err
+	}
+	if err := d.openBGP(now); err != nil {
+		d.closeAlerts()
+		return nil, err
+	}
+	if err := d.openTelemetry(); err != nil {
+		d.closeBGP()
+		d.closeAlerts()
+		return nil, err
+	}
+	return d, nil
+}
+
+func rails(cfg *config.Config) ban.Rails {
+	r := cfg.Rails
+	w4, w6 := r.AutoBanLimits()
+	return ban.Rails{Allow: r.AllowPrefixes, Protected: r.ProtectedPrefixes, MaxNewPerInterval: r.MaxNewPerInterval,
+		MaxTotal: r.MaxTotal, MonitorOnly: r.MonitorOnly, MaxEstablishedShare: r.MaxEstablishedShare,
+		WidestBan4: r.MaxBanPrefixV4, WidestBan6: r.MaxBanPrefixV6, WidestAuto4: w4, WidestAuto6: w6}
+}
+
+// prefixLift is the share of its peak rate under which an automatic
+// prefix ban counts as quiet (ban.Store.PrefixLift).
+const prefixLift = 0.25
+
+func (d *Daemon) buildDetectors() {
+	c := d.cfg.Detectors
+	d.rate, d.entropy, d.lists = nil, nil, nil
+	if c.Rate.Enabled {
+		d.rate = &detect.Rate{Static: detect.Thresholds{PPS: c.Rate.PPS, BPS: c.Rate.BPS, SYNPPS: c.Rate.SYNPPS, PerProto: c.Rate.PerProto},
+			LearnIntervals: c.Rate.LearnIntervals, Margin: c.Rate.Margin, MinPPS: c.Rate.MinPPS,
+			Ceiling: c.Rate.CeilingPPS, Quantile: c.Rate.Quantile}
+	}
+	if c.Entropy.Enabled {
+		d.entropy = &detect.Entropy{History: c.Entropy.History, K: c.Entropy.K, MinPPS: c.Entropy.MinPPS,
+			Prefix4: c.Entropy.Prefix4, Prefix6: c.Entropy.Prefix6, SourceMinPPS: d.cfg.EntropySourceFloor()}
+	}
+	if c.Lists.Enabled {
+		d.lists = &detect.List{Paths: c.Lists.Paths}
+	}
+}
+
+// openHardware opens the configured NIC tier; nil means XDP-only.
+func openHardware(cfg *config.Config, log *slog.Logger) (tier.Table, error) {
+	h := cfg.Hardware
+	switch h.Backend {
+	case "none":
+		return nil, nil
+	case "auto":
+		t, err := autodetect.Backend(cfg.Interface, autodetect.Options{Capacity: h.Capacity})
+		if errors.Is(err, tier.ErrUnsupported) {
+			log.Warn("no hardware tier, running XDP-only", "reason", err)
+			return nil, nil
+		}
+		return t, err
+	case "flower":
+		return flower.Open(cfg.Interface, h.Capacity)
+	case "ntuple":
+		return ntuple.Open(cfg.Interface, 0, h.Capacity)
+	case "emulated":
+		var t tier.Table
+		err := InNetns(h.Emulated.Netns, func() error {
+			var err error
+			t, err = nicstage.AttachTable(h.Emulated.Wire, h.Emulated.Host, nicstage.Options{Capacity: h.Capacity})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("emulated NIC %s in netns %q: %w", h.Emulated.Wire, h.Emulated.Netns, err)
+		}
+		return t, nil
+	}
+	return nil, fmt.Errorf("%w: hardware.backend %q", config.ErrInvalid, h.Backend)
+}
+
+// InNetns runs f in the named network namespace ("" runs it in place).
+func InNetns(name string, f func() error) error { return netnsx.Do(name, -1, f) }
+
+func (d *Daemon) event(now time.Time, kind string, p netip.Prefix, format string, args ...any) {
+	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...), HostGroup: d.hostgroupOf(p)}
+	d.mu.Lock()
+	d.events = append(d.events, e)
+	if len(d.events) > maxEvents {
+		d.events = d.events[len(d.events)-maxEvents:]
+	}
+	d.mu.Unlock()
+	lvl := slog.LevelInfo
+	switch kind {
+	case "error", "breaker":
+		lvl = slog.LevelError
+	case "refused", "restore", "adopt", "slow":
+		lvl = slog.LevelWarn
+	case "detection":
+		lvl = slog.LevelDebug
+	}
+	attrs := []any{"kind", kind}
+	if p.IsValid() {
+		attrs = append(attrs, "prefix", p.String())
+	}
+	d.log.Log(context.Background(), lvl, e.Detail, attrs...)
+}
+
+// reconcile loads the state file and makes state file and data plane
+// agree, logging every difference. The state file is the truth for the
+// daemon's bans; a rule found only in the data plane was added outside the
+// daemon (CLI, a previous daemon that crashed before saving) and is
+// adopted as an operator ban, never silently removed.
+func (d *Daemon) reconcile(now time.Time) error {
+	gone, err := d.store.Load(d.cfg.StateFile, now)
+	if err != nil {
+		return err
+	}
+	for _, w := range d.store.Warnings {
+		d.event(now, "restore", netip.Prefix{}, "%s", w)
+	}
+	rules, err := d.dp.Blocked()
+	if err != nil {
+		return err
+	}
+	inDP := map[netip.Prefix]bool{}
+	for _, r := range rules {
+		inDP[r.Prefix] = true
+	}
+	for _, u := range gone {
+		if inDP[u.Ban.Prefix] {
+			d.unblock(now, u.Ban.Prefix)
+			delete(inDP, u.Ban.Prefix)
+		}
+		d.event(now, "unban", u.Ban.Prefix, "%s", u.Why)
+	}
+	// Restored bans pass today's rails: the allowlist or the protected
+	// space may have grown while the daemon was down. The passes go over
+	// the prefixes, not All: each copy of every ban is ~200 B a ban at
+	// the start, while the state file just read is still being collected.
+	var guarded []netip.Prefix
+	for _, p := range d.store.Prefixes() {
+		if d.store.Guarded(p) != "" {
+			guarded = append(guarded, p)
+		}
+	}
+	slices.SortFunc(guarded, comparePrefix)
+	for _, p := range guarded {
+		why := d.store.Guarded(p)
+		d.store.Remove(p)
+		if inDP[p] {
+			d.unblock(now, p)
+			delete(inDP, p)
+		}
+		d.event(now, "refused", p, "ban from the state file is %s: lifted", why)
+	}
+	var restore []netip.Prefix
+	for _, p := range d.store.Prefixes() {
+		if !inDP[p] {
+			restore = append(restore, p)
+		}
+	}
+	slices.SortFunc(restore, comparePrefix)
+	if len(restore) > 0 {
+		for _, p := range d.blockEach(now, restore) {
+			d.event(now, "restore", p, "ban in the state file was missing from the data plane: restored")
+		}
+	}
+	for _, r := range rules {
+		if !inDP[r.Prefix] {
+			continue // lifted above (expired while the daemon was down)
+		}
+		if _, ok := d.store.Get(r.Prefix); !ok {
+			// With the default TTL, not forever: a new or lost state file
+			// made every pinned ban a permanent operator ban. An operator
+			// who wants one kept re-adds it without a TTL.
+			if _, err := d.store.Add(now, r.Prefix, "found in the data plane at start, not in the state file", d.cfg.Bans.TTL); err != nil {
+				// The rails win over a rule nobody manages: lift it.
+				d.unblock(now, r.Prefix)
+				d.event(now, "refused", r.Prefix, "rule found in the data plane at start: %v; lifted", err)
+				continue
+			}
+			d.event(now, "adopt", r.Prefix, "rule found in the data plane at start: adopted as an operator ban, %s", adoptedExpiry(d.cfg.Bans.TTL))
+		}
+	}
+	// The first interval's rates start from the counters found here.
+	ms := d.store.Meters()
+	for _, r := range rules {
+		if i := d.store.IndexOf(r.Prefix); i >= 0 {
+			ms[i].Packets, ms[i].Read = r.Packets, true
+		}
+	}
+	if d.off != nil {
+		if _, err := d.off.Measure(context.Background(), now, nil); err != nil {
+			return err
+		}
+		for _, p := range d.store.Prefixes() {
+			if p.IsSingleIP() && d.off.InHardware(p.Addr()) {
+				d.store.SetTier(p, "hw") // changes a ban, not the list of prefixes
+			}
+		}
+	}
+	d.dirty = true
+	d.countTiers()
+	return d.save(now)
+}
+
+// comparePrefix orders prefixes as ban.Store.All does: by address, then
+// length.
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
+// adoptedExpiry says how long an adopted ban lasts.
+func adoptedExpiry(ttl time.Duration) string {
+	if ttl <= 0 {
+		return "never expires (bans.ttl is 0)"
+	}
+	return fmt.Sprintf("expires in %v (bans.ttl)", ttl)
+}
+
+// drainFeatures empties the feature buffers at start. What they hold was
+// counted before this daemon ran, over a time nobody measured: pinned
+// buffers keep counting while no daemon reads them, and the first
+// interval took all of it as one interval's (3 s of ping -f, 20 s before
+// the start, banned its source for 37017 pps). Only the overflow counter
+// is kept, as the baseline of the first interval's.
+func (d *Daemon) drainFeatures() error {
+	snap, err := d.dp.Snapshot()
+	if err != nil {
+		return fmt.Errorf("draining the feature buffers at start: %w", err)
+	}
+	d.lastOverflow = snap.Overflow
+	var pkts uint64
+	for i := range snap.Flows {
+		pkts += snap.Flows[i].Packets
+	}
+	if pkts > 0 {
+		d.log.Info("discarded the feature counts from before the start", "packets", pkts, "flows", len(snap.Flows),
+			"since", snap.Start.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// save writes the state file when bans changed, and at least every
+// refreshEvery otherwise, so refreshed expiries and rates reach the disk
+// without rewriting a large file every interval.
+func (d *Daemon) save(now time.Time) error {
+	// The flow rules are few and change seldom: written when they change.
+	if err := d.saveFlowRules(now); err != nil {
+		return err
+	}
+	if !d.dirty && !d.store.Dirty() && now.Sub(d.lastSave) < refreshEvery {
+		return nil
+	}
+	if err := d.store.Save(d.cfg.StateFile, now); err != nil {
+		return err
+	}
+	d.dirty, d.lastSave = false, now
+	return nil
+}
+
+// flush is save for a clean stop: every ban's last rate, peak and expiry
+// is written, not only what the refresh wrote up to 30 s before.
+func (d *Daemon) flush(now time.Time) error {
+	if err := d.saveFlowRules(now); err != nil {
+		return err
+	}
+	if err := d.store.Flush(d.cfg.StateFile, now); err != nil {
+		return err
+	}
+	d.dirty, d.lastSave = false, now
+	return nil
+}
+
+const refreshEvery = 30 * time.Second
+
+func (d *Daemon) unblock(now time.Time, p netip.Prefix) {
+	if d.off != nil && p.IsSingleIP() {
+		if err := d.off.Evict(context.Background(), p.Addr()); err != nil {
+			d.event(now, "error", p, "removing from hardware: %v", err)
+		}
+		d.off.Forget(p.Addr())
+	}
+	if err := d.dp.Unblock(p); err != nil && !errors.Is(err, datapath.ErrNoRule) {
+		d.event(now, "error", p, "unblocking: %v", err)
+	}
+}
+
+// unbanThreshold is the rate monitor's threshold: configured, else the
+// rate detector's learned one (the paper's "highest rate from one source
+// under normal activity"), else its static pps, else 100.
+func (d *Daemon) unbanThreshold() float64 {
+	if d.cfg.Bans.UnbanPPS > 0 {
+		return d.cfg.Bans.UnbanPPS
+	}
+	if d.rate != nil {
+		if l, ok := d.rate.Learned(); ok {
+			return l
+		}
+		if d.rate.Static.PPS > 0 {
+			return d.rate.Static.PPS
+		}
+	}
+	return 100
+}
+
+// Step runs one interval of the loop: a list of short stages, each of
+// which reads and writes the daemon's state on this goroutine.
+func (d *Daemon) Step(now time.Time) (err error) {
+	defer func(began time.Time) { d.stepDone(now, began, err) }(time.Now())
+	d.steps++
+	c := &d.clock
+	c.start(time.Now())
+	if err := d.dp.Check(); err != nil {
+		return err
+	}
+	d.keepManagement(now)
+	c.mark("check")
+	tr, err := d.observe()
+	if err != nil {
+		return err
+	}
+	c.mark("observe")
+	ds := d.detect(tr, d.heavyDetections(now))
+	d.recordDetections(now, ds)
+	d.keepBaselines()
+	c.mark("detect")
+	d.followLearned(now)
+	d.syncLists(now, ds)
+	c.mark("lists")
+	d.ban(now, tr, ds)
+	c.mark("ban")
+	d.settleHeavy(now)
+	d.spareHostSessions(now)
+	d.mitigate(now)
+	c.mark("mitigate")
+	d.alertStep(now, tr, ds)
+	ctrs, err := d.counters()
+	if err != nil {
+		return err
+	}
+	if err := d.readFlowCounters(now); err != nil {
+		d.event(now, "error", netip.Prefix{}, "%v", err)
+	}
+	c.mark("counters")
+	if err := d.measure(now, ctrs); err != nil {
+		return err
+	}
+	d.monitor(now)
+	c.mark("monitor")
+	d.syncBGP(now, d.lastOverflow)
+	c.mark("bgp")
+	if d.off != nil {
+		if err := d.place(now); err != nil {
+			d.event(now, "error", netip.Prefix{}, "placement: %v", err)
+		}
+	}
+	c.mark("placement")
+	d.summarize(tr)
+	d.lastSnap = now
+	err = d.save(now)
+	c.mark("save")
+	return err
+}
+
+// observe takes the interval's feature snapshot as per-source traffic.
+func (d *Daemon) observe() (*detect.Traffic, error) {
+	snap, err := d.dp.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	d.Metrics.mergeFallback.Add(float64(snap.MergeFallback))
+	dt := snap.End.Sub(snap.Start)
+	if dt <= 0 {
+		dt = d.cfg.Interval
+	}
+	// One Traffic reused every interval: its tables keep their memory, so
+	// a steady flood allocates nothing per interval and the heap stays at
+	// one interval's worth instead of growing to two before each GC (the
+	// peak RSS is what counts under MemoryMax). Reset drops tables far
+	// larger than the interval needs, so a flood's do not outlive it.
+	if d.traffic == nil {
+		d.traffic = detect.NewTrafficSized(dt, len(snap.Flows))
+	} else {
+		d.traffic.Reset(dt, len(snap.Flows))
+	}
+	tr := d.traffic
+	for i := range snap.Flows {
+		f := &snap.Flows[i]
+		tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
+	}
+	// Packets the feature buffers could not hold: the interval is partial,
+	// and sources missing from it may simply not have fit.
+	overflow := snap.Overflow - d.lastOverflow
+	if snap.Overflow < d.lastOverflow {
+		overflow = 0 // the counter restarted (re-attach); drainFeatures took the first reading
+	}
+	d.lastOverflow = snap.Overflow
+	tr.Overflow = overflow
+	if overflow > 0 {
+		d.event(snap.End, "overflow", netip.Prefix{}, "feature buffers full: %d packets of this interval not counted (raise capacity.features)", overflow)
+	}
+	// The port profile is the same traffic by port: the ladder names a
+	// port (reflection: UDP source port 53, 123, …) from it.
+	d.ports = (*detect.PortProfile)(snap.Ports)
+	d.track(snap.Start, tr)
+	return tr, nil
+}
+
+// detect runs every enabled detector over the interval; heavy are the
+// data plane's catches since the last one, judged with the rest.
+func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.Detection {
+	if d.entropy != nil {
+		// The entropy baseline learns only intervals without an attack
+		// (the victim detector's, still on from the last interval) and
+		// complete ones.
+		d.entropy.Hold = tr.Overflow > 0 || d.flow.victims != nil && d.flow.victims.Attacks() > 0
+		defer func() { d.Metrics.entropyLearned.Set(float64(d.entropy.Learned())) }()
+	}
+	if d.flow.victims != nil {
+		d.Metrics.attacksOn.Set(float64(d.flow.victims.Attacks()))
+	}
+	var ds []detect.Detection
+	for _, det := range d.detectors() {
+		out := det.Detect(tr)
+		d.Metrics.detections.WithLabelValues(det.Name()).Add(float64(len(out)))
+		ds = append(ds, out...)
+	}
+	ds = detect.AggregateIPv6(ds, d.cfg.Bans.AggregateIPv6, d.cfg.Bans.AggregateMin)
+	// Already per source or per IPv6 prefix, as the data plane counted.
+	ds = append(ds, heavy...)
+	ds = d.spareKnownGood(ds)
+	// The victim detector's source rungs are already aggregated as it
+	// chose them: a prefix free of known-good clients.
+	vs := d.observeVictims(tr, d.ports)
+	d.Metrics.detections.WithLabelValues("victim").Add(float64(len(vs)))
+	ds = append(ds, vs...)
+	d.noteDetected(ds)
+	return ds
+}
+
+// spareKnownGood takes out every automatic detection of a known-good
+// client, or of a prefix holding one. Known-good is the kernel's word
+// that the source completed a handshake with this host, and its address
+// is what a spoofer aiming a ban at it sends from: spoofed at 10× its
+// rate, a verified client was banned (issue 32). The per-source
+// detectors' thresholds are learned from those same clients, too: in the
+// lab's spoofed-flood run the rate detector banned 64 of 64 HTTP clients
+// whose rate rose from ~100 to ~120 pps once the flood was dropped. A
+// member that really floods passes (the data plane's flow rules match no
+// source, so its flood's signature cannot be dropped alone); every spared
+// detection is counted (tierwall_bans_refused_total{rail="known_good"})
+// and logged. Threat lists are the operator's word and are not filtered.
+func (d *Daemon) spareKnownGood(ds []detect.Detection) []detect.Detection {
+	v := d.flow.victims
+	if v == nil || v.Good.Len() == 0 {
+		return ds
+	}
+	spared := 0
+	var example string
+	out := ds[:0]
+	for _, x := range ds {
+		if x.Detector != "list" {
+			hit := false
+			if x.Prefix.IsSingleIP() {
+				hit = v.Good.Contains(x.Prefix.Addr())
+			} else {
+				free, _ := v.Good.PrefixFree(x.Prefix)
+				hit = !free
+			}
+			if hit {
+				if spared == 0 {
+					example = fmt.Sprintf("%s (%s: %s)", x.Prefix, x.Detector, x.Reason)
+				}
+				spared++
+				continue
+			}
+		}
+		out = append(out, x)
+	}
+	if spared > 0 {
+		d.event(d.lastAt, "refused", netip.Prefix{}, "%d detections spared known-good clients, e.g. %s", spared, example)
+		d.Metrics.refuse("known_good", spared)
+	}
+	return out
+}
+
+// baselineRate is the state file's key for the rate detector's learned
+// threshold; baselineEntropy prefixes the entropy detector's numbers.
+const (
+	baselineRate    = "rate_pps"
+	baselineEntropy = "entropy_"
+)
+
+// restoreBaselines gives the detectors what they learned before this start
+// or reload, so an attack running now cannot teach them.
+func (d *Daemon) restoreBaselines() {
+	if v, ok := d.store.Baselines[baselineRate]; ok && d.rate != nil {
+		d.rate.Restore(v)
+	}
+	if d.entropy != nil {
+		st := map[string]float64{}
+		for k, v := range d.store.Baselines {
+			if name, ok := strings.CutPrefix(k, baselineEntropy); ok {
+				st[name] = v
+			}
+		}
+		d.entropy.Restore(st)
+	}
+}
+
+// keepBaselines records newly learned values for the state file. The
+// entropy detector's change every interval it learns: they reach the disk
+// with the next periodic save (refreshEvery), the one it becomes ready in
+// at once.
+func (d *Daemon) keepBaselines() {
+	if d.store.Baselines == nil {
+		d.store.Baselines = map[string]float64{}
+	}
+	if d.rate != nil {
+		if l, ok := d.rate.Learned(); ok && d.store.Baselines[baselineRate] != l {
+			d.store.Baselines[baselineRate] = l
+			d.dirty = true
+		}
+	}
+	if d.entropy != nil {
+		_, _, _, ready := d.entropy.Baseline()
+		_, had := d.store.Baselines[baselineEntropy+"n"]
+		wasReady := had && d.store.Baselines[baselineEntropy+"n"] >= float64(d.entropy.History)
+		for k, v := range d.entropy.State() {
+			d.store.Baselines[baselineEntropy+k] = v
+		}
+		if ready && !wasReady {
+			d.dirty = true
+		}
+	}
+}
+
+// verifiedClients are the known-good members, for the breaker over all
+// active bans; the list is rebuilt only when the set changed.
+func (d *Daemon) verifiedClients() []netip.Addr {
+	v := d.flow.victims
+	if v == nil {
+		return nil
+	}
+	if d.flow.clientsVersion != v.Good.Version() || d.flow.clients == nil {
+		d.flow.clients = v.Good.AppendMembers(d.flow.clients[:0])
+		d.flow.clientsVersion = v.Good.Version()
+	}
+	return d.flow.clients
+}
+
+// countBreaker counts the refusals of the breakers.
+func countBreaker(rs []ban.Refusal) int {
+	n := 0
+	for _, r := range rs {
+		if strings.HasPrefix(r.Why, "circuit breaker") {
+			n++
+		}
+	}
+	return n
+}
+
+// syncLists lifts list bans whose prefix left every threat list.
+func (d *Daemon) syncLists(now time.Time, ds []detect.Detection) {
+	if d.lists == nil {
+		return
+	}
+	if err := d.lists.Err(); err != nil {
+		d.event(now, "error", netip.Prefix{}, "threat list: %v (keeping the last good contents)", err)
+	}
+	listed := map[netip.Prefix]bool{}
+	for _, x := range ds {
+		if x.Detector == "list" {
+			listed[x.Prefix] = true
+		}
+	}
+	for _, p := range d.store.ListBans("list") {
+		if !listed[p] {
+			d.lift(now, p, "no longer in any threat list")
+		}
+	}
+}
+
+// lift ends a ban: store, both tiers, metrics, event.
+func (d *Daemon) lift(now time.Time, p netip.Prefix, why string) {
+	d.store.Remove(p)
+	d.unblock(now, p)
+	d.Metrics.unbans.Inc()
+	d.event(now, "unban", p, "%s", why)
+	d.dirty = true
+}
+
+// ban turns detections into bans through the rails and blocks them in
+// XDP. The batch is all or nothing for the data plane, but one entry it
+// refuses never sinks the others: they are retried one by one.
+func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
+	d.store.SetClients(d.verifiedClients())
+	added, refused, breaker := d.store.Propose(now, ds, d.establishedShare(tr))
+	if breaker && !d.breaker {
+		d.event(now, "breaker", netip.Prefix{}, "circuit breaker open: %d new bans refused this interval", countBreaker(refused))
+	}
+	d.breaker = breaker
+	d.reportRefusals(now, refused)
+	var ps []netip.Prefix
+	for _, b := range added {
+		if err := d.admit(b.Prefix); err != nil {
+			d.store.Remove(b.Prefix)
+			d.Metrics.refuse("invalid", 1)
+			d.event(now, "refused", b.Prefix, "%s: %v", b.Detector, err)
+			continue
+		}
+		ps = append(ps, b.Prefix)
+	}
+	if len(ps) == 0 {
+		return
+	}
+	blocked := d.blockEach(now, ps)
+	applied := time.Now()
+	for _, p := range blocked {
+		b, _ := d.store.Get(p)
+		d.event(now, "ban", p, "%s: %s", b.Detector, b.Reason)
+		d.Metrics.bans.Inc()
+		if h := d.history(p.Addr()); h != nil && p.IsSingleIP() {
+			d.Metrics.detectToDrop.Observe(applied.Sub(time.Unix(0, h.first)).Seconds())
+		}
+	}
+	d.dirty = true
+}
+
+// blockEach blocks ps as one batch; when the data plane refuses the batch
+// (all or nothing), each entry is tried alone, so one it refuses never
+// sinks the others. Refused entries leave the store, with an event. It
+// returns what is blocked.
+func (d *Daemon) blockEach(now time.Time, ps []netip.Prefix) []netip.Prefix {
+	err := d.dp.Block(ps...)
+	if err == nil {
+		return ps
+	}
+	if len(ps) == 1 {
+		d.store.Remove(ps[0])
+		d.event(now, "error", ps[0], "blocking: %v", err)
+		return nil
+	}
+	var blocked []netip.Prefix
+	for _, p := range ps {
+		if err := d.dp.Block(p); err != nil {
+			d.store.Remove(p)
+			d.event(now, "error", p, "blocking: %v (the others of the batch are applied)", err)
+			continue
+		}
+		blocked = append(blocked, p)
+	}
+	return blocked
+}
+
+// admit checks a new ban before the data plane sees it: it must be a
+// valid rule, and the allowlisted or protected space it overlaps must pass
+// in the data plane's allowlist first (which wins over every block).
+func (d *Daemon) admit(p netip.Prefix) error {
+	if err := rule.CheckPrefix(p); err != nil {
+		return err
+	}
+	if ex := d.store.Exempt(p); len(ex) > 0 {
+		if err := d.dp.Allow(ex...); err != nil {
+			return fmt.Errorf("allowlisting %v inside it first: %w", ex, err)
+		}
+	}
+	return nil
+}
+
+// reportRefusals counts every refusal and logs one event per reason per
+// interval, with how many it covered: an open breaker or a full table must
+// not write a line per detection.
+func (d *Daemon) reportRefusals(now time.Time, refused []ban.Refusal) {
+	type group struct {
+		n     int
+		first ban.Refusal
+	}
+	by := map[string]*group{}
+	var order []string
+	for _, r := range refused {
+		d.Metrics.refuse(r.Why, 1)
+		key := r.Detection.Detector + ": " + refusalKind(r.Why)
+		g := by[key]
+		if g == nil {
+			g = &group{first: r}
+			by[key] = g
+			order = append(order, key)
+		}
+		g.n++
+	}
+	for _, k := range order {
+		g := by[k]
+		if g.n == 1 {
+			d.event(now, "refused", g.first.Detection.Prefix, "%s: %s", g.first.Detection.Detector, g.first.Why)
+			continue
+		}
+		d.event(now, "refused", g.first.Detection.Prefix, "%s: %s (and %d more this interval)", g.first.Detection.Detector, g.first.Why, g.n-1)
+	}
+}
+
+// refusalKind is a refusal's reason without the prefix it names, so that
+// refusals for the same rail group together.
+func refusalKind(why string) string {
+	if i := strings.IndexAny(why, "(0123456789"); i > 0 {
+		return why[:i]
+	}
+	return why
+}
+
+// history is what the circuit breaker knows of a source: how many
+// consecutive intervals it has been seen, whether any detector named it on
+// its own, and its usual rate.
+type history struct {
+	run      int32
+	missed   int32 // intervals missed in a row while the buffers overflowed
+	detected bool
+	norm     float64 // pps, learned while it was not detected
+	pps      float64 // this interval
+	first    int64   // start of the interval it showed up in (Unix ns), for detection-to-drop latency
+}
+
+// history is what the breaker knows of a, nil if nothing.
+func (d *Daemon) history(a netip.Addr) *history {
+	if i, ok := d.hist[detect.KeyOf(a)]; ok {
+		return &d.hists[i]
+	}
+	return nil
+}
+
+// maxTracked bounds the sources the daemon keeps a history of. Past it, a
+// flood's new sources are not tracked (they cannot become regular clients
+// while it lasts); the clients known before it keep theirs. At ~70 bytes
+// a source (a 40-byte history and its map slot) this is ~18 MiB whatever
+// the number of sources.
+const maxTracked = 1 << 18
+
+// maxMissed is how many overflowing intervals an established source may
+// be missing from before it is forgotten.
+const maxMissed = 3
+
+// normJump is how far above its usual rate a source stops counting as a
+// regular client: a detector that names clients at their normal rate is
+// misconfigured; a source that jumped is attacking.
+const normJump = 3
+
+// noteDetected marks the sources a detector named on their own this
+// interval. They never become established: the breaker protects regular
+// clients from a detector gone wrong, not attackers that wait their turn
+// behind the per-interval ban limit.
+func (d *Daemon) noteDetected(ds []detect.Detection) {
+	for _, x := range ds {
+		if x.Prefix.IsSingleIP() {
+			if h := d.history(x.Prefix.Addr()); h != nil && (h.run < establishedAfter || h.pps > normJump*h.norm) {
+				h.detected = true
+			}
+		}
+	}
+}
+
+// establishedShare is the circuit breaker's measure: the share of the
+// regular clients that a prefix covers. A regular client has been seen in
+// each of the last establishedAfter intervals, was never named by a
+// detector before it was established, and sends at its usual rate.
+func (d *Daemon) establishedShare(tr *detect.Traffic) func(netip.Prefix) float64 {
+	var established []netip.Addr
+	for k, i := range d.hist {
+		if h := &d.hists[i]; h.run >= establishedAfter && !h.detected && h.pps <= normJump*max(h.norm, 1) {
+			established = append(established, k.Addr())
+		}
+	}
+	d.log.Debug("interval", "sources", len(tr.Sources), "established", len(established))
+	isEst := make(map[netip.Addr]bool, len(established))
+	for _, a := range established {
+		isEst[a] = true
+	}
+	return func(p netip.Prefix) float64 {
+		if len(established) == 0 {
+			return 0
+		}
+		if p.IsSingleIP() { // the common case: one lookup, not a scan
+			if isEst[p.Addr()] {
+				return 1 / float64(len(established))
+			}
+			return 0
+		}
+		n := 0
+		for _, a := range established {
+			if p.Contains(a) {
+				n++
+			}
+		}
+		return float64(n) / float64(len(established))
+	}
+}
+
+// counters reads the XDP counters of every ban, in the store's dense
+// order, into a slice kept across intervals.
+func (d *Daemon) counters() ([]datapath.Reading, error) {
+	ps := d.store.Prefixes()
+	if cap(d.readings) < len(ps) {
+		d.readings = make([]datapath.Reading, len(ps), len(ps)+len(ps)/4)
+	}
+	d.readings = d.readings[:len(ps)]
+	if err := d.dp.RuleCountersInto(ps, d.readings); err != nil {
+		return nil, fmt.Errorf("reading rule counters: %w", err)
+	}
+	return d.readings, nil
+}
+
+// monitor lifts the bans whose rate stayed under the threshold for the
+// hold time (the paper's rate monitor).
+func (d *Daemon) monitor(now time.Time) {
+	for _, u := range d.store.MonitorMeters(now, d.unbanThreshold(), d.cfg.Bans.Hold) {
+		d.unblock(now, u.Ban.Prefix)
+		d.Metrics.unbans.Inc()
+		d.event(now, "unban", u.Ban.Prefix, "%s", u.Why)
+		d.dirty = true
+	}
+}
+
+func (d *Daemon) detectors() []detect.Detector {
+	var out []detect.Detector
+	if d.rate != nil {
+		out = append(out, d.rate)
+	}
+	if d.entropy != nil {
+		out = append(out, d.entropy)
+	}
+	if d.lists != nil {
+		out = append(out, d.lists)
+	}
+	return out
+}
+
+// track keeps each source's history: when it showed up in passed traffic
+// (the interval's start: the earliest its first packet can have been), for
+// how many intervals in a row, and its usual rate. A source absent from an
+// interval is forgotten (see below for intervals that overflowed).
+func (d *Daemon) track(start time.Time, tr *detect.Traffic) {
+	update := func(h *history, s *detect.Source) {
+		h.run++
+		h.pps = tr.Rate(s.Packets)
+		switch {
+		case h.run == 1:
+			h.norm = h.pps
+		case h.run <= establishedAfter:
+			h.norm += (h.pps - h.norm) / float64(h.run) // mean while establishing
+		case !h.detected && h.pps <= normJump*h.norm:
+			h.norm = 0.95*h.norm + 0.05*h.pps // follows slow change, never a jump
+		}
+	}
+	// The sources already tracked, looked up in the interval (not each of
+	// the interval's sources in the history: a flood brings a million).
+	// The survivors and the new sources go to a second map, cleared and
+	// swapped every interval, rather than deleting the absent ones: a
+	// flood replaces most of the tracked sources every interval, and a
+	// map that many keys are deleted from fills with tombstones and grows
+	// again (measured: ~40 MB of garbage per interval at 1M sources).
+	//
+	// A source missing from an interval that overflowed may not have fit:
+	// an established client stays in the breaker's denominator through up
+	// to maxMissed such intervals (a flood of new keys must not push the
+	// regular clients out), so this state stays bounded by the buffers'
+	// capacity times maxMissed+1 whatever the attacker does.
+	// Sized once for what this interval can bring (at most maxTracked):
+	// a map grown key by key to a flood's size leaves garbage as large as
+	// itself behind, and RSS is what MemoryMax limits.
+	if need := min(len(d.hist)+len(tr.Sources), maxTracked); need > d.histCap[1] {
+		d.histCap[1] = need
+		d.histNext = make(map[detect.Key]int32, need)
+		d.hists = slices.Grow(d.hists, need-len(d.hists))
+	}
+	next := d.histNext
+	gone := 0
+	for k, i := range d.hist {
+		h := &d.hists[i]
+		if j := tr.SourceIndex(k); j >= 0 {
+			update(h, &tr.Sources[j])
+			h.missed = 0
+		} else if tr.Overflow > 0 && h.run >= establishedAfter && h.missed < maxMissed {
+			h.missed++
+		} else {
+			d.histFree = append(d.histFree, i)
+			gone++
+			continue
+		}
+		next[k] = i
+	}
+	// New sources, while there is room: the absent ones above still count
+	// against maxTracked this interval, as they always have.
+	for j := 0; j < len(tr.Sources) && len(next)+gone < maxTracked; j++ {
+		k := tr.SourceKey(j)
+		if _, ok := next[k]; ok {
+			continue
+		}
+		var i int32
+		if n := len(d.histFree); n > 0 {
+			i, d.histFree = d.histFree[n-1], d.histFree[:n-1]
+		} else {
+			i = int32(len(d.hists))
+			d.hists = append(d.hists, history{})
+		}
+		d.hists[i] = history{first: start.UnixNano()}
+		next[k] = i
+		update(&d.hists[i], &tr.Sources[j])
+	}
+	d.hist, d.histNext = next, d.hist
+	d.histCap[0], d.histCap[1] = d.histCap[1], d.histCap[0]
+	clear(d.histNext) // keeps its buckets for the next interval
+}
+
+// measure computes each ban's rate over the interval: from the growth of
+// its XDP counter, and for sources placement manages, from placement's
+// reading of both tiers (it owns the hardware table, and for a table
+// without counters it knows the rate a source had when offloaded).
+func (d *Daemon) measure(now time.Time, ctrs []datapath.Reading) error {
+	secs := now.Sub(d.lastAt).Seconds()
+	first := d.lastAt.IsZero()
+	d.lastAt = now
+	ps, ms := d.store.Prefixes(), d.store.Meters()
+	var hw map[netip.Addr]float64
+	if d.off != nil {
+		c := make([]placement.Counted, 0, len(ctrs))
+		for i, r := range ctrs {
+			if r.Found && ps[i].IsSingleIP() {
+				c = append(c, placement.Counted{Src: ps[i].Addr(), Packets: r.Packets})
+			}
+		}
+		var err error
+		if hw, err = d.off.Measure(context.Background(), now, c); err != nil {
+			return fmt.Errorf("reading hardware counters: %w", err)
+		}
+	}
+	// Meters are the store's, parallel to ps: no map lookup per ban.
+	for i, r := range ctrs {
+		if !r.Found {
+			continue
+		}
+		m := &ms[i]
+		prev, seen := m.Packets, m.Read
+		m.Packets, m.Read = r.Packets, true
+		if hw != nil && ps[i].IsSingleIP() {
+			if rate, ok := hw[ps[i].Addr()]; ok {
+				if seen && !first {
+					m.Rate, m.Measured = rate, true
+				}
+				continue
+			}
+		}
+		if seen && !first && secs > 0 && r.Packets >= prev {
+			m.Rate, m.Measured = float64(r.Packets-prev)/secs, true
+		}
+	}
+	return nil
+}
+
+// place runs Listing 1 over the rates measure read and records each
+// source's tier.
+func (d *Daemon) place(now time.Time) error {
+	rep, err := d.off.Place(context.Background())
+	if err != nil {
+		return err
+	}
+	// Only what really changed tier: a refused install or remove leaves
+	// the source where it was.
+	for _, k := range append(rep.Plan.Remove, rep.Plan.Install...) {
+		t := "xdp"
+		if d.off.InHardware(k) {
+			t = "hw"
+		}
+		d.store.SetTier(netip.PrefixFrom(k, k.BitLen()), t)
+	}
+	for _, e := range rep.Failed {
+		d.event(now, "error", netip.Prefix{}, "hardware update: %v", e)
+	}
+	d.hwUpdates += uint64(rep.Applied)
+	if n := rep.Plan.Updates(); n > 0 {
+		d.Metrics.placementUpdates.Add(float64(rep.Applied))
+		d.Metrics.hwLatency.Observe(rep.Latency.Seconds())
+		d.dirty = true
+	}
+	return nil
+}
+
+func (d *Daemon) summarize(tr *detect.Traffic) {
+	top := tr.Top(100)
+	d.mu.Lock()
+	d.lastTop = top
+	d.mu.Unlock()
+	d.countTiers()
+}
+
+// countTiers publishes bans per tier for the metrics collector.
+func (d *Daemon) countTiers() {
+	tc := d.store.Tiers()
+	d.mu.Lock()
+	d.tierCounts = tc
+	d.mu.Unlock()
+}
+
+// Run drives the loop until ctx ends. reload receives a signal per SIGHUP.
+func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
+	tick := time.NewTicker(d.cfg.Interval)
+	defer tick.Stop()
+	d.log.Info("tierwall running", "interface", d.cfg.Interface, "interval", d.cfg.Interval, "hardware", d.hwName(), "bans", d.store.Len())
+	// Type=notify: New attached the filter and the API listens (run.go
+	// serves it before Run). The watchdog is fed from this loop, so a
+	// wedged interval or request is what gets the daemon restarted.
+	d.notify(sdnotify.Ready)
+	var watchdog <-chan time.Time
+	if p := sdnotify.WatchdogInterval(); p > 0 {
+		wd := time.NewTicker(p)
+		defer wd.Stop()
+		watchdog = wd.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			d.notify(sdnotify.Stopping)
+			return d.shutdown()
+		case <-watchdog:
+			d.notify(sdnotify.Watchdog)
+		case now := <-tick.C:
+			if err := d.Step(now); err != nil {
+				d.event(now, "error", netip.Prefix{}, "interval: %v", err)
+				if errors.Is(err, datapath.ErrOrphaned) {
+					// Writing on would protect nothing: exit non-zero so the
+					// service manager starts a daemon that re-adopts.
+					return errors.Join(fmt.Errorf("the filter on %s is no longer this daemon's: %w", d.cfg.Interface, err), d.shutdown())
+				}
+			}
+		case f := <-d.reqs:
+			f()
+		case <-d.bgpChanged():
+			// A peer's FlowSpec applies now, not at the next interval: a
+			// fleet's ban reaches this host's XDP in milliseconds.
+			d.applyRemote(time.Now())
+		case <-reload:
+			old := d.cfg.Interval
+			d.reload(time.Now())
+			if d.cfg.Interval != old {
+				tick.Reset(d.cfg.Interval)
+			}
+		}
+	}
+}
+
+// notify tells systemd state; a failure is logged, never fatal (the
+// watchdog, if on, restarts a daemon that cannot reach it).
+func (d *Daemon) notify(state string) {
+	if _, err := sdnotify.Notify(state); err != nil {
+		d.log.Warn("systemd notification failed", "err", err)
+	}
+}
+
+func (d *Daemon) hwName() string {
+	if d.hw == nil {
+		return "none (XDP only)"
+	}
+	c := d.hw.Caps()
+	return fmt.Sprintf("%s on %s, K=%d", c.Backend, c.Iface, c.Capacity)
+}
+
+// reload re-reads the configuration; a bad one is logged and the last good
+// one stays. Changes that need new attachments (interface, hardware, API)
+// are reported and wait for a restart.
+func (d *Daemon) reload(now time.Time) {
+	c, err := config.Load(d.cfgPath)
+	if err != nil {
+		d.Metrics.reloads.WithLabelValues(reloadRefused).Inc()
+		d.event(now, "error", netip.Prefix{}, "reload refused, keeping the running configuration: %v", err)
+		return
+	}
+	changed := configChanges(d.cfg, c)
+	// The speaker's sessions and its validation are built at start; the
+	// announce policy (bgp.announce) is read every interval and reloads.
+	sameBGP := func(a, b config.BGP) bool {
+		a.Announce, b.Announce = config.BGPAnnounce{}, config.BGPAnnounce{}
+		return reflect.DeepEqual(a, b)
+	}
+	if c.Interface != d.cfg.Interface || !reflect.DeepEqual(c.Hardware, d.cfg.Hardware) || !reflect.DeepEqual(c.API, d.cfg.API) || c.StateFile != d.cfg.StateFile ||
+		!sameBGP(c.BGP, d.cfg.BGP) {
+		c.Interface, c.Hardware, c.API, c.StateFile = d.cfg.Interface, d.cfg.Hardware, d.cfg.API, d.cfg.StateFile
+		ann := c.BGP.Announce
+		c.BGP = d.cfg.BGP
+		c.BGP.Announce = ann
+	}
+	if c.Capacity.MemoryMiB != d.cfg.Capacity.MemoryMiB {
+		// The tables were sized at attach: the new budget is checked
+		// against the running capacities, and a budget they leave too
+		// little of keeps the old one.
+		run := *d.cfg
+		run.Capacity.MemoryMiB = c.Capacity.MemoryMiB
+		if err := applyMemoryBudget(&run, d.log); err != nil {
+			d.event(now, "error", netip.Prefix{}, "reload: keeping capacity.memory_mib %d: %v", d.cfg.Capacity.MemoryMiB, err)
+			c.Capacity.MemoryMiB = d.cfg.Capacity.MemoryMiB
+		}
+	}
+	if c.NiceOrDefault() != d.cfg.NiceOrDefault() {
+		if err := setNice(c.NiceOrDefault(), d.log); err != nil {
+			d.event(now, "error", netip.Prefix{}, "reload: keeping nice %d: %v", d.cfg.NiceOrDefault(), err)
+			c.Nice = d.cfg.Nice
+		}
+	}
+	detChanged := !reflect.DeepEqual(c.Detectors, d.cfg.Detectors)
+	d.cfg = c
+	d.store.Rails, d.store.TTL = rails(c), c.Bans.TTL
+	d.refreshManagement(now)
+	d.dropCuttingRules(now) // rails.management_ports may have grown
+	d.reloadTelemetry(now)  // network mode's policy now, not at the next interval
+	if detChanged {
+		d.buildDetectors()
+		d.restoreBaselines() // a reload never relearns (an attack may be running)
+	}
+	d.wireHostGroups()
+	if err := d.openHeavy(now); err != nil {
+		d.event(now, "error", netip.Prefix{}, "reload: %v", err)
+	}
+	if d.off != nil {
+		d.off.Params.MaxRate = c.Hardware.MaxRate
+	}
+	summary, restart := reloadSummary(changed)
+	result := reloadApplied
+	if restart {
+		result = reloadRestart
+	}
+	d.Metrics.reloads.WithLabelValues(result).Inc()
+	d.event(now, "reload", netip.Prefix{}, "%s", summary)
+}
+
+// shutdown saves the state and takes rules out of hardware (they stay
+// blocked in XDP, which keeps running without the daemon); the data plane
+// is left attached.
+func (d *Daemon) shutdown() error { return d.stop(time.Now()) }
+
+// stop is shutdown at now (tests give their clock).
+func (d *Daemon) stop(now time.Time) error {
+	var errs []error
+	if d.off != nil {
+		if err := d.off.Flush(context.Background()); err != nil {
+			errs = append(errs, fmt.Errorf("removing hardware rules: %w", err))
+		}
+		for _, b := range d.store.All() {
+			d.store.SetTier(b.Prefix, "xdp")
+		}
+		d.hw.Close()
+	}
+	if err := d.flush(now); err != nil {
+		errs = append(errs, err)
+	}
+	d.closeAlerts()
+	d.closeTelemetry()
+	d.closeBGP()
+	d.dp.Close()
+	d.owner.Release()
+	d.log.Info("tierwall stopped; the XDP filter keeps enforcing the bans", "bans", d.store.Len())
+	return errors.Join(errs...)
+}
+
+// Do runs f on the loop goroutine and waits for it: how the API reads and
+// changes state. ctx bounds only the wait for the loop to take f: once
+// taken, f runs to the end and Do reports what happened, so a caller never
+// hears "timed out" about a change that was applied.
+func (d *Daemon) Do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case d.reqs <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: the daemon was busy, nothing was done", ctx.Err())
+	}
+	<-done
+	return nil
+}

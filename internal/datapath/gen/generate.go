@@ -1,8 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-
-package gen
-
-// The generator's object and bindings are generated here and committed
-// (see internal/datapath/gen.go).
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -nostdinc -I../../../bpf/include" -target bpfel -type tw_gen_config -type tw_gen_addr -type tw_gen_state -type tw_gen_mode -type tw_nic_key trafgen ../../../bpf/xdp_gen.c
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -nostdinc -I../../../bpf/include" -target bpfel -type tw_gf_pkt -type tw_gf_payload -type tw_gf_state genflow ../../../bpf/xdp_genflow.c

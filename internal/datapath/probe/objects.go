@@ -1,9 +1,0 @@
-// SPDX-License-Identifier: Apache-2.0
-
-package probe
-
-import "github.com/cilium/ebpf"
-
-// Spec is the flow probe's object as compiled (bpf/xdp_probe.c), for the
-// kernel check (internal/datapath/kernel) to load and report on.
-func Spec() (*ebpf.CollectionSpec, error) { return loadProbe() }
