@@ -73,11 +73,7 @@ func Assemble(cfg *config.Config, log *slog.Logger, parts Parts) (*Probed, error
 		Policy:         pol,
 	}
 	p := &Probed{SW: parts.SW, HW: parts.HW, cfg: cfg, log: log, closer: parts.Closer}
-	var cls flowprobe.Classifier
-	if parts.DPI != nil {
-		cls = classifier{parts.DPI}
-	}
-	p.Engine = flowprobe.New(ecfg, parts.SW, parts.HW, cls, parts.Sink)
+	p.Engine = flowprobe.New(ecfg, parts.SW, parts.HW, parts.DPI, parts.Sink)
 	p.Metrics = prometheus.NewRegistry()
 	p.Metrics.MustRegister(&collector{p}, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

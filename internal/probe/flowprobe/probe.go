@@ -25,27 +25,6 @@ import (
 	"github.com/tierwall/tierwall/internal/tier"
 )
 
-// Verdict is DPI's answer for a flow.
-type Verdict struct {
-	Done  bool   // the classifier is sure, no more packets needed
-	App   string // canonical lower-case name, "unknown" when it gave up
-	Proto string // the protocol carrying App ("tls" for "youtube"), may be empty
-	Host  string // SNI, HTTP Host or DNS name, when seen
-}
-
-// Classifier starts DPI on a flow.
-type Classifier interface {
-	NewFlow(k tier.FlowKey, initDir uint8) DPIFlow
-}
-
-// DPIFlow is DPI's state for one flow: Add takes samples in order until a
-// verdict is Done; Giveup asks for the best answer so far.
-type DPIFlow interface {
-	Add(s *flow.Sample) Verdict
-	Giveup() Verdict
-	Close()
-}
-
 // Config tunes the probe; zero values take the defaults.
 type Config struct {
 	Inline     bool          // inline (IPS bridge) rather than passive (mirror)
@@ -68,8 +47,8 @@ type Config struct {
 	// forward (counted by the NIC, delivered marked hit) instead of
 	// discard. Inline ignores it.
 	PassiveForward bool
-	Policy         func(Verdict) dpi.Action // per application; nil: offload everything
-	Now            func() time.Time         // tests
+	Policy         func(dpi.Verdict) dpi.Action // per application (dpi.Policy.Action); nil: offload everything
+	Now            func() time.Time             // tests
 }
 
 func (c *Config) defaults() {
@@ -101,7 +80,7 @@ func (c *Config) defaults() {
 		c.SweepEvery = min(max(c.IdleTimeout/10, 100*time.Millisecond), 2*time.Second)
 	}
 	if c.Policy == nil {
-		c.Policy = func(Verdict) dpi.Action { return dpi.Offload }
+		c.Policy = func(dpi.Verdict) dpi.Action { return dpi.Offload }
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -129,7 +108,7 @@ type tracked struct {
 }
 
 type dpiState struct {
-	f     DPIFlow
+	f     dpi.Flow
 	first time.Time
 	n     int
 }
@@ -139,7 +118,7 @@ type Probe struct {
 	cfg  Config
 	sw   flow.SoftwareTier
 	hw   tier.FlowTable // nil: software only
-	cls  Classifier     // nil: no DPI, every flow is "unknown"
+	cls  dpi.Classifier // nil: no DPI, every flow is "unknown"
 	sink func(Record)
 
 	flows     map[tier.FlowKey]*tracked
@@ -169,7 +148,7 @@ type Probe struct {
 // New returns a probe over the software tier sw and, when hw is not nil,
 // the NIC's flow table. Records go to sink, called on the probe's
 // goroutine: it must not block (the IPFIX exporter drops and counts).
-func New(cfg Config, sw flow.SoftwareTier, hw tier.FlowTable, cls Classifier, sink func(Record)) *Probe {
+func New(cfg Config, sw flow.SoftwareTier, hw tier.FlowTable, cls dpi.Classifier, sink func(Record)) *Probe {
 	cfg.defaults()
 	if sink == nil {
 		sink = func(Record) {}
@@ -304,7 +283,7 @@ func (p *Probe) sample(s *flow.Sample) {
 			// No room for another flow's DPI state: it is decided
 			// as unknown rather than queued without bound.
 			p.stats.DPISkipped++
-			p.decide(s.Key, t, Verdict{App: "unknown"})
+			p.decide(s.Key, t, dpi.Verdict{App: dpi.AppUnknown})
 			return
 		}
 		d = &dpiState{f: p.cls.NewFlow(s.Key, s.Dir), first: s.Time}
@@ -337,7 +316,7 @@ func (p *Probe) untrack(k tier.FlowKey) {
 }
 
 // decide applies the policy to a classified flow.
-func (p *Probe) decide(k tier.FlowKey, t *tracked, v Verdict) {
+func (p *Probe) decide(k tier.FlowKey, t *tracked, v dpi.Verdict) {
 	if v.App == "" {
 		v.App = "unknown"
 	}

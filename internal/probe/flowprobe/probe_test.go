@@ -24,22 +24,24 @@ type portFlow struct {
 	seen int
 }
 
-func (portClassifier) NewFlow(k tier.FlowKey, _ uint8) DPIFlow { return &portFlow{k: k} }
+func (portClassifier) NewFlow(k tier.FlowKey, _ uint8) dpi.Flow { return &portFlow{k: k} }
+func (portClassifier) Name() string                             { return "port" }
+func (portClassifier) Close() error                             { return nil }
 
-func (f *portFlow) Add(s *flow.Sample) Verdict {
+func (f *portFlow) Add(s *flow.Sample) dpi.Verdict {
 	f.seen++
 	p := s.Payload()
 	switch {
 	case bytes.HasPrefix(p, []byte("GET ")):
-		return Verdict{Done: true, App: "http", Host: "example.org"}
+		return dpi.Verdict{Done: true, App: "http", Host: "example.org"}
 	case f.k.Hi.Port() == 53 || f.k.Lo.Port() == 53:
-		return Verdict{Done: true, App: "dns"}
+		return dpi.Verdict{Done: true, App: "dns"}
 	}
-	return Verdict{}
+	return dpi.Verdict{}
 }
 
-func (f *portFlow) Giveup() Verdict { return Verdict{App: "unknown"} }
-func (f *portFlow) Close()          {}
+func (f *portFlow) Giveup() dpi.Verdict { return dpi.Verdict{App: "unknown"} }
+func (f *portFlow) Close()              {}
 
 // rig is a wire through a fake NIC flow table into a fake software tier,
 // with a clock the test moves.
@@ -216,7 +218,7 @@ func TestTableFullKeepsFlowsInSoftwareWithNothingLost(t *testing.T) {
 }
 
 func TestPolicyKeepsAndDiscards(t *testing.T) {
-	r := newRig(t, 16, Config{Inline: true, Policy: func(v Verdict) dpi.Action {
+	r := newRig(t, 16, Config{Inline: true, Policy: func(v dpi.Verdict) dpi.Action {
 		return map[string]dpi.Action{"dns": dpi.Software, "http": dpi.Discard}[v.App]
 	}})
 	dc, ds := netip.AddrPortFrom(client, 5353), netip.AddrPortFrom(server, 53)

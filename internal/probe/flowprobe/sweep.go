@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/probe/dpi"
 	"github.com/tierwall/tierwall/internal/probe/flow"
 	"github.com/tierwall/tierwall/internal/tier"
 )
@@ -156,7 +157,7 @@ func (p *Probe) sweepApply(now time.Time, gen uint64, acts []sweepAction, giveup
 			t = &tracked{state: flow.StateDPI, seen: gen}
 			p.flows[k] = t
 		}
-		v := Verdict{App: "unknown"}
+		v := dpi.Verdict{App: dpi.AppUnknown}
 		if d := p.dpi[k]; d != nil {
 			v = d.f.Giveup()
 			p.endDPI(k, d)
