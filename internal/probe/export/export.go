@@ -104,7 +104,7 @@ type Exporter struct {
 	// record does not wake the sending goroutine; it wakes on its ticker,
 	// or through full once a message's worth is waiting. A wake-up per
 	// record was a fifth of an offloading probe's CPU.
-	pending []flowprobe.Record
+	pending []ipfix.Record
 	full    chan struct{}
 
 	queued, dropped atomic.Uint64
@@ -192,7 +192,7 @@ func (x *Exporter) Export(r flowprobe.Record) {
 		x.dropped.Add(1)
 		return
 	}
-	x.pending = append(x.pending, r)
+	x.pending = append(x.pending, ipfixRecord(&r))
 	x.queued.Add(1)
 	if len(x.pending) == DefaultMaxBatch {
 		select {
@@ -202,9 +202,17 @@ func (x *Exporter) Export(r flowprobe.Record) {
 	}
 }
 
+// ipfixRecord is the engine's record as the encoder sends it: the one place
+// where the probe's record meets the codec's.
+func ipfixRecord(r *flowprobe.Record) ipfix.Record {
+	return ipfix.Record{Proto: r.Key.Proto, Lo: r.Key.Lo, Hi: r.Key.Hi, InitDir: r.InitDir, App: r.App,
+		Start: r.Start, End: r.End, Packets: r.Packets, Bytes: r.Bytes, HWPackets: r.HWPackets, HWBytes: r.HWBytes,
+		TCPFlags: r.TCPFlags, Reason: uint8(r.Reason), Final: r.Final}
+}
+
 // take returns what is queued and empties the queue; spare is the slice
 // to queue into next (the last one taken, emptied).
-func (x *Exporter) take(spare []flowprobe.Record) []flowprobe.Record {
+func (x *Exporter) take(spare []ipfix.Record) []ipfix.Record {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	got := x.pending
@@ -267,7 +275,7 @@ func (x *Exporter) run() {
 	defer x.closeSinks()
 	tick := time.NewTicker(x.cfg.FlushInterval)
 	defer tick.Stop()
-	var spare []flowprobe.Record
+	var spare []ipfix.Record
 	send := func() {
 		got := x.take(spare)
 		for batch := got; ; {

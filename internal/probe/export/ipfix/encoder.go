@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/errdefs"
-	"github.com/tierwall/tierwall/internal/probe/flowprobe"
 )
 
 // Format is the wire format, numbered as the header's version.
@@ -232,12 +231,12 @@ func (e *Encoder) uptime(t time.Time) uint32 {
 // direction; a final record without packets still goes out, as the
 // initiator's direction, to carry the end reason. Biflow: one, oriented
 // from the initiator. A non-final record without packets sends nothing.
-func views(r *flowprobe.Record, biflow bool) []view {
+func views(r *Record, biflow bool) []view {
 	init := int(r.InitDir & 1)
 	d := func(i int) dir {
 		return dir{pkts: r.Packets[i], bytes: r.Bytes[i], hwPkts: r.HWPackets[i], hwBytes: r.HWBytes[i], flags: r.TCPFlags[i]}
 	}
-	base := view{proto: r.Key.Proto, start: r.Start, end: r.End, reason: uint8(r.Reason), app: r.App}
+	base := view{proto: r.Proto, start: r.Start, end: r.End, reason: r.Reason, app: r.App}
 	if base.start.IsZero() {
 		base.start = base.end
 	}
@@ -248,9 +247,9 @@ func views(r *flowprobe.Record, biflow bool) []view {
 		base.app = base.app[:appNameMax]
 	}
 	orient := func(v view, i int) view {
-		v.src, v.dst = r.Key.Lo, r.Key.Hi
+		v.src, v.dst = r.Lo, r.Hi
 		if i == 1 {
-			v.src, v.dst = r.Key.Hi, r.Key.Lo
+			v.src, v.dst = r.Hi, r.Lo
 		}
 		return v
 	}
@@ -277,7 +276,7 @@ func views(r *flowprobe.Record, biflow bool) []view {
 	return vs
 }
 
-// tierOf is the counting tier as flowprobe.Record.Tier tells it, as the
+// tierOf is the counting tier as the probe's record tells it, as the
 // IECountingTier bit mask.
 func tierOf(pkts, hw uint64) uint8 {
 	t := uint8(0)
@@ -305,7 +304,7 @@ type message struct {
 // templates alone when a refresh is due (so an idle exporter still
 // refreshes them), else nothing. Every message returned counts as sent for
 // sequence numbers and refresh.
-func (e *Encoder) Encode(rs []flowprobe.Record) []Message {
+func (e *Encoder) Encode(rs []Record) []Message {
 	var out []Message
 	var m *message
 	for i := range rs {

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/probe/export/ipfix/ipfixtest"
-	"github.com/tierwall/tierwall/internal/probe/flowprobe"
-	"github.com/tierwall/tierwall/internal/tier"
 )
 
 var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
@@ -23,36 +21,43 @@ type clock struct{ t time.Time }
 func (c *clock) now() time.Time          { return c.t }
 func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
-func key(proto uint8, lo, hi string) tier.FlowKey {
-	return tier.FlowKey{Proto: proto, Lo: netip.MustParseAddrPort(lo), Hi: netip.MustParseAddrPort(hi)}
-}
+func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// The flowEndReason values (RFC 5102, IE 136) the fixtures use.
+const (
+	endIdle      uint8 = 1
+	endActive    uint8 = 2
+	endOfFlow    uint8 = 3
+	endForced    uint8 = 4
+	endResources uint8 = 5
+)
 
 // fixtures: every end reason, both families, both initiator directions,
 // hardware, software and both tiers, one-way flows, records without
 // packets.
-func fixtures() []flowprobe.Record {
+func fixtures() []Record {
 	st, en := t0.Add(-30*time.Second+123*time.Millisecond), t0.Add(-time.Second+456*time.Millisecond)
-	return []flowprobe.Record{
-		{Key: key(6, "10.0.0.1:40000", "10.0.0.2:443"), App: "tls", Start: st, End: en, Reason: flowprobe.EndOfFlow, Final: true,
+	return []Record{
+		{Proto: 6, Lo: ap("10.0.0.1:40000"), Hi: ap("10.0.0.2:443"), App: "tls", Start: st, End: en, Reason: endOfFlow, Final: true,
 			Packets: [2]uint64{10, 20}, Bytes: [2]uint64{1000, 20000}, HWPackets: [2]uint64{6, 20}, HWBytes: [2]uint64{600, 20000},
 			TCPFlags: [2]uint8{0x1b, 0x12}},
-		{Key: key(17, "[2001:db8::1]:53", "[2001:db8::2]:5353"), InitDir: 1, App: "dns", Start: st, End: en,
-			Reason: flowprobe.EndIdle, Final: true, Packets: [2]uint64{3, 4}, Bytes: [2]uint64{300, 400}},
-		{Key: key(6, "192.0.2.1:80", "192.0.2.9:51000"), InitDir: 1, App: "http", Start: st, End: en, Reason: flowprobe.EndActive,
+		{Proto: 17, Lo: ap("[2001:db8::1]:53"), Hi: ap("[2001:db8::2]:5353"), InitDir: 1, App: "dns", Start: st, End: en,
+			Reason: endIdle, Final: true, Packets: [2]uint64{3, 4}, Bytes: [2]uint64{300, 400}},
+		{Proto: 6, Lo: ap("192.0.2.1:80"), Hi: ap("192.0.2.9:51000"), InitDir: 1, App: "http", Start: st, End: en, Reason: endActive,
 			Packets: [2]uint64{1 << 40, 7}, Bytes: [2]uint64{1 << 50, 700}, HWPackets: [2]uint64{1 << 40, 7}, HWBytes: [2]uint64{1 << 50, 700},
-			TCPFlags: [2]uint8{0x10, 0x18}, Offloaded: true},
-		{Key: key(17, "[2001:db8::5]:4000", "[2001:db8::6]:4001"), App: strings.Repeat("x", 100), Start: st, End: en,
-			Reason: flowprobe.EndForced, Final: true, Packets: [2]uint64{5, 0}, Bytes: [2]uint64{5000, 0}},
-		{Key: key(17, "198.51.100.1:1", "198.51.100.2:2"), App: "unknown", Start: st, End: en, Reason: flowprobe.EndResources,
+			TCPFlags: [2]uint8{0x10, 0x18}},
+		{Proto: 17, Lo: ap("[2001:db8::5]:4000"), Hi: ap("[2001:db8::6]:4001"), App: strings.Repeat("x", 100), Start: st, End: en,
+			Reason: endForced, Final: true, Packets: [2]uint64{5, 0}, Bytes: [2]uint64{5000, 0}},
+		{Proto: 17, Lo: ap("198.51.100.1:1"), Hi: ap("198.51.100.2:2"), App: "unknown", Start: st, End: en, Reason: endResources,
 			Final: true}, // no packets since the last record: sent for its end reason
-		{Key: key(6, "198.51.100.3:1", "198.51.100.4:2"), App: "unknown", Start: st, End: en, Reason: flowprobe.EndActive},
+		{Proto: 6, Lo: ap("198.51.100.3:1"), Hi: ap("198.51.100.4:2"), App: "unknown", Start: st, End: en, Reason: endActive},
 		// nothing new and not final: nothing sent
 	}
 }
 
 // expect writes, from a record, the flows a collector must read back,
 // independently of the encoder's views.
-func expect(r flowprobe.Record, f Format, biflow bool) []ipfixtest.Flow {
+func expect(r Record, f Format, biflow bool) []ipfixtest.Flow {
 	app := r.App
 	if len(app) > 64 {
 		app = app[:64]
@@ -72,11 +77,11 @@ func expect(r flowprobe.Record, f Format, biflow bool) []ipfixtest.Flow {
 	}
 	ends := func(d int) (netip.AddrPort, netip.AddrPort) {
 		if d == 0 {
-			return r.Key.Lo, r.Key.Hi
+			return r.Lo, r.Hi
 		}
-		return r.Key.Hi, r.Key.Lo
+		return r.Hi, r.Lo
 	}
-	v6 := !r.Key.Lo.Addr().Is4()
+	v6 := !r.Lo.Addr().Is4()
 	var out []ipfixtest.Flow
 	if r.Packets[0]+r.Packets[1] == 0 && !r.Final {
 		return nil
@@ -88,10 +93,10 @@ func expect(r flowprobe.Record, f Format, biflow bool) []ipfixtest.Flow {
 		if v6 {
 			tid = TemplateIPv6Biflow
 		}
-		return []ipfixtest.Flow{{TemplateID: tid, Src: src, Dst: dst, Proto: r.Key.Proto,
+		return []ipfixtest.Flow{{TemplateID: tid, Src: src, Dst: dst, Proto: r.Proto,
 			TCPFlags: uint16(r.TCPFlags[i]), Packets: r.Packets[i], Bytes: r.Bytes[i], HWPackets: r.HWPackets[i], HWBytes: r.HWBytes[i],
 			RevTCPFlags: uint16(r.TCPFlags[o]), RevPackets: r.Packets[o], RevBytes: r.Bytes[o], RevHWPackets: r.HWPackets[o], RevHWBytes: r.HWBytes[o],
-			Start: ms(r.Start), End: ms(r.End), Reason: uint8(r.Reason), App: app,
+			Start: ms(r.Start), End: ms(r.End), Reason: r.Reason, App: app,
 			Tier: tierOf(r.Packets[0]+r.Packets[1], r.HWPackets[0]+r.HWPackets[1]), HasRev: true, HasTimes: true}}
 	}
 	for _, d := range []int{i, o} {
@@ -103,9 +108,9 @@ func expect(r flowprobe.Record, f Format, biflow bool) []ipfixtest.Flow {
 		if v6 {
 			tid = TemplateIPv6
 		}
-		out = append(out, ipfixtest.Flow{TemplateID: tid, Src: src, Dst: dst, Proto: r.Key.Proto, TCPFlags: uint16(r.TCPFlags[d]),
+		out = append(out, ipfixtest.Flow{TemplateID: tid, Src: src, Dst: dst, Proto: r.Proto, TCPFlags: uint16(r.TCPFlags[d]),
 			Packets: r.Packets[d], Bytes: r.Bytes[d], HWPackets: r.HWPackets[d], HWBytes: r.HWBytes[d],
-			Start: ms(r.Start), End: ms(r.End), Reason: uint8(r.Reason), App: app, Tier: tierOf(r.Packets[d], r.HWPackets[d]),
+			Start: ms(r.Start), End: ms(r.End), Reason: r.Reason, App: app, Tier: tierOf(r.Packets[d], r.HWPackets[d]),
 			HasTimes: f == IPFIX, HasV9Times: f == NetFlow9})
 	}
 	return out
@@ -194,10 +199,10 @@ func TestSequenceNumbers(t *testing.T) {
 			d := ipfixtest.NewDecoder(0)
 			var records, messages uint32
 			for batch := 1; batch <= 4; batch++ {
-				rs := make([]flowprobe.Record, batch*20)
+				rs := make([]Record, batch*20)
 				for i := range rs {
-					rs[i] = flowprobe.Record{Key: key(17, fmt.Sprintf("10.0.%d.%d:1", batch, i), "10.9.9.9:2"), App: "dns",
-						Start: t0, End: t0, Packets: [2]uint64{1, 0}, Bytes: [2]uint64{64, 0}, Reason: flowprobe.EndIdle}
+					rs[i] = Record{Proto: 17, Lo: ap(fmt.Sprintf("10.0.%d.%d:1", batch, i)), Hi: ap("10.9.9.9:2"), App: "dns",
+						Start: t0, End: t0, Packets: [2]uint64{1, 0}, Bytes: [2]uint64{64, 0}, Reason: endIdle}
 				}
 				for _, m := range e.Encode(rs) {
 					got, err := d.Decode(m.Bytes)
@@ -231,9 +236,9 @@ func TestTemplateRefresh(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := ipfixtest.NewDecoder(0)
-			one := []flowprobe.Record{{Key: key(17, "10.0.0.1:1", "10.0.0.2:2"), Start: t0, End: t0,
-				Packets: [2]uint64{1, 0}, Bytes: [2]uint64{64, 0}, Reason: flowprobe.EndIdle}}
-			step := func(rs []flowprobe.Record, wantMsg, wantTpl bool) {
+			one := []Record{{Proto: 17, Lo: ap("10.0.0.1:1"), Hi: ap("10.0.0.2:2"), Start: t0, End: t0,
+				Packets: [2]uint64{1, 0}, Bytes: [2]uint64{64, 0}, Reason: endIdle}}
+			step := func(rs []Record, wantMsg, wantTpl bool) {
 				t.Helper()
 				ms := e.Encode(rs)
 				if !wantMsg {
@@ -284,16 +289,16 @@ func TestPackToMTU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var rs []flowprobe.Record
+			var rs []Record
 			var want []ipfixtest.Flow
 			for i := 0; i < 300; i++ {
 				lo, hi := fmt.Sprintf("10.1.%d.%d:%d", i/256, i%256, 1000+i), "10.2.0.1:443"
 				if i%3 == 0 { // interleave the families: a set per run
 					lo, hi = fmt.Sprintf("[2001:db8::%x]:%d", i, 1000+i), "[2001:db8:1::1]:443"
 				}
-				r := flowprobe.Record{Key: key(6, lo, hi), App: strings.Repeat("a", i%70), Start: t0, End: t0,
+				r := Record{Proto: 6, Lo: ap(lo), Hi: ap(hi), App: strings.Repeat("a", i%70), Start: t0, End: t0,
 					Packets: [2]uint64{uint64(i), uint64(i % 2)}, Bytes: [2]uint64{uint64(i) * 100, uint64(i%2) * 60},
-					Reason: flowprobe.EndReason(1 + i%5), Final: true}
+					Reason: uint8(1 + i%5), Final: true}
 				rs = append(rs, r)
 				want = append(want, expect(r, tc.format, tc.biflow)...)
 			}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/tierwall/tierwall/internal/probe/export/ipfix/ipfixtest"
-	"github.com/tierwall/tierwall/internal/probe/flowprobe"
 )
 
 // What the probe could not report goes out as an options record that an
@@ -18,8 +17,8 @@ func TestLossOptionsRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := ipfixtest.NewDecoder(0)
-	rs := []flowprobe.Record{{Key: key(17, "10.0.0.1:1", "10.9.9.9:2"), App: "dns", Start: t0, End: t0,
-		Packets: [2]uint64{1, 0}, Bytes: [2]uint64{64, 0}, Reason: flowprobe.EndIdle}}
+	rs := []Record{{Proto: 17, Lo: ap("10.0.0.1:1"), Hi: ap("10.9.9.9:2"), App: "dns", Start: t0, End: t0,
+		Packets: [2]uint64{1, 0}, Bytes: [2]uint64{64, 0}, Reason: endIdle}}
 	for _, m := range e.Encode(rs) {
 		if _, err := d.Decode(m.Bytes); err != nil {
 			t.Fatal(err)
