@@ -38,6 +38,15 @@ var (
 // FlowKey is a flow in both directions: the endpoints sorted, the lower
 // (address, then port) first, as bpf/lib/flow.h sorts them. A packet from
 // Lo to Hi is direction 0.
+//
+// It is defined here, in the NIC tier, on purpose, and once: the NIC's
+// flow table (FlowTable, Learn, FlowEvent; nicstage, flower) keys on it,
+// and this room sits below the probe's, so the probe's packages (flow,
+// dpi, xdp, flowprobe) name it tier.FlowKey without an arrow back up,
+// while a definition in internal/probe would be one the tier cannot
+// import. A leaf package of its own would add a room for one type whose
+// Validate speaks this tier's ErrInvalid, and move no other arrow: the
+// engine drives FlowTable anyway.
 type FlowKey struct {
 	Proto uint8          `json:"proto"`
 	Lo    netip.AddrPort `json:"lo"`

@@ -3,8 +3,10 @@
 // Package flow holds the flow probe's shared vocabulary: the marks, states
 // and actions of bpf/lib/flow.h, a DPI sample, a software flow entry and the
 // interface of the software flow tier. It sits below the probe engine
-// (internal/probe/flowprobe) and the tiers that implement it (internal/datapath/
-// probe, fakes in tests), so neither has to import the other.
+// (internal/probe/flowprobe) and the tiers that implement it
+// (internal/probe/xdp, fakes in tests), so neither has to import the other.
+// Flows are keyed by tier.FlowKey, the NIC flow table's key, which the
+// probe shares rather than redefines (see its comment in internal/tier).
 package flow
 
 import (
