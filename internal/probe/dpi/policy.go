@@ -7,26 +7,26 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/tierwall/tierwall/internal/probe/flow"
 	"github.com/tierwall/tierwall/internal/rule"
-	"github.com/tierwall/tierwall/internal/tier"
 )
 
-// Action is what the probe does with a classified flow.
-type Action uint8
+// Decision is what the probe does with a classified flow: the value of a
+// policy entry (the configuration calls them actions). The engine carries
+// it out as the NIC's tier.FlowAction and the software tier's flow.Action.
+type Decision uint8
 
 const (
 	// Offload learns the flow into the NIC, which forwards it (passive:
 	// consumes it) and counts it.
-	Offload Action = 1
+	Offload Decision = 1
 	// Discard learns the flow with the NIC dropping its packets.
-	Discard Action = 2
+	Discard Decision = 2
 	// Software keeps the flow in the software tier, which sees every
 	// packet (for applications that need more inspection or accounting).
-	Software Action = 3
+	Software Decision = 3
 )
 
-func (a Action) String() string {
+func (a Decision) String() string {
 	switch a {
 	case Offload:
 		return "offload"
@@ -38,8 +38,8 @@ func (a Action) String() string {
 	return fmt.Sprintf("action(%d)", uint8(a))
 }
 
-// ParseAction reads "offload", "discard" or "software" (any case).
-func ParseAction(s string) (Action, error) {
+// ParseDecision reads "offload", "discard" or "software" (any case).
+func ParseDecision(s string) (Decision, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "offload", "forward":
 		return Offload, nil
@@ -51,38 +51,14 @@ func ParseAction(s string) (Action, error) {
 	return 0, fmt.Errorf("%w: action %q: want offload, discard or software", rule.ErrInvalid, s)
 }
 
-// Learn is how a flow with this action is learned: in hardware with the
-// returned action, or not at all (ok false: it stays in software).
-func (a Action) Learn() (tier.FlowAction, bool) {
-	switch a {
-	case Offload:
-		return tier.FlowForward, true
-	case Discard:
-		return tier.FlowDiscard, true
-	}
-	return 0, false
-}
-
-// State is the software flow state and action for this action:
-// learning for what goes to the NIC, software otherwise.
-func (a Action) State() (flow.State, flow.Action) {
-	switch a {
-	case Discard:
-		return flow.StateLearning, flow.Discard
-	case Software:
-		return flow.StateSoftware, flow.Forward
-	}
-	return flow.StateLearning, flow.Forward
-}
-
 // PolicyDefault is the key of the default action in a policy map.
 const PolicyDefault = "default"
 
-// Policy maps applications to actions. The zero Policy offloads
+// Policy maps applications to decisions. The zero Policy offloads
 // everything.
 type Policy struct {
-	Default Action
-	Apps    map[string]Action // canonical names
+	Default Decision
+	Apps    map[string]Decision // canonical names
 }
 
 // ParsePolicy reads a policy from configuration, e.g. the YAML
@@ -93,14 +69,14 @@ type Policy struct {
 // "default" (offload when absent) applies to every other application,
 // including "unknown" unless it is named.
 func ParsePolicy(m map[string]string) (Policy, error) {
-	p := Policy{Default: Offload, Apps: make(map[string]Action, len(m))}
+	p := Policy{Default: Offload, Apps: make(map[string]Decision, len(m))}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys) // the first bad entry is the same every time
 	for _, k := range keys {
-		a, err := ParseAction(m[k])
+		a, err := ParseDecision(m[k])
 		if err != nil {
 			return Policy{}, fmt.Errorf("policy entry %q: %w", k, err)
 		}
@@ -120,9 +96,9 @@ func ParsePolicy(m map[string]string) (Policy, error) {
 	return p, nil
 }
 
-// Action is the action for a verdict: its App's, else its Proto's, else
+// Decide is the decision for a verdict: its App's, else its Proto's, else
 // the default.
-func (p Policy) Action(v Verdict) Action {
+func (p Policy) Decide(v Verdict) Decision {
 	if a, ok := p.Apps[v.App]; ok {
 		return a
 	}

@@ -9,9 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/tierwall/tierwall/internal/probe/flow"
 	"github.com/tierwall/tierwall/internal/rule"
-	"github.com/tierwall/tierwall/internal/tier"
 )
 
 func TestParsePolicy(t *testing.T) {
@@ -27,7 +25,7 @@ func TestParsePolicy(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		v    Verdict
-		want Action
+		want Decision
 	}{
 		{Verdict{App: AppDNS, Proto: AppDNS}, Offload},
 		{Verdict{App: "bittorrent", Proto: "bittorrent"}, Discard},
@@ -36,11 +34,11 @@ func TestParsePolicy(t *testing.T) {
 		{Verdict{App: "google", Proto: AppDNS}, Offload},        // by Proto
 		{Verdict{App: AppUnknown, Proto: AppUnknown}, Software}, // the default
 	} {
-		if got := p.Action(tc.v); got != tc.want {
+		if got := p.Decide(tc.v); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.v, got, tc.want)
 		}
 	}
-	if a := (Policy{}).Action(Verdict{App: AppDNS}); a != Offload {
+	if a := (Policy{}).Decide(Verdict{App: AppDNS}); a != Offload {
 		t.Errorf("zero policy: %s, want offload", a)
 	}
 	if p, err := ParsePolicy(nil); err != nil || p.Default != Offload {
@@ -67,25 +65,10 @@ func TestParsePolicyInvalid(t *testing.T) {
 	}
 }
 
-func TestActionMapping(t *testing.T) {
-	for _, tc := range []struct {
-		a     Action
-		learn bool
-		fa    tier.FlowAction
-		st    flow.State
-		sa    flow.Action
-	}{
-		{Offload, true, tier.FlowForward, flow.StateLearning, flow.Forward},
-		{Discard, true, tier.FlowDiscard, flow.StateLearning, flow.Discard},
-		{Software, false, 0, flow.StateSoftware, flow.Forward},
-	} {
-		fa, learn := tc.a.Learn()
-		st, sa := tc.a.State()
-		if fa != tc.fa || learn != tc.learn || st != tc.st || sa != tc.sa {
-			t.Errorf("%s: learn %v %v, state %s %v", tc.a, fa, learn, st, sa)
-		}
-		if b, err := ParseAction(tc.a.String()); err != nil || b != tc.a {
-			t.Errorf("%s: ParseAction %v %v", tc.a, b, err)
+func TestDecisionNames(t *testing.T) {
+	for _, d := range []Decision{Offload, Discard, Software} {
+		if b, err := ParseDecision(d.String()); err != nil || b != d {
+			t.Errorf("%s: ParseDecision %v %v", d, b, err)
 		}
 	}
 }

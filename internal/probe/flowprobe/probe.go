@@ -47,8 +47,8 @@ type Config struct {
 	// forward (counted by the NIC, delivered marked hit) instead of
 	// discard. Inline ignores it.
 	PassiveForward bool
-	Policy         func(dpi.Verdict) dpi.Action // per application (dpi.Policy.Action); nil: offload everything
-	Now            func() time.Time             // tests
+	Policy         func(dpi.Verdict) dpi.Decision // per application (dpi.Policy.Decide); nil: offload everything
+	Now            func() time.Time               // tests
 }
 
 func (c *Config) defaults() {
@@ -80,7 +80,7 @@ func (c *Config) defaults() {
 		c.SweepEvery = min(max(c.IdleTimeout/10, 100*time.Millisecond), 2*time.Second)
 	}
 	if c.Policy == nil {
-		c.Policy = func(dpi.Verdict) dpi.Action { return dpi.Offload }
+		c.Policy = func(dpi.Verdict) dpi.Decision { return dpi.Offload }
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -94,7 +94,7 @@ func (c *Config) defaults() {
 type tracked struct {
 	app      string
 	host     string
-	decision dpi.Action
+	decision dpi.Decision
 	state    flow.State
 	id       uint64    // learned id while in the NIC, else 0
 	learnAt  time.Time // learn requested, for the latency
@@ -343,7 +343,7 @@ func (p *Probe) decide(k tier.FlowKey, t *tracked, v dpi.Verdict) {
 // wants the NIC's counters: its offloaded flows are consumed there, which
 // is the NIC's discard, unless it asked for them (PassiveForward: the NIC
 // delivers them marked hit); inline, offloaded flows go to the twin port.
-func (p *Probe) nicAction(d dpi.Action) tier.FlowAction {
+func (p *Probe) nicAction(d dpi.Decision) tier.FlowAction {
 	if d == dpi.Discard || (!p.cfg.Inline && !p.cfg.PassiveForward) {
 		return tier.FlowDiscard
 	}

@@ -218,8 +218,8 @@ func TestTableFullKeepsFlowsInSoftwareWithNothingLost(t *testing.T) {
 }
 
 func TestPolicyKeepsAndDiscards(t *testing.T) {
-	r := newRig(t, 16, Config{Inline: true, Policy: func(v dpi.Verdict) dpi.Action {
-		return map[string]dpi.Action{"dns": dpi.Software, "http": dpi.Discard}[v.App]
+	r := newRig(t, 16, Config{Inline: true, Policy: func(v dpi.Verdict) dpi.Decision {
+		return map[string]dpi.Decision{"dns": dpi.Software, "http": dpi.Discard}[v.App]
 	}})
 	dc, ds := netip.AddrPortFrom(client, 5353), netip.AddrPortFrom(server, 53)
 	r.send(17, dc, ds, 0, "q", 1)
