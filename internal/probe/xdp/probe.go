@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package probe is the flow probe's software tier (bpf/probe/xdp_probe.c): a flow
+// Package xdp is the flow probe's software tier (bpf/probe/xdp_probe.c): a flow
 // table in XDP on the host port, per-direction counters and the NIC's marks
 // per flow, and the first packets of each new flow handed to user space for
 // DPI through a ring buffer. It implements flow.SoftwareTier for the probe
@@ -99,10 +99,11 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Probe is a loaded software tier: its maps and programs and, once
-// attached, its link. Maps stay together in objs so that pinning and
-// re-adoption can be added without reshaping the type.
-type Probe struct {
+// Tier is a loaded software tier (the flow probe's XDP part; the engine is
+// flowprobe.Probe): its maps and programs and, once attached, its link.
+// Maps stay together in objs so that pinning and re-adoption can be added
+// without reshaping the type.
+type Tier struct {
 	cfg  Config
 	objs probeObjects
 	ring *ringbuf.Reader
@@ -126,11 +127,11 @@ type Probe struct {
 // takes.
 const opsLimit = int(probeTwProbeOpsLimitTW_PROBE_OPS)
 
-var _ flow.SoftwareTier = (*Probe)(nil)
+var _ flow.SoftwareTier = (*Tier)(nil)
 
 // Load loads the probe with fresh maps, attached nowhere: Attach puts it on
 // an interface, and tests run it through BPF_PROG_TEST_RUN.
-func Load(c Config) (_ *Probe, err error) {
+func Load(c Config) (_ *Tier, err error) {
 	c, err = c.withDefaults()
 	if err != nil {
 		return nil, err
@@ -156,7 +157,7 @@ func Load(c Config) (_ *Probe, err error) {
 			return nil, fmt.Errorf("setting %s: %w", name, err)
 		}
 	}
-	p := &Probe{cfg: c}
+	p := &Tier{cfg: c}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading probe: %w", err)
 	}
@@ -178,14 +179,14 @@ func Load(c Config) (_ *Probe, err error) {
 }
 
 // Config is the configuration the probe was loaded with, defaults filled.
-func (p *Probe) Config() Config { return p.cfg }
+func (p *Tier) Config() Config { return p.cfg }
 
 // Program is the XDP program (for BPF_PROG_TEST_RUN and benchmarks).
-func (p *Probe) Program() *ebpf.Program { return p.objs.TwProbe }
+func (p *Tier) Program() *ebpf.Program { return p.objs.TwProbe }
 
 // Attach puts the probe on ifname in native XDP mode, falling back to
 // generic mode where the driver has no XDP.
-func (p *Probe) Attach(ifname string) error {
+func (p *Tier) Attach(ifname string) error {
 	if p.link != nil {
 		return fmt.Errorf("%w: probe already attached", datapath.ErrInvalid)
 	}
@@ -206,7 +207,7 @@ func (p *Probe) Attach(ifname string) error {
 
 // SetEgress sets the port inline mode forwards to (0 removes it: packets
 // are then dropped and counted as tx errors).
-func (p *Probe) SetEgress(ifindex int) error {
+func (p *Tier) SetEgress(ifindex int) error {
 	if ifindex < 0 {
 		return fmt.Errorf("%w: egress ifindex %d", datapath.ErrInvalid, ifindex)
 	}
@@ -224,7 +225,7 @@ func (p *Probe) SetEgress(ifindex int) error {
 
 // Close detaches the probe (when this process attached it) and releases
 // its maps and programs.
-func (p *Probe) Close() error {
+func (p *Tier) Close() error {
 	var errs []error
 	if p.link != nil {
 		errs = append(errs, p.link.Close())
@@ -247,7 +248,7 @@ func (p *Probe) Close() error {
 // samples already in the ring, at most max in all. A zero deadline does
 // not wait. A Polled probe is woken only by a quarter-full ring, so it
 // mostly waits out the deadline and then reads what has gathered. The sample and its Data are valid only during fn.
-func (p *Probe) ReadSamples(deadline time.Time, max int, fn func(*flow.Sample)) (int, error) {
+func (p *Tier) ReadSamples(deadline time.Time, max int, fn func(*flow.Sample)) (int, error) {
 	p.readMu.Lock()
 	defer p.readMu.Unlock()
 	if deadline.IsZero() {
@@ -302,7 +303,7 @@ func (p *Probe) ReadSamples(deadline time.Time, max int, fn func(*flow.Sample)) 
 }
 
 // SetState moves a flow to state s with software action a, in place.
-func (p *Probe) SetState(k tier.FlowKey, s flow.State, a flow.Action) error {
+func (p *Tier) SetState(k tier.FlowKey, s flow.State, a flow.Action) error {
 	ck, err := bpfKey(k)
 	if err != nil {
 		return err
@@ -324,12 +325,12 @@ func (p *Probe) SetState(k tier.FlowKey, s flow.State, a flow.Action) error {
 	return fmt.Errorf("setting state of %s: control program returned %d", k, ret)
 }
 
-var _ flow.Batcher = (*Probe)(nil)
+var _ flow.Batcher = (*Tier)(nil)
 
 // Apply runs ops in order (flow.Batcher): up to TW_PROBE_OPS at a time
 // written into the mapped tw_probe_ops and run by tw_probe_ctl_batch, one
 // system call for all of them.
-func (p *Probe) Apply(ops []flow.Op) error {
+func (p *Tier) Apply(ops []flow.Op) error {
 	p.opsMu.Lock()
 	defer p.opsMu.Unlock()
 	if p.ops == nil {
@@ -390,14 +391,14 @@ func (p *Probe) Apply(ops []flow.Op) error {
 }
 
 // fail gives every op not applied the batch's error.
-func (p *Probe) fail(ops []flow.Op, err error) {
+func (p *Tier) fail(ops []flow.Op, err error) {
 	for i := range ops {
 		ops[i].Err = err
 	}
 }
 
 // Lookup returns a flow's current state and counters.
-func (p *Probe) Lookup(k tier.FlowKey) (flow.Entry, error) {
+func (p *Tier) Lookup(k tier.FlowKey) (flow.Entry, error) {
 	ck, err := bpfKey(k)
 	if err != nil {
 		return flow.Entry{}, err
@@ -415,7 +416,7 @@ func (p *Probe) Lookup(k tier.FlowKey) (flow.Entry, error) {
 // Delete removes a flow and returns its last counters. A packet of the
 // flow in flight on another CPU may still add to the entry after it was
 // read; the next packet of the flow creates a new entry.
-func (p *Probe) Delete(k tier.FlowKey) (flow.Entry, error) {
+func (p *Tier) Delete(k tier.FlowKey) (flow.Entry, error) {
 	ck, err := bpfKey(k)
 	if err != nil {
 		return flow.Entry{}, err
@@ -437,7 +438,7 @@ const walkBatch = 512
 // Walk visits every flow in batches; fn returns false to stop. The entry
 // passed to fn is reused after fn returns. Flows created or deleted during
 // the walk may or may not be visited.
-func (p *Probe) Walk(fn func(tier.FlowKey, *flow.Entry) bool) error {
+func (p *Tier) Walk(fn func(tier.FlowKey, *flow.Entry) bool) error {
 	keys := make([]probeTwFlowKey, walkBatch)
 	vals := make([]probeTwFlow, walkBatch)
 	var (
@@ -463,7 +464,7 @@ func (p *Probe) Walk(fn func(tier.FlowKey, *flow.Entry) bool) error {
 }
 
 // Stats sums the per-CPU counters into the tier's totals.
-func (p *Probe) Stats() (flow.TierStats, error) {
+func (p *Tier) Stats() (flow.TierStats, error) {
 	c, err := p.Counters()
 	if err != nil {
 		return flow.TierStats{}, err
@@ -491,7 +492,7 @@ type Counter struct {
 }
 
 // Counters returns every counter of the program, indexed by Verdict.
-func (p *Probe) Counters() ([NumVerdicts]Counter, error) {
+func (p *Tier) Counters() ([NumVerdicts]Counter, error) {
 	var out [NumVerdicts]Counter
 	var per []probeTwCtr
 	for v := range out {

@@ -64,7 +64,7 @@ func metaBytes(t testing.TB, mark flow.Mark, hash, magic uint32) []byte {
 // export it, and the tests prove this value is the one the program checks.
 const metaMagic = 0x74776d6b
 
-func runPacket(t testing.TB, p *Probe, pk packet) uint32 {
+func runPacket(t testing.TB, p *Tier, pk packet) uint32 {
 	t.Helper()
 	opts := &ebpf.RunOptions{Data: pk.frame}
 	if pk.mark != noMeta {
@@ -81,7 +81,7 @@ func runPacket(t testing.TB, p *Probe, pk packet) uint32 {
 	return ret
 }
 
-func loadTestProbe(t testing.TB, c Config) *Probe {
+func loadTestProbe(t testing.TB, c Config) *Tier {
 	t.Helper()
 	testutil.RequireRoot(t)
 	if c.RingBytes == 0 {
@@ -139,12 +139,12 @@ type wantFlow struct {
 type scenario struct {
 	name     string
 	cfg      Config
-	egress   int                          // inline: the egress ifindex
-	before   func(t *testing.T, p *Probe) // runs after the first packet
+	egress   int                         // inline: the egress ifindex
+	before   func(t *testing.T, p *Tier) // runs after the first packet
 	packets  []packet
 	flows    []wantFlow         // every entry the table must hold
 	counters map[Verdict]uint64 // packets; all others must be 0
-	check    func(t *testing.T, p *Probe)
+	check    func(t *testing.T, p *Tier)
 }
 
 func key(proto uint8, src, dst netip.AddrPort) tier.FlowKey {
@@ -250,7 +250,7 @@ func scenarios() []scenario {
 				{frame: handshake[2].frame, mark: flow.MarkMiss, want: xdpDrop},
 				{frame: arp.Build(), mark: noMeta, want: xdpRedirect}, // untracked still forwarded
 			},
-			before: func(t *testing.T, p *Probe) {
+			before: func(t *testing.T, p *Tier) {
 				if err := p.SetState(k4, flow.StateSoftware, flow.Discard); err != nil {
 					t.Fatal(err)
 				}
@@ -320,7 +320,7 @@ func scenarios() []scenario {
 			},
 			counters: map[Verdict]uint64{VerdictMarkNone: 5, VerdictTracked: 3, VerdictTableFull: 2, VerdictConsumed: 5,
 				VerdictFlowNew: 2, VerdictRefused: 2, VerdictDPISent: 3},
-			check: func(t *testing.T, p *Probe) {
+			check: func(t *testing.T, p *Tier) {
 				s, err := p.Stats()
 				if err != nil {
 					t.Fatal(err)
@@ -361,7 +361,7 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
-func checkFlows(t *testing.T, p *Probe, want []wantFlow) {
+func checkFlows(t *testing.T, p *Tier, want []wantFlow) {
 	t.Helper()
 	got := map[tier.FlowKey]flow.Entry{}
 	if err := p.Walk(func(k tier.FlowKey, e *flow.Entry) bool {
@@ -400,7 +400,7 @@ func checkFlows(t *testing.T, p *Probe, want []wantFlow) {
 	}
 }
 
-func checkCounters(t *testing.T, p *Probe, want map[Verdict]uint64) {
+func checkCounters(t *testing.T, p *Tier, want map[Verdict]uint64) {
 	t.Helper()
 	c, err := p.Counters()
 	if err != nil {
@@ -427,7 +427,7 @@ func checkCounters(t *testing.T, p *Probe, want map[Verdict]uint64) {
 }
 
 // readAll drains the ring without waiting.
-func readAll(t *testing.T, p *Probe) []flow.Sample {
+func readAll(t *testing.T, p *Tier) []flow.Sample {
 	t.Helper()
 	var out []flow.Sample
 	_, err := p.ReadSamples(time.Time{}, 1<<20, func(s *flow.Sample) {
