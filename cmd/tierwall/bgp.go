@@ -12,18 +12,18 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/bgp"
-	"github.com/tierwall/tierwall/internal/control/daemon"
 )
 
 // newBGP shows the daemon's BGP speaker: the sessions, what goes upstream
 // and what the fleet sends.
 func newBGP() *cobra.Command {
 	c := &cobra.Command{Use: "bgp", Short: "show the BGP speaker: neighbors, and routes announced and received"}
-	status := func() (daemon.BGPStatus, error) {
+	status := func() (apiv1.BGPStatus, error) {
 		dc, err := needDaemon("the BGP speaker's state")
 		if err != nil {
-			return daemon.BGPStatus{}, err
+			return apiv1.BGPStatus{}, err
 		}
 		return dc.BGP(context.Background())
 	}
@@ -78,7 +78,7 @@ func newBGP() *cobra.Command {
 	return c
 }
 
-func printBGPRoutes(st daemon.BGPStatus) {
+func printBGPRoutes(st apiv1.BGPStatus) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ANNOUNCED\tROUTE\tRATE PPS\tCOMMUNITIES\tREASON")
 	for _, r := range st.Announced {

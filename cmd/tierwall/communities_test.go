@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/bgp"
 	"github.com/tierwall/tierwall/internal/control/bgp/community"
-	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/control/telemetry"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -53,7 +53,7 @@ func TestRoutesShowCommunities(t *testing.T) {
 	std, _ := community.ParseStandard("64500:666")
 	large, _ := community.ParseLarge("4200000000:666:0")
 	victim := netip.MustParsePrefix("198.51.100.7/32")
-	bs := daemon.BGPStatus{Enabled: true, ASN: 65000, Neighbors: []bgp.Neighbor{}, Received: []bgp.Remote{},
+	bs := apiv1.BGPStatus{Enabled: true, ASN: 65000, Neighbors: []bgp.Neighbor{}, Received: []bgp.Remote{},
 		Announced: []bgp.Route{
 			{Kind: bgp.FlowSpec, Flow: bgp.Flow{FlowRule: rule.FlowRule{Dst: victim, Proto: 17, Action: rule.FlowDrop}}, Reason: "network attack n1"},
 			{Kind: bgp.RTBH, Prefix: victim, Reason: "network attack n1: over the uplinks", Rate: 600000,

@@ -15,6 +15,7 @@ import (
 	"github.com/tierwall/tierwall/internal/bpffs"
 	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/control/probed"
 	"github.com/tierwall/tierwall/internal/datapath"
@@ -41,7 +42,7 @@ func fakeAPI(t *testing.T, probe bool) string {
 		reply("GET /v1/flows/status", probed.Status{Mode: "offload"})
 		reply("GET /v1/flows/top", []any{})
 	} else {
-		reply("GET /v1/tiers", daemon.Tiers{XDP: &datapath.Stats{Interface: "eth9", Mode: "native"}})
+		reply("GET /v1/tiers", apiv1.Tiers{XDP: &datapath.Stats{Interface: "eth9", Mode: "native"}})
 		reply("GET /v1/attacks", []any{})
 		reply("GET /v1/victims", map[string]any{"enabled": false})
 		reply("GET /v1/flowrules", []any{})

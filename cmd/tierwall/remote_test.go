@@ -17,7 +17,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/control/api"
-	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
 
@@ -50,16 +50,16 @@ func newRemoteAPI(t *testing.T) *remoteAPI {
 			_ = json.NewEncoder(w).Encode(v)
 		})
 	}
-	reply("GET /v1/tiers", daemon.Tiers{XDP: &datapath.Stats{Interface: "eth9", Mode: "native"}})
+	reply("GET /v1/tiers", apiv1.Tiers{XDP: &datapath.Stats{Interface: "eth9", Mode: "native"}})
 	reply("GET /v1/attacks", []any{})
 	reply("GET /v1/victims", map[string]any{"enabled": false})
 	reply("GET /v1/flowrules", []any{})
 	reply("GET /v1/top", []any{})
 	reply("GET /v1/rules", []any{})
 	reply("GET /v1/provisional", map[string]any{})
-	reply("POST /v1/rules/delete", daemon.UnbanResult{Prefixes: 2})
-	reply("POST /v1/rules/batch", api.BatchResponse{Prefixes: 2, New: 2})
-	reply("POST /v1/allowlist/batch", daemon.UnbanResult{Prefixes: 2})
+	reply("POST /v1/rules/delete", apiv1.UnbanResult{Prefixes: 2})
+	reply("POST /v1/rules/batch", apiv1.BatchResult{Prefixes: 2, New: 2})
+	reply("POST /v1/allowlist/batch", apiv1.UnbanResult{Prefixes: 2})
 	srv := httptest.NewServer((&api.Server{Token: "s3cret"}).Authenticated(mux))
 	t.Cleanup(srv.Close)
 	ra.url = srv.URL

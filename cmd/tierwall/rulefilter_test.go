@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/cli"
-	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
 
@@ -62,7 +62,7 @@ func TestBlockListFilters(t *testing.T) {
 	}
 
 	// A daemon's ban brings its age along.
-	var b daemon.RuleView
+	var b apiv1.RuleView
 	b.Prefix, b.Detector, b.FirstSeen = netip.MustParsePrefix("192.0.2.9/32"), "rate", now.Add(-time.Hour)
 	if r := rowFromBan("block", b, datapath.Rule{}, false); r.FirstSeen == nil || !r.FirstSeen.Equal(b.FirstSeen) {
 		t.Errorf("rowFromBan: first seen %v, want %v", r.FirstSeen, b.FirstSeen)

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tierwall/tierwall/internal/cli"
 	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/daemon"
@@ -196,8 +197,8 @@ func changeViaDaemon(dc *api.Client, use string, ps []netip.Prefix, add bool, o 
 		ttl = o.ttl.String()
 	}
 	if len(ps) == 1 {
-		var r daemon.BanResult
-		req := api.RuleRequest{Prefix: ps[0].String(), Reason: o.reason, TTL: ttl, Force: o.force, Update: o.update}
+		var r apiv1.BanResult
+		req := apiv1.RuleRequest{Prefix: ps[0].String(), Reason: o.reason, TTL: ttl, Force: o.force, Update: o.update}
 		err := dc.Do(ctx, "POST", "/v1/rules", req, &r)
 		done()
 		if err != nil {
@@ -213,8 +214,8 @@ func changeViaDaemon(dc *api.Client, use string, ps []netip.Prefix, add bool, o 
 		}
 		return nil
 	}
-	var r api.BatchResponse
-	req := api.BatchRequest{Prefixes: make([]string, len(ps)), Reason: o.reason, TTL: ttl, Force: o.force, Update: o.update, AllOrNothing: true}
+	var r apiv1.BatchResult
+	req := apiv1.BatchRequest{Prefixes: make([]string, len(ps)), Reason: o.reason, TTL: ttl, Force: o.force, Update: o.update, AllOrNothing: true}
 	for i, p := range ps {
 		req.Prefixes[i] = p.String()
 	}
@@ -438,7 +439,7 @@ func listRules(use string) ([]ruleRow, error) {
 
 // rowFromBan is a daemon's ban with what the data plane counted of it
 // (inDP: the data plane could be read and holds it).
-func rowFromBan(use string, r daemon.RuleView, x datapath.Rule, inDP bool) ruleRow {
+func rowFromBan(use string, r apiv1.RuleView, x datapath.Rule, inDP bool) ruleRow {
 	row := ruleRow{Prefix: r.Prefix, Kind: kindOf(use, r.Prefix), Tier: r.Tier, Detector: r.Detector, Reason: r.Reason, Packets: r.Packets}
 	rate := r.Rate
 	row.RatePPS = &rate

@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/control/api"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
-	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
 
@@ -39,7 +38,7 @@ func TestListRowsAreOneSchema(t *testing.T) {
 	p := netip.MustParsePrefix("198.51.100.50/32")
 	hit := time.Now()
 	direct := rowFromRule(datapath.Rule{Prefix: p, Kind: datapath.KindExact, Packets: 3, Bytes: 180, LastHit: &hit})
-	view := daemon.RuleView{Ban: ban.Ban{Prefix: p, Detector: "operator", Reason: "abuse", Tier: "xdp", Expires: time.Now().Add(time.Hour)}, Packets: 3}
+	view := apiv1.RuleView{Ban: ban.Ban{Prefix: p, Detector: "operator", Reason: "abuse", Tier: "xdp", Expires: time.Now().Add(time.Hour)}, Packets: 3}
 	viaDaemon := rowFromBan("block", view, datapath.Rule{}, false)
 	counted := rowFromBan("block", view, datapath.Rule{Prefix: p, Bytes: 180, LastHit: &hit}, true)
 	want := jsonKeys(t, direct)
@@ -59,7 +58,7 @@ func TestListRowsAreOneSchema(t *testing.T) {
 // A prefix given twice is one rule: block add X X asked for, and counted,
 // two.
 func TestDuplicateArgumentCountedOnce(t *testing.T) {
-	var got api.BatchRequest
+	var got apiv1.BatchRequest
 	sock := filepath.Join(t.TempDir(), "api.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
@@ -68,7 +67,7 @@ func TestDuplicateArgumentCountedOnce(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/rules/batch", func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewDecoder(r.Body).Decode(&got)
-		_ = json.NewEncoder(w).Encode(api.BatchResponse{Prefixes: len(got.Prefixes), New: len(got.Prefixes)})
+		_ = json.NewEncoder(w).Encode(apiv1.BatchResult{Prefixes: len(got.Prefixes), New: len(got.Prefixes)})
 	})
 	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(l) }()

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierwall/tierwall/internal/control/api"
-	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
 
@@ -36,7 +36,7 @@ func newStats() *cobra.Command {
 				}
 				// The hardware tier is the daemon's (placement owns its
 				// table): shown when one answers.
-				var hw *daemon.HWTier
+				var hw *apiv1.HWTier
 				if dc := dialDaemon(); dc != nil {
 					if t, err := dc.Tiers(context.Background()); err == nil {
 						hw = t.Hardware
@@ -93,7 +93,7 @@ func daemonStats(dc *api.Client) error {
 
 // printStats prints the filter's counters s and, when a daemon places
 // rules in one, the hardware table hw under the name the metrics use.
-func printStats(s *datapath.Stats, hw *daemon.HWTier) error {
+func printStats(s *datapath.Stats, hw *apiv1.HWTier) error {
 	if g.json {
 		return printJSON(s)
 	}

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/control/api"
-	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -97,8 +97,8 @@ func watch(ctx context.Context, dc *api.Client, out io.Writer, every time.Durati
 // sample is one reading of the daemon.
 type sample struct {
 	at     time.Time
-	status daemon.Status
-	tiers  daemon.Tiers
+	status apiv1.Status
+	tiers  apiv1.Tiers
 	top    []detect.Talker
 }
 

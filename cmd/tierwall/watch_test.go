@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/cli"
-	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -28,14 +28,14 @@ import (
 func samples(talkers int) (*sample, *sample) {
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	mk := func(at time.Time, k uint64) *sample {
-		s := &sample{at: at, status: daemon.Status{Interface: "eth0", Bans: 3, Breaker: true},
-			tiers: daemon.Tiers{
+		s := &sample{at: at, status: apiv1.Status{Interface: "eth0", Bans: 3, Breaker: true},
+			tiers: apiv1.Tiers{
 				XDP: &datapath.Stats{Verdicts: map[string]datapath.Counter{
 					"drop_exact":  {Packets: 1500 * k, Bytes: 150000 * k},
 					"drop_prefix": {Packets: 500 * k, Bytes: 50000 * k},
 					"pass":        {Packets: 500 * k, Bytes: 50000 * k},
 				}},
-				Hardware: &daemon.HWTier{Backend: "emulated", Iface: "wire0", Capacity: 4, Occupancy: 2,
+				Hardware: &apiv1.HWTier{Backend: "emulated", Iface: "wire0", Capacity: 4, Occupancy: 2,
 					Verdicts: map[string]tier.Counters{"hit_drop": {Packets: 10000 * k, Bytes: 600000 * k}, "miss": {Packets: 99 * k}}},
 			}}
 		for i := range talkers {
@@ -120,14 +120,14 @@ func fakeDaemon(t *testing.T) string {
 		json.NewEncoder(w).Encode(v)
 	}
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, daemon.Status{Interface: "eth9", Bans: 7})
+		reply(w, apiv1.Status{Interface: "eth9", Bans: 7})
 	})
 	mux.HandleFunc("GET /v1/tiers", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		k++
 		n := k
 		mu.Unlock()
-		reply(w, daemon.Tiers{XDP: &datapath.Stats{Verdicts: map[string]datapath.Counter{"drop_exact": {Packets: 1000 * n, Bytes: 64000 * n}}}})
+		reply(w, apiv1.Tiers{XDP: &datapath.Stats{Verdicts: map[string]datapath.Counter{"drop_exact": {Packets: 1000 * n, Bytes: 64000 * n}}}})
 	})
 	mux.HandleFunc("GET /v1/top", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, []detect.Talker{{Src: netip.MustParseAddr("203.0.113.9"), PPS: 42}})

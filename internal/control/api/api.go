@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/control/detect"
@@ -48,11 +49,6 @@ type Server struct {
 	Token        string // required on the TCP listener
 }
 
-// ErrorBody is every error answer.
-type ErrorBody struct {
-	Error string `json:"error"`
-}
-
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -67,25 +63,25 @@ func fail(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &mbe):
 		code = http.StatusRequestEntityTooLarge
-	case errors.Is(err, daemon.ErrBadRequest):
+	case errors.Is(err, apiv1.ErrBadRequest):
 		code = http.StatusBadRequest
-	case errors.Is(err, daemon.ErrNotFound):
+	case errors.Is(err, apiv1.ErrNotFound):
 		code = http.StatusNotFound
 	case errors.Is(err, context.DeadlineExceeded):
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, ErrorBody{err.Error()})
+	writeJSON(w, code, apiv1.ErrorBody{Error: err.Error()})
 }
 
 // flowRule reads a FlowRuleRequest and parses its rule.
-func (s *Server) flowRule(w http.ResponseWriter, r *http.Request) (rule.FlowRule, FlowRuleRequest, error) {
-	var req FlowRuleRequest
+func (s *Server) flowRule(w http.ResponseWriter, r *http.Request) (rule.FlowRule, apiv1.FlowRuleRequest, error) {
+	var req apiv1.FlowRuleRequest
 	if err := s.decode(w, r, &req); err != nil {
 		return rule.FlowRule{}, req, err
 	}
 	fr, err := rule.ParseFlowRule(strings.Fields(req.Rule))
 	if err != nil {
-		return fr, req, fmt.Errorf("%w: rule: %v", daemon.ErrBadRequest, err)
+		return fr, req, fmt.Errorf("%w: rule: %v", apiv1.ErrBadRequest, err)
 	}
 	return fr, req, nil
 }
@@ -97,7 +93,7 @@ func banOptions(ttl, reason string) (time.Duration, string, error) {
 	if ttl != "" {
 		var err error
 		if d, err = time.ParseDuration(ttl); err != nil || d < 0 {
-			return 0, "", fmt.Errorf("%w: ttl %q is not a positive duration", daemon.ErrBadRequest, ttl)
+			return 0, "", fmt.Errorf("%w: ttl %q is not a positive duration", apiv1.ErrBadRequest, ttl)
 		}
 	}
 	if reason == "" {
@@ -122,7 +118,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 // decodeLimit is decode with its own size limit.
 func (s *Server) decodeLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return fmt.Errorf("%w: content type %q, want application/json", daemon.ErrBadRequest, ct)
+		return fmt.Errorf("%w: content type %q, want application/json", apiv1.ErrBadRequest, ct)
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
@@ -131,10 +127,10 @@ func (s *Server) decodeLimit(w http.ResponseWriter, r *http.Request, v any, limi
 		if errors.As(err, &mbe) {
 			return err
 		}
-		return fmt.Errorf("%w: body: %v", daemon.ErrBadRequest, err)
+		return fmt.Errorf("%w: body: %v", apiv1.ErrBadRequest, err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%w: body holds more than one JSON value", daemon.ErrBadRequest)
+		return fmt.Errorf("%w: body holds more than one JSON value", apiv1.ErrBadRequest)
 	}
 	return nil
 }
@@ -145,38 +141,9 @@ func prefixParam(r *http.Request) (netip.Prefix, error) {
 	raw = strings.Replace(raw, "_", "/", 1)
 	p, err := rule.Parse(raw)
 	if err != nil {
-		return p, fmt.Errorf("%w: %v", daemon.ErrBadRequest, err)
+		return p, fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 	}
 	return p, nil
-}
-
-// BatchRequest is the body of POST /v1/rules/batch: many operator bans,
-// each judged on its own (one refused entry is reported and the others
-// applied) unless AllOrNothing.
-type BatchRequest struct {
-	Prefixes     []string `json:"prefixes"`
-	Reason       string   `json:"reason"`
-	TTL          string   `json:"ttl"`
-	Force        bool     `json:"force,omitempty"`          // past the rails' width limit
-	Update       bool     `json:"update,omitempty"`         // replace reason and expiry of existing bans
-	AllOrNothing bool     `json:"all_or_nothing,omitempty"` // any refusal changes nothing (400)
-}
-
-// UnbanRequest is the body of POST /v1/rules/delete: lift the bans on
-// every prefix, all or nothing (a prefix without a ban is a 404 and
-// nothing changes), or, with All and no prefixes, every ban in force.
-type UnbanRequest struct {
-	Prefixes []string `json:"prefixes"`
-	All      bool     `json:"all,omitempty"`
-}
-
-// AllowBatchRequest is the body of POST /v1/allowlist/batch: allowlist
-// every prefix (or, with Delete, take each off the allowlist), all or
-// nothing.
-type AllowBatchRequest struct {
-	Prefixes []string `json:"prefixes"`
-	Delete   bool     `json:"delete,omitempty"`
-	Force    bool     `json:"force,omitempty"` // past the rails' width limit for the allowlist
 }
 
 // parsePrefixes reads a batch's prefixes; one that does not parse fails
@@ -186,30 +153,11 @@ func parsePrefixes(raw []string) ([]netip.Prefix, error) {
 	for i, x := range raw {
 		p, err := rule.Parse(x)
 		if err != nil {
-			return nil, fmt.Errorf("%w: prefixes[%d]: %v (nothing changed)", daemon.ErrBadRequest, i, err)
+			return nil, fmt.Errorf("%w: prefixes[%d]: %v (nothing changed)", apiv1.ErrBadRequest, i, err)
 		}
 		ps = append(ps, p)
 	}
 	return ps, nil
-}
-
-// BatchResponse says how many prefixes the batch held, how many were
-// new, already there (unchanged) or updated, and which were refused and
-// why.
-type BatchResponse = daemon.BatchResult
-
-// RuleRequest is the body of POST /v1/rules. Re-adding a banned prefix
-// leaves its ban as it is (200, result "exists") unless Update asks to
-// replace its reason and expiry (200, "updated"); a new ban is 201,
-// "added".
-type RuleRequest struct {
-	Prefix string `json:"prefix"`
-	Reason string `json:"reason"`
-	// TTL is a Go duration; empty: no expiry for a new ban, the current
-	// one kept by an update; "0s": no expiry.
-	TTL    string `json:"ttl"`
-	Force  bool   `json:"force,omitempty"`  // past the rails' width limit (never past this host's addresses)
-	Update bool   `json:"update,omitempty"` // replace reason and expiry of an existing ban
 }
 
 // operatorBan reads an operator ban's options: ttl empty is nil (see
@@ -220,7 +168,7 @@ func operatorBan(ttl, reason string, force, update bool) (ban.Operator, error) {
 	if ttl != "" {
 		d, err := time.ParseDuration(ttl)
 		if err != nil || d < 0 {
-			return o, fmt.Errorf("%w: ttl %q is not a positive duration", daemon.ErrBadRequest, ttl)
+			return o, fmt.Errorf("%w: ttl %q is not a positive duration", apiv1.ErrBadRequest, ttl)
 		}
 		o.TTL = &d
 	}
@@ -233,25 +181,6 @@ func banStatus(added bool) int {
 		return http.StatusCreated
 	}
 	return http.StatusOK
-}
-
-// FlowRuleRequest is the body of POST and DELETE /v1/flowrules: the rule
-// in the CLI's words (rule.ParseFlowRule), e.g.
-// "dst 198.51.100.7/32 proto udp sport 53 drop".
-type FlowRuleRequest struct {
-	Rule   string `json:"rule"`
-	Reason string `json:"reason,omitempty"`
-	TTL    string `json:"ttl,omitempty"` // Go duration; empty: no expiry (POST only)
-	// Force takes a rule that stops traffic to this host's own addresses
-	// (POST only); one that can stop its BGP or management sessions is
-	// refused even so.
-	Force bool `json:"force,omitempty"`
-}
-
-// AllowRequest is the body of POST /v1/allowlist.
-type AllowRequest struct {
-	Prefix string `json:"prefix"`
-	Force  bool   `json:"force,omitempty"` // past the rails' width limit for the allowlist
 }
 
 func ctx(r *http.Request) (context.Context, context.CancelFunc) {
@@ -311,7 +240,7 @@ func (e *errorWriter) WriteHeader(code int) {
 		msg = fmt.Sprintf("%s is not allowed on %s; allowed: %s", e.r.Method, e.r.URL.Path, e.Header().Get("Allow"))
 	}
 	e.Header().Del("X-Content-Type-Options")
-	writeJSON(e.ResponseWriter, code, ErrorBody{msg})
+	writeJSON(e.ResponseWriter, code, apiv1.ErrorBody{Error: msg})
 }
 
 func (e *errorWriter) Write(b []byte) (int, error) {
@@ -326,18 +255,18 @@ func (e *errorWriter) Write(b []byte) (int, error) {
 // a duration back from now: "5m") and limit (the newest n). Any other
 // parameter than these and extra is refused: a typo must not read as "no
 // filter".
-func listQuery(r *http.Request, extra ...string) (daemon.ListQuery, error) {
-	var q daemon.ListQuery
+func listQuery(r *http.Request, extra ...string) (apiv1.ListQuery, error) {
+	var q apiv1.ListQuery
 	v := r.URL.Query()
 	for k := range v {
 		if k != "since" && k != "limit" && !slices.Contains(extra, k) {
-			return q, fmt.Errorf("%w: unknown query parameter %q (known: %s)", daemon.ErrBadRequest, k, strings.Join(append([]string{"since", "limit"}, extra...), ", "))
+			return q, fmt.Errorf("%w: unknown query parameter %q (known: %s)", apiv1.ErrBadRequest, k, strings.Join(append([]string{"since", "limit"}, extra...), ", "))
 		}
 	}
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			return q, fmt.Errorf("%w: limit=%q is not a positive number", daemon.ErrBadRequest, s)
+			return q, fmt.Errorf("%w: limit=%q is not a positive number", apiv1.ErrBadRequest, s)
 		}
 		q.Limit = n
 	}
@@ -347,14 +276,14 @@ func listQuery(r *http.Request, extra ...string) (daemon.ListQuery, error) {
 		} else if d, err := time.ParseDuration(s); err == nil && d > 0 {
 			q.Since = time.Now().Add(-d)
 		} else {
-			return q, fmt.Errorf("%w: since=%q is neither an RFC 3339 time nor a positive duration such as 5m", daemon.ErrBadRequest, s)
+			return q, fmt.Errorf("%w: since=%q is neither an RFC 3339 time nor a positive duration such as 5m", apiv1.ErrBadRequest, s)
 		}
 	}
 	return q, nil
 }
 
 // list registers a GET endpoint of a list narrowed by listQuery.
-func list[T any](m *mux, pattern string, f func(context.Context, daemon.ListQuery) (T, error)) {
+func list[T any](m *mux, pattern string, f func(context.Context, apiv1.ListQuery) (T, error)) {
 	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		q, err := listQuery(r)
 		if err != nil {
@@ -434,16 +363,16 @@ func (s *Server) routes() *mux {
 	read(m, "GET /v1/status", func(c context.Context) (any, error) { return s.D.Status(c) })
 	s.attackRoutes(m)
 	s.telemetryRoutes(m)
-	list(m, "GET /v1/rules", func(c context.Context, q daemon.ListQuery) (any, error) { return s.D.Rules(c, q) })
+	list(m, "GET /v1/rules", func(c context.Context, q apiv1.ListQuery) (any, error) { return s.D.Rules(c, q) })
 	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
-		var req RuleRequest
+		var req apiv1.RuleRequest
 		if err := s.decode(w, r, &req); err != nil {
 			fail(w, err)
 			return
 		}
 		p, err := rule.Parse(req.Prefix)
 		if err != nil {
-			fail(w, fmt.Errorf("%w: prefix: %v", daemon.ErrBadRequest, err))
+			fail(w, fmt.Errorf("%w: prefix: %v", apiv1.ErrBadRequest, err))
 			return
 		}
 		o, err := operatorBan(req.TTL, req.Reason, req.Force, req.Update)
@@ -460,8 +389,8 @@ func (s *Server) routes() *mux {
 		}
 		writeJSON(w, banStatus(b.Result == ban.Added), b)
 	})
-	batch(s, m, "POST /v1/rules/batch", func(q *BatchRequest) []string { return q.Prefixes },
-		func(c context.Context, req *BatchRequest, ps []netip.Prefix) (int, any, error) {
+	batch(s, m, "POST /v1/rules/batch", func(q *apiv1.BatchRequest) []string { return q.Prefixes },
+		func(c context.Context, req *apiv1.BatchRequest, ps []netip.Prefix) (int, any, error) {
 			o, err := operatorBan(req.TTL, req.Reason, req.Force, req.Update)
 			if err != nil {
 				return 0, nil, err
@@ -469,21 +398,21 @@ func (s *Server) routes() *mux {
 			res, err := s.D.OperatorBans(c, ps, o, req.AllOrNothing)
 			return banStatus(res.New > 0), res, err
 		})
-	batch(s, m, "POST /v1/rules/delete", func(q *UnbanRequest) []string { return q.Prefixes },
-		func(c context.Context, req *UnbanRequest, ps []netip.Prefix) (int, any, error) {
+	batch(s, m, "POST /v1/rules/delete", func(q *apiv1.UnbanRequest) []string { return q.Prefixes },
+		func(c context.Context, req *apiv1.UnbanRequest, ps []netip.Prefix) (int, any, error) {
 			res, err := s.D.OperatorUnbans(c, ps, req.All)
 			return http.StatusOK, res, err
 		})
-	batch(s, m, "POST /v1/allowlist/batch", func(q *AllowBatchRequest) []string { return q.Prefixes },
-		func(c context.Context, req *AllowBatchRequest, ps []netip.Prefix) (int, any, error) {
+	batch(s, m, "POST /v1/allowlist/batch", func(q *apiv1.AllowBatchRequest) []string { return q.Prefixes },
+		func(c context.Context, req *apiv1.AllowBatchRequest, ps []netip.Prefix) (int, any, error) {
 			n, err := s.D.OperatorAllows(c, ps, !req.Delete, req.Force)
-			return http.StatusOK, daemon.UnbanResult{Prefixes: n}, err
+			return http.StatusOK, apiv1.UnbanResult{Prefixes: n}, err
 		})
 	// Without a prefix the mux would redirect to /v1/rules/ (a 3xx with
 	// no body that clients follow as a GET): say what is missing.
 	for _, p := range []string{"DELETE /v1/rules", "DELETE /v1/allowlist"} {
 		m.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
-			fail(w, fmt.Errorf("%w: name the prefix: DELETE %s/{prefix} (addr or addr_len, e.g. 10.0.0.0_8)", daemon.ErrBadRequest, r.URL.Path))
+			fail(w, fmt.Errorf("%w: name the prefix: DELETE %s/{prefix} (addr or addr_len, e.g. 10.0.0.0_8)", apiv1.ErrBadRequest, r.URL.Path))
 		})
 	}
 	m.HandleFunc("DELETE /v1/rules/{prefix...}", func(w http.ResponseWriter, r *http.Request) {
@@ -512,7 +441,7 @@ func (s *Server) routes() *mux {
 		return rs, err
 	})
 	read(m, "GET /v1/provisional", s.D.Heavy)
-	read(m, "GET /v1/bgp", func(c context.Context) (daemon.BGPStatus, error) { return s.D.BGP(), nil })
+	read(m, "GET /v1/bgp", func(c context.Context) (apiv1.BGPStatus, error) { return s.D.BGP(), nil })
 	read(m, "GET /v1/victims", func(c context.Context) (any, error) {
 		v, err := s.D.VictimStatus(c)
 		if v.Attacks == nil {
@@ -567,14 +496,14 @@ func (s *Server) routes() *mux {
 	})
 	read(m, "GET /v1/allowlist", func(c context.Context) (any, error) { return s.D.Allowlist(c) })
 	m.HandleFunc("POST /v1/allowlist", func(w http.ResponseWriter, r *http.Request) {
-		var req AllowRequest
+		var req apiv1.AllowRequest
 		if err := s.decode(w, r, &req); err != nil {
 			fail(w, err)
 			return
 		}
 		p, err := rule.Parse(req.Prefix)
 		if err != nil {
-			fail(w, fmt.Errorf("%w: prefix: %v", daemon.ErrBadRequest, err))
+			fail(w, fmt.Errorf("%w: prefix: %v", apiv1.ErrBadRequest, err))
 			return
 		}
 		c, cancel := ctx(r)
@@ -616,7 +545,7 @@ func (s *Server) routes() *mux {
 		}
 		writeJSON(w, http.StatusOK, es)
 	})
-	list(m, "GET /v1/detections", func(_ context.Context, q daemon.ListQuery) (any, error) { return s.D.Detections(q), nil })
+	list(m, "GET /v1/detections", func(_ context.Context, q apiv1.ListQuery) (any, error) { return s.D.Detections(q), nil })
 	read(m, "GET /v1/top", func(c context.Context) (any, error) { return s.D.Top(c) })
 	read(m, "GET /v1/tiers", func(c context.Context) (any, error) { return s.D.Tiers(c) })
 	m.HandleFunc("GET /v1/config", func(w http.ResponseWriter, r *http.Request) {
@@ -667,7 +596,7 @@ func (s *Server) Authenticated(h http.Handler) http.Handler {
 		got := []byte(r.Header.Get("Authorization"))
 		if s.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tierwall"`)
-			writeJSON(w, http.StatusUnauthorized, ErrorBody{"missing or wrong bearer token"})
+			writeJSON(w, http.StatusUnauthorized, apiv1.ErrorBody{Error: "missing or wrong bearer token"})
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/datapath"
@@ -166,7 +167,7 @@ func call(t *testing.T, method, url string) (int, http.Header, []byte) {
 // jsonError is the message of a JSON error body, or a failure.
 func jsonError(t *testing.T, what string, b []byte) string {
 	t.Helper()
-	var e ErrorBody
+	var e apiv1.ErrorBody
 	if err := json.Unmarshal(b, &e); err != nil || e.Error == "" {
 		t.Errorf("%s: body %q is not a JSON error", what, b)
 	}
@@ -207,16 +208,16 @@ func TestAPIListQueries(t *testing.T) {
 	if code, _, b := call(t, "DELETE", url+"/v1/rules/192.0.2.0_24"); code != http.StatusNoContent {
 		t.Fatalf("DELETE: %d %s", code, b)
 	}
-	var es []daemon.Event
+	var es []apiv1.Event
 	if code, _, b := call(t, "GET", url+"/v1/events"); code != 200 || json.Unmarshal(b, &es) != nil || len(es) < 2 {
 		t.Fatalf("events: %d %s", code, b)
 	}
-	var one []daemon.Event
+	var one []apiv1.Event
 	if _, _, b := call(t, "GET", url+"/v1/events?limit=1"); json.Unmarshal(b, &one) != nil || len(one) != 1 || one[0] != es[len(es)-1] {
 		t.Errorf("limit=1: %s, want the newest of %v", b, es)
 	}
 	since := es[0].Time.Format(time.RFC3339Nano)
-	var after []daemon.Event
+	var after []apiv1.Event
 	if _, _, b := call(t, "GET", url+"/v1/events?since="+since); json.Unmarshal(b, &after) != nil || len(after) >= len(es) {
 		t.Errorf("since=%s: %s", since, b)
 	}
@@ -260,7 +261,7 @@ func post(t *testing.T, url, body string) []byte {
 func TestAPIDetections(t *testing.T) {
 	_, url, step := testDaemon(t)
 	step()
-	var ds []daemon.Detection
+	var ds []apiv1.Detection
 	code, _, b := call(t, "GET", url+"/v1/detections")
 	if code != 200 || json.Unmarshal(b, &ds) != nil || len(ds) == 0 {
 		t.Fatalf("detections: %d %s", code, b)
@@ -305,7 +306,7 @@ func TestRoundRate(t *testing.T) {
 			t.Errorf("roundRate(%v) = %v, want %v", in, got, want)
 		}
 	}
-	if b, _ := json.Marshal(daemon.RuleView{}); strings.Contains(string(b), "e-") || !strings.Contains(string(b), `"expires":null`) {
+	if b, _ := json.Marshal(apiv1.RuleView{}); strings.Contains(string(b), "e-") || !strings.Contains(string(b), `"expires":null`) {
 		t.Errorf("empty rule view %s", b)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"github.com/tierwall/tierwall/internal/control/alert"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 )
 
 // The attack log: every attack's latest report, and its pcap of sampled
@@ -71,7 +72,7 @@ func (c *Client) AttackPcap(ctx context.Context, id string, w io.Writer) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		var e ErrorBody
+		var e apiv1.ErrorBody
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = string(b)

@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
-	"github.com/tierwall/tierwall/internal/control/daemon"
 	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -141,7 +141,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		return fmt.Errorf("reading answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 300 {
-		var e ErrorBody
+		var e apiv1.ErrorBody
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(b))
 		}
@@ -159,23 +159,23 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 // PathPrefix is how a prefix travels in a URL path ("192.0.2.0_24").
 func PathPrefix(p netip.Prefix) string { return strings.Replace(p.String(), "/", "_", 1) }
 
-func (c *Client) Status(ctx context.Context) (s daemon.Status, err error) {
+func (c *Client) Status(ctx context.Context) (s apiv1.Status, err error) {
 	return s, c.Do(ctx, "GET", "/v1/status", nil, &s)
 }
 
 // Detections returns the recent detections (the heaviest of each
 // interval), oldest first.
-func (c *Client) Detections(ctx context.Context) (ds []daemon.Detection, err error) {
+func (c *Client) Detections(ctx context.Context) (ds []apiv1.Detection, err error) {
 	return ds, c.Do(ctx, "GET", "/v1/detections", nil, &ds)
 }
 
-func (c *Client) Rules(ctx context.Context) (rs []daemon.RuleView, err error) {
+func (c *Client) Rules(ctx context.Context) (rs []apiv1.RuleView, err error) {
 	return rs, c.Do(ctx, "GET", "/v1/rules", nil, &rs)
 }
 
 // AddRule bans p (ttl 0: no expiry).
 func (c *Client) AddRule(ctx context.Context, p netip.Prefix, reason string, ttl time.Duration) (b ban.Ban, err error) {
-	req := RuleRequest{Prefix: p.String(), Reason: reason}
+	req := apiv1.RuleRequest{Prefix: p.String(), Reason: reason}
 	if ttl > 0 {
 		req.TTL = ttl.String()
 	}
@@ -184,8 +184,8 @@ func (c *Client) AddRule(ctx context.Context, p netip.Prefix, reason string, ttl
 
 // AddRules bans every prefix in one request and one data-plane batch, all
 // or nothing.
-func (c *Client) AddRules(ctx context.Context, ps []netip.Prefix, reason string, ttl time.Duration) (r BatchResponse, err error) {
-	req := BatchRequest{Prefixes: make([]string, len(ps)), Reason: reason}
+func (c *Client) AddRules(ctx context.Context, ps []netip.Prefix, reason string, ttl time.Duration) (r apiv1.BatchResult, err error) {
+	req := apiv1.BatchRequest{Prefixes: make([]string, len(ps)), Reason: reason}
 	for i, p := range ps {
 		req.Prefixes[i] = p.String()
 	}
@@ -214,7 +214,7 @@ func (c *Client) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 // the daemon's own addresses is taken (one that can stop its BGP or
 // management sessions never is).
 func (c *Client) PostFlowRule(ctx context.Context, r rule.FlowRule, reason string, ttl time.Duration, force bool) (out mitigate.Rule, err error) {
-	req := FlowRuleRequest{Rule: r.String(), Reason: reason, Force: force}
+	req := apiv1.FlowRuleRequest{Rule: r.String(), Reason: reason, Force: force}
 	if ttl > 0 {
 		req.TTL = ttl.String()
 	}
@@ -223,32 +223,32 @@ func (c *Client) PostFlowRule(ctx context.Context, r rule.FlowRule, reason strin
 
 // DeleteFlowRule removes the flow rule with r's match and action.
 func (c *Client) DeleteFlowRule(ctx context.Context, r rule.FlowRule) error {
-	return c.Do(ctx, "DELETE", "/v1/flowrules", FlowRuleRequest{Rule: r.String()}, nil)
+	return c.Do(ctx, "DELETE", "/v1/flowrules", apiv1.FlowRuleRequest{Rule: r.String()}, nil)
 }
 
 // Heavy is the XDP heavy-hitter detector: its counters and the
 // provisional drops in force.
-func (c *Client) Heavy(ctx context.Context) (st daemon.HeavyStatus, err error) {
+func (c *Client) Heavy(ctx context.Context) (st apiv1.HeavyStatus, err error) {
 	return st, c.Do(ctx, "GET", "/v1/provisional", nil, &st)
 }
 
 // BGP is the speaker's state: neighbours, what we announce, what peers
 // sent.
-func (c *Client) BGP(ctx context.Context) (st daemon.BGPStatus, err error) {
+func (c *Client) BGP(ctx context.Context) (st apiv1.BGPStatus, err error) {
 	return st, c.Do(ctx, "GET", "/v1/bgp", nil, &st)
 }
 
 // Victims is the per-victim detector's view: attacks and mitigations.
-func (c *Client) Victims(ctx context.Context) (v daemon.Victims, err error) {
+func (c *Client) Victims(ctx context.Context) (v apiv1.Victims, err error) {
 	return v, c.Do(ctx, "GET", "/v1/victims", nil, &v)
 }
 
-func (c *Client) Allowlist(ctx context.Context) (a daemon.Allowlist, err error) {
+func (c *Client) Allowlist(ctx context.Context) (a apiv1.Allowlist, err error) {
 	return a, c.Do(ctx, "GET", "/v1/allowlist", nil, &a)
 }
 
 func (c *Client) AddAllow(ctx context.Context, p netip.Prefix) error {
-	return c.Do(ctx, "POST", "/v1/allowlist", AllowRequest{Prefix: p.String()}, nil)
+	return c.Do(ctx, "POST", "/v1/allowlist", apiv1.AllowRequest{Prefix: p.String()}, nil)
 }
 
 func (c *Client) DeleteAllow(ctx context.Context, p netip.Prefix) error {
@@ -257,7 +257,7 @@ func (c *Client) DeleteAllow(ctx context.Context, p netip.Prefix) error {
 
 // Events returns the daemon's recent events, of the given kinds (all when
 // none is given).
-func (c *Client) Events(ctx context.Context, kinds ...string) (es []daemon.Event, err error) {
+func (c *Client) Events(ctx context.Context, kinds ...string) (es []apiv1.Event, err error) {
 	path := "/v1/events"
 	if len(kinds) > 0 {
 		path += "?kind=" + strings.Join(kinds, ",")
@@ -269,7 +269,7 @@ func (c *Client) Top(ctx context.Context) (ts []detect.Talker, err error) {
 	return ts, c.Do(ctx, "GET", "/v1/top", nil, &ts)
 }
 
-func (c *Client) Tiers(ctx context.Context) (t daemon.Tiers, err error) {
+func (c *Client) Tiers(ctx context.Context) (t apiv1.Tiers, err error) {
 	return t, c.Do(ctx, "GET", "/v1/tiers", nil, &t)
 }
 
@@ -299,19 +299,19 @@ const (
 
 // DeleteRules lifts the bans on ps in one request, all or nothing: a
 // prefix without a ban refuses the request and nothing changes.
-func (c *Client) DeleteRules(ctx context.Context, ps []netip.Prefix) (r daemon.UnbanResult, err error) {
-	return r, c.Do(ctx, "POST", "/v1/rules/delete", UnbanRequest{Prefixes: prefixStrings(ps)}, &r)
+func (c *Client) DeleteRules(ctx context.Context, ps []netip.Prefix) (r apiv1.UnbanResult, err error) {
+	return r, c.Do(ctx, "POST", "/v1/rules/delete", apiv1.UnbanRequest{Prefixes: prefixStrings(ps)}, &r)
 }
 
 // FlushRules lifts every ban in force.
-func (c *Client) FlushRules(ctx context.Context) (r daemon.UnbanResult, err error) {
-	return r, c.Do(ctx, "POST", "/v1/rules/delete", UnbanRequest{Prefixes: []string{}, All: true}, &r)
+func (c *Client) FlushRules(ctx context.Context) (r apiv1.UnbanResult, err error) {
+	return r, c.Do(ctx, "POST", "/v1/rules/delete", apiv1.UnbanRequest{Prefixes: []string{}, All: true}, &r)
 }
 
 // ChangeAllows allowlists ps (or takes them off it) in one request, all
 // or nothing.
 func (c *Client) ChangeAllows(ctx context.Context, ps []netip.Prefix, add, force bool) error {
-	return c.Do(ctx, "POST", "/v1/allowlist/batch", AllowBatchRequest{Prefixes: prefixStrings(ps), Delete: !add, Force: force}, nil)
+	return c.Do(ctx, "POST", "/v1/allowlist/batch", apiv1.AllowBatchRequest{Prefixes: prefixStrings(ps), Delete: !add, Force: force}, nil)
 }
 
 func prefixStrings(ps []netip.Prefix) []string {
@@ -332,7 +332,7 @@ func (c *Client) Change(ctx context.Context, kind string, ps []netip.Prefix, add
 	case kind == Allow:
 		err = c.ChangeAllows(ctx, ps, add, false)
 	case add:
-		req := BatchRequest{Prefixes: prefixStrings(ps), Reason: reason, AllOrNothing: true}
+		req := apiv1.BatchRequest{Prefixes: prefixStrings(ps), Reason: reason, AllOrNothing: true}
 		err = c.Do(ctx, "POST", "/v1/rules/batch", req, nil)
 	default:
 		_, err = c.DeleteRules(ctx, ps)

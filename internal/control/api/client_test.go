@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -40,10 +41,10 @@ func unixServer(t *testing.T, h http.Handler) string {
 func TestClientStatusErrors(t *testing.T) {
 	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "rules") {
-			writeJSON(w, http.StatusBadRequest, ErrorBody{"prefix: bad"})
+			writeJSON(w, http.StatusBadRequest, apiv1.ErrorBody{Error: "prefix: bad"})
 			return
 		}
-		writeJSON(w, http.StatusServiceUnavailable, ErrorBody{"busy"})
+		writeJSON(w, http.StatusServiceUnavailable, apiv1.ErrorBody{Error: "busy"})
 	}))
 	c, err := Dial(sock)
 	if err != nil {
@@ -101,17 +102,17 @@ func TestClientChangesInOneRequest(t *testing.T) {
 
 // Many bans travel as one batch request.
 func TestClientBlocksInOneBatch(t *testing.T) {
-	var got []BatchRequest
+	var got []apiv1.BatchRequest
 	var paths []string
 	sock := unixServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		paths = append(paths, r.Method+" "+r.URL.Path)
-		var req BatchRequest
+		var req apiv1.BatchRequest
 		if err := (&Server{}).decodeLimit(w, r, &req, 1<<20); err != nil {
-			writeJSON(w, http.StatusBadRequest, ErrorBody{err.Error()})
+			writeJSON(w, http.StatusBadRequest, apiv1.ErrorBody{Error: err.Error()})
 			return
 		}
 		got = append(got, req)
-		writeJSON(w, http.StatusCreated, BatchResponse{Prefixes: len(req.Prefixes), New: len(req.Prefixes)})
+		writeJSON(w, http.StatusCreated, apiv1.BatchResult{Prefixes: len(req.Prefixes), New: len(req.Prefixes)})
 	}))
 	var ps []netip.Prefix
 	for i := 0; i < 1000; i++ {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/probed"
 	"github.com/tierwall/tierwall/internal/probe/flowprobe"
 )
@@ -29,7 +29,7 @@ func (s *Server) probeRoutes(m *mux) {
 		if v := r.URL.Query().Get("n"); v != "" {
 			var err error
 			if n, err = strconv.Atoi(v); err != nil || n < 1 {
-				fail(w, fmt.Errorf("%w: n=%q is not a positive number", daemon.ErrBadRequest, v))
+				fail(w, fmt.Errorf("%w: n=%q is not a positive number", apiv1.ErrBadRequest, v))
 				return
 			}
 		}
@@ -40,12 +40,12 @@ func (s *Server) probeRoutes(m *mux) {
 		if v := r.URL.Query().Get("since"); v != "" {
 			var err error
 			if since, err = strconv.ParseUint(v, 10, 64); err != nil {
-				fail(w, fmt.Errorf("%w: since=%q is not a record number", daemon.ErrBadRequest, v))
+				fail(w, fmt.Errorf("%w: since=%q is not a record number", apiv1.ErrBadRequest, v))
 				return
 			}
 		}
 		rs, next := s.P.Engine.Records(since, 10000)
-		writeJSON(w, http.StatusOK, RecordsPage{Records: orEmpty(rs), Next: next})
+		writeJSON(w, http.StatusOK, apiv1.RecordsPage{Records: orEmpty(rs), Next: next})
 	})
 	m.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		q, err := listQuery(r, "kind")
@@ -59,7 +59,7 @@ func (s *Server) probeRoutes(m *mux) {
 		}
 		es, err := s.P.Events(kinds)
 		if err != nil {
-			fail(w, fmt.Errorf("%w: %v", daemon.ErrBadRequest, err))
+			fail(w, fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err))
 			return
 		}
 		// since and limit as the daemon's events read them: after since,
@@ -81,15 +81,8 @@ func orEmpty[T any](s []T) []T {
 	return s
 }
 
-// RecordsPage is one answer of GET /v1/flows/records: at most 10000
-// records numbered from since, and the number to ask for next.
-type RecordsPage struct {
-	Records []flowprobe.Record `json:"records"`
-	Next    uint64             `json:"next"`
-}
-
 // FlowRecords returns the records numbered since and later, one page.
-func (c *Client) FlowRecords(ctx context.Context, since uint64) (p RecordsPage, err error) {
+func (c *Client) FlowRecords(ctx context.Context, since uint64) (p apiv1.RecordsPage, err error) {
 	return p, c.Do(ctx, "GET", "/v1/flows/records?since="+strconv.FormatUint(since, 10), nil, &p)
 }
 

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/bgp"
 	"github.com/tierwall/tierwall/internal/control/bgp/community"
 	"github.com/tierwall/tierwall/internal/control/config"
@@ -367,7 +368,7 @@ func TestCommunitiesMatchSchemas(t *testing.T) {
 		v      any
 		want   []string
 	}{
-		{"BGPStatus", daemon.BGPStatus{Enabled: true, Neighbors: []bgp.Neighbor{}, Received: []bgp.Remote{},
+		{"BGPStatus", apiv1.BGPStatus{Enabled: true, Neighbors: []bgp.Neighbor{}, Received: []bgp.Remote{},
 			Announced: []bgp.Route{{Kind: bgp.RTBH, Prefix: victim, Reason: "network attack", Rate: 1e6,
 				Communities: []community.Standard{std}, LargeCommunities: []community.Large{large}}}},
 			[]string{`"communities":["64500:666"]`, `"large_communities":["4200000000:666:0"]`}},
@@ -404,7 +405,7 @@ func TestOpenAPIEventKinds(t *testing.T) {
 		kinds = append(kinds, fmt.Sprint(k))
 	}
 	slices.Sort(kinds)
-	want := slices.Sorted(slices.Values(daemon.EventKinds))
+	want := slices.Sorted(slices.Values(apiv1.EventKinds))
 	if !slices.Equal(kinds, want) {
 		t.Errorf("openapi.json Event.kind %v, the daemon's %v", kinds, want)
 	}

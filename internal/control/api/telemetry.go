@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/telemetry"
 )
 
@@ -21,7 +21,7 @@ func (s *Server) telemetryRoutes(m *mux) {
 		if v := r.URL.Query().Get("top"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > 1000 {
-				fail(w, fmt.Errorf("%w: top %q: want 0..1000", daemon.ErrBadRequest, v))
+				fail(w, fmt.Errorf("%w: top %q: want 0..1000", apiv1.ErrBadRequest, v))
 				return
 			}
 			top = n

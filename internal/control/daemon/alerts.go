@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/tierwall/tierwall/internal/control/alert"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
@@ -601,7 +602,7 @@ func (d *Daemon) Attack(ctx context.Context, id string) (alert.Report, error) {
 			return r, nil
 		}
 	}
-	return alert.Report{}, fmt.Errorf("%w: no attack %q", ErrNotFound, id)
+	return alert.Report{}, fmt.Errorf("%w: no attack %q", apiv1.ErrNotFound, id)
 }
 
 // AttackPcap is the path of an attack's pcap.
@@ -611,11 +612,11 @@ func (d *Daemon) AttackPcap(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	if r.Pcap == "" {
-		return "", fmt.Errorf("%w: attack %s has no sampled packets", ErrNotFound, id)
+		return "", fmt.Errorf("%w: attack %s has no sampled packets", apiv1.ErrNotFound, id)
 	}
 	p, err := d.alerts.log.PcapPath(id)
 	if errors.Is(err, alert.ErrNoAttack) {
-		return "", fmt.Errorf("%w: %v", ErrNotFound, err)
+		return "", fmt.Errorf("%w: %v", apiv1.ErrNotFound, err)
 	}
 	return p, err
 }

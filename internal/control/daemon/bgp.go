@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/bgp"
 	"github.com/tierwall/tierwall/internal/control/config"
@@ -747,25 +748,15 @@ func (d *Daemon) refuseRemote(now time.Time, reason string, p netip.Prefix, peer
 	d.bgp.refusing[k] = true
 }
 
-// BGPStatus is what `tierwall bgp` shows.
-type BGPStatus struct {
-	Enabled   bool           `json:"enabled"`
-	ASN       uint32         `json:"asn,omitempty"`
-	RouterID  string         `json:"router_id,omitempty"`
-	Neighbors []bgp.Neighbor `json:"neighbors"`
-	Announced []bgp.Route    `json:"announced"`
-	Received  []bgp.Remote   `json:"received"`
-}
-
 // BGP reports the speaker's state (read from the speaker, which is safe
 // for concurrent use).
-func (d *Daemon) BGP() BGPStatus {
+func (d *Daemon) BGP() apiv1.BGPStatus {
 	sp := d.speaker()
 	if sp == nil {
-		return BGPStatus{Neighbors: []bgp.Neighbor{}, Announced: []bgp.Route{}, Received: []bgp.Remote{}}
+		return apiv1.BGPStatus{Neighbors: []bgp.Neighbor{}, Announced: []bgp.Route{}, Received: []bgp.Remote{}}
 	}
 	d.mu.Lock()
-	st := BGPStatus{Enabled: true, ASN: d.bgp.asn, RouterID: d.bgp.routerID}
+	st := apiv1.BGPStatus{Enabled: true, ASN: d.bgp.asn, RouterID: d.bgp.routerID}
 	why := d.bgp.why
 	d.mu.Unlock()
 	st.Neighbors, st.Announced, st.Received = sp.Neighbors(), sp.Announced(), sp.Received()

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/bpffs"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/detect"
@@ -38,16 +39,6 @@ import (
 	"github.com/tierwall/tierwall/internal/tier/nicstage"
 	"github.com/tierwall/tierwall/internal/tier/ntuple"
 )
-
-// Event is one thing the daemon did or decided, for the API and logs.
-type Event struct {
-	Time   time.Time    `json:"time"`
-	Kind   string       `json:"kind"`   // one of EventKinds
-	Prefix netip.Prefix `json:"prefix"` // "" when the event names none
-	Detail string       `json:"detail"`
-	// HostGroup is the host group holding Prefix (hostgroups.go).
-	HostGroup string `json:"hostgroup,omitempty"`
-}
 
 const maxEvents = 1000
 
@@ -76,7 +67,7 @@ type Daemon struct {
 	entropy *detect.Entropy
 	lists   *detect.List
 
-	events       []Event
+	events       []apiv1.Event
 	lastTop      []detect.Talker
 	lastSnap     time.Time
 	lastOverflow uint64 // feature overflow counter at the last snapshot
@@ -101,7 +92,7 @@ type Daemon struct {
 	tele         telemetryState      // network mode (telemetry.go)
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
-	detections   []Detection         // the last intervals' heaviest detections, for the API (under mu)
+	detections   []apiv1.Detection   // the last intervals' heaviest detections, for the API (under mu)
 
 	owner  *Ownership    // the data plane's owner lock, released at shutdown
 	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
@@ -321,7 +312,7 @@ func openHardware(cfg *config.Config, log *slog.Logger) (tier.Table, error) {
 func InNetns(name string, f func() error) error { return netnsx.Do(name, -1, f) }
 
 func (d *Daemon) event(now time.Time, kind string, p netip.Prefix, format string, args ...any) {
-	e := Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...), HostGroup: d.hostgroupOf(p)}
+	e := apiv1.Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...), HostGroup: d.hostgroupOf(p)}
 	d.mu.Lock()
 	d.events = append(d.events, e)
 	if len(d.events) > maxEvents {

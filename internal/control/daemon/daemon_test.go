@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/tier"
@@ -414,7 +415,7 @@ func TestAddRulesIsOneBatch(t *testing.T) {
 		t.Fatalf("added %d (%v), %d Block calls, %d in the data plane, %d in the store", n, err, h.dp.blocks-before, len(h.dp.blocked), h.d.store.Len())
 	}
 	bad := append([]netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}, netip.MustParsePrefix("10.1.0.0/16"))
-	if _, err := h.d.AddRules(context.Background(), bad, "feed", 0); !errors.Is(err, ErrBadRequest) {
+	if _, err := h.d.AddRules(context.Background(), bad, "feed", 0); !errors.Is(err, apiv1.ErrBadRequest) {
 		t.Fatalf("refused prefix: %v", err)
 	}
 	if _, ok := h.d.store.Get(bad[0]); ok || h.dp.blocked[bad[0]] != nil {

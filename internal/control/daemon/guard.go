@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 )
 
@@ -157,7 +158,7 @@ func (d *Daemon) keepManagement(now time.Time) {
 // checkAllow is the width rail of the allowlist.
 func checkAllow(p netip.Prefix, limit4, limit6 int, force bool) error {
 	if limit, wide := ban.TooWide(p, limit4, limit6); wide && !force {
-		return fmt.Errorf("%w: allowing %s would let everything from it past every ban: wider than /%d (rails.max_allow_prefix_v4/v6); force to override", ErrBadRequest, p, limit)
+		return fmt.Errorf("%w: allowing %s would let everything from it past every ban: wider than /%d (rails.max_allow_prefix_v4/v6); force to override", apiv1.ErrBadRequest, p, limit)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
@@ -296,19 +297,9 @@ func (d *Daemon) settleHeavy(now time.Time) {
 	}
 }
 
-// HeavyStatus is the heavy-hitter detector as `tierwall provisional`
-// shows it: its configuration, its counters, and the provisional drops in
-// the data plane now.
-type HeavyStatus struct {
-	Enabled bool                   `json:"enabled"`
-	Monitor bool                   `json:"monitor"`
-	Stats   datapath.HeavyStats    `json:"stats"`
-	Entries []datapath.Provisional `json:"entries"`
-}
-
 // Heavy reads the detector's state from the data plane (on the loop, so
 // it never sees an entry the interval is halfway through settling).
-func (d *Daemon) Heavy(ctx context.Context) (st HeavyStatus, err error) {
+func (d *Daemon) Heavy(ctx context.Context) (st apiv1.HeavyStatus, err error) {
 	st.Entries = []datapath.Provisional{}
 	derr := d.Do(ctx, func() {
 		hp := d.heavy.hp

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/detect"
@@ -244,10 +245,10 @@ func (d *Daemon) cutsOff(fr rule.FlowRule) string {
 // operator would lose the host that could lift it).
 func (d *Daemon) checkOperatorFlowRule(fr rule.FlowRule, force bool) error {
 	if why := d.cutsSessions(fr); why != "" {
-		return fmt.Errorf("%w: flow rule %s: %s (never, not even by force)", ErrBadRequest, fr, why)
+		return fmt.Errorf("%w: flow rule %s: %s (never, not even by force)", apiv1.ErrBadRequest, fr, why)
 	}
 	if why := d.hitsHost(fr); why != "" && !force {
-		return fmt.Errorf("%w: flow rule %s: %s; force to override", ErrBadRequest, fr, why)
+		return fmt.Errorf("%w: flow rule %s: %s; force to override", apiv1.ErrBadRequest, fr, why)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/bgp"
 	"github.com/tierwall/tierwall/internal/control/config"
@@ -117,20 +118,20 @@ func TestDaemonOperatorFlowRuleCannotCutOff(t *testing.T) {
 	ctx := t.Context()
 	// The rule: every packet to the host's address.
 	all := hostRule(t, "drop")
-	if _, err := h.d.AddFlowRule(ctx, all, "oops", 0, false); !errors.Is(err, ErrBadRequest) {
+	if _, err := h.d.AddFlowRule(ctx, all, "oops", 0, false); !errors.Is(err, apiv1.ErrBadRequest) {
 		t.Fatalf("%s without force: %v, want refused", all, err)
 	}
-	if _, err := h.d.AddFlowRule(ctx, all, "oops", 0, true); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "not even by force") {
+	if _, err := h.d.AddFlowRule(ctx, all, "oops", 0, true); !errors.Is(err, apiv1.ErrBadRequest) || !strings.Contains(err.Error(), "not even by force") {
 		t.Fatalf("%s forced: %v, want refused (it stops the BGP sessions and SSH)", all, err)
 	}
 	for _, w := range cuttingWords {
 		fr := hostRule(t, w)
-		if _, err := h.d.AddFlowRule(ctx, fr, "test", 0, true); !errors.Is(err, ErrBadRequest) {
+		if _, err := h.d.AddFlowRule(ctx, fr, "test", 0, true); !errors.Is(err, apiv1.ErrBadRequest) {
 			t.Errorf("%s forced: %v, want refused", fr, err)
 		}
 	}
 	dns := hostRule(t, "proto udp dport 53 drop")
-	if _, err := h.d.AddFlowRule(ctx, dns, "test", 0, false); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "force") {
+	if _, err := h.d.AddFlowRule(ctx, dns, "test", 0, false); !errors.Is(err, apiv1.ErrBadRequest) || !strings.Contains(err.Error(), "force") {
 		t.Fatalf("%s without force: %v, want refused with a word about force", dns, err)
 	}
 	if _, err := h.d.AddFlowRule(ctx, dns, "test", 0, true); err != nil {

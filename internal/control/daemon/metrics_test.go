@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 )
 
 // series is one scraped sample: its labels and value.
@@ -223,7 +224,7 @@ func TestEventKindsComplete(t *testing.T) {
 		}
 		for _, m := range re.FindAllStringSubmatch(string(src), -1) {
 			seen++
-			if !slices.Contains(EventKinds, m[1]) {
+			if !slices.Contains(apiv1.EventKinds, m[1]) {
 				t.Errorf("%s records events of kind %q, not in EventKinds", f, m[1])
 			}
 		}

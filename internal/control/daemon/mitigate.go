@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
@@ -498,15 +499,15 @@ func (d *Daemon) FlowRules(ctx context.Context) (out []mitigate.Rule, err error)
 // management sessions.
 func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string, ttl time.Duration, force bool) (out mitigate.Rule, err error) {
 	if err := r.Check(); err != nil {
-		return out, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return out, fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 	}
 	if ttl < 0 {
-		return out, fmt.Errorf("%w: negative ttl", ErrBadRequest)
+		return out, fmt.Errorf("%w: negative ttl", apiv1.ErrBadRequest)
 	}
 	derr := d.Do(ctx, func() {
 		f := &d.flow
 		if f.fp == nil {
-			err = fmt.Errorf("%w: this data plane has no flow rules", ErrBadRequest)
+			err = fmt.Errorf("%w: this data plane has no flow rules", apiv1.ErrBadRequest)
 			return
 		}
 		if err = d.checkOperatorFlowRule(r, force); err != nil {
@@ -520,7 +521,7 @@ func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 		}
 		if _, err = f.set.Add(out); err != nil {
 			if errors.Is(err, mitigate.ErrFull) || errors.Is(err, rule.ErrInvalid) {
-				err = fmt.Errorf("%w: %v", ErrBadRequest, err)
+				err = fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 			}
 			return
 		}
@@ -529,7 +530,7 @@ func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 		}
 		if err = f.fp.SetFlowRules(f.set.FlowRules()); err != nil {
 			f.set.Reset(before)
-			err = fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, err)
+			err = fmt.Errorf("%w: %v (nothing changed)", apiv1.ErrBadRequest, err)
 			return
 		}
 		f.pushed, f.dirty, f.saved = f.set.FlowRules(), false, false
@@ -554,7 +555,7 @@ func (d *Daemon) DeleteFlowRule(ctx context.Context, r rule.FlowRule) (err error
 		before := f.set.Rules()
 		var gone mitigate.Rule
 		if gone, err = f.set.Remove(r); err != nil {
-			err = fmt.Errorf("%w: %v", ErrNotFound, err)
+			err = fmt.Errorf("%w: %v", apiv1.ErrNotFound, err)
 			return
 		}
 		if f.fp != nil {
@@ -574,24 +575,14 @@ func (d *Daemon) DeleteFlowRule(ctx context.Context, r rule.FlowRule) (err error
 	return errors.Join(derr, err)
 }
 
-// Victims is what GET /v1/victims answers: the attacks of the last
-// interval and the mitigations in force.
-type Victims struct {
-	Enabled   bool                `json:"enabled"`
-	Attacks   []detect.Judgement  `json:"attacks"`
-	Active    []detect.Mitigation `json:"active"`
-	KnownGood int                 `json:"known_good"`
-	Tracked   int                 `json:"tracked"`
-}
-
 // VictimStatus reads the per-victim detector's view.
-func (d *Daemon) VictimStatus(ctx context.Context) (out Victims, err error) {
+func (d *Daemon) VictimStatus(ctx context.Context) (out apiv1.Victims, err error) {
 	derr := d.Do(ctx, func() {
 		v := d.flow.victims
 		if v == nil {
 			return
 		}
-		out = Victims{Enabled: true, Attacks: d.flow.dec.Attacks, Active: v.Active(), KnownGood: v.Good.Len(), Tracked: v.Tracked()}
+		out = apiv1.Victims{Enabled: true, Attacks: d.flow.dec.Attacks, Active: v.Active(), KnownGood: v.Good.Len(), Tracked: v.Tracked()}
 	})
 	return out, derr
 }

@@ -4,12 +4,12 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -20,50 +20,9 @@ import (
 // that keeps what is there unless the operator asks for an update, saying
 // which happened.
 
-// BanResult is an operator's ban as it now is and what the request did:
-// added, exists (left unchanged) or updated.
-type BanResult struct {
-	RuleView
-	Result ban.Result `json:"result"`
-}
-
-// MarshalJSON is the rule's view with result added: the embedded view's
-// own MarshalJSON would otherwise be promoted and drop it.
-func (r BanResult) MarshalJSON() ([]byte, error) {
-	view, err := r.RuleView.MarshalJSON()
-	if err != nil {
-		return nil, err
-	}
-	res, err := json.Marshal(r.Result)
-	if err != nil {
-		return nil, err
-	}
-	// The view is one JSON object: drop its closing brace, add the field.
-	out := make([]byte, 0, len(view)+len(res)+16)
-	out = append(out, view[:len(view)-1]...)
-	out = append(out, `,"result":`...)
-	out = append(out, res...)
-	return append(out, '}'), nil
-}
-
-// BatchResult is what a batch of operator bans did, entry by entry.
-type BatchResult struct {
-	Prefixes int          `json:"prefixes"`
-	New      int          `json:"new"`
-	Exists   int          `json:"exists"`
-	Updated  int          `json:"updated"`
-	Refused  []RefusedBan `json:"refused"`
-}
-
-// RefusedBan is one entry of a batch that was not applied, and why.
-type RefusedBan struct {
-	Prefix netip.Prefix `json:"prefix"`
-	Reason string       `json:"reason"`
-}
-
 func checkOperator(o ban.Operator) error {
 	if o.TTL != nil && *o.TTL < 0 {
-		return fmt.Errorf("%w: negative ttl", ErrBadRequest)
+		return fmt.Errorf("%w: negative ttl", apiv1.ErrBadRequest)
 	}
 	return nil
 }
@@ -72,15 +31,15 @@ func checkOperator(o ban.Operator) error {
 // rule) as a bad request.
 func dataPlaneError(err error) error {
 	if errors.Is(err, datapath.ErrTableFull) || errors.Is(err, rule.ErrInvalid) {
-		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 	}
 	return err
 }
 
 // OperatorBan bans p for the operator.
-func (d *Daemon) OperatorBan(ctx context.Context, p netip.Prefix, o ban.Operator) (res BanResult, err error) {
+func (d *Daemon) OperatorBan(ctx context.Context, p netip.Prefix, o ban.Operator) (res apiv1.BanResult, err error) {
 	if err := rule.CheckPrefix(p); err != nil {
-		return res, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return res, fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 	}
 	if err := checkOperator(o); err != nil {
 		return res, err
@@ -105,7 +64,7 @@ func (d *Daemon) OperatorBan(ctx context.Context, p netip.Prefix, o ban.Operator
 			err = d.save(now)
 		}
 		m, _ := d.store.Meter(p)
-		res = BanResult{RuleView{Ban: b, Packets: m.Packets}, r}
+		res = apiv1.BanResult{RuleView: apiv1.RuleView{Ban: b, Packets: m.Packets}, Result: r}
 	})
 	return res, errors.Join(derr, err)
 }
@@ -123,7 +82,7 @@ func expiry(b ban.Ban) string {
 func (d *Daemon) apply(now time.Time, p netip.Prefix, o ban.Operator) (ban.Ban, ban.Result, error) {
 	b, r, prev, err := d.store.AddOperator(now, p, o)
 	if err != nil {
-		return b, r, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return b, r, fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 	}
 	undo := func() {
 		if prev != nil {
@@ -134,7 +93,7 @@ func (d *Daemon) apply(now time.Time, p netip.Prefix, o ban.Operator) (ban.Ban, 
 	}
 	if err := d.admit(p); err != nil {
 		undo()
-		return b, r, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return b, r, fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 	}
 	if err := d.dp.Block(p); err != nil {
 		undo()
@@ -149,16 +108,16 @@ func (d *Daemon) apply(now time.Time, p netip.Prefix, o ban.Operator) (ban.Ban, 
 // sink the rest), unless allOrNothing asks that any refusal change
 // nothing (the CLI, whose verbs are all or nothing). The data plane gets
 // one batch; only when it refuses that are the entries retried alone.
-func (d *Daemon) OperatorBans(ctx context.Context, ps []netip.Prefix, o ban.Operator, allOrNothing bool) (res BatchResult, err error) {
+func (d *Daemon) OperatorBans(ctx context.Context, ps []netip.Prefix, o ban.Operator, allOrNothing bool) (res apiv1.BatchResult, err error) {
 	for _, p := range ps {
 		if err := rule.CheckPrefix(p); err != nil {
-			return res, fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, err)
+			return res, fmt.Errorf("%w: %v (nothing changed)", apiv1.ErrBadRequest, err)
 		}
 	}
 	if err := checkOperator(o); err != nil {
 		return res, err
 	}
-	res.Prefixes, res.Refused = len(ps), []RefusedBan{}
+	res.Prefixes, res.Refused = len(ps), []apiv1.RefusedBan{}
 	derr := d.Do(ctx, func() {
 		now := time.Now()
 		d.keepManagement(now)
@@ -190,10 +149,10 @@ func (d *Daemon) OperatorBans(ctx context.Context, ps []netip.Prefix, o ban.Oper
 			if e != nil {
 				if allOrNothing {
 					undoAll()
-					err = fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, e)
+					err = fmt.Errorf("%w: %v (nothing changed)", apiv1.ErrBadRequest, e)
 					return
 				}
-				res.Refused = append(res.Refused, RefusedBan{p, e.Error()})
+				res.Refused = append(res.Refused, apiv1.RefusedBan{Prefix: p, Reason: e.Error()})
 				continue
 			}
 			ok = append(ok, done{p, r, prev})
@@ -209,14 +168,14 @@ func (d *Daemon) OperatorBans(ctx context.Context, ps []netip.Prefix, o ban.Oper
 					err = fmt.Errorf("%w (nothing changed)", dataPlaneError(e))
 					return
 				}
-				res.Refused = append(res.Refused, RefusedBan{ok[0].p, e.Error()})
+				res.Refused = append(res.Refused, apiv1.RefusedBan{Prefix: ok[0].p, Reason: e.Error()})
 				ok = nil
 			} else {
 				kept := ok[:0]
 				for _, x := range ok {
 					if e := d.dp.Block(x.p); e != nil {
 						undo(x)
-						res.Refused = append(res.Refused, RefusedBan{x.p, e.Error()})
+						res.Refused = append(res.Refused, apiv1.RefusedBan{Prefix: x.p, Reason: e.Error()})
 						continue
 					}
 					kept = append(kept, x)
@@ -253,7 +212,7 @@ func (d *Daemon) OperatorBans(ctx context.Context, ps []netip.Prefix, o ban.Oper
 // allowlist (force lifts it); see SetAllow.
 func (d *Daemon) AllowRule(ctx context.Context, p netip.Prefix, force bool) error {
 	if err := rule.CheckPrefix(p); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 	}
 	var err error
 	derr := d.Do(ctx, func() {

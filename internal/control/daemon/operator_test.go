@@ -13,6 +13,7 @@ import (
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
@@ -78,10 +79,10 @@ func TestOperatorRails(t *testing.T) {
 	serve(h.d)
 	ctx := context.Background()
 	all := netip.MustParsePrefix("0.0.0.0/0")
-	if _, err := h.d.OperatorBan(ctx, netip.MustParsePrefix("::/0"), ban.Operator{}); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "force") {
+	if _, err := h.d.OperatorBan(ctx, netip.MustParsePrefix("::/0"), ban.Operator{}); !errors.Is(err, apiv1.ErrBadRequest) || !strings.Contains(err.Error(), "force") {
 		t.Fatalf("::/0: %v", err)
 	}
-	if _, err := h.d.OperatorBan(ctx, all, ban.Operator{Force: true}); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "never banned") {
+	if _, err := h.d.OperatorBan(ctx, all, ban.Operator{Force: true}); !errors.Is(err, apiv1.ErrBadRequest) || !strings.Contains(err.Error(), "never banned") {
 		t.Fatalf("forced 0.0.0.0/0 over the gateway: %v", err)
 	}
 	if r, err := h.d.OperatorBan(ctx, netip.MustParsePrefix("2001::/16"), ban.Operator{Force: true}); err != nil || r.Result != ban.Added {
@@ -107,7 +108,7 @@ func TestOperatorRails(t *testing.T) {
 	}
 	// All or nothing (the CLI): one refused entry, nothing changes.
 	q := netip.MustParsePrefix("198.51.100.3/32")
-	if _, err := h.d.OperatorBans(ctx, []netip.Prefix{q, ps[1]}, ban.Operator{}, true); !errors.Is(err, ErrBadRequest) {
+	if _, err := h.d.OperatorBans(ctx, []netip.Prefix{q, ps[1]}, ban.Operator{}, true); !errors.Is(err, apiv1.ErrBadRequest) {
 		t.Fatalf("all or nothing: %v", err)
 	}
 	if _, ok := h.d.store.Get(q); ok || h.dp.blocked[q] != nil {
@@ -123,7 +124,7 @@ func TestOperatorRails(t *testing.T) {
 		t.Fatal("the refused entry stayed in the store")
 	}
 	// Allowlist: ::/0 needs force.
-	if err := h.d.AllowRule(ctx, netip.MustParsePrefix("::/0"), false); !errors.Is(err, ErrBadRequest) {
+	if err := h.d.AllowRule(ctx, netip.MustParsePrefix("::/0"), false); !errors.Is(err, apiv1.ErrBadRequest) {
 		t.Fatalf("allow ::/0: %v", err)
 	}
 	if h.dp.allowed[netip.MustParsePrefix("::/0")] {

@@ -5,7 +5,6 @@ package daemon
 import (
 	"container/heap"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/detect"
@@ -25,41 +25,23 @@ import (
 // What the API reads and changes. Every method runs on the loop goroutine
 // through Do, so it sees and leaves a consistent state.
 
-// ErrBadRequest marks a request the caller must fix (4xx).
-var ErrBadRequest = errors.New("bad request")
-
 // Answers keep every field, whatever its value: operators key scripts
 // and alerts on them, and a field that comes and goes reads as a schema
 // change. What is not known yet is null, lists are [] when empty, and
 // rates are rounded (roundRate): their last digits are noise.
 
-// Status is the daemon's overview.
-type Status struct {
-	Interface   string     `json:"interface"`
-	Interval    string     `json:"interval"`
-	Hardware    string     `json:"hardware"`
-	Started     time.Time  `json:"started"`
-	Intervals   uint64     `json:"intervals"`
-	LastRun     *time.Time `json:"last_interval"` // null before the first
-	Bans        int        `json:"bans"`
-	MonitorOnly bool       `json:"monitor_only"`
-	Breaker     bool       `json:"circuit_breaker_open"`
-	UnbanPPS    float64    `json:"unban_threshold_pps"`
-	LearnedPPS  *float64   `json:"learned_threshold_pps"` // null until learned (or no rate detector)
-}
-
-func (d *Daemon) Status(ctx context.Context) (s Status, err error) {
+func (d *Daemon) Status(ctx context.Context) (s apiv1.Status, err error) {
 	err = d.Do(ctx, func() {
-		s = Status{Interface: d.cfg.Interface, Interval: d.cfg.Interval.String(), Hardware: d.hwName(), Started: d.started,
+		s = apiv1.Status{Interface: d.cfg.Interface, Interval: d.cfg.Interval.String(), Hardware: d.hwName(), Started: d.started,
 			Intervals: d.steps, Bans: d.store.Len(), MonitorOnly: d.cfg.Rails.MonitorOnly,
-			Breaker: d.breaker, UnbanPPS: roundRate(d.unbanThreshold())}
+			Breaker: d.breaker, UnbanPPS: apiv1.RoundRate(d.unbanThreshold())}
 		if !d.lastSnap.IsZero() {
 			t := d.lastSnap
 			s.LastRun = &t
 		}
 		if d.rate != nil {
 			if l, ok := d.rate.Learned(); ok {
-				l = roundRate(l)
+				l = apiv1.RoundRate(l)
 				s.LearnedPPS = &l
 			}
 		}
@@ -67,50 +49,8 @@ func (d *Daemon) Status(ctx context.Context) (s Status, err error) {
 	return s, err
 }
 
-// roundRate rounds a rate (per second) to one decimal.
-func roundRate(x float64) float64 { return math.Round(x*10) / 10 }
-
-// RuleView is a ban with its counters: GET and POST /v1/rules answer it.
-type RuleView struct {
-	ban.Ban
-	Packets uint64 `json:"packets"` // both tiers, since the rule was created
-}
-
-// MarshalJSON writes every field of the ban (ban.Ban omits the empty
-// ones, for the state file), with null for no expiry and for not quiet.
-func (v RuleView) MarshalJSON() ([]byte, error) {
-	opt := func(t time.Time) *time.Time {
-		if t.IsZero() {
-			return nil
-		}
-		return &t
-	}
-	return json.Marshal(struct {
-		Prefix     netip.Prefix `json:"prefix"`
-		Detector   string       `json:"detector"`
-		Reason     string       `json:"reason"`
-		FirstSeen  time.Time    `json:"first_seen"`
-		LastSeen   time.Time    `json:"last_seen"`
-		Rate       float64      `json:"rate_pps"`
-		PeakRate   float64      `json:"peak_rate_pps"`
-		Tier       string       `json:"tier"`
-		Expires    *time.Time   `json:"expires"`
-		QuietSince *time.Time   `json:"quiet_since"`
-		Manual     bool         `json:"manual"`
-		Packets    uint64       `json:"packets"`
-	}{v.Prefix, v.Detector, v.Reason, v.FirstSeen, v.LastSeen, roundRate(v.Rate), roundRate(v.PeakRate), v.Tier,
-		opt(v.Expires), opt(v.QuietSince), v.Manual, v.Packets})
-}
-
-// ListQuery narrows a list answer: only items after Since (zero: all),
-// and of those the newest Limit (0: all). Lists are oldest first.
-type ListQuery struct {
-	Since time.Time
-	Limit int
-}
-
 // apply narrows items, oldest first, by their time at.
-func apply[T any](q ListQuery, items []T, at func(*T) time.Time) []T {
+func apply[T any](q apiv1.ListQuery, items []T, at func(*T) time.Time) []T {
 	if !q.Since.IsZero() {
 		i := 0
 		for i < len(items) && !at(&items[i]).After(q.Since) {
@@ -125,20 +65,20 @@ func apply[T any](q ListQuery, items []T, at func(*T) time.Time) []T {
 }
 
 // Rules lists the bans, oldest first.
-func (d *Daemon) Rules(ctx context.Context, q ListQuery) (out []RuleView, err error) {
+func (d *Daemon) Rules(ctx context.Context, q apiv1.ListQuery) (out []apiv1.RuleView, err error) {
 	err = d.Do(ctx, func() {
 		for _, b := range d.store.All() {
 			if !q.Since.IsZero() && !b.FirstSeen.After(q.Since) {
 				continue
 			}
 			m, _ := d.store.Meter(b.Prefix)
-			out = append(out, RuleView{Ban: b, Packets: m.Packets})
+			out = append(out, apiv1.RuleView{Ban: b, Packets: m.Packets})
 		}
 	})
-	slices.SortStableFunc(out, func(a, b RuleView) int { return a.FirstSeen.Compare(b.FirstSeen) })
-	out = apply(ListQuery{Limit: q.Limit}, out, func(v *RuleView) time.Time { return v.FirstSeen })
+	slices.SortStableFunc(out, func(a, b apiv1.RuleView) int { return a.FirstSeen.Compare(b.FirstSeen) })
+	out = apply(apiv1.ListQuery{Limit: q.Limit}, out, func(v *apiv1.RuleView) time.Time { return v.FirstSeen })
 	if out == nil {
-		out = []RuleView{}
+		out = []apiv1.RuleView{}
 	}
 	return out, err
 }
@@ -146,16 +86,16 @@ func (d *Daemon) Rules(ctx context.Context, q ListQuery) (out []RuleView, err er
 // AddRule is an operator ban: refused on allowlisted or protected space.
 func (d *Daemon) AddRule(ctx context.Context, p netip.Prefix, reason string, ttl time.Duration) (b ban.Ban, err error) {
 	if err := datapath.CheckPrefix(p); err != nil {
-		return b, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return b, fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 	}
 	if ttl < 0 {
-		return b, fmt.Errorf("%w: negative ttl", ErrBadRequest)
+		return b, fmt.Errorf("%w: negative ttl", apiv1.ErrBadRequest)
 	}
 	derr := d.Do(ctx, func() {
 		now := time.Now()
 		_, existed := d.store.Get(p)
 		if b, err = d.store.Add(now, p, reason, ttl); err != nil {
-			err = fmt.Errorf("%w: %v", ErrBadRequest, err)
+			err = fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 			return
 		}
 		if err = d.dp.Block(p); err != nil {
@@ -163,7 +103,7 @@ func (d *Daemon) AddRule(ctx context.Context, p netip.Prefix, reason string, ttl
 				d.store.Remove(p)
 			}
 			if errors.Is(err, datapath.ErrTableFull) || errors.Is(err, rule.ErrInvalid) {
-				err = fmt.Errorf("%w: %v", ErrBadRequest, err)
+				err = fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 			}
 			return
 		}
@@ -183,11 +123,11 @@ func (d *Daemon) AddRule(ctx context.Context, p netip.Prefix, reason string, ttl
 func (d *Daemon) AddRules(ctx context.Context, ps []netip.Prefix, reason string, ttl time.Duration) (added int, err error) {
 	for _, p := range ps {
 		if err := datapath.CheckPrefix(p); err != nil {
-			return 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
+			return 0, fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 		}
 	}
 	if ttl < 0 {
-		return 0, fmt.Errorf("%w: negative ttl", ErrBadRequest)
+		return 0, fmt.Errorf("%w: negative ttl", apiv1.ErrBadRequest)
 	}
 	derr := d.Do(ctx, func() {
 		now := time.Now()
@@ -207,7 +147,7 @@ func (d *Daemon) AddRules(ctx context.Context, ps []netip.Prefix, reason string,
 			}
 			if _, err = d.store.Add(now, p, reason, ttl); err != nil {
 				undo()
-				err = fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, err)
+				err = fmt.Errorf("%w: %v (nothing changed)", apiv1.ErrBadRequest, err)
 				return
 			}
 			done = append(done, p)
@@ -215,7 +155,7 @@ func (d *Daemon) AddRules(ctx context.Context, ps []netip.Prefix, reason string,
 		if err = d.dp.Block(ps...); err != nil {
 			undo()
 			if errors.Is(err, datapath.ErrTableFull) || errors.Is(err, rule.ErrInvalid) {
-				err = fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, err)
+				err = fmt.Errorf("%w: %v (nothing changed)", apiv1.ErrBadRequest, err)
 			}
 			return
 		}
@@ -228,14 +168,11 @@ func (d *Daemon) AddRules(ctx context.Context, ps []netip.Prefix, reason string,
 	return added, errors.Join(derr, err)
 }
 
-// ErrNotFound is a rule or entry that does not exist (404).
-var ErrNotFound = errors.New("not found")
-
 func (d *Daemon) DeleteRule(ctx context.Context, p netip.Prefix) (err error) {
 	derr := d.Do(ctx, func() {
 		now := time.Now()
 		if !d.store.Remove(p) {
-			err = fmt.Errorf("%w: no ban on %s", ErrNotFound, p)
+			err = fmt.Errorf("%w: no ban on %s", apiv1.ErrNotFound, p)
 			return
 		}
 		d.unblock(now, p)
@@ -247,14 +184,7 @@ func (d *Daemon) DeleteRule(ctx context.Context, p netip.Prefix) (err error) {
 	return errors.Join(derr, err)
 }
 
-// Allowlist is the data plane's allowlist (passes whatever else matches)
-// and the rails' never-ban list from the configuration.
-type Allowlist struct {
-	DataPlane []datapath.Rule `json:"data_plane"`
-	Rails     []netip.Prefix  `json:"rails"`
-}
-
-func (d *Daemon) Allowlist(ctx context.Context) (a Allowlist, err error) {
+func (d *Daemon) Allowlist(ctx context.Context) (a apiv1.Allowlist, err error) {
 	derr := d.Do(ctx, func() {
 		a.DataPlane, err = d.dp.Allowed()
 		a.Rails = d.store.Rails.Allow
@@ -272,7 +202,7 @@ func (d *Daemon) Allowlist(ctx context.Context) (a Allowlist, err error) {
 // the rails; adding lifts bans inside it.
 func (d *Daemon) SetAllow(ctx context.Context, p netip.Prefix, add bool) (err error) {
 	if err := datapath.CheckPrefix(p); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: %v", apiv1.ErrBadRequest, err)
 	}
 	derr := d.Do(ctx, func() {
 		now := time.Now()
@@ -296,7 +226,7 @@ func (d *Daemon) SetAllow(ctx context.Context, p netip.Prefix, add bool) (err er
 			return
 		}
 		if err = d.dp.Disallow(p); errors.Is(err, datapath.ErrNoRule) {
-			err = fmt.Errorf("%w: %s is not allowlisted", ErrNotFound, p)
+			err = fmt.Errorf("%w: %s is not allowlisted", apiv1.ErrNotFound, p)
 			return
 		}
 		var keep []netip.Prefix
@@ -310,38 +240,25 @@ func (d *Daemon) SetAllow(ctx context.Context, p netip.Prefix, add bool) (err er
 	return errors.Join(derr, err)
 }
 
-// EventKinds are the kinds of event the daemon records.
-var EventKinds = []string{"adopt", "attack", "ban", "bgp", "breaker", "error", "flowrule", "mitigation", "overflow", "provisional", "refused", "reload", "restore", "slow", "telemetry", "unban", "withdraw"}
-
 // Events returns the recent events, oldest first; kinds filters (empty:
 // all), and an unknown kind is the caller's mistake, not an empty list.
-func (d *Daemon) Events(kinds []string, q ListQuery) ([]Event, error) {
+func (d *Daemon) Events(kinds []string, q apiv1.ListQuery) ([]apiv1.Event, error) {
 	want := map[string]bool{}
 	for _, k := range kinds {
-		if !slices.Contains(EventKinds, k) {
-			return nil, fmt.Errorf("%w: unknown event kind %q (kinds: %s)", ErrBadRequest, k, strings.Join(EventKinds, ", "))
+		if !slices.Contains(apiv1.EventKinds, k) {
+			return nil, fmt.Errorf("%w: unknown event kind %q (kinds: %s)", apiv1.ErrBadRequest, k, strings.Join(apiv1.EventKinds, ", "))
 		}
 		want[k] = true
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := []Event{}
-	for _, e := range apply(ListQuery{Since: q.Since}, d.events, func(e *Event) time.Time { return e.Time }) {
+	out := []apiv1.Event{}
+	for _, e := range apply(apiv1.ListQuery{Since: q.Since}, d.events, func(e *apiv1.Event) time.Time { return e.Time }) {
 		if len(want) == 0 || want[e.Kind] {
 			out = append(out, e)
 		}
 	}
-	return apply(ListQuery{Limit: q.Limit}, out, func(e *Event) time.Time { return e.Time }), nil
-}
-
-// Detection is one detection as the API lists it: what a detector named
-// in an interval, whether or not the rails let it become a ban.
-type Detection struct {
-	Time     time.Time    `json:"time"`
-	Prefix   netip.Prefix `json:"prefix"`
-	Detector string       `json:"detector"`
-	Reason   string       `json:"reason"`
-	Rate     float64      `json:"rate_pps"`
+	return apply(apiv1.ListQuery{Limit: q.Limit}, out, func(e *apiv1.Event) time.Time { return e.Time }), nil
 }
 
 const (
@@ -386,11 +303,11 @@ func (d *Daemon) recordDetections(now time.Time, ds []detect.Detection) {
 		}
 		keep = h
 	}
-	recs := make([]Detection, len(keep))
+	recs := make([]apiv1.Detection, len(keep))
 	for i, x := range keep {
-		recs[i] = Detection{Time: now, Prefix: x.Prefix, Detector: x.Detector, Reason: x.Reason, Rate: roundRate(x.Rate)}
+		recs[i] = apiv1.Detection{Time: now, Prefix: x.Prefix, Detector: x.Detector, Reason: x.Reason, Rate: apiv1.RoundRate(x.Rate)}
 	}
-	slices.SortStableFunc(recs, func(a, b Detection) int { return -cmpFloat(a.Rate, b.Rate) })
+	slices.SortStableFunc(recs, func(a, b apiv1.Detection) int { return -cmpFloat(a.Rate, b.Rate) })
 	d.mu.Lock()
 	d.detections = append(d.detections, recs...)
 	if len(d.detections) > maxDetections {
@@ -410,12 +327,12 @@ func cmpFloat(a, b float64) int {
 }
 
 // Detections returns the recent detections, oldest first.
-func (d *Daemon) Detections(q ListQuery) []Detection {
+func (d *Daemon) Detections(q apiv1.ListQuery) []apiv1.Detection {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := slices.Clone(apply(q, d.detections, func(x *Detection) time.Time { return x.Time }))
+	out := slices.Clone(apply(q, d.detections, func(x *apiv1.Detection) time.Time { return x.Time }))
 	if out == nil {
-		out = []Detection{}
+		out = []apiv1.Detection{}
 	}
 	return out
 }
@@ -425,7 +342,7 @@ func (d *Daemon) Top(ctx context.Context) (out []detect.Talker, err error) {
 	err = d.Do(ctx, func() {
 		for _, t := range d.lastTop {
 			_, t.Banned = d.store.Get(netip.PrefixFrom(t.Src, t.Src.BitLen()))
-			t.PPS, t.BPS, t.SYNPS = roundRate(t.PPS), math.Round(t.BPS), roundRate(t.SYNPS)
+			t.PPS, t.BPS, t.SYNPS = apiv1.RoundRate(t.PPS), math.Round(t.BPS), apiv1.RoundRate(t.SYNPS)
 			out = append(out, t)
 		}
 	})
@@ -435,35 +352,14 @@ func (d *Daemon) Top(ctx context.Context) (out []detect.Talker, err error) {
 	return out, err
 }
 
-// Tiers describes each tier's capacity and use.
-type Tiers struct {
-	XDP      *datapath.Stats `json:"xdp"`
-	Hardware *HWTier         `json:"hardware"` // null: XDP only
-}
-
-type HWTier struct {
-	Backend       string  `json:"backend"`
-	Iface         string  `json:"iface"`
-	Capacity      int     `json:"capacity"`
-	Occupancy     int     `json:"occupancy"`
-	Counters      bool    `json:"counters"`
-	UpdateLatency string  `json:"update_latency_estimate"`
-	Updates       uint64  `json:"placement_updates"`
-	MaxRate       float64 `json:"max_rate_pps"`
-	// Verdicts are the table's packet counters by verdict, as the
-	// metrics export them: the NIC's own (emulated stage), or the sums of
-	// its per-rule counters (hit_drop, hit_forward); empty without either.
-	Verdicts map[string]tier.Counters `json:"verdicts"`
-}
-
-func (d *Daemon) Tiers(ctx context.Context) (t Tiers, err error) {
+func (d *Daemon) Tiers(ctx context.Context) (t apiv1.Tiers, err error) {
 	derr := d.Do(ctx, func() {
 		if t.XDP, err = d.dp.Stats(); err != nil {
 			return
 		}
 		if d.hw != nil {
 			c := d.hw.Caps()
-			t.Hardware = &HWTier{Backend: c.Backend, Iface: c.Iface, Capacity: c.Capacity, Occupancy: d.off.Occupancy(), Counters: c.Counters,
+			t.Hardware = &apiv1.HWTier{Backend: c.Backend, Iface: c.Iface, Capacity: c.Capacity, Occupancy: d.off.Occupancy(), Counters: c.Counters,
 				UpdateLatency: d.off.Latency().String(), MaxRate: d.off.Params.MaxRate, Updates: d.hwUpdates, Verdicts: map[string]tier.Counters{}}
 			if vt, ok := d.hw.(tier.Verdicts); ok {
 				if t.Hardware.Verdicts, err = vt.Verdicts(); err != nil {

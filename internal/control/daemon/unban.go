@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -22,24 +23,19 @@ import (
 // hour left came back as a permanent operator ban without its reason, and
 // its source was unbanned in between.
 
-// UnbanResult is what a batch of operator unbans did.
-type UnbanResult struct {
-	Prefixes int `json:"prefixes"` // bans lifted
-}
-
 // OperatorUnbans lifts the bans on ps, all or nothing: a prefix without a
 // ban refuses the request (ErrNotFound, naming it) and nothing changes.
 // all lifts every ban in force (ps must be empty): the operator's flush.
-func (d *Daemon) OperatorUnbans(ctx context.Context, ps []netip.Prefix, all bool) (res UnbanResult, err error) {
+func (d *Daemon) OperatorUnbans(ctx context.Context, ps []netip.Prefix, all bool) (res apiv1.UnbanResult, err error) {
 	if all && len(ps) > 0 {
-		return res, fmt.Errorf("%w: all lifts every ban; give no prefixes with it", ErrBadRequest)
+		return res, fmt.Errorf("%w: all lifts every ban; give no prefixes with it", apiv1.ErrBadRequest)
 	}
 	if !all && len(ps) == 0 {
-		return res, fmt.Errorf("%w: no prefixes", ErrBadRequest)
+		return res, fmt.Errorf("%w: no prefixes", apiv1.ErrBadRequest)
 	}
 	for _, p := range ps {
 		if err := rule.CheckPrefix(p); err != nil {
-			return res, fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, err)
+			return res, fmt.Errorf("%w: %v (nothing changed)", apiv1.ErrBadRequest, err)
 		}
 	}
 	derr := d.Do(ctx, func() {
@@ -55,7 +51,7 @@ func (d *Daemon) OperatorUnbans(ctx context.Context, ps []netip.Prefix, all bool
 				}
 			}
 			if len(missing) > 0 {
-				err = fmt.Errorf("%w: no ban on %s (nothing changed)", ErrNotFound, listSome(missing, 5))
+				err = fmt.Errorf("%w: no ban on %s (nothing changed)", apiv1.ErrNotFound, listSome(missing, 5))
 				return
 			}
 		}
@@ -130,11 +126,11 @@ func listSome(xs []string, n int) string {
 // bans inside each prefix, as SetAllow does.
 func (d *Daemon) OperatorAllows(ctx context.Context, ps []netip.Prefix, add, force bool) (n int, err error) {
 	if len(ps) == 0 {
-		return 0, fmt.Errorf("%w: no prefixes", ErrBadRequest)
+		return 0, fmt.Errorf("%w: no prefixes", apiv1.ErrBadRequest)
 	}
 	for _, p := range ps {
 		if err := datapath.CheckPrefix(p); err != nil {
-			return 0, fmt.Errorf("%w: %v (nothing changed)", ErrBadRequest, err)
+			return 0, fmt.Errorf("%w: %v (nothing changed)", apiv1.ErrBadRequest, err)
 		}
 	}
 	ps = uniquePrefixes(ps)
@@ -213,7 +209,7 @@ func (d *Daemon) OperatorAllows(ctx context.Context, ps []netip.Prefix, add, for
 			}
 		}
 		if len(missing) > 0 {
-			err = fmt.Errorf("%w: %s not allowlisted (nothing changed)", ErrNotFound, listSome(missing, 5))
+			err = fmt.Errorf("%w: %s not allowlisted (nothing changed)", apiv1.ErrNotFound, listSome(missing, 5))
 			return
 		}
 		if e := d.dp.Disallow(ps...); e != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 )
 
 // An operator's unbans are all or nothing across every tier: a refused
@@ -31,7 +32,7 @@ func TestOperatorUnbansAllOrNothing(t *testing.T) {
 	}
 	missing := netip.MustParsePrefix("203.0.113.0/24")
 	_, err := h.d.OperatorUnbans(ctx, []netip.Prefix{pfx(atk), missing}, false)
-	if !errors.Is(err, ErrNotFound) {
+	if !errors.Is(err, apiv1.ErrNotFound) {
 		t.Fatalf("unban of a ban and a missing prefix: %v, want not found", err)
 	}
 	if b, _ := h.d.store.Get(pfx(atk)); b != before || !h.hw.Has(atk) || h.dp.blocked[pfx(atk)] == nil {
@@ -46,7 +47,7 @@ func TestOperatorUnbansAllOrNothing(t *testing.T) {
 		!hasEvent(h.d, "unban", "operator") {
 		t.Fatalf("after the unban: %d bans, in hardware %v, in XDP %v", h.d.store.Len(), h.hw.Has(atk), h.dp.blocked[pfx(atk)] != nil)
 	}
-	if _, err := h.d.OperatorUnbans(ctx, []netip.Prefix{missing}, true); !errors.Is(err, ErrBadRequest) {
+	if _, err := h.d.OperatorUnbans(ctx, []netip.Prefix{missing}, true); !errors.Is(err, apiv1.ErrBadRequest) {
 		t.Errorf("all with prefixes: %v", err)
 	}
 	if r, err := h.d.OperatorUnbans(ctx, nil, true); err != nil || r.Prefixes != 0 {

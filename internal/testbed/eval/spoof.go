@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/control/api"
-	"github.com/tierwall/tierwall/internal/control/daemon"
+	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/pkt"
@@ -799,7 +799,7 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 	}
 	// The daemon's account: first mitigation, what it chose, bans on
 	// clients.
-	var events []daemon.Event
+	var events []apiv1.Event
 	if err := dmn.Client.Do(ctx, "GET", "/v1/events", nil, &events); err != nil {
 		return row, fmt.Errorf("daemon events: %w", err)
 	}
@@ -822,7 +822,7 @@ func firstEntropy(ctx context.Context, c *api.Client, begun <-chan struct{}, sta
 	}
 	from := start()
 	for ctx.Err() == nil {
-		var ds []daemon.Detection
+		var ds []apiv1.Detection
 		if err := c.Do(ctx, "GET", "/v1/detections", nil, &ds); err == nil {
 			for _, d := range ds {
 				if d.Detector == "entropy" && !d.Time.Before(from) {
@@ -1089,7 +1089,7 @@ type spoofTimes struct{ start, attackFrom, warmFrom time.Time }
 // account reads the daemon's events into row: what it put in force
 // before the flood (false positives), its first mitigation, what it
 // chose, slow intervals, the widest ban and bans that covered a client.
-func (row *SpoofRow) account(events []daemon.Event, p SpoofParams, clients []netip.Addr, t spoofTimes) {
+func (row *SpoofRow) account(events []apiv1.Event, p SpoofParams, clients []netip.Addr, t spoofTimes) {
 	legit := map[netip.Addr]bool{lab.Client4: true}
 	for _, c := range clients {
 		legit[c] = true
@@ -1375,7 +1375,7 @@ func knownGoodOf(host *datapath.Datapath, sc SpoofScenario) (int, error) {
 // entropyDetections counts the entropy detector's detections since from,
 // as the daemon lists them.
 func entropyDetections(ctx context.Context, c *api.Client, from time.Time) (int, error) {
-	var ds []daemon.Detection
+	var ds []apiv1.Detection
 	if err := c.Do(ctx, "GET", "/v1/detections", nil, &ds); err != nil {
 		return 0, fmt.Errorf("daemon detections: %w", err)
 	}
