@@ -7,8 +7,9 @@
 // (make eval-scaleout). Both roles read the telemetry section of a
 // tierwall.yaml (exporters, listen addresses, thresholds, host groups);
 // every collector and detector of a deployment must be given the same
-// --partitions and host groups. It lives beside the testbed, not in
-// tierwall itself, until the daemon starts these roles (docs/SCALEOUT.md).
+// --partitions and host groups. The product runs the same roles from
+// `tierwall run` (telemetry.scaleout:, docs/SCALEOUT.md); this binary stays
+// for the measurement, which starts collectors as processes of its own.
 package main
 
 import (
@@ -19,8 +20,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -239,25 +238,11 @@ func newDetect() *cobra.Command {
 	return cmd
 }
 
-// parseOwned reads "0-7,9" (empty: all of 0…n-1, nil).
+// parseOwned reads --owned: "0-7,9" (empty: all of 0…n-1, nil).
 func parseOwned(s string, n int) ([]int, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(f, "-")
-		a, err := strconv.Atoi(lo)
-		b := a
-		if err == nil && isRange {
-			b, err = strconv.Atoi(hi)
-		}
-		if err != nil || a < 0 || b < a || b >= n {
-			return nil, fmt.Errorf("--owned %q: %q is not a partition or range in 0…%d", s, f, n-1)
-		}
-		for i := a; i <= b; i++ {
-			out = append(out, i)
-		}
+	out, err := scaleout.ParseOwned(s, n)
+	if err != nil {
+		return nil, fmt.Errorf("--owned %q: %w", s, err)
 	}
 	return out, nil
 }

@@ -28,7 +28,7 @@ var ErrInvalid = errdefs.Invalid("invalid configuration")
 
 // Config is the daemon's configuration.
 type Config struct {
-	Role      string        `yaml:"role"`      // mitigation (default) or probe
+	Role      string        `yaml:"role"`      // mitigation (default), probe or network
 	Interface string        `yaml:"interface"` // host interface carrying the XDP filter or the probe
 	Interval  time.Duration `yaml:"interval"`  // control-loop period, 100ms..1m (default 1s)
 	// Nice is the daemon's scheduling niceness, -20..19 (default -10):
@@ -365,8 +365,8 @@ func Default() *Config {
 // Validate checks every field and resolves derived ones (prefix lists,
 // the API token).
 func (c *Config) Validate() error {
-	if strings.TrimSpace(c.Interface) == "" {
-		return bad("interface", `""`, "is required")
+	if strings.TrimSpace(c.Interface) == "" && c.Role != RoleNetwork {
+		return bad("interface", `""`, "is required (role network alone runs without one)")
 	}
 	if c.Interval < 100*time.Millisecond || c.Interval > time.Minute {
 		return bad("interval", c.Interval, "outside 100ms..1m")
@@ -493,8 +493,12 @@ func (c *Config) Validate() error {
 		if err := c.Probe.validate(); err != nil {
 			return err
 		}
+	case RoleNetwork:
+		if err := c.validateNetworkRole(); err != nil {
+			return err
+		}
 	default:
-		return bad("role", c.Role, "is not mitigation or probe")
+		return bad("role", c.Role, "is not mitigation, probe or network")
 	}
 	if c.Role == RoleMitigation && !r.Enabled && !e.Enabled && !c.Detectors.Lists.Enabled && !v.Enabled {
 		return bad("detectors", "all", "are disabled: nothing would ever be banned")

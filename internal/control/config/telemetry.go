@@ -39,6 +39,9 @@ type Telemetry struct {
 	// Groups: network policy per host group (hostgroups:), by name.
 	Groups   map[string]TelemetryGroup `yaml:"groups"`
 	FlowSpec TelemetryFlowSpec         `yaml:"flowspec"`
+	// Scaleout splits network mode over NATS JetStream (docs/SCALEOUT.md):
+	// this daemon is one of its collectors or detectors (scaleout.go).
+	Scaleout TelemetryScaleout `yaml:"scaleout"`
 }
 
 // TelemetryExporter is a router allowed to send telemetry.
@@ -77,7 +80,14 @@ type TelemetryFlowSpec struct {
 // validateTelemetry checks the section by building it.
 func (c *Config) validateTelemetry() error {
 	if !c.Telemetry.Enabled {
+		if c.Telemetry.Scaleout.Role != "" {
+			return bad("telemetry.scaleout.role", c.Telemetry.Scaleout.Role, "needs telemetry.enabled: true")
+		}
 		return nil
+	}
+	// The role first: what the rest requires depends on it.
+	if _, err := c.ScaleoutConfig(); err != nil {
+		return err
 	}
 	_, err := c.TelemetryConfig()
 	return err
@@ -129,7 +139,18 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 	if err != nil {
 		return out, bad("telemetry.mode", t.Mode, "is not enforce, dry-run or monitor")
 	}
-	if len(t.Exporters) == 0 {
+	role := t.Scaleout.Role
+	if role == ScaleoutDetector {
+		// A detector hears its collectors over the bus, never a router:
+		// what would say otherwise is refused rather than ignored.
+		if len(t.Listen) > 0 {
+			return out, bad("telemetry.listen", fmt.Sprint(t.Listen), "is for collectors: a scaleout detector listens to no router (remove it)")
+		}
+		if len(t.Exporters) > 0 {
+			return out, bad("telemetry.exporters", fmt.Sprintf("%d exporters", len(t.Exporters)), "are for collectors: a scaleout detector listens to no router (remove them)")
+		}
+		out.Listen = nil
+	} else if len(t.Exporters) == 0 {
 		return out, bad("telemetry.exporters", "[]", "needs at least one exporter: datagrams from others are ignored")
 	}
 	for i, e := range t.Exporters {
@@ -196,7 +217,8 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 	default:
 		return out, bad("telemetry.flowspec.action", t.FlowSpec.Action, "is not rate-limit or drop")
 	}
-	if out.Detector.Host == (telemetry.Thresholds{}) && len(out.Detector.Policies) == 0 {
+	// A collector counts and publishes; its detectors judge, with theirs.
+	if role != ScaleoutCollector && out.Detector.Host == (telemetry.Thresholds{}) && len(out.Detector.Policies) == 0 {
 		return out, bad("telemetry.thresholds", "{}", "are empty: nothing would ever be detected")
 	}
 	return out, nil

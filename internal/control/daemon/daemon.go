@@ -134,7 +134,7 @@ var _ DataPlane = (*datapath.Datapath)(nil)
 func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err error) {
 	// One daemon per data plane: refused here, before the program, the
 	// maps or the state file are touched.
-	own, err := Own(ownerDir, OwnerKey("", cfg.Interface), Owner{Interface: cfg.Interface, Socket: cfg.API.Socket,
+	own, err := Own(ownerDir, ownerKey(cfg), Owner{Interface: cfg.Interface, Socket: cfg.API.Socket,
 		TCP: cfg.API.TCP, Config: cfgPath, StateFile: cfg.StateFile})
 	if err != nil {
 		return nil, err
@@ -153,7 +153,7 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 	if err := setNice(cfg.NiceOrDefault(), log); err != nil {
 		log.Warn("running at the niceness started with", "err", err)
 	}
-	dp, err := attachDataPlane(cfg, log)
+	dp, err := openDataPlane(cfg, log) // role network: none (network.go)
 	if err != nil {
 		return nil, fmt.Errorf("attaching to %s: %w", cfg.Interface, err)
 	}
@@ -171,7 +171,9 @@ func New(cfg *config.Config, cfgPath string, log *slog.Logger) (_ *Daemon, err e
 		return nil, err
 	}
 	d.owner = own
-	d.checkKernel(log)
+	if cfg.Role != config.RoleNetwork { // it loads no BPF: nothing to check
+		d.checkKernel(log)
+	}
 	return d, nil
 }
 

@@ -28,7 +28,10 @@ import (
 // and neither withdraws the other's routes.
 
 type telemetryState struct {
-	svc    *telemetry.Service
+	svc *telemetry.Service
+	// so runs the scale-out roles instead of svc (scaleout.go).
+	so     *scaleoutRole
+	role   string         // the daemon's role at start: a reload keeps it
 	merged *mergedSpeaker // nil without BGP
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -106,8 +109,10 @@ func (m *mergedSpeaker) extraLen() int {
 	return len(m.extra)
 }
 
-// openTelemetry starts network mode when configured.
+// openTelemetry starts network mode when configured: in this process,
+// or as one of its scale-out roles (telemetry.scaleout:, scaleout.go).
 func (d *Daemon) openTelemetry() error {
+	d.tele.role = d.cfg.Role
 	if !d.cfg.Telemetry.Enabled {
 		return nil
 	}
@@ -115,7 +120,13 @@ func (d *Daemon) openTelemetry() error {
 	if err != nil {
 		return err
 	}
-	if d.bgp.sp != nil {
+	sc, err := d.cfg.ScaleoutConfig()
+	if err != nil {
+		return err
+	}
+	// A collector judges nothing and announces nothing: the speaker stays
+	// the loop's alone.
+	if d.bgp.sp != nil && sc.Role != config.ScaleoutCollector {
 		d.tele.merged = &mergedSpeaker{Speaker: d.bgp.sp}
 		d.bgp.sp = d.tele.merged
 	}
@@ -131,11 +142,22 @@ func (d *Daemon) openTelemetry() error {
 			_ = d.Do(d.tele.ctx, f) // fails only once closing
 		}
 	}()
+	if sc.Role != "" {
+		if err := d.openScaleout(tc, sc); err != nil {
+			d.tele.cancel()
+			close(d.tele.reports)
+			<-d.tele.done
+			d.unmergeSpeaker()
+			return fmt.Errorf("starting network mode's scale-out %s: %w", sc.Role, err)
+		}
+		return nil
+	}
 	svc, err := telemetry.Start(tc, d.log, d.telemetryChanged)
 	if err != nil {
 		d.tele.cancel()
 		close(d.tele.reports)
 		<-d.tele.done
+		d.unmergeSpeaker()
 		return fmt.Errorf("starting network mode: %w", err)
 	}
 	d.tele.svc = svc
@@ -147,14 +169,26 @@ func (d *Daemon) openTelemetry() error {
 // closeTelemetry stops the collector; what it announced is withdrawn with
 // the speaker's sessions (a stopped daemon no longer watches the feed).
 func (d *Daemon) closeTelemetry() {
-	if d.tele.svc == nil {
+	if d.tele.svc == nil && d.tele.so == nil {
 		return
 	}
 	d.tele.cancel()
-	_ = d.tele.svc.Close()
+	if d.tele.svc != nil {
+		_ = d.tele.svc.Close()
+	}
+	d.closeScaleout()
 	close(d.tele.reports)
 	<-d.tele.done
 	d.tele.svc = nil
+}
+
+// unmergeSpeaker gives the loop its speaker back when network mode did
+// not start.
+func (d *Daemon) unmergeSpeaker() {
+	if d.tele.merged != nil {
+		d.bgp.sp = d.tele.merged.Speaker
+		d.tele.merged = nil
+	}
 }
 
 // upstreamRoutes turns network mode's plan into routes, an RTBH route
@@ -249,6 +283,9 @@ func firstPrefix(ps []netip.Prefix) netip.Prefix {
 
 // Telemetry is network mode's status (zero, Enabled false, when off).
 func (d *Daemon) Telemetry(top int) telemetry.Status {
+	if d.tele.so != nil {
+		return d.tele.so.status(top)
+	}
 	if d.tele.svc == nil {
 		return telemetry.Status{Listen: []netip.AddrPort{}, Exporters: []telemetry.ExporterStats{}, Attacks: []telemetry.Attack{}, Plan: []telemetry.Upstream{}, Top: []telemetry.Talker{}}
 	}
@@ -273,7 +310,13 @@ func upstreamText(u telemetry.Upstream) string {
 // its plan under the new policy.
 func (d *Daemon) reloadTelemetry(now time.Time) {
 	t := &d.tele
-	if t.svc == nil || reflect.DeepEqual(t.seen, d.cfg.Telemetry) && reflect.DeepEqual(t.seenGroups, d.cfg.HostGroups) &&
+	if d.cfg.Role != t.role {
+		// The data plane (or its absence) was chosen at start: the role
+		// is kept, and the operator told.
+		d.event(now, "error", netip.Prefix{}, "reload: role %s needs a restart: running as %s until then", d.cfg.Role, t.role)
+		d.cfg.Role = t.role
+	}
+	if t.svc == nil && t.so == nil || reflect.DeepEqual(t.seen, d.cfg.Telemetry) && reflect.DeepEqual(t.seenGroups, d.cfg.HostGroups) &&
 		t.seenMonitorOnly == d.cfg.Rails.MonitorOnly {
 		return
 	}
@@ -283,6 +326,8 @@ func (d *Daemon) reloadTelemetry(now time.Time) {
 	run.Telemetry.Enabled, run.Telemetry.Listen, run.Telemetry.Exporters = s.Enabled, s.Listen, s.Exporters
 	run.Telemetry.MaxTemplates, run.Telemetry.MaxExporters, run.Telemetry.MaxDestinations = s.MaxTemplates, s.MaxExporters, s.MaxDestinations
 	run.Telemetry.Tick, run.Telemetry.Window = s.Tick, s.Window
+	// The scale-out role, its bus and its partitions are kept too.
+	run.Telemetry.Scaleout = s.Scaleout
 	tc, err := run.TelemetryConfig()
 	if err != nil {
 		// A file that turned network mode off is not validated for it:
@@ -291,7 +336,11 @@ func (d *Daemon) reloadTelemetry(now time.Time) {
 		d.event(now, "error", netip.Prefix{}, "reload: network mode keeps its running thresholds and policy: %v", err)
 		return
 	}
-	t.svc.SetConfig(tc)
+	if t.so != nil {
+		t.so.setConfig(tc)
+	} else {
+		t.svc.SetConfig(tc)
+	}
 	t.mu.Lock()
 	t.mode = tc.Action.Mode
 	t.announce = tc.Action.Mode == telemetry.Enforce && !d.cfg.Rails.MonitorOnly

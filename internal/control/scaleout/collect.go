@@ -304,3 +304,16 @@ func (c *Collector) Close(ctx context.Context) error {
 	c.part.Flush(time.Now().Add(time.Hour))
 	return errors.Join(err, c.pub.Close(ctx))
 }
+
+// Status is the collector's state for the operator (/v1/telemetry):
+// what it listens on and hears from its exporters; no attacks nor plan
+// (its detectors judge).
+func (c *Collector) Status() telemetry.Status {
+	st := telemetry.Status{Enabled: true, Mode: telemetry.Monitor, Listen: c.Addrs(), Exporters: c.dec.Exporters(),
+		Attacks: []telemetry.Attack{}, Plan: []telemetry.Upstream{}, Top: []telemetry.Talker{}}
+	st.Unknown, st.LastUnknown = c.dec.Unknown()
+	if st.Exporters == nil {
+		st.Exporters = []telemetry.ExporterStats{}
+	}
+	return st
+}
