@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
@@ -91,33 +92,37 @@ func (o *Options) defaults() {
 	}
 }
 
+// daemonConfig is the demo's daemon: 500 ms intervals, the emulated
+// NIC of the lab with a 512-rule table, the rate and heavy-hitter
+// detectors (the entropy detector off: the demo shows per-source bans),
+// bans that lift 5 s after a source calms down, the host protected.
+func daemonConfig(dir string) *config.Config {
+	c := harness.DaemonConfig(lab.IfHost, dir)
+	c.Interval = 500 * time.Millisecond
+	c.Log = config.Log{Format: "text", Level: "info"}
+	c.Capacity = config.Capacity{Exact4: 65536, Exact6: 4096, Prefix: 4096, Allow: 256, Features: 65536}
+	c.Hardware.Backend = "emulated"
+	c.Hardware.Capacity = 512
+	c.Hardware.MaxRate = 2_000_000
+	c.Hardware.Emulated = config.EmulatedNIC{Netns: lab.NSNic, Wire: lab.IfWire, Host: lab.IfHPort}
+	rate := &c.Detectors.Rate
+	rate.Enabled, rate.LearnIntervals, rate.Margin, rate.MinPPS = true, 10, 1.5, 100
+	c.Detectors.Entropy.Enabled = false
+	heavy := &c.Detectors.Heavy
+	heavy.Enabled, heavy.Window, heavy.LearnedFactor = true, 20*time.Millisecond, 3
+	c.Bans.TTL, c.Bans.Hold, c.Bans.UnbanPPS = 10*time.Minute, 5*time.Second, 100
+	c.Rails.Protected = []string{netip.PrefixFrom(lab.Host4, 32).String()}
+	return c
+}
+
 // startDaemon writes the demo's daemon configuration into the lab's
 // state directory and starts the daemon on the host side, its output in
 // the directory's daemon.log (its name returned).
 func startDaemon(o Options) (_ *harness.Daemon, logName string, err error) {
 	dir := lab.StateDir
 	sock := filepath.Join(dir, "api.sock")
-	cfg := fmt.Sprintf(`interface: %s
-interval: 500ms
-state_file: %s/state.json
-log: {format: text, level: info}
-capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 65536}
-hardware:
-  backend: emulated
-  capacity: 512
-  max_rate_pps: 2000000
-  emulated: {netns: %s, wire: %s, host: %s}
-detectors:
-  rate: {enabled: true, learn_intervals: 10, margin: 1.5, min_pps: 100}
-  entropy: {enabled: false}
-  heavy: {enabled: true, window: 20ms, learned_factor: 3}
-bans: {ttl: 10m, hold: 5s, unban_pps: 100}
-rails:
-  protected: [%s/32]
-api: {socket: %s}
-`, lab.IfHost, dir, lab.NSNic, lab.IfWire, lab.IfHPort, lab.Host4, sock)
 	cfgPath := filepath.Join(dir, "tierwall.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+	if err := harness.WriteConfig(cfgPath, daemonConfig(dir)); err != nil {
 		return nil, "", err
 	}
 	daemonLog, err := os.Create(filepath.Join(dir, "daemon.log"))
