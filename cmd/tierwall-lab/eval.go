@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierwall/tierwall/internal/rule"
-	"github.com/tierwall/tierwall/internal/testbed/eval"
+	"github.com/tierwall/tierwall/internal/testbed/eval/modes"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
@@ -32,9 +32,9 @@ func newEval() *cobra.Command {
 			if fromCSV != "" {
 				// Rewrite the document and figures from a run's saved
 				// rows: a change of text or plots needs no new run.
-				return eval.Rerender(out, filepath.Join(filepath.Dir(out), "EVALUATION.md"), fromCSV)
+				return modes.Rerender(out, filepath.Join(filepath.Dir(out), "EVALUATION.md"), fromCSV)
 			}
-			o := eval.Options{Out: out, Duration: dur, Log: os.Stderr, Smoke: smoke, Repeat: repeat}
+			o := modes.Options{Out: out, Duration: dur, Log: os.Stderr, Smoke: smoke, Repeat: repeat}
 			for _, s := range strings.Split(sizes, ",") {
 				n, err := strconv.Atoi(strings.TrimSpace(s))
 				if err != nil || n <= 0 {
@@ -53,7 +53,7 @@ func newEval() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
-			return eval.Run(ctx, o)
+			return modes.Run(ctx, o)
 		},
 	}
 	f := c.Flags()

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tierwall/tierwall/internal/rule"
-	"github.com/tierwall/tierwall/internal/testbed/eval"
+	"github.com/tierwall/tierwall/internal/testbed/eval/flows"
 )
 
 func newEvalFlows() *cobra.Command {
@@ -36,7 +36,7 @@ func newEvalFlows() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				var rows []eval.FlowRow
+				var rows []flows.Row
 				if err := json.Unmarshal(raw, &rows); err != nil {
 					return fmt.Errorf("%s: %w", fromJSON, err)
 				}
@@ -49,7 +49,7 @@ func newEvalFlows() *cobra.Command {
 						}
 					}
 				}
-				return eval.FlowsReport(out, md, rows, eval.FlowsParams{Duration: dur, Header: header}, time.Now())
+				return flows.Report(out, md, rows, flows.Params{Duration: dur, Header: header}, time.Now())
 			}
 			ints := func(flag, s string) ([]int, error) {
 				var v []int
@@ -77,9 +77,9 @@ func newEvalFlows() *cobra.Command {
 				}
 				ms = append(ms, m)
 			}
-			p := eval.FlowsParams{Tierwall: bin, Cells: eval.FlowCells(as, ss, ms), Duration: dur, Log: os.Stderr}
+			p := flows.Params{Tierwall: bin, Cells: flows.Cells(as, ss, ms), Duration: dur, Log: os.Stderr}
 			if cells != "" {
-				var keep []eval.FlowCell
+				var keep []flows.FlowCell
 				for _, cl := range p.Cells {
 					if strings.Contains(cl.String(), cells) {
 						keep = append(keep, cl)
@@ -88,7 +88,7 @@ func newEvalFlows() *cobra.Command {
 				p.Cells = keep
 			}
 			if smoke {
-				p.Cells = []eval.FlowCell{{Mode: "passive", Size: 64, Active: 1000, Offload: true, DPI: true},
+				p.Cells = []flows.FlowCell{{Mode: "passive", Size: 64, Active: 1000, Offload: true, DPI: true},
 					{Mode: "inline", Size: 64, Active: 1000, Offload: false, DPI: true}}
 				// Paced well below what the host can take: the smoke
 				// run checks that every packet is counted, not speed.
@@ -97,9 +97,9 @@ func newEvalFlows() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
 			started := time.Now()
-			rows, runErr := eval.Flows(ctx, p)
+			rows, runErr := flows.Run(ctx, p)
 			if smoke {
-				return eval.FlowsSmoke(rows, runErr)
+				return flows.Smoke(rows, runErr)
 			}
 			if len(rows) == 0 {
 				return runErr
@@ -111,7 +111,7 @@ func newEvalFlows() *cobra.Command {
 			if err := os.WriteFile(filepath.Join(out, "flows.json"), raw, 0o644); err != nil {
 				return err
 			}
-			if err := eval.FlowsReport(out, filepath.Join(filepath.Dir(out), "EVALUATION-FLOWS.md"), rows, p, started); err != nil {
+			if err := flows.Report(out, filepath.Join(filepath.Dir(out), "EVALUATION-FLOWS.md"), rows, p, started); err != nil {
 				return err
 			}
 			return runErr

@@ -19,7 +19,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/telemetry"
-	"github.com/tierwall/tierwall/internal/testbed/eval"
+	"github.com/tierwall/tierwall/internal/testbed/eval/network"
 )
 
 func newEvalNetwork() *cobra.Command {
@@ -38,16 +38,16 @@ func newEvalNetwork() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("finding this binary: %w", err)
 			}
-			p := eval.NetworkParams{Self: self, FastNetMon: fnm, Flood: flood, Gap: gap, Repeat: repeat, Threshold: threshold, Only: only, Log: os.Stderr}
+			p := network.Params{Self: self, FastNetMon: fnm, Flood: flood, Gap: gap, Repeat: repeat, Threshold: threshold, Only: only, Log: os.Stderr}
 			start := time.Now()
-			res, err := eval.Network(ctx, p)
+			res, err := network.Run(ctx, p)
 			if err != nil {
 				return err
 			}
 			if only != "" {
 				return printJSON(res.Cells)
 			}
-			return eval.NetworkReport(out, filepath.Join(filepath.Dir(out), "EVALUATION-NETWORK.md"), res, time.Since(start), time.Now())
+			return network.Report(out, filepath.Join(filepath.Dir(out), "EVALUATION-NETWORK.md"), res, time.Since(start), time.Now())
 		},
 	}
 	c.Flags().StringVar(&out, "out", "docs/eval", "directory for network.json (docs/EVALUATION-NETWORK.md goes next to it)")
@@ -83,7 +83,7 @@ func newNetcollect() *cobra.Command {
 			}
 			var mu sync.Mutex
 			enc := json.NewEncoder(os.Stdout)
-			print := func(v eval.NetcollectLine) {
+			print := func(v network.NetcollectLine) {
 				mu.Lock()
 				defer mu.Unlock()
 				_ = enc.Encode(v)
@@ -93,7 +93,7 @@ func newNetcollect() *cobra.Command {
 					raw, err := json.Marshal(at)
 					if err == nil {
 						m := json.RawMessage(raw)
-						print(eval.NetcollectLine{Attack: &m, Reported: time.Now()})
+						print(network.NetcollectLine{Attack: &m, Reported: time.Now()})
 					}
 				}
 			})
@@ -107,7 +107,7 @@ func newNetcollect() *cobra.Command {
 				if s != syscall.SIGUSR1 {
 					return nil
 				}
-				var st eval.NetcollectStats
+				var st network.NetcollectStats
 				for _, e := range svc.Decoder().Exporters() {
 					st.Datagrams += e.Datagrams
 					st.Records += e.Records
@@ -122,7 +122,7 @@ func newNetcollect() *cobra.Command {
 				var ms runtime.MemStats
 				runtime.ReadMemStats(&ms)
 				st.LiveHeap = ms.HeapAlloc
-				print(eval.NetcollectLine{Stats: &st})
+				print(network.NetcollectLine{Stats: &st})
 			}
 			return nil
 		},

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierwall/tierwall/internal/testbed/eval"
+	"github.com/tierwall/tierwall/internal/testbed/eval/spoof"
 )
 
 func newEvalSpoof() *cobra.Command {
@@ -29,9 +29,9 @@ func newEvalSpoof() *cobra.Command {
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
-			p := eval.SpoofParams{LoadBefore: loadAverage(), Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, ClientRate: clientRate, ConnRate: connRate, Rate: rate, Background: background, Log: os.Stderr}
+			p := spoof.Params{LoadBefore: loadAverage(), Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, ClientRate: clientRate, ConnRate: connRate, Rate: rate, Background: background, Log: os.Stderr}
 			start := time.Now()
-			rows, err := eval.Spoof(ctx, p)
+			rows, err := spoof.Run(ctx, p)
 			if err != nil {
 				return err
 			}
@@ -42,7 +42,7 @@ func newEvalSpoof() *cobra.Command {
 			if background {
 				md = "EVALUATION-SPOOF-LOAD.md"
 			}
-			return eval.SpoofReport(out, filepath.Join(filepath.Dir(out), md), rows, p, time.Since(start), time.Now())
+			return spoof.Report(out, filepath.Join(filepath.Dir(out), md), rows, p, time.Since(start), time.Now())
 		},
 	}
 	c.Flags().StringVar(&out, "out", "docs/eval", "directory for spoof.json (docs/EVALUATION-SPOOF.md goes next to it)")

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package scaleout
 
 import (
 	"cmp"
@@ -24,9 +24,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/tierwall/tierwall/internal/control/scaleout"
+	"github.com/tierwall/tierwall/internal/control/config"
+	twscaleout "github.com/tierwall/tierwall/internal/control/scaleout"
 	"github.com/tierwall/tierwall/internal/control/telemetry"
 	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
+	"github.com/tierwall/tierwall/internal/testbed/harness"
 )
 
 // The scale-out measurement (issue 36): the same replayed sFlow feed to
@@ -37,9 +40,9 @@ import (
 // datagram and every aggregate the collectors queued reached the
 // detector. The two set-ups take turns at every rate, in rounds.
 
-// ScaleoutParams configure the measurement; zero fields take the
+// Params configure the measurement; zero fields take the
 // defaults in parentheses.
-type ScaleoutParams struct {
+type Params struct {
 	// Self is the tierwall-scaleout binary (its collect command).
 	Self string
 	// NATSServer is the server binary (nats-server).
@@ -53,7 +56,7 @@ type ScaleoutParams struct {
 	Log   io.Writer
 }
 
-func (p *ScaleoutParams) defaults() {
+func (p *Params) defaults() {
 	if p.NATSServer == "" {
 		p.NATSServer = "nats-server"
 	}
@@ -64,7 +67,7 @@ func (p *ScaleoutParams) defaults() {
 		p.Step = 2 * time.Second
 	}
 	if len(p.Rates) == 0 {
-		p.Rates = []float64{20e3, 40e3, 60e3, 80e3, 100e3, 120e3, 140e3, 160e3, 200e3, 240e3, flatOut}
+		p.Rates = []float64{20e3, 40e3, 60e3, 80e3, 100e3, 120e3, 140e3, 160e3, 200e3, 240e3, evalkit.FlatOut}
 	}
 	if p.Log == nil {
 		p.Log = io.Discard
@@ -74,13 +77,13 @@ func (p *ScaleoutParams) defaults() {
 // CollectorStats is what a collector process prints on SIGUSR1.
 type CollectorStats struct {
 	Datagrams, Records, DecodeErrors uint64
-	Publisher                        scaleout.PublisherStats
+	Publisher                        twscaleout.PublisherStats
 	// Overflow is the records past the per-tick destination cap.
 	Overflow uint64
 }
 
-// ScaleoutStep is one rate offered to one set-up.
-type ScaleoutStep struct {
+// Step is one rate offered to one set-up.
+type Step struct {
 	Round   int     `json:"round"`
 	Offered float64 `json:"offered"`
 	Sent    uint64  `json:"sent"`
@@ -105,38 +108,38 @@ type ScaleoutStep struct {
 
 // Lost reports any loss at the step: socket drops, aggregates dropped
 // or refused by the bus, or not delivered.
-func (s ScaleoutStep) Lost() bool {
+func (s Step) Lost() bool {
 	return s.Dropped > 0 || s.QueueDrops > 0 || s.PublishErrors > 0 || s.Delivered < s.Queued
 }
 
 // Rate is the datagrams/s sent at the step.
-func (s ScaleoutStep) Rate() float64 {
+func (s Step) Rate() float64 {
 	if s.Secs <= 0 {
 		return 0
 	}
 	return float64(s.Sent) / s.Secs
 }
 
-// ScaleoutSetup is one set-up's ladder.
-type ScaleoutSetup struct {
-	Name       string         `json:"name"`
-	Collectors int            `json:"collectors"`
-	RcvBuf     int            `json:"rcvbuf"`
-	Steps      []ScaleoutStep `json:"steps"`
+// Setup is one set-up's ladder.
+type Setup struct {
+	Name       string `json:"name"`
+	Collectors int    `json:"collectors"`
+	RcvBuf     int    `json:"rcvbuf"`
+	Steps      []Step `json:"steps"`
 }
 
 // NoLoss is, per round, the highest rate sent with no loss at it nor at
 // any lower rate of the round (a lossless step above a lossy one is
 // luck on a shared machine, not capacity).
-func (s ScaleoutSetup) NoLoss() []float64 {
-	byRound := map[int][]ScaleoutStep{}
+func (s Setup) NoLoss() []float64 {
+	byRound := map[int][]Step{}
 	for _, st := range s.Steps {
 		byRound[st.Round] = append(byRound[st.Round], st)
 	}
 	var out []float64
 	for r := range len(byRound) {
 		steps := byRound[r]
-		slices.SortStableFunc(steps, func(a, b ScaleoutStep) int { return cmp.Compare(a.Offered, b.Offered) })
+		slices.SortStableFunc(steps, func(a, b Step) int { return cmp.Compare(a.Offered, b.Offered) })
 		best := 0.0
 		for _, st := range steps {
 			if st.Lost() || st.Secs <= 0 {
@@ -151,25 +154,25 @@ func (s ScaleoutSetup) NoLoss() []float64 {
 
 // Overload is, per round, the datagrams/s decoded at the highest rate
 // offered (as fast as the sender goes).
-func (s ScaleoutSetup) Overload() []float64 {
+func (s Setup) Overload() []float64 {
 	var out []float64
 	for _, st := range s.Steps {
-		if st.Offered == flatOut && st.Secs > 0 {
+		if st.Offered == evalkit.FlatOut && st.Secs > 0 {
 			out = append(out, float64(st.Decoded)/st.Secs)
 		}
 	}
 	return out
 }
 
-// ScaleoutResult is the whole run.
-type ScaleoutResult struct {
-	Setups     []ScaleoutSetup `json:"setups"`
-	Partitions int             `json:"partitions"`
-	Feed       string          `json:"feed"`
-	NATS       string          `json:"nats_version"`
-	CPUs       int             `json:"cpus"`
-	LoadBefore [3]float64      `json:"load_before"`
-	LoadAfter  [3]float64      `json:"load_after"`
+// Result is the whole run.
+type Result struct {
+	Setups     []Setup    `json:"setups"`
+	Partitions int        `json:"partitions"`
+	Feed       string     `json:"feed"`
+	NATS       string     `json:"nats_version"`
+	CPUs       int        `json:"cpus"`
+	LoadBefore [3]float64 `json:"load_before"`
+	LoadAfter  [3]float64 `json:"load_after"`
 	// Took is how long the run took, At when it ended.
 	Took time.Duration `json:"took"`
 	At   time.Time     `json:"at"`
@@ -188,9 +191,9 @@ func scaleoutFeed(n int) [][]byte {
 	for i := range n {
 		sub := i % 2
 		seq[sub]++
-		s := tt.SFlow{Agent: loopback, SubAgent: uint32(sub), Sequence: seq[sub]}
+		s := tt.SFlow{Agent: evalkit.Loopback, SubAgent: uint32(sub), Sequence: seq[sub]}
 		for range 6 {
-			s.Flow(1, tt.Packet{Src: randSrc(r), Dst: randIn(r, netIngest), Proto: 17, SrcPort: 443, DstPort: uint16(1024 + r.IntN(60000)), Length: uint16(64 + r.IntN(1400))})
+			s.Flow(1, tt.Packet{Src: evalkit.RandSrc(r), Dst: evalkit.RandIn(r, evalkit.IngestPrefix), Proto: 17, SrcPort: 443, DstPort: uint16(1024 + r.IntN(60000)), Length: uint16(64 + r.IntN(1400))})
 		}
 		out = append(out, s.Bytes())
 	}
@@ -199,19 +202,19 @@ func scaleoutFeed(n int) [][]byte {
 
 // collectorProc is one tierwall-scaleout collect process.
 type collectorProc struct {
-	*proc
+	*evalkit.Proc
 	port uint16
 }
 
 // collectorStats asks for the counters and waits for the line.
 func (c *collectorProc) stats() (CollectorStats, error) {
-	n := len(c.lines())
-	if err := c.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+	n := len(c.Lines())
+	if err := c.Cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		return CollectorStats{}, fmt.Errorf("asking the collector for its counters: %w", err)
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		ls := c.lines()
+		ls := c.Lines()
 		for _, l := range ls[min(n, len(ls)):] {
 			var st CollectorStats
 			if json.Unmarshal([]byte(l), &st) == nil {
@@ -226,8 +229,8 @@ func (c *collectorProc) stats() (CollectorStats, error) {
 // startUnpinned runs a command with its standard output's lines kept:
 // unlike start, not pinned, since the point is how collectors use the
 // machine's CPUs.
-func startUnpinned(ctx context.Context, name string, args []string, log io.Writer) (*proc, error) {
-	return startCmd(exec.CommandContext(ctx, name, args...), name, log)
+func startUnpinned(ctx context.Context, name string, args []string, log io.Writer) (*evalkit.Proc, error) {
+	return evalkit.StartCmd(exec.CommandContext(ctx, name, args...), name, log)
 }
 
 // cpuSecs is a process's user and system CPU time (/proc/PID/stat).
@@ -252,7 +255,7 @@ func cpuSecs(pid int) float64 {
 
 // startNATSServer runs nats-server with JetStream on a free loopback
 // port, its store in dir.
-func startNATSServer(ctx context.Context, bin, dir string, log io.Writer) (*proc, string, error) {
+func startNATSServer(ctx context.Context, bin, dir string, log io.Writer) (*evalkit.Proc, string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, "", fmt.Errorf("finding a free port: %w", err)
@@ -272,24 +275,31 @@ func startNATSServer(ctx context.Context, bin, dir string, log io.Writer) (*proc
 			return pr, url, nil
 		}
 		if time.Now().After(deadline) {
-			pr.stop()
+			pr.Stop()
 			return nil, "", fmt.Errorf("nats-server on %s: %w", url, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-// setup is one set-up's processes and its detector.
-type setup struct {
-	res  *ScaleoutSetup
-	cols []*collectorProc
-	cons *scaleout.Consumer
+// collectorsConfig is the collectors' configuration: one exporter,
+// thresholds no feed reaches (the measurement is the ingest). Each
+// collector listens where its --listen says, not on the file's address.
+func collectorsConfig() *config.Config {
+	return evalkit.CollectorConfig("127.0.0.1:6343", []config.TelemetryExporter{{Address: "127.0.0.1", Name: "r"}}, 1e12)
 }
 
-// Scaleout runs the measurement.
-func Scaleout(ctx context.Context, p ScaleoutParams) (ScaleoutResult, error) {
+// setup is one set-up's processes and its detector.
+type setup struct {
+	res  *Setup
+	cols []*collectorProc
+	cons *twscaleout.Consumer
+}
+
+// Run runs the measurement.
+func Run(ctx context.Context, p Params) (Result, error) {
 	p.defaults()
-	res := ScaleoutResult{Partitions: scaleoutPartitions, CPUs: runtime.NumCPU(), LoadBefore: loadAvg(),
+	res := Result{Partitions: scaleoutPartitions, CPUs: runtime.NumCPU(), LoadBefore: evalkit.LoadAvg(),
 		Feed: "sFlow v5, 6 samples a datagram at 1:1, 4,096 destinations (a /20), two routers"}
 	if v, err := exec.Command(p.NATSServer, "--version").Output(); err == nil {
 		res.NATS = strings.TrimSpace(string(v))
@@ -304,31 +314,27 @@ func Scaleout(ctx context.Context, p ScaleoutParams) (ScaleoutResult, error) {
 	if err != nil {
 		return res, err
 	}
-	defer srv.stop()
-	nc, err := scaleout.Connect(url, "eval-scaleout-detector")
+	defer srv.Stop()
+	nc, err := twscaleout.Connect(url, "eval-scaleout-detector")
 	if err != nil {
 		return res, err
 	}
 	defer nc.Close()
 	cfgFile := filepath.Join(dir, "tierwall.yaml")
-	// Thresholds no feed reaches: the measurement is the ingest.
-	conf := "interface: lo\nhostgroups:\n  - {name: none, prefixes: [198.18.63.0/24]}\n" +
-		"telemetry:\n  enabled: true\n  mode: monitor\n  listen: [\"127.0.0.1:6343\"]\n  exporters:\n    - {address: 127.0.0.1, name: r}\n" +
-		"  thresholds:\n    all: {pps: 1e12}\n"
-	if err := os.WriteFile(cfgFile, []byte(conf), 0o644); err != nil {
+	if err := harness.WriteConfig(cfgFile, collectorsConfig()); err != nil {
 		return res, fmt.Errorf("writing the collectors' configuration: %w", err)
 	}
-	ports, err := freeUDPPorts(3)
+	ports, err := evalkit.FreeUDPPorts(3)
 	if err != nil {
 		return res, err
 	}
-	pt := scaleout.Partitioner{N: scaleoutPartitions}
+	pt := twscaleout.Partitioner{N: scaleoutPartitions}
 	var setups []*setup
 	for i, s := range []struct {
 		name  string
 		ports []uint16
 	}{{"one collector", ports[:1]}, {"two collectors", ports[1:]}} {
-		su := &setup{res: &ScaleoutSetup{Name: s.name, Collectors: len(s.ports)}}
+		su := &setup{res: &Setup{Name: s.name, Collectors: len(s.ports)}}
 		stream := fmt.Sprintf("S%d", i)
 		for j, port := range s.ports {
 			pr, err := startUnpinned(ctx, p.Self, []string{"collect", "--config", cfgFile, "--nats", url, "--name", fmt.Sprintf("%s-%d", stream, j),
@@ -337,19 +343,19 @@ func Scaleout(ctx context.Context, p ScaleoutParams) (ScaleoutResult, error) {
 			if err != nil {
 				return res, err
 			}
-			defer pr.stop()
-			su.cols = append(su.cols, &collectorProc{proc: pr, port: port})
+			defer pr.Stop()
+			su.cols = append(su.cols, &collectorProc{Proc: pr, port: port})
 			deadline := time.Now().Add(10 * time.Second)
-			for !listening(port) {
+			for !evalkit.Listening(port) {
 				if time.Now().After(deadline) {
 					return res, fmt.Errorf("collector %s-%d did not listen on %d", stream, j, port)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
 		}
-		su.res.RcvBuf = rcvBuf(s.ports[0])
-		su.cons, err = scaleout.Consume(ctx, nc, scaleout.DetectorConfig{Partitioner: pt,
-			Stream: scaleout.StreamConfig{Name: stream, Subject: strings.ToLower(stream)}, Replay: -1},
+		su.res.RcvBuf = evalkit.RcvBuf(s.ports[0])
+		su.cons, err = twscaleout.Consume(ctx, nc, twscaleout.DetectorConfig{Partitioner: pt,
+			Stream: twscaleout.StreamConfig{Name: stream, Subject: strings.ToLower(stream)}, Replay: -1},
 			telemetry.NewDetector(telemetry.DetectorConfig{}), nil)
 		if err != nil {
 			return res, err
@@ -364,7 +370,7 @@ func Scaleout(ctx context.Context, p ScaleoutParams) (ScaleoutResult, error) {
 	for round := range p.Rounds {
 		for _, rate := range p.Rates {
 			for _, su := range setups {
-				st, err := scaleoutStep(ctx, su, srv.cmd.Process.Pid, feed, rate, p.Step)
+				st, err := scaleoutStep(ctx, su, srv.Cmd.Process.Pid, feed, rate, p.Step)
 				if err != nil {
 					return res, err
 				}
@@ -378,15 +384,15 @@ func Scaleout(ctx context.Context, p ScaleoutParams) (ScaleoutResult, error) {
 	for _, su := range setups {
 		res.Setups = append(res.Setups, *su.res)
 	}
-	res.LoadAfter = loadAvg()
+	res.LoadAfter = evalkit.LoadAvg()
 	return res, ctx.Err()
 }
 
 // scaleoutStep offers rate datagrams/s of feed to su's collectors for d
 // (datagram i to collector i mod n: each its router), waits for their
 // sockets and the bus to drain, and reads every counter's change.
-func scaleoutStep(ctx context.Context, su *setup, server int, feed [][]byte, rate float64, d time.Duration) (ScaleoutStep, error) {
-	st := ScaleoutStep{Offered: rate}
+func scaleoutStep(ctx context.Context, su *setup, server int, feed [][]byte, rate float64, d time.Duration) (Step, error) {
+	st := Step{Offered: rate}
 	sum := func() (CollectorStats, uint64, float64, error) {
 		var tot CollectorStats
 		var drops uint64
@@ -400,8 +406,8 @@ func scaleoutStep(ctx context.Context, su *setup, server int, feed [][]byte, rat
 			tot.Publisher.Aggregates += s.Publisher.Aggregates
 			tot.Publisher.Dropped += s.Publisher.Dropped
 			tot.Publisher.Errors += s.Publisher.Errors
-			drops += udpDrops(c.port)
-			cpu += cpuSecs(c.cmd.Process.Pid)
+			drops += evalkit.UDPDrops(c.port)
+			cpu += cpuSecs(c.Cmd.Process.Pid)
 		}
 		return tot, drops, cpu, nil
 	}
@@ -413,9 +419,9 @@ func scaleoutStep(ctx context.Context, su *setup, server int, feed [][]byte, rat
 	srv0, self0 := cpuSecs(server), cpuSecs(os.Getpid())
 	addrs := make([]netip.AddrPort, len(su.cols))
 	for i, c := range su.cols {
-		addrs[i] = netip.AddrPortFrom(loopback, c.port)
+		addrs[i] = netip.AddrPortFrom(evalkit.Loopback, c.port)
 	}
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: loopback.AsSlice()})
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: evalkit.Loopback.AsSlice()})
 	if err != nil {
 		return st, fmt.Errorf("opening the replay socket: %w", err)
 	}
@@ -446,7 +452,7 @@ func scaleoutStep(ctx context.Context, su *setup, server int, feed [][]byte, rat
 	for i := 0; i < 100; i++ {
 		queued := uint64(0)
 		for _, c := range su.cols {
-			queued += udpQueued(c.port)
+			queued += evalkit.UDPQueued(c.port)
 		}
 		if queued == 0 {
 			break

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package flows
 
 import (
 	"encoding/csv"
@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
@@ -58,8 +59,8 @@ func (d deriRow) cell() (mode string, size int, dpi, isLoss bool) {
 // deriLines are the authors' values as chart series beside the cells of
 // ours they compare with; values given as "<1" are not drawn, and an
 // inline "start→steady" pair is drawn at steady (our figure's phase).
-func deriLines(loss bool) []line {
-	var out []line
+func deriLines(loss bool) []evalkit.Line {
+	var out []evalkit.Line
 	for _, d := range deriValues {
 		mode, size, dpi, isLoss := d.cell()
 		if isLoss != loss {
@@ -70,20 +71,20 @@ func deriLines(loss bool) []line {
 			if offload {
 				vals = d.offload
 			}
-			like := label(FlowRow{FlowCell: FlowCell{Mode: mode, Size: size, Offload: offload, DPI: dpi}})
-			l := line{like: like, paper: true}
+			like := label(Row{FlowCell: FlowCell{Mode: mode, Size: size, Offload: offload, DPI: dpi}})
+			l := evalkit.Line{Like: like, Paper: true}
 			rate := strings.TrimSpace(strings.SplitN(d.what, ",", 3)[1])
 			rate, _, _ = strings.Cut(rate, " ×")
-			l.name = fmt.Sprintf("paper %s: %s", rate, like)
+			l.Name = fmt.Sprintf("paper %s: %s", rate, like)
 			for i, v := range vals {
 				if k := strings.LastIndex(v, "→"); k >= 0 {
 					v = v[k+len("→"):]
 				}
 				if f, err := strconv.ParseFloat(v, 64); err == nil {
-					l.xys = append(l.xys, plotter.XY{X: float64(deriActives[i]), Y: f})
+					l.XYs = append(l.XYs, plotter.XY{X: float64(deriActives[i]), Y: f})
 				}
 			}
-			if len(l.xys) > 0 {
+			if len(l.XYs) > 0 {
 				out = append(out, l)
 			}
 		}
@@ -93,7 +94,7 @@ func deriLines(loss bool) []line {
 
 // ours is the measured row matching one of the authors' rows: mode, size
 // (970 for their 10 Mpps runs, 64 for 89 Mpps), DPI, and what to show.
-func ours(rows []FlowRow, mode string, size int, dpi, offload bool, active int, f func(FlowRow) string) string {
+func ours(rows []Row, mode string, size int, dpi, offload bool, active int, f func(Row) string) string {
 	for _, r := range rows {
 		if r.Mode == mode && r.Size == size && r.DPI == dpi && r.Offload == offload && r.Active == active {
 			return f(r)
@@ -116,8 +117,8 @@ func pct(v float64) string {
 
 func cpuPct(c CPUShare) string { return pct(100 * c.Host) }
 
-// WriteFlowsCSV writes one line per cell.
-func WriteFlowsCSV(path string, rows []FlowRow) error {
+// WriteCSV writes one line per cell.
+func WriteCSV(path string, rows []Row) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -134,12 +135,12 @@ func WriteFlowsCSV(path string, rows []FlowRow) error {
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	for _, r := range rows {
 		w.Write([]string{r.Mode, strconv.Itoa(r.Size), strconv.Itoa(r.Active), strconv.FormatBool(r.Offload), strconv.FormatBool(r.DPI),
-			u(r.Sent), u(r.Born), ff(r.Steady.Mpps),
-			ff(r.Start.Host), ff(r.Start.XDP), ff(r.Start.Probe),
-			ff(r.Steady.Host), ff(r.Steady.XDP), ff(r.Steady.Probe),
-			ff(r.Steady.NICXDP), ff(r.Steady.Firmware), ff(r.Steady.CPU1Busy),
+			u(r.Sent), u(r.Born), evalkit.FF(r.Steady.Mpps),
+			evalkit.FF(r.Start.Host), evalkit.FF(r.Start.XDP), evalkit.FF(r.Start.Probe),
+			evalkit.FF(r.Steady.Host), evalkit.FF(r.Steady.XDP), evalkit.FF(r.Steady.Probe),
+			evalkit.FF(r.Steady.NICXDP), evalkit.FF(r.Steady.Firmware), evalkit.FF(r.Steady.CPU1Busy),
 			u(r.NICSeen), u(r.NICConsumed), u(r.NICTwin), u(r.ToHost), u(r.HostSeen), u(r.Untracked), u(r.DPILost),
-			u(r.Records), u(r.ExportLost), u(r.SocketDrops), u(r.Collected), u(r.CollectedFl), ff(r.LossPct()),
+			u(r.Records), u(r.ExportLost), u(r.SocketDrops), u(r.Collected), u(r.CollectedFl), evalkit.FF(r.LossPct()),
 			u(r.WireLoss()), u(r.HostRingLoss()), u(r.LearnDone), u(r.LearnFailed), u(r.LearnQueue), u(r.DPISkipped),
 			u(r.IdleRSS), u(r.MaxRSS), strconv.Itoa(r.PeakFlows)})
 	}
@@ -147,7 +148,7 @@ func WriteFlowsCSV(path string, rows []FlowRow) error {
 	return w.Error()
 }
 
-func label(r FlowRow) string {
+func label(r Row) string {
 	s := fmt.Sprintf("%s %dB", r.Mode, r.Size)
 	if r.Offload {
 		s += " offload"
@@ -163,24 +164,24 @@ func label(r FlowRow) string {
 // The flows figures' looks: colour by mode and frame, marker by offload and
 // DPI, so that "filled circle" reads as "offload, DPI" in every line.
 func init() {
-	n := len(styles)
+	n := len(evalkit.Styles)
 	for i, mode := range []string{"passive", "inline"} {
 		for j, size := range []int{64, 970} {
 			for k, cell := range []struct{ offload, dpi bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
-				name := label(FlowRow{FlowCell: FlowCell{Mode: mode, Size: size, Offload: cell.offload, DPI: cell.dpi}})
-				styles[name] = style{order: n, color: palette[2*i+j], glyph: []draw.GlyphDrawer{draw.CircleGlyph{}, draw.BoxGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}[k]}
+				name := label(Row{FlowCell: FlowCell{Mode: mode, Size: size, Offload: cell.offload, DPI: cell.dpi}})
+				evalkit.Styles[name] = evalkit.Style{Order: n, Color: evalkit.Palette[2*i+j], Glyph: []draw.GlyphDrawer{draw.CircleGlyph{}, draw.BoxGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}[k]}
 				n++
 			}
 		}
 	}
 }
 
-// FlowsReport writes flows.csv, the plots and the evaluation document.
-func FlowsReport(dir, mdPath string, rows []FlowRow, p FlowsParams, started time.Time) error {
+// Report writes flows.csv, the plots and the evaluation document.
+func Report(dir, mdPath string, rows []Row, p Params, started time.Time) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := WriteFlowsCSV(filepath.Join(dir, "flows.csv"), rows); err != nil {
+	if err := WriteCSV(filepath.Join(dir, "flows.csv"), rows); err != nil {
 		return err
 	}
 	cpu, loss := map[string]plotter.XYs{}, map[string]plotter.XYs{}
@@ -193,30 +194,30 @@ func FlowsReport(dir, mdPath string, rows []FlowRow, p FlowsParams, started time
 			sort.Slice(m[k], func(i, j int) bool { return m[k][i].X < m[k][j].X })
 		}
 	}
-	c := chart{title: "Host CPU (steady state) vs active flows — measured, 2 vCPUs", xlabel: "active flows (log scale)",
-		ylabel: "host CPU (% of one CPU; authors: % per core)", logX: true, yMin: zero(), lines: append(lines(cpu), deriLines(false)...), legendW: 3.9 * vg.Inch}
-	if err := c.save(dir, "flows-cpu"); err != nil {
+	c := evalkit.Chart{Title: "Host CPU (steady state) vs active flows — measured, 2 vCPUs", XLabel: "active flows (log scale)",
+		YLabel: "host CPU (% of one CPU; authors: % per core)", LogX: true, YMin: evalkit.Zero(), Lines: append(evalkit.Lines(cpu), deriLines(false)...), LegendW: 3.9 * vg.Inch}
+	if err := c.Save(dir, "flows-cpu"); err != nil {
 		return fmt.Errorf("flows-cpu: %w", err)
 	}
-	c = chart{title: "Packet loss vs active flows — measured, 2 vCPUs", xlabel: "active flows (log scale)",
-		ylabel: "packets lost (% of packets sent)", logX: true, yMin: zero(), lines: append(lines(loss), deriLines(true)...), legendW: 3.9 * vg.Inch}
-	if err := c.save(dir, "flows-loss"); err != nil {
+	c = evalkit.Chart{Title: "Packet loss vs active flows — measured, 2 vCPUs", XLabel: "active flows (log scale)",
+		YLabel: "packets lost (% of packets sent)", LogX: true, YMin: evalkit.Zero(), Lines: append(evalkit.Lines(loss), deriLines(true)...), LegendW: 3.9 * vg.Inch}
+	if err := c.Save(dir, "flows-loss"); err != nil {
 		return fmt.Errorf("flows-loss: %w", err)
 	}
 	return os.WriteFile(mdPath, []byte(flowsMarkdown(rows, p, dir, started)), 0o644)
 }
 
 // find returns the row of a cell.
-func find(rows []FlowRow, c FlowCell) (FlowRow, bool) {
+func find(rows []Row, c FlowCell) (Row, bool) {
 	for _, r := range rows {
 		if r.FlowCell == c {
 			return r, true
 		}
 	}
-	return FlowRow{}, false
+	return Row{}, false
 }
 
-func flowsMarkdown(rows []FlowRow, p FlowsParams, dir string, started time.Time) string {
+func flowsMarkdown(rows []Row, p Params, dir string, started time.Time) string {
 	var b strings.Builder
 	rel := filepath.Base(dir)
 	load, _ := os.ReadFile("/proc/loadavg")
@@ -307,7 +308,7 @@ func flowsMarkdown(rows []FlowRow, p FlowsParams, dir string, started time.Time)
 	b.WriteString("| case | active flows | authors: no offload | ours: no offload | authors: offload | ours: offload |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, d := range deriValues {
 		mode, size, dpi, isLoss := d.cell()
-		f := func(r FlowRow) string {
+		f := func(r Row) string {
 			if isLoss {
 				return pct(r.LossPct())
 			}
@@ -339,7 +340,7 @@ func flowsMarkdown(rows []FlowRow, p FlowsParams, dir string, started time.Time)
 
 // flowsFindings is the discussion: every number and verdict in it comes
 // from the rows; a point whose rows are missing is left out.
-func flowsFindings(rows []FlowRow) string {
+func flowsFindings(rows []Row) string {
 	var b strings.Builder
 	if len(rows) == 0 {
 		return "Not measured in this run: no cells.\n"
@@ -436,7 +437,7 @@ func flowsFindings(rows []FlowRow) string {
 	return b.String()
 }
 
-func flowsTargets(b *strings.Builder, rows []FlowRow) {
+func flowsTargets(b *strings.Builder, rows []Row) {
 	b.WriteString("| target | cell | measured | result |\n|---|---|---|---|\n")
 	// Long flows: 10K active, host CPU with offload ≤ 0.2× without.
 	for _, r := range rows {

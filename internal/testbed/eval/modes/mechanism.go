@@ -4,20 +4,20 @@
 // drop rate and CPU use against the number of attackers for every
 // baseline and every tierwall mode, HTTP requests served under attack,
 // and a labelled model of a real 25G hybrid. `make eval` runs it.
-package eval
+package modes
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/testbed/bench"
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 )
 
 // A Mechanism blocks a set of sources on the receiving interface and
@@ -32,24 +32,6 @@ type Mechanism interface {
 	// Teardown removes what Setup made. The next mechanism is measured on
 	// the same interface, so a failure must not pass unnoticed.
 	Teardown() error
-}
-
-func sh(args ...string) (string, error) {
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s: %v: %s", strings.Join(args[:min(len(args), 4)], " "), err, strings.TrimSpace(string(out)))
-	}
-	return string(out), nil
-}
-
-func shIn(stdin string, args ...string) error {
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %v: %.300s", strings.Join(args, " "), err, out)
-	}
-	return nil
 }
 
 // --- tierwall in host mode --------------------------------------------
@@ -97,7 +79,7 @@ func (iptablesRaw) Setup(iface string, srcs []netip.Addr) error {
 		fmt.Fprintf(&b, "-A PREROUTING -s %s/32 -j DROP\n", a)
 	}
 	b.WriteString("COMMIT\n")
-	return shIn(b.String(), "iptables-legacy-restore")
+	return evalkit.ShIn(b.String(), "iptables-legacy-restore")
 }
 
 var pktsCol = regexp.MustCompile(`^\s*(\d+)\s+\d+\s+DROP`)
@@ -115,14 +97,14 @@ func sumDropCounters(out string) uint64 {
 }
 
 func (iptablesRaw) Dropped() (uint64, error) {
-	out, err := sh("iptables-legacy", "-t", "raw", "-nvxL", "PREROUTING")
+	out, err := evalkit.Sh("iptables-legacy", "-t", "raw", "-nvxL", "PREROUTING")
 	if err != nil {
 		return 0, err
 	}
 	return sumDropCounters(out), nil
 }
 func (iptablesRaw) Teardown() error {
-	_, err := sh("iptables-legacy", "-t", "raw", "-F", "PREROUTING")
+	_, err := evalkit.Sh("iptables-legacy", "-t", "raw", "-F", "PREROUTING")
 	return err
 }
 
@@ -138,24 +120,24 @@ func (ipsetOne) Setup(iface string, srcs []netip.Addr) error {
 	for _, a := range srcs {
 		fmt.Fprintf(&b, "add twe-bl %s\n", a)
 	}
-	if err := shIn(b.String(), "ipset", "restore"); err != nil {
+	if err := evalkit.ShIn(b.String(), "ipset", "restore"); err != nil {
 		return err
 	}
-	_, err := sh("iptables-legacy", "-t", "raw", "-A", "PREROUTING", "-m", "set", "--match-set", "twe-bl", "src", "-j", "DROP")
+	_, err := evalkit.Sh("iptables-legacy", "-t", "raw", "-A", "PREROUTING", "-m", "set", "--match-set", "twe-bl", "src", "-j", "DROP")
 	return err
 }
 func (ipsetOne) Dropped() (uint64, error) {
-	out, err := sh("iptables-legacy", "-t", "raw", "-nvxL", "PREROUTING")
+	out, err := evalkit.Sh("iptables-legacy", "-t", "raw", "-nvxL", "PREROUTING")
 	if err != nil {
 		return 0, err
 	}
 	return sumDropCounters(out), nil
 }
 func (ipsetOne) Teardown() error {
-	if _, err := sh("iptables-legacy", "-t", "raw", "-F", "PREROUTING"); err != nil {
+	if _, err := evalkit.Sh("iptables-legacy", "-t", "raw", "-F", "PREROUTING"); err != nil {
 		return err
 	}
-	_, err := sh("ipset", "destroy", "twe-bl")
+	_, err := evalkit.Sh("ipset", "destroy", "twe-bl")
 	return err
 }
 
@@ -188,7 +170,7 @@ func (m nftSet) Setup(iface string, srcs []netip.Addr) error {
 		b.WriteString(" }")
 	}
 	fmt.Fprintf(&b, " }\n chain c { %s ip saddr @bl counter drop; }\n}\n", hook)
-	return shIn(b.String(), "nft", "-f", "-")
+	return evalkit.ShIn(b.String(), "nft", "-f", "-")
 }
 
 var nftCounter = regexp.MustCompile(`counter packets (\d+)`)
@@ -198,7 +180,7 @@ func (m nftSet) Dropped() (uint64, error) {
 	if m.netdev {
 		family = "netdev"
 	}
-	out, err := sh("nft", "list", "chain", family, "twe", "c")
+	out, err := evalkit.Sh("nft", "list", "chain", family, "twe", "c")
 	if err != nil {
 		return 0, err
 	}
@@ -213,7 +195,7 @@ func (m nftSet) Teardown() error {
 	if m.netdev {
 		family = "netdev"
 	}
-	_, err := sh("nft", "delete", "table", family, "twe")
+	_, err := evalkit.Sh("nft", "delete", "table", family, "twe")
 	return err
 }
 
@@ -225,7 +207,7 @@ func (*xdpFilter) Name() string  { return "xdp-filter" }
 func (*xdpFilter) MaxRules() int { return 10000 }
 func (m *xdpFilter) Setup(iface string, srcs []netip.Addr) error {
 	m.iface = iface
-	if _, err := sh("xdp-filter", "load", iface, "-m", "native", "-f", "ipv4"); err != nil {
+	if _, err := evalkit.Sh("xdp-filter", "load", iface, "-m", "native", "-f", "ipv4"); err != nil {
 		return err
 	}
 	if len(srcs) == 0 {
@@ -233,7 +215,7 @@ func (m *xdpFilter) Setup(iface string, srcs []netip.Addr) error {
 	}
 	// The CLI adds one address per run: it makes the map, and the rest is
 	// written straight into it.
-	if _, err := sh("xdp-filter", "ip", srcs[0].String(), "-m", "src"); err != nil {
+	if _, err := evalkit.Sh("xdp-filter", "ip", srcs[0].String(), "-m", "src"); err != nil {
 		return err
 	}
 	return bench.FillXDPFilter(srcs)
@@ -242,7 +224,7 @@ func (m *xdpFilter) Setup(iface string, srcs []netip.Addr) error {
 var xdpDrop = regexp.MustCompile(`XDP_DROP\s+(\d+) pkts`)
 
 func (m *xdpFilter) Dropped() (uint64, error) {
-	out, err := sh("xdp-filter", "status")
+	out, err := evalkit.Sh("xdp-filter", "status")
 	if err != nil {
 		return 0, err
 	}
@@ -256,7 +238,7 @@ func (m *xdpFilter) Teardown() error {
 	if m.iface == "" {
 		return nil
 	}
-	_, err := sh("xdp-filter", "unload", m.iface, "--all")
+	_, err := evalkit.Sh("xdp-filter", "unload", m.iface, "--all")
 	return err
 }
 

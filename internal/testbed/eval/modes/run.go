@@ -1,15 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package modes
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"slices"
 	"sort"
@@ -17,11 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tierwall/tierwall/internal/bpffs"
-	"github.com/tierwall/tierwall/internal/netnsx"
-	"github.com/tierwall/tierwall/internal/testbed/lab"
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
@@ -31,14 +25,6 @@ import (
 const (
 	nsTx, nsRx = "twe-tx", "twe-rx"
 	ifTx, ifRx = "twe-tx0", "twe-rx0"
-	genCPU     = 0
-	rxCPU      = 1
-	// nicCPU runs the lab's emulated NIC stage. It shares the generator's
-	// CPU on purpose: the wire and the card are outside the host, so what
-	// the "hardware" drops must not cost CPU 1, where the host's NAPI, XDP
-	// and nginx run. The NIC stage's throughput on CPU 0 is the lab's line
-	// rate.
-	nicCPU = genCPU
 )
 
 // Row is one measured cell.
@@ -63,8 +49,6 @@ type Row struct {
 	Note  string  `json:"note,omitempty"`
 }
 
-func inNS(name string, cpu int, f func() error) error { return netnsx.Do(name, cpu, f) }
-
 func pairDown() {
 	exec.Command("ip", "netns", "del", nsTx).Run()
 	exec.Command("ip", "netns", "del", nsRx).Run()
@@ -85,125 +69,12 @@ func pairUp() error {
 		{"ip", "netns", "exec", nsRx, "ethtool", "-K", ifRx, "gro", "on"},
 		{"ip", "netns", "exec", nsRx, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + ifRx + ".rp_filter=0"},
 	} {
-		if _, err := sh(c...); err != nil {
+		if _, err := evalkit.Sh(c...); err != nil {
 			pairDown()
 			return err
 		}
 	}
 	return nil
-}
-
-// pinNAPI makes the receiver's NAPI a kthread on cpu, so the generator
-// and the mechanism under test never share a CPU.
-func pinNAPI(ns, iface string, cpu int) error {
-	if _, err := sh("ip", "netns", "exec", ns, "sh", "-c", "echo 1 > /sys/class/net/"+iface+"/threaded"); err != nil {
-		return err
-	}
-	return pinComm("napi/"+iface, cpu)
-}
-
-// pinNIC makes the NIC stage's NAPI a kthread on nicCPU that preempts
-// everything else there (SCHED_FIFO). The generator and the clients
-// share that CPU: at equal priority the generator, three times faster
-// than the stage, would overflow the wire port's ring and lose two
-// frames in three before the "card" saw them. A real wire loses nothing
-// it carries; with the stage first, the generator sends only as fast as
-// the stage takes frames, and that shared CPU's rate is the lab's line
-// rate.
-func pinNIC() error {
-	return pinNAPIFirst(lab.NSNic, lab.IfWire, nicCPU)
-}
-
-// pinNAPIFirst pins iface's NAPI to cpu and lets it preempt every
-// ordinary task there (SCHED_FIFO), as a softirq preempts user space on
-// a real machine: a threaded NAPI at normal priority waits out a
-// running task's slice while its 256-entry veth ring overflows.
-func pinNAPIFirst(ns, iface string, cpu int) error {
-	if err := pinNAPI(ns, iface, cpu); err != nil {
-		return err
-	}
-	return forComm("napi/"+iface, func(pid int) error {
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 50}
-		return unix.SchedSetAttr(pid, &attr, 0)
-	})
-}
-
-// pinComm moves every thread whose name starts with prefix to cpu.
-func pinComm(prefix string, cpu int) error {
-	var set unix.CPUSet
-	set.Set(cpu)
-	return forComm(prefix, func(pid int) error { return unix.SchedSetaffinity(pid, &set) })
-}
-
-// forComm runs f on every thread whose name starts with prefix.
-func forComm(prefix string, f func(pid int) error) error {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
-		if strings.HasPrefix(strings.TrimSpace(string(comm)), prefix) {
-			if err := f(pid); err != nil && !errors.Is(err, unix.ESRCH) { // ESRCH: gone since listed
-				return fmt.Errorf("%s: %w", strings.TrimSpace(string(comm)), err)
-			}
-		}
-	}
-	return nil
-}
-
-// cpuMark is a CPU's counters at one moment; busyPct is its busy share
-// since then.
-type cpuMark struct {
-	cpu         int
-	busy, total uint64
-}
-
-func markCPU(cpu int) cpuMark {
-	b, t := cpuTimes(cpu)
-	return cpuMark{cpu, b, t}
-}
-
-func (m cpuMark) busyPct() float64 {
-	b, t := cpuTimes(m.cpu)
-	if t <= m.total {
-		return 0
-	}
-	return 100 * float64(b-m.busy) / float64(t-m.total)
-}
-
-// cpuTimes reads one CPU's busy and total jiffies.
-func cpuTimes(cpu int) (busy, total uint64) {
-	b, _ := os.ReadFile("/proc/stat")
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 8 || f[0] != "cpu"+strconv.Itoa(cpu) {
-			continue
-		}
-		var v [8]uint64
-		for i := 1; i < 9 && i < len(f); i++ {
-			v[i-1], _ = strconv.ParseUint(f[i], 10, 64)
-		}
-		for _, x := range v {
-			total += x
-		}
-		return total - v[3] - v[4], total // idle, iowait
-	}
-	return 0, 0
-}
-
-func macOf(ns, iface string) ([6]byte, error) {
-	var mac [6]byte
-	err := inNS(ns, -1, func() error {
-		ifc, err := net.InterfaceByName(iface)
-		if err != nil {
-			return err
-		}
-		mac = [6]byte(ifc.HardwareAddr)
-		return nil
-	})
-	return mac, err
 }
 
 // Params of a drop-rate sweep.
@@ -227,11 +98,11 @@ func DropRate(ctx context.Context, p Params) ([]Row, error) {
 		return nil, err
 	}
 	defer pairDown()
-	src, err := macOf(nsTx, ifTx)
+	src, err := evalkit.MACOf(nsTx, ifTx)
 	if err != nil {
 		return nil, err
 	}
-	dst, err := macOf(nsRx, ifRx)
+	dst, err := evalkit.MACOf(nsRx, ifRx)
 	if err != nil {
 		return nil, err
 	}
@@ -256,12 +127,12 @@ func DropRate(ctx context.Context, p Params) ([]Row, error) {
 			}
 			// On the error paths the first error is the one to report; the
 			// teardown of a partial setup fails on what was never made.
-			if err := inNS(nsRx, -1, func() error { return m.Setup(ifRx, srcs) }); err != nil {
-				_ = inNS(nsRx, -1, m.Teardown)
+			if err := evalkit.InNS(nsRx, -1, func() error { return m.Setup(ifRx, srcs) }); err != nil {
+				_ = evalkit.InNS(nsRx, -1, m.Teardown)
 				return rows, fmt.Errorf("%s with %d rules: %w", m.Name(), n, err)
 			}
-			if err := pinNAPI(nsRx, ifRx, rxCPU); err != nil {
-				_ = inNS(nsRx, -1, m.Teardown)
+			if err := evalkit.PinNAPI(nsRx, ifRx, evalkit.RxCPU); err != nil {
+				_ = evalkit.InNS(nsRx, -1, m.Teardown)
 				return rows, err
 			}
 			for _, d := range p.Dists {
@@ -270,14 +141,14 @@ func DropRate(ctx context.Context, p Params) ([]Row, error) {
 				}
 				r, err := medianOf(p.Repeat, func() (Row, error) { return measure(ctx, m, n, d, slots, src, dst, p.Duration) })
 				if err != nil {
-					_ = inNS(nsRx, -1, m.Teardown)
+					_ = evalkit.InNS(nsRx, -1, m.Teardown)
 					return rows, err
 				}
 				r.Figure = "drop-rate"
 				fmt.Fprintf(p.Log, "eval: %-15s %-8s %7d sources: sent %.2f Mpps, dropped %.3f Mpps, rx CPU %.0f%%\n", r.Mechanism, r.Dist, n, r.SentMpps, r.DropMpps, r.CPUPct)
 				rows = append(rows, r)
 			}
-			if err := inNS(nsRx, -1, m.Teardown); err != nil {
+			if err := evalkit.InNS(nsRx, -1, m.Teardown); err != nil {
 				return rows, fmt.Errorf("tearing down %s: %w", m.Name(), err)
 			}
 		}
@@ -290,14 +161,14 @@ func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, slots int,
 		Sources: n, Dist: d, Seed: uint64(n), Slots: slots}
 	// Warm up (caches, NAPI thread placement), then measure.
 	spec.Duration = dur / 4
-	if err := inNS(nsTx, genCPU, func() error { _, err := trafgen.Run(ctx, spec); return err }); err != nil {
+	if err := evalkit.InNS(nsTx, evalkit.GenCPU, func() error { _, err := trafgen.Run(ctx, spec); return err }); err != nil {
 		return Row{}, err
 	}
 	var d0, d1, b0, t0 uint64
 	var derr error
 	var start time.Time
 	get := func(v *uint64) error {
-		return inNS(nsRx, -1, func() error { var err error; *v, err = m.Dropped(); return err })
+		return evalkit.InNS(nsRx, -1, func() error { var err error; *v, err = m.Dropped(); return err })
 	}
 	// The window opens at the first frame, after the generator's set-up
 	// (its program, up to 2^21 samples), which grows with the sources.
@@ -308,12 +179,12 @@ func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, slots int,
 		if x0, xerr = vethXmit(nsTx, ifTx); xerr != nil && derr == nil {
 			derr = xerr
 		}
-		b0, t0 = cpuTimes(rxCPU)
+		b0, t0 = evalkit.CPUTimes(evalkit.RxCPU)
 		start = t
 	}
 	spec.Duration = dur
 	var rep *trafgen.Report
-	if err := inNS(nsTx, genCPU, func() error { var err error; rep, err = trafgen.Run(ctx, spec); return err }); err != nil {
+	if err := evalkit.InNS(nsTx, evalkit.GenCPU, func() error { var err error; rep, err = trafgen.Run(ctx, spec); return err }); err != nil {
 		return Row{}, err
 	}
 	if derr != nil {
@@ -321,7 +192,7 @@ func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, slots int,
 	}
 	time.Sleep(20 * time.Millisecond) // let the receiver finish its queue
 	el := time.Since(start)
-	b1, t1 := cpuTimes(rxCPU)
+	b1, t1 := evalkit.CPUTimes(evalkit.RxCPU)
 	if err := get(&d1); err != nil {
 		return Row{}, err
 	}
@@ -403,38 +274,4 @@ func pickMedian(rs []Row, v func(Row) float64) Row {
 		m.Note = strings.TrimSpace(fmt.Sprintf("%s median of %d (%.3f–%.3f)", m.Note, len(rs), m.Lo, m.Hi))
 	}
 	return m
-}
-
-// pinProcess moves every thread of this process to cpu, so that its
-// runtime (timers, the collector, threads made for namespaces) stays off
-// the CPU whose busy share is measured; threads made later inherit it.
-// The returned func gives the threads the process's previous CPUs back.
-func pinProcess(cpu int) (restore func(), err error) {
-	var prev unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &prev); err != nil {
-		return nil, fmt.Errorf("reading this process's CPUs: %w", err)
-	}
-	set := func(s *unix.CPUSet) error {
-		ents, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			if err := unix.SchedSetaffinity(tid, s); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fmt.Errorf("pinning thread %d: %w", tid, err)
-			}
-		}
-		return nil
-	}
-	var one unix.CPUSet
-	one.Set(cpu)
-	if err := set(&one); err != nil {
-		_ = set(&prev) // the pinning error is the one to report
-		return nil, err
-	}
-	return func() { _ = set(&prev) }, nil
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package evalkit
 
 // One look for every evaluation figure: a mechanism keeps its colour and
 // marker in every chart (so a reader who learnt "orange triangle is
@@ -26,7 +26,7 @@ import (
 )
 
 // palette is colour-blind safe (Okabe–Ito, then Tol's muted extras).
-var palette = []color.Color{
+var Palette = []color.Color{
 	color.RGBA{0, 114, 178, 255},   // blue
 	color.RGBA{230, 159, 0, 255},   // orange
 	color.RGBA{0, 158, 115, 255},   // green
@@ -42,26 +42,26 @@ var palette = []color.Color{
 // Filled shapes for measured series; the paper's get hollow ones.
 var glyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.PyramidGlyph{}, draw.BoxGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}
 
-type style struct {
-	order int
-	color color.Color
-	glyph draw.GlyphDrawer
+type Style struct {
+	Order int
+	Color color.Color
+	Glyph draw.GlyphDrawer
 }
 
 // styles fixes each known mechanism's look; the order is the legend's.
-var styles = map[string]style{
-	"tierwall-host":                  {0, palette[0], glyphs[0]},
-	"xdp-filter":                     {1, palette[1], glyphs[1]},
-	"nft-netdev":                     {2, palette[2], glyphs[2]},
-	"nft-prerouting":                 {3, palette[3], glyphs[3]},
-	"ipset":                          {4, palette[4], glyphs[4]},
-	"iptables":                       {5, palette[5], glyphs[0]},
-	"lab-host":                       {6, palette[6], glyphs[1]},
-	"lab-hybrid":                     {7, palette[7], glyphs[2]},
-	"lab-nic-hw":                     {8, palette[8], glyphs[3]},
-	"lab-nic":                        {9, palette[9], glyphs[4]},
-	"model host XDP (4 cores)":       {10, palette[0], glyphs[0]},
-	"model hybrid (K=512 + 4 cores)": {11, palette[7], glyphs[2]},
+var Styles = map[string]Style{
+	"tierwall-host":                  {0, Palette[0], glyphs[0]},
+	"xdp-filter":                     {1, Palette[1], glyphs[1]},
+	"nft-netdev":                     {2, Palette[2], glyphs[2]},
+	"nft-prerouting":                 {3, Palette[3], glyphs[3]},
+	"ipset":                          {4, Palette[4], glyphs[4]},
+	"iptables":                       {5, Palette[5], glyphs[0]},
+	"lab-host":                       {6, Palette[6], glyphs[1]},
+	"lab-hybrid":                     {7, Palette[7], glyphs[2]},
+	"lab-nic-hw":                     {8, Palette[8], glyphs[3]},
+	"lab-nic":                        {9, Palette[9], glyphs[4]},
+	"model host XDP (4 cores)":       {10, Palette[0], glyphs[0]},
+	"model hybrid (K=512 + 4 cores)": {11, Palette[7], glyphs[2]},
 }
 
 // hollow maps a filled glyph to its outline, for the paper's values.
@@ -81,56 +81,56 @@ func hollow(g draw.GlyphDrawer) draw.GlyphDrawer {
 // any other name (the flows lab's cells) picked from the name's hash so it
 // is the same in every figure and every run.
 func look(name string) (color.Color, draw.GlyphDrawer, int) {
-	if s, ok := styles[name]; ok {
-		return s.color, s.glyph, s.order
+	if s, ok := Styles[name]; ok {
+		return s.Color, s.Glyph, s.Order
 	}
 	h := fnv.New32a()
 	h.Write([]byte(name))
 	v := int(h.Sum32())
-	return palette[v%len(palette)], glyphs[(v/len(palette))%len(glyphs)], len(styles)
+	return Palette[v%len(Palette)], glyphs[(v/len(Palette))%len(glyphs)], len(Styles)
 }
 
 // line is one series of a chart.
-type line struct {
-	name  string
-	xys   plotter.XYs
-	paper bool // a value read from the paper's text, not measured here
+type Line struct {
+	Name  string
+	XYs   plotter.XYs
+	Paper bool // a value read from the paper's text, not measured here
 	// like names the measured series whose look a paper series takes.
-	like string
+	Like string
 }
 
 // chart is one figure.
-type chart struct {
-	title, xlabel, ylabel string
-	logX, logY            bool
-	lines                 []line
+type Chart struct {
+	Title, XLabel, YLabel string
+	LogX, LogY            bool
+	Lines                 []Line
 	// yMin, when set, pins the bottom of a linear y axis (0 for shares).
-	yMin *float64
+	YMin *float64
 	// yMax, when set, is the top of a linear y axis at least (100 for
 	// CPU shares, so a busy CPU reads as one).
-	yMax *float64
+	YMax *float64
 	// legendW widens the legend's column (long series names).
-	legendW vg.Length
+	LegendW vg.Length
 }
 
-func zero() *float64 { z := 0.0; return &z }
+func Zero() *float64 { z := 0.0; return &z }
 
-func hundred() *float64 { h := 100.0; return &h }
+func Hundred() *float64 { h := 100.0; return &h }
 
 // save draws the chart as name.png and name.svg in dir; a chart with no
 // data writes nothing (a partial --only run).
-func (c chart) save(dir, name string) error {
-	var lines []line
-	for _, l := range c.lines {
+func (c Chart) Save(dir, name string) error {
+	var lines []Line
+	for _, l := range c.Lines {
 		var pts plotter.XYs
-		for _, p := range l.xys {
-			if (c.logX && p.X <= 0) || (c.logY && p.Y <= 0) || math.IsNaN(p.Y) {
+		for _, p := range l.XYs {
+			if (c.LogX && p.X <= 0) || (c.LogY && p.Y <= 0) || math.IsNaN(p.Y) {
 				continue // nothing to draw on a log axis; the tables keep it
 			}
 			pts = append(pts, p)
 		}
 		if len(pts) > 0 {
-			l.xys = pts
+			l.XYs = pts
 			lines = append(lines, l)
 		}
 	}
@@ -146,18 +146,18 @@ func (c chart) save(dir, name string) error {
 		if key(lines[i]) != key(lines[j]) {
 			return key(lines[i]) < key(lines[j])
 		}
-		return !lines[i].paper && lines[j].paper
+		return !lines[i].Paper && lines[j].Paper
 	})
 
 	p := plot.New()
-	p.Title.Text = c.title
-	p.X.Label.Text = c.xlabel
-	p.Y.Label.Text = c.ylabel
-	if c.logX {
+	p.Title.Text = c.Title
+	p.X.Label.Text = c.XLabel
+	p.Y.Label.Text = c.YLabel
+	if c.LogX {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = countTicks{}
 	}
-	if c.logY {
+	if c.LogY {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
@@ -166,44 +166,44 @@ func (c chart) save(dir, name string) error {
 	ylo, yhi := math.Inf(1), math.Inf(-1)
 	for _, l := range lines {
 		col, g, _ := look(key(l))
-		sort.Slice(l.xys, func(i, j int) bool { return l.xys[i].X < l.xys[j].X })
-		lp, sp, err := plotter.NewLinePoints(l.xys)
+		sort.Slice(l.XYs, func(i, j int) bool { return l.XYs[i].X < l.XYs[j].X })
+		lp, sp, err := plotter.NewLinePoints(l.XYs)
 		if err != nil {
-			return fmt.Errorf("plotting %s: %w", l.name, err)
+			return fmt.Errorf("plotting %s: %w", l.Name, err)
 		}
 		lp.Color, lp.Width = col, vg.Points(1.5)
 		sp.Color, sp.Shape, sp.Radius = col, g, vg.Points(4)
-		if l.paper {
+		if l.Paper {
 			lp.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 			lp.Width = vg.Points(1)
 			sp.Shape, sp.Radius = hollow(g), vg.Points(6)
 		}
 		p.Add(lp, sp)
-		p.Legend.Add(l.name, lp, sp)
-		for _, pt := range l.xys {
+		p.Legend.Add(l.Name, lp, sp)
+		for _, pt := range l.XYs {
 			lo, hi = math.Min(lo, pt.X), math.Max(hi, pt.X)
 			ylo, yhi = math.Min(ylo, pt.Y), math.Max(yhi, pt.Y)
 		}
 	}
 	// Room around the outermost markers; a log axis also needs a
 	// positive range with a single point.
-	if c.logX {
+	if c.LogX {
 		p.X.Min, p.X.Max = lo/2, hi*2
 	} else {
 		pad := math.Max((hi-lo)*0.05, 0.05)
 		p.X.Min, p.X.Max = lo-pad, hi+pad
 	}
-	if c.logY {
+	if c.LogY {
 		// Whole decades, so both ends carry a labelled tick.
 		p.Y.Min, p.Y.Max = math.Pow(10, math.Floor(math.Log10(ylo))), math.Pow(10, math.Ceil(math.Log10(yhi*1.1)))
 	} else {
 		pad := math.Max((yhi-ylo)*0.08, 0.5)
 		p.Y.Min, p.Y.Max = ylo-pad, yhi+pad
-		if c.yMin != nil {
-			p.Y.Min = *c.yMin
+		if c.YMin != nil {
+			p.Y.Min = *c.YMin
 		}
-		if c.yMax != nil {
-			p.Y.Max = math.Max(p.Y.Max, *c.yMax)
+		if c.YMax != nil {
+			p.Y.Max = math.Max(p.Y.Max, *c.YMax)
 		}
 	}
 
@@ -213,8 +213,8 @@ func (c chart) save(dir, name string) error {
 	legend.ThumbnailWidth = vg.Points(28)
 	p.Legend = plot.NewLegend()
 	w, h, lw := 11*vg.Inch, 5.5*vg.Inch, 2.9*vg.Inch
-	if c.legendW > lw {
-		w, lw = w+c.legendW-lw, c.legendW
+	if c.LegendW > lw {
+		w, lw = w+c.LegendW-lw, c.LegendW
 	}
 	for _, ext := range []string{"png", "svg"} {
 		cv, err := draw.NewFormattedCanvas(w, h, ext)
@@ -231,11 +231,11 @@ func (c chart) save(dir, name string) error {
 	return nil
 }
 
-func key(l line) string {
-	if l.like != "" {
-		return l.like
+func key(l Line) string {
+	if l.Like != "" {
+		return l.Like
 	}
-	return l.name
+	return l.Name
 }
 
 func writeCanvas(path string, cv vg.CanvasWriterTo) (err error) {

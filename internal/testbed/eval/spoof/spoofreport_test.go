@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package spoof
 
 import (
 	"fmt"
@@ -13,11 +13,11 @@ import (
 	"time"
 )
 
-func spoofDoc(t *testing.T, rows []SpoofRow) string {
+func spoofDoc(t *testing.T, rows []Row) string {
 	t.Helper()
 	dir := t.TempDir()
 	md := filepath.Join(dir, "EVALUATION-SPOOF.md")
-	if err := SpoofReport(filepath.Join(dir, "eval"), md, rows, SpoofParams{Interval: time.Second, Clients: 4}, time.Minute, time.Now()); err != nil {
+	if err := Report(filepath.Join(dir, "eval"), md, rows, Params{Interval: time.Second, Clients: 4}, time.Minute, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(md)
@@ -45,19 +45,19 @@ func TestSpoofSaysThePace(t *testing.T) {
 
 // Each verdict follows its row, and without rows none is given.
 func TestSpoofTargetsFollowRows(t *testing.T) {
-	r := SpoofRow{Scenario: SpoofScenario{Name: "udp-spoof-16", Spoof: netip.MustParsePrefix("10.200.0.0/16")},
+	r := Row{Scenario: Scenario{Name: "udp-spoof-16", Spoof: netip.MustParsePrefix("10.200.0.0/16")},
 		DetectIntervals: 1, DroppedFrom3: 0.99, BaselineRPS: 1000, AttackRPS: 950, DaemonMaxRSSMB: 80}
-	got := spoofDoc(t, []SpoofRow{r})
+	got := spoofDoc(t, []Row{r})
 	if !strings.Contains(got, "| 1.0 intervals, 99.0%, 95%, 0 banned, 0 false positives | yes |") || !strings.Contains(got, "peak RSS 80 MB over all scenarios, the feature buffers and tables the daemon maps from the kernel included; its own pages (RssAnon: heap, stacks) at most 0 MB, the rest mapped (the binary, and the two feature buffers of 2 × 2^18 slots and a port profile a CPU, 64 B a slot: "+fmt.Sprint(spoofFeatureMB(runtime.NumCPU()))+" MB on "+fmt.Sprint(runtime.NumCPU())+" CPUs that the kernel holds from attach) | yes |") {
 		t.Errorf("all targets met, yet:\n%s", got)
 	}
 	r.DetectIntervals, r.DaemonMaxRSSMB = -1, 300
-	got = spoofDoc(t, []SpoofRow{r})
+	got = spoofDoc(t, []Row{r})
 	if !strings.Contains(got, "| never detected, 99.0%, 95%, 0 banned, 0 false positives | **no** |") || !strings.Contains(got, "peak RSS 300 MB over all scenarios, the feature buffers and tables the daemon maps from the kernel included; its own pages (RssAnon: heap, stacks) at most 0 MB, the rest mapped (the binary, and the two feature buffers of 2 × 2^18 slots and a port profile a CPU, 64 B a slot: "+fmt.Sprint(spoofFeatureMB(runtime.NumCPU()))+" MB on "+fmt.Sprint(runtime.NumCPU())+" CPUs that the kernel holds from attach) | **no** |") {
 		t.Errorf("never detected and 300 MB, yet:\n%s", got)
 	}
 	r.DetectIntervals, r.DaemonMaxRSSMB, r.BeforeFlood = 1, 80, []string{"mitigation: rate-limit on port 80"}
-	got = spoofDoc(t, []SpoofRow{r})
+	got = spoofDoc(t, []Row{r})
 	if !strings.Contains(got, "| 1.0 intervals, 99.0%, 95%, 0 banned, 1 false positives | **no** |") || !strings.Contains(got, "before the flood: mitigation: rate-limit on port 80") {
 		t.Errorf("a false positive before the flood, yet:\n%s", got)
 	}
@@ -65,23 +65,23 @@ func TestSpoofTargetsFollowRows(t *testing.T) {
 	// A SYN flood: one attack packet passed to the stack after the 3rd
 	// interval fails it, the kernel's own cookies (the clients meeting a
 	// backlog the flood filled) do not.
-	syn := SpoofRow{Scenario: SpoofScenario{Name: "syn-spoof-200k", Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, Rate: 200000},
+	syn := Row{Scenario: Scenario{Name: "syn-spoof-200k", Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, Rate: 200000},
 		DetectIntervals: 1, DroppedFrom3: 1, BaselineRPS: 1000, AttackRPS: 950, PassiveOpens: 900, ClientConns: 950, KernelCookiesFrom3: 40, DaemonMaxRSSMB: 80}
-	got = spoofDoc(t, []SpoofRow{syn})
+	got = spoofDoc(t, []Row{syn})
 	if !strings.Contains(got, "syn-spoof-200k (at 200 Kpps)") || !strings.Contains(got, "95% of the connection rate | yes |") {
 		t.Errorf("SYN flood stopped, yet:\n%s", got)
 	}
 	syn.PassiveOpens = syn.ClientConns + 4 // the 4 reference clients' last connections
-	if got = spoofDoc(t, []SpoofRow{syn}); !strings.Contains(got, "95% of the connection rate | yes |") {
+	if got = spoofDoc(t, []Row{syn}); !strings.Contains(got, "95% of the connection rate | yes |") {
 		t.Errorf("the reference clients' connections in flight counted against it:\n%s", got)
 	}
 	syn.PassiveOpens++ // one the clients never asked for
-	if got = spoofDoc(t, []SpoofRow{syn}); !strings.Contains(got, "95% of the connection rate | **no** |") {
+	if got = spoofDoc(t, []Row{syn}); !strings.Contains(got, "95% of the connection rate | **no** |") {
 		t.Errorf("a connection no client opened, yet:\n%s", got)
 	}
 	syn.PassiveOpens = 900
 	syn.PassedFrom3 = 1
-	if got = spoofDoc(t, []SpoofRow{syn}); !strings.Contains(got, "95% of the connection rate | **no** |") {
+	if got = spoofDoc(t, []Row{syn}); !strings.Contains(got, "95% of the connection rate | **no** |") {
 		t.Errorf("an attack packet passed to the stack, yet:\n%s", got)
 	}
 
@@ -100,7 +100,7 @@ func TestSpoofReportKeepsTheMemorySection(t *testing.T) {
 	if err := os.WriteFile(md, []byte("# an older run\n"+hand), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := SpoofReport(filepath.Join(dir, "eval"), md, nil, SpoofParams{Interval: time.Second, Clients: 4}, time.Minute, time.Now()); err != nil {
+	if err := Report(filepath.Join(dir, "eval"), md, nil, Params{Interval: time.Second, Clients: 4}, time.Minute, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(md)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package spoof
 
 import (
 	"encoding/json"
@@ -15,9 +15,9 @@ import (
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 )
 
-// SpoofReport writes rows as JSON (dir/spoof.json) and the document md,
+// Report writes rows as JSON (dir/spoof.json) and the document md,
 // with each of the targets checked against the rows.
-func SpoofReport(dir, md string, rows []SpoofRow, p SpoofParams, took time.Duration, now time.Time) error {
+func Report(dir, md string, rows []Row, p Params, took time.Duration, now time.Time) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

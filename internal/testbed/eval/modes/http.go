@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package modes
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 	"github.com/tierwall/tierwall/internal/tier"
@@ -37,7 +38,7 @@ func HTTP(ctx context.Context, p Params, attackers []int, rates []uint64) (_ []R
 	// nginx is the host's: it runs on the host's CPU, beside its NAPI and
 	// XDP; the clients (wrk) run on CPU 0 with the generator and the NIC
 	// stage, as the internet and the card do.
-	if err := pinComm("nginx", rxCPU); err != nil {
+	if err := evalkit.PinComm("nginx", evalkit.RxCPU); err != nil {
 		return nil, err
 	}
 	src, dst, err := labMACs()
@@ -94,7 +95,7 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 		// The NIC forwards everything; xdp_frames redirected to a host
 		// without XDP need GRO there.
 		var nic *nicstage.Table
-		if err := inNS(lab.NSNic, -1, func() error {
+		if err := evalkit.InNS(lab.NSNic, -1, func() error {
 			var e error
 			nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: nicstage.Wire})
 			return e
@@ -103,24 +104,24 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 		}
 		m := iptablesRaw{}
 		teardown = func() error {
-			err := inNS(lab.NSHost, -1, m.Teardown)
+			err := evalkit.InNS(lab.NSHost, -1, m.Teardown)
 			nic.Close()
-			return errors.Join(err, inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") }))
+			return errors.Join(err, evalkit.InNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") }))
 		}
 		// On the error paths the setup's error is the one to report.
-		if _, err := sh("ip", "netns", "exec", lab.NSHost, "ethtool", "-K", lab.IfHost, "gro", "on"); err != nil {
+		if _, err := evalkit.Sh("ip", "netns", "exec", lab.NSHost, "ethtool", "-K", lab.IfHost, "gro", "on"); err != nil {
 			_ = teardown()
 			return nil, nil, err
 		}
-		if err := inNS(lab.NSHost, -1, func() error { return m.Setup(lab.IfHost, srcs) }); err != nil {
+		if err := evalkit.InNS(lab.NSHost, -1, func() error { return m.Setup(lab.IfHost, srcs) }); err != nil {
 			_ = teardown()
 			return nil, nil, err
 		}
-		if err := pinNAPI(lab.NSHost, lab.IfHost, rxCPU); err != nil {
+		if err := evalkit.PinNAPI(lab.NSHost, lab.IfHost, evalkit.RxCPU); err != nil {
 			_ = teardown()
 			return nil, nil, err
 		}
-		if err := pinNIC(); err != nil {
+		if err := evalkit.PinNIC(); err != nil {
 			_ = teardown()
 			return nil, nil, err
 		}
@@ -145,7 +146,7 @@ func httpSetup(ctx context.Context, mech string, n int, src, dst [6]byte, dur ti
 // timeout: the paper's weighttp setup) and returns completed requests/s.
 func wrkRate(ctx context.Context, dur time.Duration) (float64, error) {
 	secs := max(1, int(dur.Seconds()+0.5))
-	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", lab.NSInet, "taskset", "-c", strconv.Itoa(genCPU), "wrk", "-t2", "-c200",
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", lab.NSInet, "taskset", "-c", strconv.Itoa(evalkit.GenCPU), "wrk", "-t2", "-c200",
 		fmt.Sprintf("-d%ds", secs), "--timeout", "5s", "http://"+lab.Host4.String()+"/").CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("wrk: %v: %s", err, out)
@@ -173,7 +174,7 @@ func httpCell(ctx context.Context, mech string, n int, rate uint64, src, dst [6]
 		if rate != ^uint64(0) {
 			spec.Rate = rate
 		}
-		gerr = inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(lctx, spec); return e })
+		gerr = evalkit.InNS(lab.NSInet, evalkit.GenCPU, func() error { var e error; rep, e = trafgen.Run(lctx, spec); return e })
 	}
 	<-done
 	if gerr != nil && !strings.Contains(gerr.Error(), "context") {

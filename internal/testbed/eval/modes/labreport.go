@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package modes
 
 // The lab's part of EVALUATION.md: what the "hardware" saves the host.
 // The generator, the emulated NIC stage and the HTTP clients share CPU 0
@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"gonum.org/v1/plot/plotter"
 )
 
@@ -108,10 +109,10 @@ func labCharts(dir string, rows []Row, dists []string) error {
 			lab = append(lab, r)
 		}
 	}
-	c := chart{title: "Fig. 3 on the lab (" + dists[0] + ", full rate): host CPU per dropped packet — measured",
-		xlabel: "attacking sources (log scale)", ylabel: "host CPU per dropped packet (ns)", logX: true, yMin: zero(),
-		lines: lines(series(lab, "drop-rate", dists[0], nsPerDrop))}
-	if err := c.save(dir, "fig3-lab"); err != nil {
+	c := evalkit.Chart{Title: "Fig. 3 on the lab (" + dists[0] + ", full rate): host CPU per dropped packet — measured",
+		XLabel: "attacking sources (log scale)", YLabel: "host CPU per dropped packet (ns)", LogX: true, YMin: evalkit.Zero(),
+		Lines: evalkit.Lines(series(lab, "drop-rate", dists[0], nsPerDrop))}
+	if err := c.Save(dir, "fig3-lab"); err != nil {
 		return fmt.Errorf("fig3-lab: %w", err)
 	}
 	for _, n := range sweepSizes(rows) {
@@ -124,9 +125,9 @@ func labCharts(dir string, rows []Row, dists []string) error {
 		for m := range s {
 			sort.Slice(s[m], func(i, j int) bool { return s[m][i].X < s[m][j].X })
 		}
-		c := chart{title: fmt.Sprintf("Host CPU vs offered attack rate, %s sources (uniform) — measured", sizeName(n)),
-			xlabel: "attack rate offered (Mpps)", ylabel: "host CPU busy (% of CPU 1)", yMin: zero(), yMax: hundred(), lines: lines(s)}
-		if err := c.save(dir, fmt.Sprintf("fig3-offered-%d", n)); err != nil {
+		c := evalkit.Chart{Title: fmt.Sprintf("Host CPU vs offered attack rate, %s sources (uniform) — measured", sizeName(n)),
+			XLabel: "attack rate offered (Mpps)", YLabel: "host CPU busy (% of CPU 1)", YMin: evalkit.Zero(), YMax: evalkit.Hundred(), Lines: evalkit.Lines(s)}
+		if err := c.Save(dir, fmt.Sprintf("fig3-offered-%d", n)); err != nil {
 			return fmt.Errorf("fig3-offered-%d: %w", n, err)
 		}
 	}

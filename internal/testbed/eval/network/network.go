@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package network
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -21,13 +20,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tierwall/tierwall/internal/control/config"
 	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
+	"github.com/tierwall/tierwall/internal/testbed/harness"
 )
 
 // Network mode's evaluation (issue 36): tierwall's collector and detector
@@ -37,8 +38,8 @@ import (
 // telemetry.Service from a tierwall.yaml telemetry section, as `tierwall
 // run` does); this process synthesizes the feed from CPU 0.
 
-// NetworkParams configure the run.
-type NetworkParams struct {
+// Params configure the run.
+type Params struct {
 	// Self is the tierwall-lab binary (its netcollect subcommand runs
 	// tierwall's side); FastNetMon the fastnetmon binary.
 	Self, FastNetMon string
@@ -55,7 +56,7 @@ type NetworkParams struct {
 	Log  io.Writer
 }
 
-func (p *NetworkParams) defaults() {
+func (p *Params) defaults() {
 	if p.Flood <= 0 {
 		p.Flood = 2500 * time.Millisecond
 	}
@@ -76,9 +77,9 @@ func (p *NetworkParams) defaults() {
 	}
 }
 
-// NetworkCell is one flood and what each tool made of it. Times are
+// Cell is one flood and what each tool made of it. Times are
 // seconds; -1: not detected.
-type NetworkCell struct {
+type Cell struct {
 	Feed     string  `json:"feed"` // sflow, netflow9, ipfix
 	Rep      int     `json:"rep"`  // the repetition, from 0
 	Sampling int     `json:"sampling"`
@@ -103,7 +104,7 @@ type NetworkCell struct {
 }
 
 // Name is the cell's name for --only and the tables.
-func (c NetworkCell) Name() string {
+func (c Cell) Name() string {
 	if c.Feed == "sflow" {
 		return fmt.Sprintf("sflow-1:%d-%s-%gM", c.Sampling, c.Kind, c.PPS/1e6)
 	}
@@ -118,8 +119,8 @@ type IngestStep struct {
 	Dropped uint64  `json:"dropped"` // the socket's drops (/proc/net/udp)
 }
 
-// NetworkIngest is one tool's ingest ladder.
-type NetworkIngest struct {
+// Ingest is one tool's ingest ladder.
+type Ingest struct {
 	Tool   string       `json:"tool"`
 	RcvBuf int          `json:"rcvbuf"` // the socket's receive buffer (bytes)
 	Steps  []IngestStep `json:"steps"`
@@ -128,7 +129,7 @@ type NetworkIngest struct {
 // NoLoss is the highest rate sent with no datagram dropped at it nor at
 // any lower rate offered: on a shared machine a lossless step above a
 // lossy one is luck, not capacity.
-func (n NetworkIngest) NoLoss() float64 {
+func (n Ingest) NoLoss() float64 {
 	steps := slices.Clone(n.Steps)
 	slices.SortStableFunc(steps, func(a, b IngestStep) int { return cmp.Compare(a.Offered, b.Offered) })
 	best := 0.0
@@ -143,7 +144,7 @@ func (n NetworkIngest) NoLoss() float64 {
 
 // Overload is the datagrams/s processed (sent less dropped) at the step
 // offered the most, if it lost any (0: no loss there).
-func (n NetworkIngest) Overload() float64 {
+func (n Ingest) Overload() float64 {
 	var top *IngestStep
 	for i := range n.Steps {
 		if top == nil || n.Steps[i].Offered > top.Offered {
@@ -155,9 +156,6 @@ func (n NetworkIngest) Overload() float64 {
 	}
 	return float64(top.Sent-min(top.Dropped, top.Sent)) / top.Secs
 }
-
-// flatOut is the ingest ladder's last rate: as fast as the sender goes.
-const flatOut = 10e6
 
 // realtime puts the calling thread (locked to it) at SCHED_FIFO, so
 // that the feed keeps its schedule on a CPU shared with other jobs: a
@@ -181,9 +179,9 @@ func pick(r *rand.Rand, cum []float64) int {
 	return min(i, len(cum)-1)
 }
 
-// NetworkMemory is a tool's resident memory before and after the
+// Memory is a tool's resident memory before and after the
 // exporters sent their templates.
-type NetworkMemory struct {
+type Memory struct {
 	Tool string `json:"tool"`
 	// Before is the RSS (KiB) at rest after the floods, HWM the peak
 	// after the last step.
@@ -208,22 +206,22 @@ type MemoryStep struct {
 // memExporters send templates in the memory experiment.
 const memExporters = 100
 
-// NetworkResult is the whole run.
-type NetworkResult struct {
-	Cells []NetworkCell `json:"cells"`
+// Result is the whole run.
+type Result struct {
+	Cells []Cell `json:"cells"`
 	// Benign is the background mix, FalsePositives the victims either
 	// tool named among its destinations.
-	BenignPPS     float64         `json:"benign_pps"`
-	BenignDests   int             `json:"benign_dests"`
-	BenignSecs    float64         `json:"benign_secs"`
-	TierwallFP    []string        `json:"tierwall_false_positives"`
-	FastNetMonFP  []string        `json:"fastnetmon_false_positives"`
-	Ingest        []NetworkIngest `json:"ingest"`
-	Memory        []NetworkMemory `json:"memory"`
-	Datagrams     uint64          `json:"datagrams"` // sent to each tool in the detection part
-	LoadBefore    [3]float64      `json:"load_before"`
-	LoadAfter     [3]float64      `json:"load_after"`
-	FastNetMonVer string          `json:"fastnetmon_version"`
+	BenignPPS     float64    `json:"benign_pps"`
+	BenignDests   int        `json:"benign_dests"`
+	BenignSecs    float64    `json:"benign_secs"`
+	TierwallFP    []string   `json:"tierwall_false_positives"`
+	FastNetMonFP  []string   `json:"fastnetmon_false_positives"`
+	Ingest        []Ingest   `json:"ingest"`
+	Memory        []Memory   `json:"memory"`
+	Datagrams     uint64     `json:"datagrams"` // sent to each tool in the detection part
+	LoadBefore    [3]float64 `json:"load_before"`
+	LoadAfter     [3]float64 `json:"load_after"`
+	FastNetMonVer string     `json:"fastnetmon_version"`
 	// SenderLag is the most the feed fell behind its schedule, SenderLate
 	// how long it was more than 20 ms behind; SenderFIFO: it ran at
 	// SCHED_FIFO.
@@ -252,8 +250,6 @@ type Stall struct {
 var (
 	netProtected = netip.MustParsePrefix("198.18.0.0/18")
 	netBenign    = netip.MustParsePrefix("198.18.1.0/24")
-	netIngest    = netip.MustParsePrefix("198.18.32.0/20")
-	loopback     = netip.MustParseAddr("127.0.0.1")
 )
 
 // victimOf is cell i's victim: a host in 198.18.0.0/24, or for a carpet
@@ -265,31 +261,30 @@ func victimOf(i int, carpet bool) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(10 + i)}), 32)
 }
 
-// NetworkCells are the run's floods, in order.
-func NetworkCells() []NetworkCell {
-	var cs []NetworkCell
+// Cells are the run's floods, in order.
+func Cells() []Cell {
+	var cs []Cell
 	for _, s := range []int{100, 1000} {
 		for _, k := range []string{"udp", "syn", "reflection", "carpet"} {
 			for _, r := range []float64{1e5, 5e5, 1e6} {
-				cs = append(cs, NetworkCell{Feed: "sflow", Sampling: s, Kind: k, PPS: r})
+				cs = append(cs, Cell{Feed: "sflow", Sampling: s, Kind: k, PPS: r})
 			}
 		}
 	}
 	for _, f := range []string{"netflow9", "ipfix"} {
 		for _, r := range []float64{1e5, 5e5, 1e6} {
-			cs = append(cs, NetworkCell{Feed: f, Sampling: 1, Kind: "udp", PPS: r})
+			cs = append(cs, Cell{Feed: f, Sampling: 1, Kind: "udp", PPS: r})
 		}
 	}
 	return cs
 }
 
-// Network runs the evaluation.
-func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
-	p.defaults()
-	res := NetworkResult{Threshold: p.Threshold, Flood: p.Flood, Gap: p.Gap, Repeat: p.Repeat, LoadBefore: loadAvg()}
-	var cells []NetworkCell
+// planCells are the run's cells: Cells, p.Repeat times, those named by
+// p.Only, each with its victim (a carpet bombing's /24 or a host).
+func planCells(p Params) []Cell {
+	var cells []Cell
 	for r := range p.Repeat {
-		for _, c := range NetworkCells() {
+		for _, c := range Cells() {
 			if p.Only == "" || strings.Contains(c.Name(), p.Only) {
 				c.Rep = r
 				cells = append(cells, c)
@@ -306,6 +301,14 @@ func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
 			nHost++
 		}
 	}
+	return cells
+}
+
+// Run runs the evaluation.
+func Run(ctx context.Context, p Params) (Result, error) {
+	p.defaults()
+	res := Result{Threshold: p.Threshold, Flood: p.Flood, Gap: p.Gap, Repeat: p.Repeat, LoadBefore: evalkit.LoadAvg()}
+	cells := planCells(p)
 	dir, err := os.MkdirTemp("", "tierwall-eval-network")
 	if err != nil {
 		return res, fmt.Errorf("making the run's directory: %w", err)
@@ -318,29 +321,29 @@ func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
 	}
 
 	// The sender runs on CPU 0, the tools on CPU 1.
-	restore, err := pinProcess(0)
+	restore, err := evalkit.PinProcess(0)
 	if err != nil {
 		return res, err
 	}
 	defer restore()
 
-	ports, err := freeUDPPorts(3)
+	ports, err := evalkit.FreeUDPPorts(3)
 	if err != nil {
 		return res, err
 	}
-	twAddr := netip.AddrPortFrom(loopback, ports[0])
-	fnmSFlow, fnmNetFlow := netip.AddrPortFrom(loopback, ports[1]), netip.AddrPortFrom(loopback, ports[2])
+	twAddr := netip.AddrPortFrom(evalkit.Loopback, ports[0])
+	fnmSFlow, fnmNetFlow := netip.AddrPortFrom(evalkit.Loopback, ports[1]), netip.AddrPortFrom(evalkit.Loopback, ports[2])
 
 	tw, err := startTierwall(ctx, p, dir, twAddr, cells)
 	if err != nil {
 		return res, err
 	}
-	defer tw.stop()
+	defer tw.Stop()
 	fnm, err := startFastNetMon(ctx, p, dir, fnmSFlow, fnmNetFlow)
 	if err != nil {
 		return res, err
 	}
-	defer fnm.stop()
+	defer fnm.Stop()
 	// FastNetMon zeroes its counters and starts its threads; tierwall is
 	// ready when it listens.
 	time.Sleep(3 * time.Second)
@@ -351,12 +354,12 @@ func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
 		return res, err
 	}
 	defer tx.close()
-	dropsTW0, dropsFNM0 := udpDrops(twAddr.Port()), udpDrops(fnmSFlow.Port())+udpDrops(fnmNetFlow.Port())
+	dropsTW0, dropsFNM0 := evalkit.UDPDrops(twAddr.Port()), evalkit.UDPDrops(fnmSFlow.Port())+evalkit.UDPDrops(fnmNetFlow.Port())
 	if err := runCells(ctx, p, tx, cells, &res); err != nil {
 		return res, err
 	}
-	res.TierwallDrops = udpDrops(twAddr.Port()) - dropsTW0
-	res.FNMDrops = udpDrops(fnmSFlow.Port()) + udpDrops(fnmNetFlow.Port()) - dropsFNM0
+	res.TierwallDrops = evalkit.UDPDrops(twAddr.Port()) - dropsTW0
+	res.FNMDrops = evalkit.UDPDrops(fnmSFlow.Port()) + evalkit.UDPDrops(fnmNetFlow.Port()) - dropsFNM0
 	res.Datagrams = tx.sent
 	time.Sleep(1500 * time.Millisecond) // the last detections
 	twAttacks, fnmBans := tw.attacks(), fnm.bans()
@@ -369,17 +372,17 @@ func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
 		res.Decode = fmt.Sprintf("%d datagrams, %d records, %d decode errors, %d sequence gaps", st.Datagrams, st.Records, st.DecodeErrors, st.SequenceGaps)
 	}
 	if p.Only != "" {
-		res.LoadAfter = loadAvg()
+		res.LoadAfter = evalkit.LoadAvg()
 		return res, nil
 	}
 
 	// Memory first (the ingest ladder's overload leaves queues behind).
-	mTW, mFNM := NetworkMemory{Tool: "tierwall"}, NetworkMemory{Tool: "FastNetMon"}
+	mTW, mFNM := Memory{Tool: "tierwall"}, Memory{Tool: "FastNetMon"}
 	base, err := tw.stats()
 	if err != nil {
 		return res, err
 	}
-	mTW.Before, mFNM.Before, mTW.LiveHeap = rss(tw.cmd.Process.Pid, "VmRSS"), rss(fnm.cmd.Process.Pid, "VmRSS"), base.LiveHeap/1024
+	mTW.Before, mFNM.Before, mTW.LiveHeap = rss(tw.Cmd.Process.Pid, "VmRSS"), rss(fnm.Cmd.Process.Pid, "VmRSS"), base.LiveHeap/1024
 	for _, per := range []int{100, 2000, 5000} {
 		if err := sendTemplates(twAddr, fnmNetFlow, memExporters, per); err != nil {
 			return res, err
@@ -389,26 +392,26 @@ func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
 		if err != nil {
 			return res, err
 		}
-		mTW.Steps = append(mTW.Steps, MemoryStep{PerExporter: per, RSS: rss(tw.cmd.Process.Pid, "VmRSS"), Held: st.Templates - base.Templates,
+		mTW.Steps = append(mTW.Steps, MemoryStep{PerExporter: per, RSS: rss(tw.Cmd.Process.Pid, "VmRSS"), Held: st.Templates - base.Templates,
 			Refused: st.TemplatesRefused - base.TemplatesRefused, LiveHeap: st.LiveHeap / 1024})
-		mFNM.Steps = append(mFNM.Steps, MemoryStep{PerExporter: per, RSS: rss(fnm.cmd.Process.Pid, "VmRSS")})
+		mFNM.Steps = append(mFNM.Steps, MemoryStep{PerExporter: per, RSS: rss(fnm.Cmd.Process.Pid, "VmRSS")})
 		fmt.Fprintf(p.Log, "eval-network: memory after %d templates from each of %d exporters: tierwall %d KiB (%d held), FastNetMon %d KiB\n",
 			per, memExporters, mTW.Steps[len(mTW.Steps)-1].RSS, st.Templates-base.Templates, mFNM.Steps[len(mFNM.Steps)-1].RSS)
 	}
-	mTW.HWM, mFNM.HWM = rss(tw.cmd.Process.Pid, "VmHWM"), rss(fnm.cmd.Process.Pid, "VmHWM")
-	res.Memory = []NetworkMemory{mTW, mFNM}
+	mTW.HWM, mFNM.HWM = rss(tw.Cmd.Process.Pid, "VmHWM"), rss(fnm.Cmd.Process.Pid, "VmHWM")
+	res.Memory = []Memory{mTW, mFNM}
 
 	// Ingest: the same replayed feed to each in turn, interleaved by rate.
-	ingTW, ingFNM := NetworkIngest{Tool: "tierwall", RcvBuf: rcvBuf(twAddr.Port())}, NetworkIngest{Tool: "FastNetMon", RcvBuf: rcvBuf(fnmSFlow.Port())}
+	ingTW, ingFNM := Ingest{Tool: "tierwall", RcvBuf: evalkit.RcvBuf(twAddr.Port())}, Ingest{Tool: "FastNetMon", RcvBuf: evalkit.RcvBuf(fnmSFlow.Port())}
 	feed := ingestFeed(512)
 	// The last rate is as fast as the sender goes: what each processes
 	// when overloaded.
-	for _, rate := range []float64{5e3, 10e3, 15e3, 20e3, 30e3, 40e3, 50e3, 60e3, 70e3, 80e3, 100e3, 120e3, 160e3, 240e3, flatOut} {
+	for _, rate := range []float64{5e3, 10e3, 15e3, 20e3, 30e3, 40e3, 50e3, 60e3, 70e3, 80e3, 100e3, 120e3, 160e3, 240e3, evalkit.FlatOut} {
 		for _, t := range []struct {
-			ing  *NetworkIngest
+			ing  *Ingest
 			addr netip.AddrPort
 		}{{&ingTW, twAddr}, {&ingFNM, fnmSFlow}} {
-			if n := len(t.ing.Steps); rate != flatOut && n >= 2 && t.ing.Steps[n-1].Dropped > 0 && t.ing.Steps[n-2].Dropped > 0 {
+			if n := len(t.ing.Steps); rate != evalkit.FlatOut && n >= 2 && t.ing.Steps[n-1].Dropped > 0 && t.ing.Steps[n-2].Dropped > 0 {
 				continue // past its limit twice: no need to go on
 			}
 			s, err := ingestStep(ctx, t.addr, feed, rate, 2*time.Second)
@@ -419,8 +422,8 @@ func Network(ctx context.Context, p NetworkParams) (NetworkResult, error) {
 			fmt.Fprintf(p.Log, "eval-network: ingest %s at %.0f/s: sent %d in %.2f s, dropped %d\n", t.ing.Tool, rate, s.Sent, s.Secs, s.Dropped)
 		}
 	}
-	res.Ingest = []NetworkIngest{ingTW, ingFNM}
-	res.LoadAfter = loadAvg()
+	res.Ingest = []Ingest{ingTW, ingFNM}
+	res.LoadAfter = evalkit.LoadAvg()
 	return res, ctx.Err()
 }
 
@@ -433,7 +436,7 @@ type tee struct {
 }
 
 func newTee(tw, sflow, nf netip.AddrPort) (*tee, error) {
-	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: loopback.AsSlice()})
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: evalkit.Loopback.AsSlice()})
 	if err != nil {
 		return nil, fmt.Errorf("opening the exporter's socket: %w", err)
 	}
@@ -468,40 +471,28 @@ type flood struct {
 	packet func(r *rand.Rand) tt.Packet
 }
 
-func randSrc(r *rand.Rand) netip.Addr {
-	// Spoofed sources outside the protected network and loopback.
-	return netip.AddrFrom4([4]byte{byte(20 + r.IntN(180)), byte(r.IntN(256)), byte(r.IntN(256)), byte(1 + r.IntN(254))})
-}
-
-func randIn(r *rand.Rand, p netip.Prefix) netip.Addr {
-	a := p.Addr().As4()
-	host := r.Uint32() & (1<<(32-p.Bits()) - 1)
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-}
-
 // floodOf is a cell's flood at sampling rate.
-func floodOf(c NetworkCell) flood {
+func floodOf(c Cell) flood {
 	v := netip.MustParsePrefix(c.Victim)
 	f := flood{pps: c.PPS, rate: c.Sampling}
 	switch c.Kind {
 	case "udp":
 		f.packet = func(r *rand.Rand) tt.Packet {
-			return tt.Packet{Src: randSrc(r), Dst: v.Addr(), Proto: 17, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: uint16(1 + r.IntN(65000)), Length: 512}
+			return tt.Packet{Src: evalkit.RandSrc(r), Dst: v.Addr(), Proto: 17, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: uint16(1 + r.IntN(65000)), Length: 512}
 		}
 	case "syn":
 		f.packet = func(r *rand.Rand) tt.Packet {
-			return tt.Packet{Src: randSrc(r), Dst: v.Addr(), Proto: 6, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: 443, TCPFlags: 0x02, Length: 60}
+			return tt.Packet{Src: evalkit.RandSrc(r), Dst: v.Addr(), Proto: 6, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: 443, TCPFlags: 0x02, Length: 60}
 		}
 	case "reflection":
 		ports := []struct{ port, length uint16 }{{123, 468}, {389, 1400}, {53, 1200}}
 		f.packet = func(r *rand.Rand) tt.Packet {
 			p := ports[r.IntN(len(ports))]
-			return tt.Packet{Src: randSrc(r), Dst: v.Addr(), Proto: 17, SrcPort: p.port, DstPort: uint16(1024 + r.IntN(60000)), Length: p.length}
+			return tt.Packet{Src: evalkit.RandSrc(r), Dst: v.Addr(), Proto: 17, SrcPort: p.port, DstPort: uint16(1024 + r.IntN(60000)), Length: p.length}
 		}
 	case "carpet":
 		f.packet = func(r *rand.Rand) tt.Packet {
-			return tt.Packet{Src: randSrc(r), Dst: randIn(r, v), Proto: 17, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: 80, Length: 512}
+			return tt.Packet{Src: evalkit.RandSrc(r), Dst: evalkit.RandIn(r, v), Proto: 17, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: 80, Length: 512}
 		}
 	}
 	return f
@@ -592,7 +583,7 @@ func (a *sflowAgent) tick(now time.Time) error {
 
 func (a *sflowAgent) flush(now time.Time) error {
 	a.seq++
-	s := tt.SFlow{Agent: loopback, Sequence: a.seq, Uptime: uint32(a.due.Sub(a.boot).Milliseconds())}
+	s := tt.SFlow{Agent: evalkit.Loopback, Sequence: a.seq, Uptime: uint32(a.due.Sub(a.boot).Milliseconds())}
 	var ids []int
 	for _, x := range a.pending {
 		s.Flow(uint32(x.rate), x.p)
@@ -620,12 +611,12 @@ type nfExporter struct {
 
 const nfSources = 64
 
-func (e *nfExporter) export(c NetworkCell, r *rand.Rand) error {
+func (e *nfExporter) export(c Cell, r *rand.Rand) error {
 	v := netip.MustParsePrefix(c.Victim).Addr()
 	per := uint32(c.PPS / nfSources)
 	var recs [][]byte
 	for range nfSources {
-		recs = append(recs, tt.Record(tt.Flow{Src: randSrc(r), Dst: v, Proto: 17, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: 80,
+		recs = append(recs, tt.Record(tt.Flow{Src: evalkit.RandSrc(r), Dst: v, Proto: 17, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: 80,
 			Packets: per, Bytes: per * 512, Start: 99000, End: 100000}))
 	}
 	for i := 0; i < len(recs); i += 24 {
@@ -649,7 +640,7 @@ func (e *nfExporter) export(c NetworkCell, r *rand.Rand) error {
 
 // runCells plays the benign mix throughout and the floods one after the
 // other, each datagram to both tools.
-func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell, res *NetworkResult) error {
+func runCells(ctx context.Context, p Params, tx *tee, cells []Cell, res *Result) error {
 	r := rand.New(rand.NewPCG(36, 1))
 	benign, total := benignMix(p.Threshold)
 	res.BenignPPS, res.BenignDests = total, len(benign)
@@ -683,7 +674,7 @@ func runCells(ctx context.Context, p NetworkParams, tx *tee, cells []NetworkCell
 	// Cell i floods from at[i] for its length, then is quiet for p.Gap.
 	at := make([]time.Duration, len(cells)+1)
 	at[0] = warm
-	length := func(c NetworkCell) time.Duration {
+	length := func(c Cell) time.Duration {
 		if c.Feed == "sflow" {
 			return p.Flood
 		}
@@ -788,7 +779,7 @@ type fnmBan struct {
 
 // judgeCell finds each tool's first detection of the cell's victim after
 // its start.
-func judgeCell(c *NetworkCell, tw []twAttack, fnm []fnmBan) {
+func judgeCell(c *Cell, tw []twAttack, fnm []fnmBan) {
 	start := c.Start
 	c.Tierwall, c.FastNetMon = -1, -1
 	if start.IsZero() {
@@ -846,108 +837,51 @@ func falsePositives(tw []twAttack, fnm []fnmBan) (a, b []string) {
 	return a, b
 }
 
-// proc is one tool's process.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	out  []string
-}
+type tierwallProc struct{ *evalkit.Proc }
 
-func (p *proc) stop() {
-	if p.cmd.Process == nil {
-		return
+// tierwallConfig is netcollect's configuration: 101 exporters
+// (127.0.0.1 on, the run's and the memory steps'), the run's threshold
+// per host, and a host group per carpet bombing's /24 with its total at
+// the same threshold.
+func tierwallConfig(p Params, addr netip.AddrPort, cells []Cell) *config.Config {
+	exporters := make([]config.TelemetryExporter, 101)
+	for i := range exporters {
+		exporters[i] = config.TelemetryExporter{Address: fmt.Sprintf("127.0.0.%d", 1+i), Name: fmt.Sprintf("r%d", i)}
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(3 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *proc) lines() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.out)
-}
-
-// start runs cmd pinned to CPU 1, keeping its standard output's lines.
-func start(ctx context.Context, name string, args []string, log io.Writer) (*proc, error) {
-	return startCmd(exec.CommandContext(ctx, "taskset", append([]string{"-c", "1", name}, args...)...), name, log)
-}
-
-// startCmd starts cmd (name is what errors call it), its standard error
-// into log, and keeps its standard output's lines until it exits.
-func startCmd(cmd *exec.Cmd, name string, log io.Writer) (*proc, error) {
-	cmd.Stderr = log
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	go func() {
-		s := bufio.NewScanner(out)
-		s.Buffer(make([]byte, 1<<20), 1<<20)
-		for s.Scan() {
-			p.mu.Lock()
-			p.out = append(p.out, s.Text())
-			p.mu.Unlock()
+	c := evalkit.CollectorConfig(addr.String(), exporters, p.Threshold)
+	var groups []config.HostGroup
+	for _, cell := range cells {
+		if cell.Kind == "carpet" {
+			name := "carpet-" + strings.NewReplacer(".", "-", "/", "-").Replace(cell.Victim)
+			groups = append(groups, config.HostGroup{Name: name, Prefixes: []string{cell.Victim}})
 		}
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	}
+	if len(groups) > 0 {
+		c.HostGroups = groups
+		c.Telemetry.Groups = map[string]config.TelemetryGroup{}
+		for _, g := range groups {
+			c.Telemetry.Groups[g.Name] = config.TelemetryGroup{Total: map[string]config.TelemetryLimits{"all": {PPS: p.Threshold}}}
+		}
+	}
+	return c
 }
-
-type tierwallProc struct{ *proc }
 
 // startTierwall writes a tierwall.yaml with the run's thresholds (a host
 // group per carpet bombing's /24, its total at the same threshold) and
 // runs netcollect on it.
-func startTierwall(ctx context.Context, p NetworkParams, dir string, addr netip.AddrPort, cells []NetworkCell) (*tierwallProc, error) {
-	var b strings.Builder
-	// The daemon's interface is required by the configuration; netcollect
-	// attaches nothing.
-	b.WriteString("interface: lo\nhostgroups:\n")
-	var groups []string
-	for _, c := range cells {
-		if c.Kind == "carpet" {
-			name := "carpet-" + strings.NewReplacer(".", "-", "/", "-").Replace(c.Victim)
-			groups = append(groups, name)
-			fmt.Fprintf(&b, "  - {name: %s, prefixes: [%s]}\n", name, c.Victim)
-		}
-	}
-	if len(groups) == 0 {
-		b.WriteString("  - {name: none, prefixes: [198.18.63.0/24]}\n")
-	}
-	fmt.Fprintf(&b, "telemetry:\n  enabled: true\n  mode: monitor\n  listen: [\"%s\"]\n  exporters:\n", addr)
-	for i := range 101 {
-		fmt.Fprintf(&b, "    - {address: 127.0.0.%d, name: r%d}\n", 1+i, i)
-	}
-	fmt.Fprintf(&b, "  thresholds:\n    all: {pps: %g}\n", p.Threshold)
-	if len(groups) > 0 {
-		b.WriteString("  groups:\n")
-		for _, g := range groups {
-			fmt.Fprintf(&b, "    %s: {total: {all: {pps: %g}}}\n", g, p.Threshold)
-		}
-	}
+func startTierwall(ctx context.Context, p Params, dir string, addr netip.AddrPort, cells []Cell) (*tierwallProc, error) {
 	cfg := filepath.Join(dir, "tierwall.yaml")
-	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
+	if err := harness.WriteConfig(cfg, tierwallConfig(p, addr, cells)); err != nil {
 		return nil, fmt.Errorf("writing tierwall's configuration: %w", err)
 	}
-	pr, err := start(ctx, p.Self, []string{"netcollect", "--config", cfg}, p.Log)
+	pr, err := evalkit.Start(ctx, p.Self, []string{"netcollect", "--config", cfg}, p.Log)
 	if err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for udpDrops(addr.Port()) == math.MaxUint64 || !listening(addr.Port()) {
+	for evalkit.UDPDrops(addr.Port()) == math.MaxUint64 || !evalkit.Listening(addr.Port()) {
 		if time.Now().After(deadline) {
-			pr.stop()
+			pr.Stop()
 			return nil, fmt.Errorf("tierwall's collector did not listen on %v", addr)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -975,7 +909,7 @@ type NetcollectStats struct {
 
 func (t *tierwallProc) attacks() []twAttack {
 	var out []twAttack
-	for _, l := range t.lines() {
+	for _, l := range t.Lines() {
 		var x NetcollectLine
 		if json.Unmarshal([]byte(l), &x) != nil || x.Attack == nil {
 			continue
@@ -990,13 +924,13 @@ func (t *tierwallProc) attacks() []twAttack {
 }
 
 func (t *tierwallProc) stats() (NetcollectStats, error) {
-	n := len(t.lines())
-	if err := t.cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+	n := len(t.Lines())
+	if err := t.Cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		return NetcollectStats{}, fmt.Errorf("asking tierwall for its counters: %w", err)
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		ls := t.lines()
+		ls := t.Lines()
 		for _, l := range ls[min(n, len(ls)):] {
 			var x NetcollectLine
 			if json.Unmarshal([]byte(l), &x) == nil && x.Stats != nil {
@@ -1009,7 +943,7 @@ func (t *tierwallProc) stats() (NetcollectStats, error) {
 }
 
 type fnmProc struct {
-	*proc
+	*evalkit.Proc
 	notify string
 }
 
@@ -1071,7 +1005,7 @@ prometheus = off
 `, dir, sflow.Addr(), sflow.Port(), nf.Addr(), nf.Port(), int(threshold))
 }
 
-func startFastNetMon(ctx context.Context, p NetworkParams, dir string, sflow, nf netip.AddrPort) (*fnmProc, error) {
+func startFastNetMon(ctx context.Context, p Params, dir string, sflow, nf netip.AddrPort) (*fnmProc, error) {
 	fdir := filepath.Join(dir, "fastnetmon")
 	if err := os.MkdirAll(fdir, 0o755); err != nil {
 		return nil, fmt.Errorf("making FastNetMon's directory: %w", err)
@@ -1094,20 +1028,20 @@ func startFastNetMon(ctx context.Context, p NetworkParams, dir string, sflow, nf
 			return nil, fmt.Errorf("writing FastNetMon's %s: %w", n, err)
 		}
 	}
-	pr, err := start(ctx, p.FastNetMon, []string{"--configuration_file", filepath.Join(fdir, "fastnetmon.conf"),
+	pr, err := evalkit.Start(ctx, p.FastNetMon, []string{"--configuration_file", filepath.Join(fdir, "fastnetmon.conf"),
 		"--log_file", filepath.Join(fdir, "fastnetmon.log"), "--disable_pid_logic"}, p.Log)
 	if err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for !listening(sflow.Port()) || !listening(nf.Port()) {
+	for !evalkit.Listening(sflow.Port()) || !evalkit.Listening(nf.Port()) {
 		if time.Now().After(deadline) {
-			pr.stop()
+			pr.Stop()
 			return nil, fmt.Errorf("FastNetMon did not listen on %v and %v", sflow, nf)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return &fnmProc{proc: pr, notify: notify}, nil
+	return &fnmProc{Proc: pr, notify: notify}, nil
 }
 
 // bans parses the notify script's log: "SECONDS.NANOS IP DIRECTION PPS
@@ -1144,84 +1078,6 @@ func ParseNotify(s string) []fnmBan {
 	return out
 }
 
-// freeUDPPorts finds n UDP ports free on loopback.
-func freeUDPPorts(n int) ([]uint16, error) {
-	var out []uint16
-	var conns []*net.UDPConn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range n {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: loopback.AsSlice()})
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		conns = append(conns, c)
-		out = append(out, uint16(c.LocalAddr().(*net.UDPAddr).Port))
-	}
-	return out, nil
-}
-
-// udpSocket reads /proc/net/udp's line of the socket on port: its drops
-// and receive buffer are found by the listening port.
-func udpSocket(port uint16) (fields []string, ok bool) {
-	raw, err := os.ReadFile("/proc/net/udp")
-	if err != nil {
-		return nil, false
-	}
-	want := fmt.Sprintf(":%04X", port)
-	for _, l := range strings.Split(string(raw), "\n")[1:] {
-		f := strings.Fields(l)
-		if len(f) >= 13 && strings.HasSuffix(f[1], want) && f[2] == "00000000:0000" {
-			return f, true
-		}
-	}
-	return nil, false
-}
-
-func listening(port uint16) bool { _, ok := udpSocket(port); return ok }
-
-// udpDrops is the socket's drop counter (MaxUint64: no such socket).
-func udpDrops(port uint16) uint64 {
-	f, ok := udpSocket(port)
-	if !ok {
-		return math.MaxUint64
-	}
-	n, _ := strconv.ParseUint(f[12], 10, 64)
-	return n
-}
-
-// udpQueued is the bytes waiting in the socket's receive queue.
-func udpQueued(port uint16) uint64 {
-	f, ok := udpSocket(port)
-	if !ok {
-		return 0
-	}
-	_, rx, _ := strings.Cut(f[4], ":")
-	n, _ := strconv.ParseUint(rx, 16, 64)
-	return n
-}
-
-// rcvBuf is the receive buffer of the socket on port (ss's skmem rb:
-// /proc/net/udp does not show it).
-func rcvBuf(port uint16) int {
-	out, err := exec.Command("ss", "-ulnm", fmt.Sprintf("sport = :%d", port)).Output()
-	if err != nil {
-		return 0
-	}
-	s := string(out)
-	if i := strings.Index(s, ",rb"); i >= 0 {
-		s = s[i+3:]
-		if j := strings.IndexAny(s, ",)"); j >= 0 {
-			n, _ := strconv.Atoi(s[:j])
-			return n
-		}
-	}
-	return 0
-}
-
 // rss reads a Vm* field of /proc/PID/status in KiB.
 func rss(pid int, field string) uint64 {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -1235,19 +1091,6 @@ func rss(pid int, field string) uint64 {
 		}
 	}
 	return 0
-}
-
-func loadAvg() [3]float64 {
-	var out [3]float64
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return out
-	}
-	f := strings.Fields(string(raw))
-	for i := 0; i < 3 && i < len(f); i++ {
-		out[i], _ = strconv.ParseFloat(f[i], 64)
-	}
-	return out
 }
 
 // sendTemplates has n exporters (127.0.0.2 on) send per NetFlow v9
@@ -1284,9 +1127,9 @@ func ingestFeed(n int) [][]byte {
 	r := rand.New(rand.NewPCG(36, 2))
 	var out [][]byte
 	for i := range n {
-		s := tt.SFlow{Agent: loopback, Sequence: uint32(i + 1)}
+		s := tt.SFlow{Agent: evalkit.Loopback, Sequence: uint32(i + 1)}
 		for range 6 {
-			s.Flow(1, tt.Packet{Src: randSrc(r), Dst: randIn(r, netIngest), Proto: 17, SrcPort: 443, DstPort: uint16(1024 + r.IntN(60000)), Length: uint16(64 + r.IntN(1400))})
+			s.Flow(1, tt.Packet{Src: evalkit.RandSrc(r), Dst: evalkit.RandIn(r, evalkit.IngestPrefix), Proto: 17, SrcPort: 443, DstPort: uint16(1024 + r.IntN(60000)), Length: uint16(64 + r.IntN(1400))})
 		}
 		out = append(out, s.Bytes())
 	}
@@ -1297,14 +1140,14 @@ func ingestFeed(n int) [][]byte {
 // for the socket's queue to drain and reads its drops.
 func ingestStep(ctx context.Context, addr netip.AddrPort, feed [][]byte, rate float64, d time.Duration) (IngestStep, error) {
 	s := IngestStep{Offered: rate}
-	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: loopback.AsSlice()})
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: evalkit.Loopback.AsSlice()})
 	if err != nil {
 		return s, fmt.Errorf("opening the replay socket: %w", err)
 	}
 	defer c.Close()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	before := udpDrops(addr.Port())
+	before := evalkit.UDPDrops(addr.Port())
 	t0 := time.Now()
 	per := rate / 1000
 	due := 0.0
@@ -1324,10 +1167,10 @@ func ingestStep(ctx context.Context, addr netip.AddrPort, feed [][]byte, rate fl
 		}
 	}
 	s.Secs = time.Since(t0).Seconds()
-	for i := 0; i < 50 && udpQueued(addr.Port()) > 0; i++ {
+	for i := 0; i < 50 && evalkit.UDPQueued(addr.Port()) > 0; i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
-	s.Dropped = udpDrops(addr.Port()) - before
+	s.Dropped = evalkit.UDPDrops(addr.Port()) - before
 	return s, nil
 }

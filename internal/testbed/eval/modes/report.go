@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package modes
 
 import (
 	"encoding/csv"
@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/tierwall/tierwall/internal/control/placement"
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 )
 
@@ -33,13 +34,11 @@ func WriteCSV(path string, rows []Row) error {
 	w := csv.NewWriter(f)
 	w.Write([]string{"figure", "mechanism", "dist", "sources", "sent_mpps", "drop_mpps", "rx_cpu_pct", "extra", "arrived_mpps", "note", "lo", "hi", "cpu_lo", "cpu_hi"})
 	for _, r := range rows {
-		w.Write([]string{r.Figure, r.Mechanism, r.Dist, strconv.Itoa(r.Sources), ff(r.SentMpps), ff(r.DropMpps), ff(r.CPUPct), ff(r.Extra), ff(r.Arrived), r.Note, ff(r.Lo), ff(r.Hi), ff(r.CPULo), ff(r.CPUHi)})
+		w.Write([]string{r.Figure, r.Mechanism, r.Dist, strconv.Itoa(r.Sources), evalkit.FF(r.SentMpps), evalkit.FF(r.DropMpps), evalkit.FF(r.CPUPct), evalkit.FF(r.Extra), evalkit.FF(r.Arrived), r.Note, evalkit.FF(r.Lo), evalkit.FF(r.Hi), evalkit.FF(r.CPULo), evalkit.FF(r.CPUHi)})
 	}
 	w.Flush()
 	return w.Error()
 }
-
-func ff(v float64) string { return strconv.FormatFloat(v, 'f', 4, 64) }
 
 func series(rows []Row, fig, dist string, y func(Row) float64) map[string]plotter.XYs {
 	out := map[string]plotter.XYs{}
@@ -48,15 +47,6 @@ func series(rows []Row, fig, dist string, y func(Row) float64) map[string]plotte
 			continue
 		}
 		out[r.Mechanism] = append(out[r.Mechanism], plotter.XY{X: float64(max(r.Sources, 1)), Y: y(r)})
-	}
-	return out
-}
-
-// lines turns measured series into chart lines.
-func lines(s map[string]plotter.XYs) []line {
-	var out []line
-	for n, xys := range s {
-		out = append(out, line{name: n, xys: xys})
 	}
 	return out
 }
@@ -118,16 +108,16 @@ type RunMeta struct {
 // The paper's Fig. 2 values as its text states them (§V-B; the figure's
 // points are not published as numbers). Each is drawn beside the series
 // of ours that measures the same approach.
-var paperFig2 = map[string][]line{
+var paperFig2 = map[string][]evalkit.Line{
 	"uniform": {
-		{name: "paper: iptables (2.5–4.5)", like: "iptables", paper: true, xys: plotter.XYs{{X: 1, Y: 2.5}, {X: 1, Y: 4.5}}},
-		{name: "paper: host XDP, 4 cores", like: "tierwall-host", paper: true, xys: plotter.XYs{{X: 1, Y: 26}, {X: 1000, Y: 26}, {X: 128000, Y: 10}}},
-		{name: "paper: HW + NIC-CPU XDP", like: "lab-nic-hw", paper: true, xys: plotter.XYs{{X: 1, Y: 37.2}, {X: 128000, Y: 15}}},
+		{Name: "paper: iptables (2.5–4.5)", Like: "iptables", Paper: true, XYs: plotter.XYs{{X: 1, Y: 2.5}, {X: 1, Y: 4.5}}},
+		{Name: "paper: host XDP, 4 cores", Like: "tierwall-host", Paper: true, XYs: plotter.XYs{{X: 1, Y: 26}, {X: 1000, Y: 26}, {X: 128000, Y: 10}}},
+		{Name: "paper: HW + NIC-CPU XDP", Like: "lab-nic-hw", Paper: true, XYs: plotter.XYs{{X: 1, Y: 37.2}, {X: 128000, Y: 15}}},
 	},
 	// The text gives iptables' range for Fig. 2a and 2b alike; its other
 	// numbers are not tied to a distribution.
 	"gaussian": {
-		{name: "paper: iptables (2.5–4.5)", like: "iptables", paper: true, xys: plotter.XYs{{X: 1, Y: 2.5}, {X: 1, Y: 4.5}}},
+		{Name: "paper: iptables (2.5–4.5)", Like: "iptables", Paper: true, XYs: plotter.XYs{{X: 1, Y: 2.5}, {X: 1, Y: 4.5}}},
 	},
 }
 
@@ -281,30 +271,30 @@ func render(dir, mdPath string, rows []Row, meta RunMeta) error {
 	model := modelRows(rows, dists)
 	drop := func(r Row) float64 { return r.DropMpps }
 	for _, d := range dists {
-		c := chart{title: "Fig. 2 (" + d + " traffic): drop rate vs attacking sources — measured on veth, 1 receive core",
-			xlabel: "attacking sources (log scale)", ylabel: "dropped (Mpps, log scale)", logX: true, logY: true,
-			lines: append(lines(series(rows, "drop-rate", d, drop)), paperFig2[d]...)}
-		if err := c.save(dir, "fig2-"+d); err != nil {
+		c := evalkit.Chart{Title: "Fig. 2 (" + d + " traffic): drop rate vs attacking sources — measured on veth, 1 receive core",
+			XLabel: "attacking sources (log scale)", YLabel: "dropped (Mpps, log scale)", LogX: true, LogY: true,
+			Lines: append(evalkit.Lines(series(rows, "drop-rate", d, drop)), paperFig2[d]...)}
+		if err := c.Save(dir, "fig2-"+d); err != nil {
 			return fmt.Errorf("fig2-%s: %w", d, err)
 		}
-		mc := chart{title: "MODEL, not a measurement: 25G NIC, K=512, 4 host cores (" + d + ")",
-			xlabel: "attacking sources (log scale)", ylabel: "dropped (Mpps)", logX: true, yMin: zero(),
-			lines: lines(series(model, "model", d, drop))}
+		mc := evalkit.Chart{Title: "MODEL, not a measurement: 25G NIC, K=512, 4 host cores (" + d + ")",
+			XLabel: "attacking sources (log scale)", YLabel: "dropped (Mpps)", LogX: true, YMin: evalkit.Zero(),
+			Lines: evalkit.Lines(series(model, "model", d, drop))}
 		if d == "uniform" {
 			for _, l := range paperFig2[d][1:] {
-				l.like = map[string]string{"tierwall-host": "model host XDP (4 cores)", "lab-nic-hw": "lab-nic-hw"}[l.like]
-				mc.lines = append(mc.lines, l)
+				l.Like = map[string]string{"tierwall-host": "model host XDP (4 cores)", "lab-nic-hw": "lab-nic-hw"}[l.Like]
+				mc.Lines = append(mc.Lines, l)
 			}
 		}
-		if err := mc.save(dir, "model-"+d); err != nil {
+		if err := mc.Save(dir, "model-"+d); err != nil {
 			return fmt.Errorf("model-%s: %w", d, err)
 		}
 	}
 	if len(dists) > 0 {
-		c := chart{title: "Fig. 3 (" + dists[0] + "): receiving CPU busy vs attacking sources — measured",
-			xlabel: "attacking sources (log scale)", ylabel: "receiving CPU busy (% of one CPU)", logX: true, yMin: zero(), yMax: hundred(),
-			lines: lines(series(rows, "drop-rate", dists[0], func(r Row) float64 { return r.CPUPct }))}
-		if err := c.save(dir, "fig3-cpu"); err != nil {
+		c := evalkit.Chart{Title: "Fig. 3 (" + dists[0] + "): receiving CPU busy vs attacking sources — measured",
+			XLabel: "attacking sources (log scale)", YLabel: "receiving CPU busy (% of one CPU)", LogX: true, YMin: evalkit.Zero(), YMax: evalkit.Hundred(),
+			Lines: evalkit.Lines(series(rows, "drop-rate", dists[0], func(r Row) float64 { return r.CPUPct }))}
+		if err := c.Save(dir, "fig3-cpu"); err != nil {
 			return fmt.Errorf("fig3: %w", err)
 		}
 	}
@@ -324,9 +314,9 @@ func render(dir, mdPath string, rows []Row, meta RunMeta) error {
 				s[r.Mechanism] = append(s[r.Mechanism], plotter.XY{X: r.SentMpps, Y: r.Extra / 1000})
 			}
 		}
-		c := chart{title: fmt.Sprintf("Fig. 4: HTTP served under attack, %d attackers — measured", n),
-			xlabel: "attack rate sent (Mpps)", ylabel: "completed HTTP requests (thousands/s)", yMin: zero(), lines: lines(s)}
-		if err := c.save(dir, fmt.Sprintf("fig4-%d", n)); err != nil {
+		c := evalkit.Chart{Title: fmt.Sprintf("Fig. 4: HTTP served under attack, %d attackers — measured", n),
+			XLabel: "attack rate sent (Mpps)", YLabel: "completed HTTP requests (thousands/s)", YMin: evalkit.Zero(), Lines: evalkit.Lines(s)}
+		if err := c.Save(dir, fmt.Sprintf("fig4-%d", n)); err != nil {
 			return fmt.Errorf("fig4-%d: %w", n, err)
 		}
 	}

@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package flows
 
 import (
 	"strings"
 	"testing"
 )
 
-func flowRows() []FlowRow {
-	c := func(active int, offload bool, xdp, host float64, sent, born uint64) FlowRow {
-		return FlowRow{FlowCell: FlowCell{Mode: "passive", Size: 64, Active: active, Offload: offload, DPI: true},
+func flowRows() []Row {
+	c := func(active int, offload bool, xdp, host float64, sent, born uint64) Row {
+		return Row{FlowCell: FlowCell{Mode: "passive", Size: 64, Active: active, Offload: offload, DPI: true},
 			Sent: sent, Born: born, Collected: sent, Steady: CPUShare{XDP: xdp, Host: host, Mpps: float64(sent) / 20e6}}
 	}
-	return []FlowRow{
+	return []Row{
 		c(10000, false, 0.2, 0.3, 16e6, 30000), c(10000, true, 0.01, 0.14, 18e6, 30000),
 		c(1000000, false, 0.3, 1.3, 12e6, 2.5e6), c(1000000, true, 0.2, 1.18, 8e6, 2e6),
 	}

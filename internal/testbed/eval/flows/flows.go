@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package flows
 
 import (
 	"context"
@@ -18,9 +18,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/probed"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/probe/export"
 	"github.com/tierwall/tierwall/internal/testbed/collector"
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
@@ -71,8 +74,8 @@ type CPUShare struct {
 	Mpps     float64 `json:"gen_mpps"`  // what the generator sent in it
 }
 
-// FlowRow is one measured cell.
-type FlowRow struct {
+// Row is one measured cell.
+type Row struct {
 	FlowCell
 	Scheduled uint64   `json:"scheduled"` // frames the generator built
 	Sent      uint64   `json:"sent"`      // frames that left the generator
@@ -104,7 +107,7 @@ type FlowRow struct {
 }
 
 // Loss is what the generator sent that no tier counted.
-func (r FlowRow) Loss() uint64 {
+func (r Row) Loss() uint64 {
 	if r.Collected >= r.Sent {
 		return 0
 	}
@@ -112,7 +115,7 @@ func (r FlowRow) Loss() uint64 {
 }
 
 // LossPct is the loss as a percentage of what was sent.
-func (r FlowRow) LossPct() float64 {
+func (r Row) LossPct() float64 {
 	if r.Sent == 0 {
 		return 0
 	}
@@ -120,16 +123,16 @@ func (r FlowRow) LossPct() float64 {
 }
 
 // Lossless: every packet counted, every record collected.
-func (r FlowRow) Lossless() bool {
+func (r Row) Lossless() bool {
 	return r.Collected == r.Sent && r.ExportLost == 0 && r.SocketDrops == 0 && r.Untracked == 0
 }
 
 // WireLoss: sent, never seen by the NIC's stage (its veth ring).
-func (r FlowRow) WireLoss() uint64 { return sub(r.Sent, r.NICSeen) }
+func (r Row) WireLoss() uint64 { return sub(r.Sent, r.NICSeen) }
 
 // HostRingLoss: sent to the host by the NIC, never seen by the probe's
 // XDP (the host veth's ring, a failed redirect).
-func (r FlowRow) HostRingLoss() uint64 { return sub(r.ToHost, r.HostSeen) }
+func (r Row) HostRingLoss() uint64 { return sub(r.ToHost, r.HostSeen) }
 
 func sub(a, b uint64) uint64 {
 	if b > a {
@@ -138,8 +141,8 @@ func sub(a, b uint64) uint64 {
 	return a - b
 }
 
-// FlowsParams of a run of the experiment.
-type FlowsParams struct {
+// Params of a run of the experiment.
+type Params struct {
 	Tierwall string        // the product binary
 	Cells    []FlowCell    // what to run
 	Duration time.Duration // of each run (flows live 10 s: ≥ 20 s shows a steady state)
@@ -149,10 +152,10 @@ type FlowsParams struct {
 	Log      io.Writer
 }
 
-// FlowCells is the experiment's matrix: every size, mode and flow count
+// Cells is the experiment's matrix: every size, mode and flow count
 // with and without offload, and without DPI in passive mode (as the
 // authors ran it).
-func FlowCells(actives, sizes []int, modes []string) []FlowCell {
+func Cells(actives, sizes []int, modes []string) []FlowCell {
 	var cs []FlowCell
 	for _, m := range modes {
 		for _, s := range sizes {
@@ -169,9 +172,9 @@ func FlowCells(actives, sizes []int, modes []string) []FlowCell {
 	return cs
 }
 
-// Flows runs every cell; a cell that fails is logged and left out, the
+// Run runs every cell; a cell that fails is logged and left out, the
 // rest go on.
-func Flows(ctx context.Context, p FlowsParams) ([]FlowRow, error) {
+func Run(ctx context.Context, p Params) ([]Row, error) {
 	if p.Idle == 0 {
 		p.Idle = 10 * time.Second
 	}
@@ -189,7 +192,7 @@ func Flows(ctx context.Context, p FlowsParams) ([]FlowRow, error) {
 		return nil, fmt.Errorf("raising net.core.rmem_max for the collector: %w", err)
 	}
 	defer func() { _ = lab.ProbeDown() }()
-	var rows []FlowRow
+	var rows []Row
 	var errs []error
 	for _, c := range p.Cells {
 		if ctx.Err() != nil {
@@ -214,53 +217,43 @@ const (
 	wireCPU    = 0
 )
 
-func flowConfig(dir string, c FlowCell, collectorAddr string, idle time.Duration) string {
-	mode, egress, twin, ret := "passive", "", "", ""
+// flowConfig is the probe daemon of cell c: the lab's emulated NIC with
+// a flow table of its own, DPI or none, offload or every packet to the
+// software tier, biflow IPFIX to the collector at collectorAddr.
+func flowConfig(dir string, c FlowCell, collectorAddr string, idle time.Duration) *config.Config {
+	cfg := harness.DaemonConfig(lab.PIfHost, dir)
+	cfg.Role = config.RoleProbe
+	cfg.Log.Level = "warn"
+	pr := &cfg.Probe
+	hw := &pr.Hardware
+	pr.Mode = "passive"
+	hw.Emulated = config.EmulatedFlowNIC{Netns: lab.PNSNic, Wire: lab.PIfWire, Host: lab.PIfHPort}
 	if c.Mode == "inline" {
-		mode, egress, twin, ret = "inline", lab.PIfHost1, lab.PIfTwin, lab.PIfHRet
+		pr.Mode, pr.Egress = "inline", lab.PIfHost1
+		hw.Emulated.Twin, hw.Emulated.Return = lab.PIfTwin, lab.PIfHRet
 	}
-	engine := "builtin"
+	pr.DPI = config.ProbeDPI{Engine: "builtin", Packets: 10, SnapLen: pr.DPI.SnapLen, Timeout: 2 * time.Second, MaxFlows: 65536, Ring: 16 << 20}
 	if !c.DPI {
-		engine = "none"
+		pr.DPI.Engine = "none"
 	}
-	policy := "offload"
+	pr.Policy = map[string]string{"default": "offload"}
 	if !c.Offload {
 		// The same NIC in the path, learning nothing: every packet a
 		// miss for the host.
-		policy = "software"
+		pr.Policy["default"] = "software"
 	}
 	// Room for every flow alive at once: the window, and the births of
 	// the time an ended flow is held (the NIC's idle timeout, its sweep,
 	// the end grace, the probe's sweep), with a margin for a probe that
 	// falls behind at a million flows.
-	capacity := max(c.Active*4, 1<<16)
-	return fmt.Sprintf(`role: probe
-interface: %s
-state_file: %s/state.json
-log: {format: text, level: warn}
-api:
-  socket: %s/api.sock
-probe:
-  mode: %s
-  egress: "%s"
-  capacity: %d
-  dpi: {engine: %s, packets: 10, timeout: 2s, max_flows: 65536, ring_bytes: 16777216}
-  timeouts: {idle: %v, active: 120s, end_grace: 1s}
-  policy: {default: %s}
-  hardware:
-    backend: emulated
-    capacity: %d
-    learn_rate: 1000000
-    learn_latency: 50us
-    tcp_auto_unlearn: true
-    idle_timeout: %v
-    emulated: {netns: %s, wire: %s, host: %s, twin: "%s", return: "%s"}
-  export:
-    biflow: true
-    queue_len: 1048576
-    collectors: [{address: "%s", format: ipfix}]
-`, lab.PIfHost, dir, dir, mode, egress, capacity, engine, idle, policy, capacity, idle,
-		lab.PNSNic, lab.PIfWire, lab.PIfHPort, twin, ret, collectorAddr)
+	pr.Capacity = max(c.Active*4, 1<<16)
+	pr.Timeouts = config.ProbeTimeouts{Idle: idle, Active: 120 * time.Second, EndGrace: time.Second}
+	hw.Backend, hw.Capacity = "emulated", pr.Capacity
+	hw.LearnRate, hw.LearnLatency, hw.TCPAutoUnlearn = 1000000, 50*time.Microsecond, true
+	hw.IdleTimeout = idle
+	pr.Export.Biflow, pr.Export.QueueLen = true, 1<<20
+	pr.Export.Collectors = []export.Collector{{Address: collectorAddr, Format: "ipfix"}}
+	return cfg
 }
 
 // sample is the counters a phase is measured between.
@@ -281,7 +274,7 @@ type probes struct {
 
 func (pr *probes) take() sample {
 	s := sample{at: time.Now()}
-	s.busy, s.tot = cpuTimes(hostCPU)
+	s.busy, s.tot = evalkit.CPUTimes(hostCPU)
 	s.probe = taskNs(pr.pid)
 	if pr.firmware != 0 {
 		s.fw = threadNs(pr.pid, pr.firmware)
@@ -453,8 +446,8 @@ func metric(text, name string) uint64 {
 	return uint64(sum)
 }
 
-func runFlowCell(ctx context.Context, p FlowsParams, c FlowCell) (FlowRow, error) {
-	row := FlowRow{FlowCell: c}
+func runFlowCell(ctx context.Context, p Params, c FlowCell) (Row, error) {
+	row := Row{FlowCell: c}
 	if err := lab.ProbeUp(); err != nil {
 		return row, err
 	}
@@ -470,7 +463,7 @@ func runFlowCell(ctx context.Context, p FlowsParams, c FlowCell) (FlowRow, error
 	}
 	defer nf.Kill()
 	cfg := filepath.Join(dir, "probe.yaml")
-	if err := os.WriteFile(cfg, []byte(flowConfig(dir, c, nf.Addr, p.Idle)), 0o600); err != nil {
+	if err := harness.WriteConfig(cfg, flowConfig(dir, c, nf.Addr, p.Idle)); err != nil {
 		return row, err
 	}
 	d, err := harness.StartDaemon(harness.Options{Tierwall: p.Tierwall, Netns: lab.PNSHost, Config: cfg,
@@ -487,7 +480,7 @@ func runFlowCell(ctx context.Context, p FlowsParams, c FlowCell) (FlowRow, error
 			d.Stop()
 		}
 	}()
-	fail := func(err error) (FlowRow, error) {
+	fail := func(err error) (Row, error) {
 		return row, fmt.Errorf("%w\nprobe log:\n%s", err, tail(d.Output(), 20))
 	}
 	pr := &probes{pid: d.Cmd.Process.Pid}
@@ -515,10 +508,10 @@ func runFlowCell(ctx context.Context, p FlowsParams, c FlowCell) (FlowRow, error
 	drops0 := udpRcvbufErrors(lab.PNSHost)
 
 	var src, dst [6]byte
-	if src, err = macOf(lab.PNSInet, lab.PIfInet); err != nil {
+	if src, err = evalkit.MACOf(lab.PNSInet, lab.PIfInet); err != nil {
 		return fail(err)
 	}
-	if dst, err = macOf(lab.PNSNic, lab.PIfWire); err != nil {
+	if dst, err = evalkit.MACOf(lab.PNSNic, lab.PIfWire); err != nil {
 		return fail(err)
 	}
 	spec := trafgen.Spec{Iface: lab.PIfInet, SrcMAC: src, DstMAC: dst, Dst: netip.MustParseAddr(flowServer),
@@ -533,7 +526,7 @@ func runFlowCell(ctx context.Context, p FlowsParams, c FlowCell) (FlowRow, error
 	s0 := pr.take()
 	go func() {
 		var res result
-		res.err = inNS(lab.PNSInet, wireCPU, func() error { var err error; res.rep, err = trafgen.Run(ctx, spec); return err })
+		res.err = evalkit.InNS(lab.PNSInet, wireCPU, func() error { var err error; res.rep, err = trafgen.Run(ctx, spec); return err })
 		done <- res
 	}()
 	// Sweeps report the software table's size; watch it for the peak.
@@ -638,9 +631,9 @@ func tail(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-// FlowsSmoke checks a smoke run (CI): every cell ran, and in each the
+// Smoke checks a smoke run (CI): every cell ran, and in each the
 // collector's totals equal what the generator sent, packet for packet.
-func FlowsSmoke(rows []FlowRow, err error) error {
+func Smoke(rows []Row, err error) error {
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package modes
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/control/placement"
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 	"github.com/tierwall/tierwall/internal/tier/nicstage"
@@ -57,7 +58,7 @@ func LabModes(ctx context.Context, p Params) (_ []Row, err error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(p.Log, "eval: lab background: CPU %d busy %.1f%% while the generator sends %.2f Mpps into a sink\n", rxCPU, bg.CPUPct, bg.SentMpps)
+	fmt.Fprintf(p.Log, "eval: lab background: CPU %d busy %.1f%% while the generator sends %.2f Mpps into a sink\n", evalkit.RxCPU, bg.CPUPct, bg.SentMpps)
 	rows := []Row{bg}
 	sizes := slices.Clone(p.Sizes)
 	for _, n := range p.SweepSizes {
@@ -125,21 +126,21 @@ func background(ctx context.Context, dur time.Duration) (Row, error) {
 		{"ip", "-n", lab.NSInet, "link", "set", sink, "up"},
 		{"ip", "-n", lab.NSInet, "link", "set", sink + "p", "up"},
 	} {
-		if _, err := sh(c...); err != nil {
+		if _, err := evalkit.Sh(c...); err != nil {
 			return Row{}, err
 		}
 	}
 	// A sink left behind goes with the lab's namespace at lab.Down.
-	defer func() { _, _ = sh("ip", "-n", lab.NSInet, "link", "del", sink) }()
+	defer func() { _, _ = evalkit.Sh("ip", "-n", lab.NSInet, "link", "del", sink) }()
 	var b0, t0 uint64
 	var start time.Time
 	spec := trafgen.Spec{Iface: sink, Dst: lab.Host4, Sources: 1000, Dist: trafgen.Uniform, Duration: dur, Seed: 1,
-		Started: func(t time.Time) { b0, t0 = cpuTimes(rxCPU); start = t }}
+		Started: func(t time.Time) { b0, t0 = evalkit.CPUTimes(evalkit.RxCPU); start = t }}
 	var rep *trafgen.Report
-	if err := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e }); err != nil {
+	if err := evalkit.InNS(lab.NSInet, evalkit.GenCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e }); err != nil {
 		return Row{}, fmt.Errorf("the background's generator: %w", err)
 	}
-	b1, t1 := cpuTimes(rxCPU)
+	b1, t1 := evalkit.CPUTimes(evalkit.RxCPU)
 	r := Row{Figure: "background", Mechanism: "lab", Dist: string(trafgen.Uniform), SentMpps: float64(rep.Sent) / time.Since(start).Seconds() / 1e6}
 	if t1 > t0 {
 		r.CPUPct = 100 * float64(b1-b0) / float64(t1-t0)
@@ -175,7 +176,7 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 	flood := func(t time.Duration, rate uint64) (*trafgen.Report, error) {
 		spec.Duration, spec.Rate = t, rate
 		var rep *trafgen.Report
-		err := inNS(lab.NSInet, genCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e })
+		err := evalkit.InNS(lab.NSInet, evalkit.GenCPU, func() error { var e error; rep, e = trafgen.Run(ctx, spec); return e })
 		return rep, err
 	}
 	counters := func() (hw, sw, overload, arrived uint64, err error) {
@@ -238,7 +239,7 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 			var cerr error
 			spec.Started = func(t time.Time) {
 				hw0, sw0, ov0, ar0, cerr = counters()
-				b0, t0 = cpuTimes(rxCPU)
+				b0, t0 = evalkit.CPUTimes(evalkit.RxCPU)
 				start = t
 			}
 			defer func() { spec.Started = nil }()
@@ -251,7 +252,7 @@ func labCell(ctx context.Context, mode nicstage.Mode, n int, d trafgen.Dist, src
 			}
 			time.Sleep(20 * time.Millisecond) // the host's queue drains
 			el := time.Since(start).Seconds()
-			b1, t1 := cpuTimes(rxCPU)
+			b1, t1 := evalkit.CPUTimes(evalkit.RxCPU)
 			hw1, sw1, ov1, ar1, err := counters()
 			if err != nil {
 				return Row{}, err
@@ -297,7 +298,7 @@ func hostPrefixes(as []netip.Addr) []netip.Prefix {
 // that mode runs it (the host, or the NIC's CPU) with srcs blocked.
 // detach removes both; the NIC table is left empty for the caller.
 func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *datapath.Datapath, detach func() error, err error) {
-	if err := inNS(lab.NSNic, -1, func() error {
+	if err := evalkit.InNS(lab.NSNic, -1, func() error {
 		var e error
 		nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: mode, CPURate: NICCPURate})
 		return e
@@ -306,14 +307,14 @@ func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *da
 	}
 	detachNIC := func() error {
 		nic.Close()
-		return inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
+		return evalkit.InNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
 	}
 	fns, fif, opts := lab.NSHost, lab.IfHost, datapath.Options{}
 	if mode == nicstage.HW || mode == nicstage.CPU {
 		fns, fif, opts.Mode = lab.NSNic, lab.IfWire, datapath.ModeNIC
 	}
 	opts.ExactCapacity4, opts.ExactCapacity6, opts.PrefixCapacity, opts.AllowCapacity, opts.FeatureCapacity = max(len(srcs), 1024), 1024, 64, 64, 1<<14
-	if err := inNS(fns, -1, func() error {
+	if err := evalkit.InNS(fns, -1, func() error {
 		var e error
 		if dp, e = datapath.Attach(fif, opts); e != nil {
 			return e
@@ -325,17 +326,17 @@ func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *da
 	}
 	detach = func() error {
 		dp.Close()
-		err := inNS(fns, -1, func() error { return datapath.Detach(fif, "") })
+		err := evalkit.InNS(fns, -1, func() error { return datapath.Detach(fif, "") })
 		return errors.Join(err, detachNIC())
 	}
 	// The NIC stage's XDP gives the wire a NAPI to pin. The host's veth
 	// has one only with XDP on it, i.e. with the filter (host, hybrid):
 	// in the NIC modes there may be nothing to pin there.
-	if err := pinNIC(); err != nil {
+	if err := evalkit.PinNIC(); err != nil {
 		_ = detach() // the pinning error is the one to report
 		return nil, nil, nil, err
 	}
-	if err := pinNAPI(lab.NSHost, lab.IfHost, rxCPU); err != nil && fns == lab.NSHost {
+	if err := evalkit.PinNAPI(lab.NSHost, lab.IfHost, evalkit.RxCPU); err != nil && fns == lab.NSHost {
 		_ = detach() // the pinning error is the one to report
 		return nil, nil, nil, err
 	}
@@ -345,9 +346,9 @@ func labMode(mode nicstage.Mode, srcs []netip.Addr) (nic *nicstage.Table, dp *da
 // labMACs are the generator's source and destination MACs on the lab:
 // the internet side's port and the host's.
 func labMACs() (src, dst [6]byte, err error) {
-	if src, err = macOf(lab.NSInet, lab.IfInet); err != nil {
+	if src, err = evalkit.MACOf(lab.NSInet, lab.IfInet); err != nil {
 		return src, dst, err
 	}
-	dst, err = macOf(lab.NSHost, lab.IfHost)
+	dst, err = evalkit.MACOf(lab.NSHost, lab.IfHost)
 	return src, dst, err
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package network
 
 import (
 	"net/netip"
@@ -12,11 +12,11 @@ import (
 )
 
 // A run in which tierwall meets every target, FastNetMon beside it.
-func networkRun() NetworkResult {
-	res := NetworkResult{Threshold: 50000, Flood: 2 * time.Second, Gap: time.Second, Repeat: 2, BenignPPS: 300000, BenignDests: 200, BenignSecs: 170,
+func networkRun() Result {
+	res := Result{Threshold: 50000, Flood: 2 * time.Second, Gap: time.Second, Repeat: 2, BenignPPS: 300000, BenignDests: 200, BenignSecs: 170,
 		FastNetMonVer: "1.2.4", Datagrams: 1000}
 	for r := range 2 {
-		for _, c := range NetworkCells() {
+		for _, c := range Cells() {
 			c.Rep = r
 			c.Victim = "198.18.0.10/32"
 			if c.Kind == "carpet" {
@@ -29,20 +29,20 @@ func networkRun() NetworkResult {
 			res.Cells = append(res.Cells, c)
 		}
 	}
-	res.Ingest = []NetworkIngest{
+	res.Ingest = []Ingest{
 		{Tool: "tierwall", Steps: []IngestStep{{Offered: 1e5, Sent: 200000, Secs: 2}, {Offered: 2e5, Sent: 400000, Secs: 2, Dropped: 1000}}},
 		{Tool: "FastNetMon", Steps: []IngestStep{{Offered: 4e4, Sent: 80000, Secs: 2}, {Offered: 1e5, Sent: 200000, Secs: 2, Dropped: 100000}}},
 	}
-	res.Memory = []NetworkMemory{
+	res.Memory = []Memory{
 		{Tool: "tierwall", Before: 30720, LiveHeap: 4096, HWM: 61440, Steps: []MemoryStep{{100, 33792, 10000, 0, 6144}, {2000, 46080, 51200, 1500, 12288}, {5000, 53248, 51200, 4500, 12800}}},
 		{Tool: "FastNetMon", Before: 51200, HWM: 102400, Steps: []MemoryStep{{PerExporter: 100, RSS: 52224}, {PerExporter: 2000, RSS: 81920}, {PerExporter: 5000, RSS: 102400}}},
 	}
 	return res
 }
 
-func netTargets(res NetworkResult) map[string]NetworkTarget {
-	out := map[string]NetworkTarget{}
-	for _, t := range NetworkTargets(res) {
+func netTargets(res Result) map[string]Target {
+	out := map[string]Target{}
+	for _, t := range Targets(res) {
 		out[t.Target] = t
 	}
 	return out
@@ -58,7 +58,7 @@ func TestNetworkTargetsFollowTheRun(t *testing.T) {
 	if got := res.Ingest[0].NoLoss(); got != 100000 {
 		t.Errorf("tierwall's no-loss rate %v, want 100000", got)
 	}
-	lucky := NetworkIngest{Steps: []IngestStep{{Offered: 1e4, Sent: 20000, Secs: 2}, {Offered: 3e4, Sent: 60000, Secs: 2}, {Offered: 2e4, Sent: 40000, Secs: 2, Dropped: 1}}}
+	lucky := Ingest{Steps: []IngestStep{{Offered: 1e4, Sent: 20000, Secs: 2}, {Offered: 3e4, Sent: 60000, Secs: 2}, {Offered: 2e4, Sent: 40000, Secs: 2, Dropped: 1}}}
 	if got := lucky.NoLoss(); got != 10000 {
 		t.Errorf("no loss at 30K after a loss at 20K: %v, want 10000", got)
 	}
@@ -108,7 +108,7 @@ func TestNetworkTargetsFollowTheRun(t *testing.T) {
 	}
 
 	// Nothing measured: nothing met.
-	for name, tg := range netTargets(NetworkResult{}) {
+	for name, tg := range netTargets(Result{}) {
 		if tg.Met {
 			t.Errorf("empty run, yet %q met", name)
 		}
@@ -118,7 +118,7 @@ func TestNetworkTargetsFollowTheRun(t *testing.T) {
 func TestNetworkReportWritesBothTools(t *testing.T) {
 	dir := t.TempDir()
 	md := filepath.Join(dir, "EVALUATION-NETWORK.md")
-	if err := NetworkReport(filepath.Join(dir, "eval"), md, networkRun(), time.Minute, time.Date(2026, 11, 28, 14, 0, 0, 0, time.UTC)); err != nil {
+	if err := Report(filepath.Join(dir, "eval"), md, networkRun(), time.Minute, time.Date(2026, 11, 28, 14, 0, 0, 0, time.UTC)); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(md)
@@ -169,7 +169,7 @@ func TestParseNotify(t *testing.T) {
 // the cell's; the earliest after it is.
 func TestJudgeCell(t *testing.T) {
 	start := time.Unix(1000, 0)
-	c := NetworkCell{Victim: "198.18.2.0/24", Kind: "carpet", Start: start, First: start.Add(10 * time.Millisecond)}
+	c := Cell{Victim: "198.18.2.0/24", Kind: "carpet", Start: start, First: start.Add(10 * time.Millisecond)}
 	tw := []twAttack{
 		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.0/24")}, Reported: start.Add(-time.Second)},
 		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}, Reported: start.Add(100 * time.Millisecond)},

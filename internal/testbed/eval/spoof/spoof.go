@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package spoof
 
 import (
 	"bufio"
@@ -24,11 +24,13 @@ import (
 
 	"github.com/tierwall/tierwall/internal/control/api"
 	"github.com/tierwall/tierwall/internal/control/apiv1"
+	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/demo"
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
@@ -39,8 +41,8 @@ import (
 // sinkIf is the reference phase's sink, in the internet namespace.
 const sinkIf = lab.Prefix + "sink0"
 
-// SpoofScenario is a flood whose sources cannot be listed.
-type SpoofScenario struct {
+// Scenario is a flood whose sources cannot be listed.
+type Scenario struct {
 	Name  string       `json:"name"`
 	Dst   netip.Addr   `json:"dst"`
 	Spoof netip.Prefix `json:"spoof,omitzero"` // random sources in it
@@ -95,13 +97,13 @@ const WarmupQuiet = 25 * time.Second
 // with the host (fd70::/64), from fd70::1:0.
 func SixClients(n int) []netip.Addr { return demo.AddrsFrom(netip.MustParseAddr("fd70::1:0"), n) }
 
-// SpoofScenarios are the issue's floods: random sources in a /16, a /9,
+// Scenarios are the issue's floods: random sources in a /16, a /9,
 // all of IPv4, IPv6 in a /48 and across ::/1, a reflection flood from
 // DNS and NTP ports, and a random-source SYN flood on nginx, at full rate
 // and at two lower rates: where the host's CPU, not the defence, is what
 // limits the clients, the lower rates show up to where it holds.
-func SpoofScenarios() []SpoofScenario {
-	return []SpoofScenario{
+func Scenarios() []Scenario {
+	return []Scenario{
 		{Name: "udp-spoof-16", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.200.0.0/16"), DstPort: 9},
 		{Name: "udp-spoof-9", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), DstPort: 9},
 		{Name: "udp-spoof-all4", Dst: lab.Host4, Spoof: netip.MustParsePrefix("0.0.0.0/0"), DstPort: 9},
@@ -133,12 +135,12 @@ func SpoofScenarios() []SpoofScenario {
 	}
 }
 
-// SpoofRow is one scenario's outcome.
-type SpoofRow struct {
-	Scenario SpoofScenario `json:"scenario"`
-	Interval float64       `json:"interval_s"`
-	Sent     uint64        `json:"sent"`
-	SentMpps float64       `json:"sent_mpps"`
+// Row is one scenario's outcome.
+type Row struct {
+	Scenario Scenario `json:"scenario"`
+	Interval float64  `json:"interval_s"`
+	Sent     uint64   `json:"sent"`
+	SentMpps float64  `json:"sent_mpps"`
 	// DetectIntervals is how many daemon intervals passed from the
 	// flood's start to the first mitigation (ban or flow rule) event; -1:
 	// never.
@@ -233,8 +235,8 @@ type SpoofRow struct {
 	FlowRules []mitigate.Rule `json:"flow_rules"`
 }
 
-// SpoofParams drive Spoof.
-type SpoofParams struct {
+// Params drive Spoof.
+type Params struct {
 	Tierwall string
 	Only     string // run the scenarios whose name contains one of these (comma-separated)
 	Baseline time.Duration
@@ -285,11 +287,11 @@ func startBackground() (stop func(), err error) {
 	return stop, nil
 }
 
-// Spoof runs each scenario on the lab: a fresh daemon (default
+// Run runs each scenario on the lab: a fresh daemon (default
 // detectors, the emulated NIC forwarding everything, so every drop is
 // XDP's), legitimate HTTP clients for Baseline, then the flood at the
 // generator's full rate for Attack with the clients still running.
-func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
+func Run(ctx context.Context, p Params) (_ []Row, err error) {
 	if p.Baseline == 0 {
 		p.Baseline = 12 * time.Second
 	}
@@ -332,16 +334,16 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 	// and the host's XDP drops met on whichever CPU the scheduler chose,
 	// and the clients' share of their CPU, not the defence, set their
 	// rate under attack.
-	if err := pinComm("nginx", rxCPU); err != nil {
+	if err := evalkit.PinComm("nginx", evalkit.RxCPU); err != nil {
 		return nil, err
 	}
-	restore, err := pinProcess(genCPU)
+	restore, err := evalkit.PinProcess(evalkit.GenCPU)
 	if err != nil {
 		return nil, err
 	}
 	defer restore()
 	most := p.Clients
-	for _, sc := range SpoofScenarios() {
+	for _, sc := range Scenarios() {
 		most = max(most, sc.Clients)
 	}
 	clients := demo.ClientAddrs(most)
@@ -370,8 +372,8 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 		}
 	}
 	defer func() { _ = harness.Run("ip", "-n", lab.NSInet, "link", "del", sinkIf) }()
-	var rows []SpoofRow
-	for _, sc := range SpoofScenarios() {
+	var rows []Row
+	for _, sc := range Scenarios() {
 		if p.Only != "" && !slices.ContainsFunc(strings.Split(p.Only, ","), func(o string) bool { return strings.Contains(sc.Name, o) }) {
 			continue
 		}
@@ -426,7 +428,7 @@ func Spoof(ctx context.Context, p SpoofParams) (_ []SpoofRow, err error) {
 // side (egress, nil without). close detaches both.
 func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err error) {
 	var nic *nicstage.Table
-	if err := inNS(lab.NSNic, -1, func() error {
+	if err := evalkit.InNS(lab.NSNic, -1, func() error {
 		var e error
 		nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: nicstage.Wire})
 		return e
@@ -438,14 +440,14 @@ func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err 
 			egress.Close()
 		}
 		nic.Close()
-		return inNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
+		return evalkit.InNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
 	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, detach())
 		}
 	}()
-	if err := pinNIC(); err != nil {
+	if err := evalkit.PinNIC(); err != nil {
 		return nil, nil, err
 	}
 	if syn {
@@ -454,7 +456,7 @@ func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err 
 		// at the NIC's host port, counted), the clients' go on to the
 		// wire; a real card's wire costs the host nothing for them. It
 		// is also the XDP program a veth peer needs for XDP_TX.
-		if err := inNS(lab.NSNic, -1, func() error {
+		if err := evalkit.InNS(lab.NSNic, -1, func() error {
 			ifc, e := net.InterfaceByName(lab.IfHPort)
 			if e != nil {
 				return e
@@ -466,7 +468,7 @@ func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err 
 		}
 		// The card's transmit side is the card's work: on CPU 0, not
 		// on the host CPU whose XDP_TX woke it.
-		if err := pinNAPIFirst(lab.NSNic, lab.IfHPort, nicCPU); err != nil {
+		if err := evalkit.PinNAPIFirst(lab.NSNic, lab.IfHPort, evalkit.NICCPU); err != nil {
 			return nil, nil, fmt.Errorf("the NIC's transmit side: %w", err)
 		}
 	}
@@ -475,7 +477,7 @@ func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err 
 
 // spoofFlooder runs a scenario's generators from the internet's side.
 type spoofFlooder struct {
-	sc               SpoofScenario
+	sc               Scenario
 	inetMAC, hostMAC net.HardwareAddr
 	background       bool // the evaluation's background load is on
 }
@@ -520,7 +522,7 @@ func (f *spoofFlooder) run(ctx context.Context, iface string, dur time.Duration,
 		go func() {
 			defer wg.Done()
 			var rep *trafgen.Report
-			e := inNS(lab.NSInet, genCPU, func() error {
+			e := evalkit.InNS(lab.NSInet, evalkit.GenCPU, func() error {
 				// The attacker's CPU is not the clients' on a real
 				// network; here they share CPU 0, so the generator
 				// takes only what the clients leave (nice 19, this
@@ -558,11 +560,11 @@ func (f *spoofFlooder) run(ctx context.Context, iface string, dur time.Duration,
 // spoofCell runs one scenario on the lab: the NIC stage and a fresh
 // daemon, the reference phase, the flood with the clients running, then
 // the daemon's account of it.
-func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []netip.Addr) (_ SpoofRow, err error) {
+func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr) (_ Row, err error) {
 	if sc.SpoofClient {
 		sc.Spoof = netip.PrefixFrom(clients[0], 32)
 	}
-	row := SpoofRow{Scenario: sc, Interval: p.Interval.Seconds(), DetectIntervals: -1}
+	row := Row{Scenario: sc, Interval: p.Interval.Seconds(), DetectIntervals: -1}
 	egress, closeNIC, err := attachWireNIC(sc.SYN)
 	if err != nil {
 		return row, err
@@ -579,11 +581,11 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 	}
 	defer dmn.Stop()
 	// The daemon's XDP gave the host's port a NAPI: the host's CPU.
-	if err := pinNAPIFirst(lab.NSHost, lab.IfHost, rxCPU); err != nil {
+	if err := evalkit.PinNAPIFirst(lab.NSHost, lab.IfHost, evalkit.RxCPU); err != nil {
 		return row, err
 	}
 	var host *datapath.Datapath
-	if err := inNS(lab.NSHost, -1, func() error { var e error; host, e = datapath.Open(lab.IfHost, ""); return e }); err != nil {
+	if err := evalkit.InNS(lab.NSHost, -1, func() error { var e error; host, e = datapath.Open(lab.IfHost, ""); return e }); err != nil {
 		return row, err
 	}
 	defer host.Close()
@@ -677,13 +679,13 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 		start          time.Time
 		okAtStart      uint64
 		watchedAtStart uint64
-		atkCPU         cpuMark
+		atkCPU         evalkit.CPUMark
 		once           sync.Once
 		begun          = make(chan struct{})
 	)
 	began := func(t time.Time) {
 		once.Do(func() {
-			start, okAtStart, atkCPU = t, load.OK.Load(), markCPU(rxCPU)
+			start, okAtStart, atkCPU = t, load.OK.Load(), evalkit.MarkCPU(evalkit.RxCPU)
 			if watched != nil {
 				watchedAtStart = watched.OK.Load()
 			}
@@ -742,7 +744,7 @@ func spoofCell(ctx context.Context, p SpoofParams, sc SpoofScenario, clients []n
 	var atkPct float64
 	select {
 	case <-begun:
-		atkPct = atkCPU.busyPct()
+		atkPct = atkCPU.BusyPct()
 	default:
 	}
 	scancel()
@@ -870,18 +872,22 @@ func xdpCounts(host *datapath.Datapath) (drop, total, passed uint64) {
 	return drop, total, passed
 }
 
+// daemonConfig is the scenarios' daemon: the defaults (every detector,
+// the victim ladder) at the run's interval, with tables for the spoofed
+// sources and a memory budget.
+func daemonConfig(p Params, dir string) *config.Config {
+	c := harness.DaemonConfig(lab.IfHost, dir)
+	c.Interval = p.Interval
+	c.Capacity = config.Capacity{Exact4: 65536, Exact6: 4096, Prefix: 4096, Allow: 256, Features: 262144, MemoryMiB: 1024}
+	return c
+}
+
 // startSpoofDaemon writes the scenarios' daemon configuration into dir
 // and starts the daemon on the lab's host.
-func startSpoofDaemon(p SpoofParams, dir string) (*harness.Daemon, error) {
+func startSpoofDaemon(p Params, dir string) (*harness.Daemon, error) {
 	sock := filepath.Join(dir, "api.sock")
 	cfgPath := filepath.Join(dir, "tierwall.yaml")
-	cfg := fmt.Sprintf(`interface: %s
-interval: %v
-state_file: %s/state.json
-capacity: {exact4: 65536, exact6: 4096, prefix: 4096, allow: 256, features: 262144, memory_mib: 1024}
-api: {socket: %s}
-`, lab.IfHost, p.Interval, dir, sock)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+	if err := harness.WriteConfig(cfgPath, daemonConfig(p, dir)); err != nil {
 		return nil, err
 	}
 	harness.RemovePins(lab.NSHost)
@@ -966,7 +972,7 @@ type spoofEnv struct {
 // the victim and the same flood into the sink, the daemon learning the
 // victim and its clients meanwhile; with a Warmup, the flood at the
 // victim first (its start returned). It fills the row's reference rates.
-func spoofReference(ctx context.Context, p SpoofParams, sc SpoofScenario, row *SpoofRow, e spoofEnv) (warmFrom time.Time, err error) {
+func spoofReference(ctx context.Context, p Params, sc Scenario, row *Row, e spoofEnv) (warmFrom time.Time, err error) {
 	_, t0, _ := xdpCounts(e.host)
 	// Reference: the clients alone at the victim, the same flood into the
 	// sink; the daemon learns the victim and its clients meanwhile.
@@ -978,7 +984,7 @@ func spoofReference(ctx context.Context, p SpoofParams, sc SpoofScenario, row *S
 	bctx, bcancel := context.WithTimeout(ctx, refLen)
 	defer bcancel()
 	baseDone := make(chan struct{})
-	refCPU := markCPU(rxCPU)
+	refCPU := evalkit.MarkCPU(evalkit.RxCPU)
 	go func() { base.Run(bctx, lab.NSInet, e.url, e.others); close(baseDone) }()
 	var watchedBase *demo.Load
 	var okFrom, watchedFrom uint64
@@ -1009,7 +1015,7 @@ func spoofReference(ctx context.Context, p SpoofParams, sc SpoofScenario, row *S
 	_, ferr := e.flood(bctx, sinkIf, refLen-time.Since(refStart), e.floodRate, nil)
 	<-baseDone
 	bcancel()
-	row.HostCPUBefore, row.ClientPace = refCPU.busyPct(), p.clientRate(sc)
+	row.HostCPUBefore, row.ClientPace = refCPU.BusyPct(), p.clientRate(sc)
 	if ferr != nil && bctx.Err() == nil {
 		return warmFrom, fmt.Errorf("generator into the sink: %w", ferr)
 	}
@@ -1025,7 +1031,7 @@ func spoofReference(ctx context.Context, p SpoofParams, sc SpoofScenario, row *S
 
 // fromThird fills the row's shares from the third interval on (the
 // flood began at start and lasted elapsed) from the sampler's counts.
-func (row *SpoofRow) fromThird(smp *xdpSampler, start time.Time, elapsed, interval time.Duration) {
+func (row *Row) fromThird(smp *xdpSampler, start time.Time, elapsed, interval time.Duration) {
 	// From the third interval on: XDP's drops over the flood's packets
 	// that reached XDP then (every packet XDP saw, less the clients', at
 	// their reference rate). Packets the generator sent that never reached
@@ -1056,7 +1062,7 @@ func (row *SpoofRow) fromThird(smp *xdpSampler, start time.Time, elapsed, interv
 // hostAfter reads, after the flood, the host's TCP counters (returned),
 // what the NIC's transmit side sent to the internet (egress: nil in
 // floods without one) and XDP's verdicts since v0 into the row.
-func (row *SpoofRow) hostAfter(host *datapath.Datapath, egress *nicstage.Egress, v0 *datapath.Stats) (map[string]uint64, error) {
+func (row *Row) hostAfter(host *datapath.Datapath, egress *nicstage.Egress, v0 *datapath.Stats) (map[string]uint64, error) {
 	tcp1, err := tcpStats()
 	if err != nil {
 		return nil, err
@@ -1089,7 +1095,7 @@ type spoofTimes struct{ start, attackFrom, warmFrom time.Time }
 // account reads the daemon's events into row: what it put in force
 // before the flood (false positives), its first mitigation, what it
 // chose, slow intervals, the widest ban and bans that covered a client.
-func (row *SpoofRow) account(events []apiv1.Event, p SpoofParams, clients []netip.Addr, t spoofTimes) {
+func (row *Row) account(events []apiv1.Event, p Params, clients []netip.Addr, t spoofTimes) {
 	legit := map[netip.Addr]bool{lab.Client4: true}
 	for _, c := range clients {
 		legit[c] = true
@@ -1146,7 +1152,7 @@ func (row *SpoofRow) account(events []apiv1.Event, p SpoofParams, clients []neti
 // netstat, "Tcp:PassiveOpens", "TcpExt:SyncookiesSent", ...).
 func tcpStats() (map[string]uint64, error) {
 	out := map[string]uint64{}
-	err := inNS(lab.NSHost, -1, func() error {
+	err := evalkit.InNS(lab.NSHost, -1, func() error {
 		// thread-self: /proc/net is the thread group leader's namespace.
 		for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat"} {
 			b, err := os.ReadFile(f)
@@ -1193,7 +1199,7 @@ func (x *exchanger) start(ctx context.Context, ports []uint16) (stop func(), err
 	}
 	for _, port := range ports {
 		var srv net.PacketConn
-		if err := inNS(lab.NSInet, -1, func() error {
+		if err := evalkit.InNS(lab.NSInet, -1, func() error {
 			var e error
 			srv, e = net.ListenPacket("udp4", netip.AddrPortFrom(lab.Client4, port).String())
 			return e
@@ -1218,7 +1224,7 @@ func (x *exchanger) start(ctx context.Context, ports []uint16) (stop func(), err
 		// the answers are then the socket's exact 4-tuple.
 		dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Client4, port))
 		var cli *net.UDPConn
-		if err := inNS(lab.NSHost, -1, func() error {
+		if err := evalkit.InNS(lab.NSHost, -1, func() error {
 			var e error
 			cli, e = net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Host4, 0)), dst)
 			return e
@@ -1304,7 +1310,7 @@ func (m *maxRSS) watch(ctx context.Context) {
 }
 
 // clientRate is one client's pace in sc.
-func (p SpoofParams) clientRate(sc SpoofScenario) float64 {
+func (p Params) clientRate(sc Scenario) float64 {
 	if sc.SYN {
 		return p.ConnRate
 	}
@@ -1315,12 +1321,12 @@ func (p SpoofParams) clientRate(sc SpoofScenario) float64 {
 // the victim's port, from the internet namespace, paced at about 20,000
 // packets/s: what a forged handshake's last step looks like without the
 // first two.
-func spoofACKs(sc SpoofScenario, src, dst net.HardwareAddr) error {
+func spoofACKs(sc Scenario, src, dst net.HardwareAddr) error {
 	addrs, err := trafgen.Addresses(sc.Spoof, sc.Sources)
 	if err != nil {
 		return err
 	}
-	return inNS(lab.NSInet, genCPU, func() error {
+	return evalkit.InNS(lab.NSInet, evalkit.GenCPU, func() error {
 		ifc, err := net.InterfaceByName(lab.IfInet)
 		if err != nil {
 			return err
@@ -1350,7 +1356,7 @@ func spoofACKs(sc SpoofScenario, src, dst net.HardwareAddr) error {
 }
 
 // knownGoodOf counts sc's Sources on XDP's known-good list.
-func knownGoodOf(host *datapath.Datapath, sc SpoofScenario) (int, error) {
+func knownGoodOf(host *datapath.Datapath, sc Scenario) (int, error) {
 	addrs, err := trafgen.Addresses(sc.Spoof, sc.Sources)
 	if err != nil {
 		return 0, err

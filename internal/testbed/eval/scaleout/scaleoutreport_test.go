@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package eval
+package scaleout
 
 import (
 	"slices"
@@ -13,10 +13,10 @@ import (
 // step, whatever kind of loss (socket, queue, bus), and a lossless step
 // above a lossy one does not count.
 func TestScaleoutNoLoss(t *testing.T) {
-	ok := func(r int, rate float64) ScaleoutStep {
-		return ScaleoutStep{Round: r, Offered: rate, Sent: uint64(rate), Secs: 1, Decoded: uint64(rate), Queued: 10, Delivered: 10}
+	ok := func(r int, rate float64) Step {
+		return Step{Round: r, Offered: rate, Sent: uint64(rate), Secs: 1, Decoded: uint64(rate), Queued: 10, Delivered: 10}
 	}
-	s := ScaleoutSetup{Name: "x", Collectors: 2}
+	s := Setup{Name: "x", Collectors: 2}
 	s.Steps = append(s.Steps, ok(0, 20e3), ok(0, 40e3))
 	lost := ok(0, 60e3)
 	lost.Dropped = 1
@@ -32,8 +32,8 @@ func TestScaleoutNoLoss(t *testing.T) {
 	if got, want := s.NoLoss(), []float64{40e3, 20e3, 20e3}; !slices.Equal(got, want) {
 		t.Errorf("no-loss %v, want %v", got, want)
 	}
-	res := ScaleoutResult{Setups: []ScaleoutSetup{{Name: "one collector", Collectors: 1, Steps: []ScaleoutStep{ok(0, 20e3)}}, s}}
-	doc := RenderScaleout(res, time.Minute, time.Unix(1700000000, 0))
+	res := Result{Setups: []Setup{{Name: "one collector", Collectors: 1, Steps: []Step{ok(0, 20e3)}}, s}}
+	doc := Render(res, time.Minute, time.Unix(1700000000, 0))
 	for _, want := range []string{"make eval-scaleout", "load average", "| 20,000 (20,000–20,000) |"} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the document lacks %q", want)
