@@ -87,7 +87,7 @@ type Daemon struct {
 	steps        uint64
 	dirty        bool
 	flow         flowState
-	heavy        heavyState          // the XDP heavy-hitter detector (heavy.go)
+	heavy        heavyStage          // the XDP heavy-hitter detector (heavy.go)
 	bgp          bgpState            // the BGP speaker (bgp.go)
 	tele         telemetryState      // network mode (telemetry.go)
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
@@ -206,6 +206,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: now, dp: dp, hw: hw,
 		hist: map[detect.Key]int32{}, histNext: map[detect.Key]int32{}}
 	d.Metrics = newMetrics(d)
+	d.heavy = d.newHeavyStage()
 	if hw != nil {
 		d.off = &placement.Offloader{Table: d.Metrics.countHW(hw), Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
 			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
@@ -224,7 +225,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		return nil, err
 	}
 	d.wireHostGroups()
-	if err := d.openHeavy(now); err != nil {
+	if err := d.heavy.open(d.dp, d.protected()); err != nil {
 		return nil, err
 	}
 	if err := d.reconcile(now); err != nil {
@@ -556,16 +557,16 @@ func (d *Daemon) Step(now time.Time) (err error) {
 		return err
 	}
 	c.mark("observe")
-	ds := d.detect(tr, d.heavyDetections(now))
+	ds := d.detect(tr, d.heavy.takeDetections(now))
 	d.recordDetections(now, ds)
 	d.keepBaselines()
 	c.mark("detect")
-	d.followLearned(now)
+	d.heavy.followLearned(now)
 	d.syncLists(now, ds)
 	c.mark("lists")
 	d.ban(now, tr, ds)
 	c.mark("ban")
-	d.settleHeavy(now)
+	d.heavy.settle(now)
 	d.spareHostSessions(now)
 	d.mitigate(now)
 	c.mark("mitigate")
@@ -1350,7 +1351,7 @@ func (d *Daemon) reload(now time.Time) {
 		d.restoreBaselines() // a reload never relearns (an attack may be running)
 	}
 	d.wireHostGroups()
-	if err := d.openHeavy(now); err != nil {
+	if err := d.heavy.open(d.dp, d.protected()); err != nil {
 		d.event(now, "error", netip.Prefix{}, "reload: %v", err)
 	}
 	if d.off != nil {

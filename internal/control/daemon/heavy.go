@@ -5,6 +5,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tierwall/tierwall/internal/control/apiv1"
+	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/datapath"
 )
@@ -45,7 +47,13 @@ var _ HeavyPlane = (*datapath.Datapath)(nil)
 // rest wait in the ring (the data plane counts what it cannot report).
 const heavyEventsPerInterval = 4096
 
-type heavyState struct {
+// heavyStage owns the detector's control side: its state between
+// intervals and what it does with it. The loop calls open at start and on
+// reload, detections in the detect stage, followLearned after it and
+// settle once the rails have judged; nothing else touches its fields. What
+// it reads of the rest of the daemon comes through the functions wired by
+// newHeavyStage, so the stage can be read (and tested) on its own.
+type heavyStage struct {
 	hp       HeavyPlane            // nil: the data plane has no detector
 	pending  []datapath.HeavyEvent // taken this interval, to confirm or revoke
 	deferred []datapath.HeavyEvent // caught too recently to judge: the next interval's
@@ -53,6 +61,46 @@ type heavyState struct {
 	// once holds the sources revoked briefly because they kept sending
 	// (see revokeHeavy), with when; bounded by heavyOnceMax.
 	once map[netip.Prefix]time.Time
+
+	cfg        func() *config.Config   // the configuration in force (a reload replaces it)
+	learned    func() (float64, bool)  // the rate detector's learned per-source threshold
+	banned     func(netip.Prefix) bool // whether the ban store holds a prefix
+	event      func(now time.Time, kind string, p netip.Prefix, format string, args ...any)
+	log        *slog.Logger
+	metrics    *heavyMetrics
+	detections *prometheus.CounterVec // the daemon's detections per detector
+}
+
+// newHeavyStage wires the stage to the daemon's configuration, rate
+// detector, ban store, events and metrics.
+func (d *Daemon) newHeavyStage() heavyStage {
+	return heavyStage{
+		cfg: func() *config.Config { return d.cfg },
+		learned: func() (float64, bool) {
+			if d.rate == nil {
+				return 0, false
+			}
+			return d.rate.Learned()
+		},
+		banned: func(p netip.Prefix) bool {
+			_, ok := d.store.Get(p)
+			return ok
+		},
+		event:      d.event,
+		log:        d.log,
+		metrics:    &d.Metrics.heavy,
+		detections: d.Metrics.detections,
+	}
+}
+
+// protected is what the data plane's detector must never catch: the
+// protected and allowlisted prefixes and the management addresses.
+func (d *Daemon) protected() []netip.Prefix {
+	protect := slices.Concat(d.cfg.Rails.ProtectedPrefixes, d.cfg.Rails.AllowPrefixes)
+	for _, m := range d.mgmt {
+		protect = append(protect, netip.PrefixFrom(m.Addr, m.Addr.BitLen()))
+	}
+	return protect
 }
 
 // heavyOnceMax bounds heavyState.once: an attacker cycling sources fills
@@ -83,24 +131,19 @@ func newHeavyMetrics(reg *prometheus.Registry) heavyMetrics {
 
 // openHeavy configures the data plane's detector from the configuration
 // (again on reload) and opens its report ring once.
-func (d *Daemon) openHeavy(now time.Time) error {
-	h := &d.heavy
+func (h *heavyStage) open(dp any, protect []netip.Prefix) error {
 	if h.hp == nil {
-		h.hp, _ = d.dp.(HeavyPlane)
+		h.hp, _ = dp.(HeavyPlane)
 		if h.hp == nil {
 			return nil
 		}
 	}
-	if err := d.setHeavy(d.heavyPPS()); err != nil {
+	if err := h.set(h.threshold()); err != nil {
 		return err
 	}
 	// The rails in the data plane itself: spoofing a protected or
 	// allowlisted source never produces a provisional drop.
-	protect := slices.Concat(d.cfg.Rails.ProtectedPrefixes, d.cfg.Rails.AllowPrefixes)
-	for _, m := range d.mgmt {
-		protect = append(protect, netip.PrefixFrom(m.Addr, m.Addr.BitLen()))
-	}
-	if err := h.hp.SetProtected(protect, max(d.cfg.Detectors.Heavy.Prefix6, 32)); err != nil {
+	if err := h.hp.SetProtected(protect, max(h.cfg().Detectors.Heavy.Prefix6, 32)); err != nil {
 		return fmt.Errorf("giving the heavy-hitter detector the protected prefixes: %w", err)
 	}
 	return nil
@@ -109,12 +152,12 @@ func (d *Daemon) openHeavy(now time.Time) error {
 // heavyPPS is the packet threshold: the static one, or the rate
 // detector's learned per-source threshold times learned_factor (never
 // under two packets per window: the detector would catch every packet).
-func (d *Daemon) heavyPPS() uint64 {
-	c := d.cfg.Detectors.Heavy
-	if c.LearnedFactor <= 0 || d.rate == nil {
+func (h *heavyStage) threshold() uint64 {
+	c := h.cfg().Detectors.Heavy
+	if c.LearnedFactor <= 0 {
 		return c.PPS
 	}
-	l, ok := d.rate.Learned()
+	l, ok := h.learned()
 	if !ok {
 		return c.PPS
 	}
@@ -124,32 +167,32 @@ func (d *Daemon) heavyPPS() uint64 {
 
 // setHeavy configures the data plane's detector with the packet
 // threshold pps.
-func (d *Daemon) setHeavy(pps uint64) error {
-	c := d.cfg.Detectors.Heavy
+func (h *heavyStage) set(pps uint64) error {
+	c := h.cfg().Detectors.Heavy
 	cfg := datapath.HeavyHitter{}
 	if c.Enabled {
 		cfg = datapath.HeavyHitter{Window: c.Window, TTL: c.TTL, PacketsPerSec: pps, SYNsPerSec: c.SYNPPS,
-			Prefix6: c.Prefix6, Monitor: d.cfg.Rails.MonitorOnly}
+			Prefix6: c.Prefix6, Monitor: h.cfg().Rails.MonitorOnly}
 	}
-	if err := d.heavy.hp.SetHeavyHitter(cfg); err != nil {
+	if err := h.hp.SetHeavyHitter(cfg); err != nil {
 		return fmt.Errorf("configuring the heavy-hitter detector: %w", err)
 	}
-	d.heavy.pps = pps
+	h.pps = pps
 	return nil
 }
 
 // followLearned moves the detector's threshold with the rate detector's
 // learned one (learned_factor), once it changes.
-func (d *Daemon) followLearned(now time.Time) {
-	if d.heavy.hp == nil || !d.cfg.Detectors.Heavy.Enabled {
+func (h *heavyStage) followLearned(now time.Time) {
+	if h.hp == nil || !h.cfg().Detectors.Heavy.Enabled {
 		return
 	}
-	if pps := d.heavyPPS(); pps != d.heavy.pps {
-		if err := d.setHeavy(pps); err != nil {
-			d.event(now, "error", netip.Prefix{}, "%v", err)
+	if pps := h.threshold(); pps != h.pps {
+		if err := h.set(pps); err != nil {
+			h.event(now, "error", netip.Prefix{}, "%v", err)
 			return
 		}
-		d.log.Info("heavy-hitter threshold follows the learned rate", "pps", pps)
+		h.log.Info("heavy-hitter threshold follows the learned rate", "pps", pps)
 	}
 }
 
@@ -162,15 +205,14 @@ func (d *Daemon) followLearned(now time.Time) {
 // the threshold's rate since the catch (dropped, or passed in monitor-only
 // mode); otherwise it is revoked at once, with the exemption, and the
 // interval's own detectors still judge the source on its full rate.
-func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
-	h := &d.heavy
+func (h *heavyStage) takeDetections(now time.Time) []detect.Detection {
 	h.pending = h.pending[:0]
 	if h.hp == nil {
 		return nil
 	}
 	evs, err := h.hp.HeavyHitterReports(heavyEventsPerInterval)
 	if err != nil {
-		d.event(now, "error", netip.Prefix{}, "heavy-hitter reports: %v", err)
+		h.event(now, "error", netip.Prefix{}, "heavy-hitter reports: %v", err)
 	}
 	// Those deferred last interval first (they were reported then).
 	evs = append(h.deferred, evs...)
@@ -180,17 +222,17 @@ func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
 	}
 	entries := map[netip.Prefix]datapath.Provisional{}
 	if ps, err := h.hp.Provisionals(); err != nil {
-		d.event(now, "error", netip.Prefix{}, "reading provisional drops: %v", err)
+		h.event(now, "error", netip.Prefix{}, "reading provisional drops: %v", err)
 	} else {
 		for _, p := range ps {
 			entries[p.Prefix] = p
 		}
 	}
-	c := d.cfg.Detectors.Heavy
+	c := h.cfg().Detectors.Heavy
 	// A catch younger than half an interval has not shown yet whether it
 	// goes on; it keeps dropping while it waits for the next interval
 	// (its TTL is at least two intervals).
-	judgeAfter := d.cfg.Interval / 2
+	judgeAfter := h.cfg().Interval / 2
 	var ds []detect.Detection
 	for _, e := range evs {
 		thr := h.pps
@@ -202,8 +244,8 @@ func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
 			h.deferred = append(h.deferred, e)
 			continue
 		}
-		d.Metrics.heavy.outcomes.WithLabelValues("caught").Inc()
-		d.event(now, "provisional", e.Prefix, "caught in XDP at %s: %d %s in %v (threshold %d/s)%s",
+		h.metrics.outcomes.WithLabelValues("caught").Inc()
+		h.event(now, "provisional", e.Prefix, "caught in XDP at %s: %d %s in %v (threshold %d/s)%s",
 			e.At.Format(time.RFC3339Nano), e.Count, e.Kind, c.Window, thr, map[bool]string{true: ", monitor-only: counted, not dropped"}[e.Monitor])
 		rate := float64(e.Count) / c.Window.Seconds()
 		if ok {
@@ -211,14 +253,14 @@ func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
 			// window (a catch just made has had no time to count).
 			since := max(now.Sub(x.Added), c.Window)
 			rate = float64(x.Packets) / since.Seconds()
-			if rate < float64(thr) && !e.Monitor && !d.cfg.Rails.MonitorOnly {
-				d.revokeHeavy(now, e.Prefix, fmt.Sprintf("a burst, not a flood: %.0f pps since the catch, under the threshold of %d/s", rate, thr),
+			if rate < float64(thr) && !e.Monitor && !h.cfg().Rails.MonitorOnly {
+				h.revoke(now, e.Prefix, fmt.Sprintf("a burst, not a flood: %.0f pps since the catch, under the threshold of %d/s", rate, thr),
 					rate >= float64(thr)/4)
 				continue
 			}
 		}
 		h.pending = append(h.pending, e)
-		d.Metrics.detections.WithLabelValues("heavy").Inc()
+		h.detections.WithLabelValues("heavy").Inc()
 		ds = append(ds, detect.Detection{Prefix: e.Prefix, Detector: "heavy", Rate: rate,
 			Reason: fmt.Sprintf("%d %s in %v in XDP (threshold %d/s), %.0f pps since", e.Count, e.Kind, c.Window, thr, rate)})
 	}
@@ -235,9 +277,8 @@ func (d *Daemon) heavyDetections(now time.Time) []detect.Detection {
 // second revocation within the exemption gives the full one, so a client
 // sitting just under the threshold is caught at most twice, not on every
 // burst.
-func (d *Daemon) revokeHeavy(now time.Time, p netip.Prefix, why string, sending bool) {
-	h := &d.heavy
-	exempt := d.cfg.Detectors.Heavy.Exempt
+func (h *heavyStage) revoke(now time.Time, p netip.Prefix, why string, sending bool) {
+	exempt := h.cfg().Detectors.Heavy.Exempt
 	if sending {
 		if at, ok := h.once[p]; !ok || now.Sub(at) > exempt {
 			if h.once == nil {
@@ -247,52 +288,51 @@ func (d *Daemon) revokeHeavy(now time.Time, p netip.Prefix, why string, sending 
 				forgetOldest(h.once, heavyOnceMax/2)
 			}
 			h.once[p] = now
-			exempt = min(exempt, 2*d.cfg.Interval)
+			exempt = min(exempt, 2*h.cfg().Interval)
 			why += "; it kept sending, so only briefly"
 		} else {
 			delete(h.once, p)
 		}
 	}
-	if err := d.heavy.hp.RevokeProvisional(p, exempt); err != nil {
-		d.event(now, "error", p, "revoking the provisional drop: %v", err)
+	if err := h.hp.RevokeProvisional(p, exempt); err != nil {
+		h.event(now, "error", p, "revoking the provisional drop: %v", err)
 		return
 	}
-	d.Metrics.heavy.outcomes.WithLabelValues("revoked").Inc()
-	d.event(now, "provisional", p, "revoked: %s; the source passes and is not caught again for %v", why, exempt)
+	h.metrics.outcomes.WithLabelValues("revoked").Inc()
+	h.event(now, "provisional", p, "revoked: %s; the source passes and is not caught again for %v", why, exempt)
 }
 
 // settleHeavy confirms or revokes this interval's catches, once the rails
 // have judged them (ban), and removes expired entries.
-func (d *Daemon) settleHeavy(now time.Time) {
-	h := &d.heavy
+func (h *heavyStage) settle(now time.Time) {
 	if h.hp == nil {
 		return
 	}
 	for _, e := range h.pending {
-		switch _, banned := d.store.Get(e.Prefix); {
-		case banned:
+		switch {
+		case h.banned(e.Prefix):
 			if err := h.hp.RemoveProvisional(e.Prefix); err != nil {
-				d.event(now, "error", e.Prefix, "confirming the provisional drop: %v", err)
+				h.event(now, "error", e.Prefix, "confirming the provisional drop: %v", err)
 				continue
 			}
-			d.Metrics.heavy.outcomes.WithLabelValues("confirmed").Inc()
-			d.event(now, "provisional", e.Prefix, "confirmed: a ban replaces the provisional drop")
-		case e.Monitor || d.cfg.Rails.MonitorOnly:
-			d.Metrics.heavy.outcomes.WithLabelValues("monitored").Inc()
+			h.metrics.outcomes.WithLabelValues("confirmed").Inc()
+			h.event(now, "provisional", e.Prefix, "confirmed: a ban replaces the provisional drop")
+		case e.Monitor || h.cfg().Rails.MonitorOnly:
+			h.metrics.outcomes.WithLabelValues("monitored").Inc()
 		default:
-			d.revokeHeavy(now, e.Prefix, "no ban (a rail refused it, see the refusal)", false)
+			h.revoke(now, e.Prefix, "no ban (a rail refused it, see the refusal)", false)
 		}
 	}
 	h.pending = h.pending[:0]
 	if n, err := h.hp.ExpireProvisionals(); err != nil {
-		d.event(now, "error", netip.Prefix{}, "expiring provisional drops: %v", err)
+		h.event(now, "error", netip.Prefix{}, "expiring provisional drops: %v", err)
 	} else {
-		d.Metrics.heavy.outcomes.WithLabelValues("expired").Add(float64(n))
+		h.metrics.outcomes.WithLabelValues("expired").Add(float64(n))
 	}
 	if st, err := h.hp.HeavyHitterStats(); err == nil {
 		for k, v := range map[string]uint64{"caught": st.Caught, "table_full": st.TableFull, "ring_full": st.RingFull,
 			"exempt_good": st.ExemptGood, "exempt_protected": st.ExemptProtect, "expired": st.Expired, "checks": st.Checks, "marked": st.Marked, "candidates": st.Candidates} {
-			d.Metrics.heavy.stats.WithLabelValues(k).Set(float64(v))
+			h.metrics.stats.WithLabelValues(k).Set(float64(v))
 		}
 	}
 }

@@ -68,7 +68,7 @@ func heavyHarness(t *testing.T, mutate func(*harness)) (*harness, *fakeHeavy) {
 	}
 	fh := &fakeHeavy{}
 	h.d.heavy.hp = fh
-	if err := h.d.openHeavy(h.now); err != nil {
+	if err := h.d.heavy.open(h.d.dp, h.d.protected()); err != nil {
 		t.Fatal(err)
 	}
 	return h, fh
@@ -115,7 +115,7 @@ func TestHeavyCatchRefusedIsRevoked(t *testing.T) {
 	h := newHarness(t, cfg, false)
 	fh := &fakeHeavy{}
 	h.d.heavy.hp = fh
-	if err := h.d.openHeavy(h.now); err != nil {
+	if err := h.d.heavy.open(h.d.dp, h.d.protected()); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(fh.protected, protected) {
@@ -143,7 +143,7 @@ func TestHeavyMonitorOnly(t *testing.T) {
 	h := newHarness(t, cfg, false)
 	fh := &fakeHeavy{}
 	h.d.heavy.hp = fh
-	if err := h.d.openHeavy(h.now); err != nil {
+	if err := h.d.heavy.open(h.d.dp, h.d.protected()); err != nil {
 		t.Fatal(err)
 	}
 	if !fh.cfg.Monitor {
@@ -168,7 +168,7 @@ func TestHeavyDisabledAndReloaded(t *testing.T) {
 	h := newHarness(t, cfg, false)
 	fh := &fakeHeavy{cfg: datapath.HeavyHitter{Window: time.Second}}
 	h.d.heavy.hp = fh
-	if err := h.d.openHeavy(h.now); err != nil {
+	if err := h.d.heavy.open(h.d.dp, h.d.protected()); err != nil {
 		t.Fatal(err)
 	}
 	if fh.cfg.Window != 0 {
@@ -176,7 +176,7 @@ func TestHeavyDisabledAndReloaded(t *testing.T) {
 	}
 	h.d.cfg.Detectors.Heavy.Enabled = true
 	h.d.cfg.Rails.AllowPrefixes = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
-	if err := h.d.openHeavy(h.now); err != nil {
+	if err := h.d.heavy.open(h.d.dp, h.d.protected()); err != nil {
 		t.Fatal(err)
 	}
 	if fh.cfg.Window == 0 || !slices.Contains(fh.protected, netip.MustParsePrefix("192.0.2.0/24")) {
@@ -217,7 +217,7 @@ func TestHeavyFollowsTheLearnedRate(t *testing.T) {
 	h := newHarness(t, cfg, false)
 	fh := &fakeHeavy{}
 	h.d.heavy.hp = fh
-	if err := h.d.openHeavy(h.now); err != nil {
+	if err := h.d.heavy.open(h.d.dp, h.d.protected()); err != nil {
 		t.Fatal(err)
 	}
 	if fh.cfg.PacketsPerSec != cfg.Detectors.Heavy.PPS {
