@@ -19,8 +19,8 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
 
-	"github.com/tierwall/tierwall/internal/control/bgp/community"
 	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/config/community"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/control/bgp/community"
+	"github.com/tierwall/tierwall/internal/control/config/community"
 )
 
 // BGP is the embedded BGP speaker (internal/control/bgp): it announces what the

@@ -5,8 +5,8 @@ package config
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"reflect"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"

@@ -4,7 +4,9 @@
 // them: RFC 1997 communities ("64500:666") and RFC 8092 large communities
 // ("65000:666:1", for 4-byte ASNs, which a 2-byte field cannot name).
 // It imports nothing of GoBGP, so that the configuration validates with
-// the same parser the speaker encodes with.
+// the same parser the speaker encodes with. It lives under config (the
+// text operators write) so that the import runs one way: the speaker
+// (internal/control/bgp) imports config, never the reverse.
 package community
 
 import (
