@@ -73,17 +73,24 @@ func fail(w http.ResponseWriter, err error) {
 	writeJSON(w, code, apiv1.ErrorBody{Error: err.Error()})
 }
 
+// flowRuleReq is a FlowRuleRequest with its rule parsed.
+type flowRuleReq struct {
+	apiv1.FlowRuleRequest
+	rule rule.FlowRule
+}
+
 // flowRule reads a FlowRuleRequest and parses its rule.
-func (s *Server) flowRule(w http.ResponseWriter, r *http.Request) (rule.FlowRule, apiv1.FlowRuleRequest, error) {
-	var req apiv1.FlowRuleRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return rule.FlowRule{}, req, err
+func (s *Server) flowRule(w http.ResponseWriter, r *http.Request) (flowRuleReq, error) {
+	var req flowRuleReq
+	if err := s.decode(w, r, &req.FlowRuleRequest); err != nil {
+		return req, err
 	}
 	fr, err := rule.ParseFlowRule(strings.Fields(req.Rule))
 	if err != nil {
-		return fr, req, fmt.Errorf("%w: rule: %v", apiv1.ErrBadRequest, err)
+		return req, fmt.Errorf("%w: rule: %v", apiv1.ErrBadRequest, err)
 	}
-	return fr, req, nil
+	req.rule = fr
+	return req, nil
 }
 
 // banOptions reads a ban request's ttl (Go duration, empty: none) and
@@ -315,6 +322,58 @@ func read[T any](m *mux, pattern string, f func(context.Context) (T, error)) {
 	})
 }
 
+// change serves a request that changes the daemon's state: parse reads
+// what the request names (its body or its path) and answers 4xx when it
+// cannot, then do acts on it under the request's deadline and says the
+// status and the answer (nil: no content).
+func change[T any](m *mux, pattern string, parse func(http.ResponseWriter, *http.Request) (T, error),
+	do func(context.Context, T) (int, any, error)) {
+	m.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		v, err := parse(w, r)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		c, cancel := ctx(r)
+		defer cancel()
+		status, out, err := do(c, v)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		if out == nil {
+			w.WriteHeader(status)
+			return
+		}
+		writeJSON(w, status, out)
+	})
+}
+
+// body reads a request's JSON body strictly (decode), for change.
+func body[T any](s *Server) func(http.ResponseWriter, *http.Request) (T, error) {
+	return func(w http.ResponseWriter, r *http.Request) (T, error) {
+		var v T
+		return v, s.decode(w, r, &v)
+	}
+}
+
+// eventsQuery reads GET /v1/events' since, limit and kind (a comma
+// list), as both roles serve it.
+func eventsQuery(r *http.Request) (apiv1.ListQuery, []string, error) {
+	q, err := listQuery(r, "kind")
+	if err != nil {
+		return q, nil, err
+	}
+	var kinds []string
+	if k := r.URL.Query().Get("kind"); k != "" {
+		kinds = strings.Split(k, ",")
+	}
+	return q, kinds, nil
+}
+
+// pathPrefix reads the {prefix...} of a request's path, for change.
+func pathPrefix(_ http.ResponseWriter, r *http.Request) (netip.Prefix, error) { return prefixParam(r) }
+
 // batch serves a POST whose body names prefixes: the body is read within
 // the batch limit and every prefix parsed before do runs, so one bad
 // prefix changes nothing; do gets the daemon's deadline and returns the
@@ -364,30 +423,17 @@ func (s *Server) routes() *mux {
 	s.attackRoutes(m)
 	s.telemetryRoutes(m)
 	list(m, "GET /v1/rules", func(c context.Context, q apiv1.ListQuery) (any, error) { return s.D.Rules(c, q) })
-	m.HandleFunc("POST /v1/rules", func(w http.ResponseWriter, r *http.Request) {
-		var req apiv1.RuleRequest
-		if err := s.decode(w, r, &req); err != nil {
-			fail(w, err)
-			return
-		}
+	change(m, "POST /v1/rules", body[apiv1.RuleRequest](s), func(c context.Context, req apiv1.RuleRequest) (int, any, error) {
 		p, err := rule.Parse(req.Prefix)
 		if err != nil {
-			fail(w, fmt.Errorf("%w: prefix: %v", apiv1.ErrBadRequest, err))
-			return
+			return 0, nil, fmt.Errorf("%w: prefix: %v", apiv1.ErrBadRequest, err)
 		}
 		o, err := operatorBan(req.TTL, req.Reason, req.Force, req.Update)
 		if err != nil {
-			fail(w, err)
-			return
+			return 0, nil, err
 		}
-		c, cancel := ctx(r)
-		defer cancel()
 		b, err := s.D.OperatorBan(c, p, o)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, banStatus(b.Result == ban.Added), b)
+		return banStatus(b.Result == ban.Added), b, err
 	})
 	batch(s, m, "POST /v1/rules/batch", func(q *apiv1.BatchRequest) []string { return q.Prefixes },
 		func(c context.Context, req *apiv1.BatchRequest, ps []netip.Prefix) (int, any, error) {
@@ -415,19 +461,8 @@ func (s *Server) routes() *mux {
 			fail(w, fmt.Errorf("%w: name the prefix: DELETE %s/{prefix} (addr or addr_len, e.g. 10.0.0.0_8)", apiv1.ErrBadRequest, r.URL.Path))
 		})
 	}
-	m.HandleFunc("DELETE /v1/rules/{prefix...}", func(w http.ResponseWriter, r *http.Request) {
-		p, err := prefixParam(r)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		c, cancel := ctx(r)
-		defer cancel()
-		if err := s.D.DeleteRule(c, p); err != nil {
-			fail(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	change(m, "DELETE /v1/rules/{prefix...}", pathPrefix, func(c context.Context, p netip.Prefix) (int, any, error) {
+		return http.StatusNoContent, nil, s.D.DeleteRule(c, p)
 	})
 	read(m, "GET /v1/flowrules", func(c context.Context) (any, error) {
 		rs, err := s.D.FlowRules(c)
@@ -436,7 +471,7 @@ func (s *Server) routes() *mux {
 			rs = []mitigate.Rule{}
 		}
 		for i := range rs {
-			rs[i].MatchedPPS, rs[i].DroppedPPS = roundRate(rs[i].MatchedPPS), roundRate(rs[i].DroppedPPS)
+			rs[i].MatchedPPS, rs[i].DroppedPPS = apiv1.RoundRate(rs[i].MatchedPPS), apiv1.RoundRate(rs[i].DroppedPPS)
 		}
 		return rs, err
 	})
@@ -460,83 +495,36 @@ func (s *Server) routes() *mux {
 		}
 		return v, err
 	})
-	m.HandleFunc("POST /v1/flowrules", func(w http.ResponseWriter, r *http.Request) {
-		fr, req, err := s.flowRule(w, r)
-		if err != nil {
-			fail(w, err)
-			return
-		}
+	change(m, "POST /v1/flowrules", s.flowRule, func(c context.Context, req flowRuleReq) (int, any, error) {
 		ttl, reason, err := banOptions(req.TTL, req.Reason)
 		if err != nil {
-			fail(w, err)
-			return
+			return 0, nil, err
 		}
-		c, cancel := ctx(r)
-		defer cancel()
-		out, err := s.D.AddFlowRule(c, fr, reason, ttl, req.Force)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, out)
+		out, err := s.D.AddFlowRule(c, req.rule, reason, ttl, req.Force)
+		return http.StatusCreated, out, err
 	})
-	m.HandleFunc("DELETE /v1/flowrules", func(w http.ResponseWriter, r *http.Request) {
-		fr, _, err := s.flowRule(w, r)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		c, cancel := ctx(r)
-		defer cancel()
-		if err := s.D.DeleteFlowRule(c, fr); err != nil {
-			fail(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	change(m, "DELETE /v1/flowrules", s.flowRule, func(c context.Context, req flowRuleReq) (int, any, error) {
+		return http.StatusNoContent, nil, s.D.DeleteFlowRule(c, req.rule)
 	})
 	read(m, "GET /v1/allowlist", func(c context.Context) (any, error) { return s.D.Allowlist(c) })
-	m.HandleFunc("POST /v1/allowlist", func(w http.ResponseWriter, r *http.Request) {
-		var req apiv1.AllowRequest
-		if err := s.decode(w, r, &req); err != nil {
-			fail(w, err)
-			return
-		}
+	change(m, "POST /v1/allowlist", body[apiv1.AllowRequest](s), func(c context.Context, req apiv1.AllowRequest) (int, any, error) {
 		p, err := rule.Parse(req.Prefix)
 		if err != nil {
-			fail(w, fmt.Errorf("%w: prefix: %v", apiv1.ErrBadRequest, err))
-			return
+			return 0, nil, fmt.Errorf("%w: prefix: %v", apiv1.ErrBadRequest, err)
 		}
-		c, cancel := ctx(r)
-		defer cancel()
 		if err := s.D.AllowRule(c, p, req.Force); err != nil {
-			fail(w, err)
-			return
+			return 0, nil, err
 		}
-		writeJSON(w, http.StatusCreated, map[string]string{"prefix": p.String()})
+		return http.StatusCreated, map[string]string{"prefix": p.String()}, nil
 	})
-	m.HandleFunc("DELETE /v1/allowlist/{prefix...}", func(w http.ResponseWriter, r *http.Request) {
-		p, err := prefixParam(r)
-		if err != nil {
-			fail(w, err)
-			return
-		}
-		c, cancel := ctx(r)
-		defer cancel()
-		if err := s.D.SetAllow(c, p, false); err != nil {
-			fail(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	change(m, "DELETE /v1/allowlist/{prefix...}", pathPrefix, func(c context.Context, p netip.Prefix) (int, any, error) {
+		return http.StatusNoContent, nil, s.D.SetAllow(c, p, false)
 	})
 	m.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
-		q, err := listQuery(r, "kind")
+		q, kinds, err := eventsQuery(r)
 		if err != nil {
 			fail(w, err)
 			return
-		}
-		var kinds []string
-		if k := r.URL.Query().Get("kind"); k != "" {
-			kinds = strings.Split(k, ",")
 		}
 		es, err := s.D.Events(kinds, q)
 		if err != nil {
@@ -574,15 +562,11 @@ func (s *Server) routes() *mux {
 	return m
 }
 
-// roundRate rounds a rate (per second) to one decimal: the digits past it
-// are noise.
-func roundRate(x float64) float64 { return math.Round(x*10) / 10 }
-
 // roundEvidence rounds a judgement's rates and shares.
 func roundEvidence(e *detect.Evidence) {
 	for _, x := range []*float64{&e.PPS, &e.BPS, &e.SYNPPS, &e.TCPPPS, &e.UDPPPS, &e.BaselinePPS, &e.ThresholdPPS,
 		&e.BaselineSYN, &e.BaselineSrcs, &e.BaselineNew} {
-		*x = roundRate(*x)
+		*x = apiv1.RoundRate(*x)
 	}
 	for _, x := range []*float64{&e.FewShare, &e.Covered} {
 		*x = math.Round(*x*1000) / 1000

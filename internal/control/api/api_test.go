@@ -302,8 +302,8 @@ func keys(m map[string]any) []string {
 
 func TestRoundRate(t *testing.T) {
 	for in, want := range map[float64]float64{4999.999999999999: 5000, 0.04: 0, 12.3456: 12.3} {
-		if got := roundRate(in); got != want {
-			t.Errorf("roundRate(%v) = %v, want %v", in, got, want)
+		if got := apiv1.RoundRate(in); got != want {
+			t.Errorf("apiv1.RoundRate(%v) = %v, want %v", in, got, want)
 		}
 	}
 	if b, _ := json.Marshal(apiv1.RuleView{}); strings.Contains(string(b), "e-") || !strings.Contains(string(b), `"expires":null`) {

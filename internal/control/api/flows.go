@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -48,14 +47,10 @@ func (s *Server) probeRoutes(m *mux) {
 		writeJSON(w, http.StatusOK, apiv1.RecordsPage{Records: orEmpty(rs), Next: next})
 	})
 	m.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
-		q, err := listQuery(r, "kind")
+		q, kinds, err := eventsQuery(r)
 		if err != nil {
 			fail(w, err)
 			return
-		}
-		var kinds []string
-		if k := r.URL.Query().Get("kind"); k != "" {
-			kinds = strings.Split(k, ",")
 		}
 		es, err := s.P.Events(kinds)
 		if err != nil {
