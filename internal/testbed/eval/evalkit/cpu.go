@@ -19,7 +19,7 @@ import (
 const (
 	GenCPU = 0
 	RxCPU  = 1
-	// nicCPU runs the lab's emulated NIC stage. It shares the generator's
+	// NICCPU runs the lab's emulated NIC stage. It shares the generator's
 	// CPU on purpose: the wire and the card are outside the host, so what
 	// the "hardware" drops must not cost CPU 1, where the host's NAPI, XDP
 	// and nginx run. The NIC stage's throughput on CPU 0 is the lab's line
@@ -27,9 +27,10 @@ const (
 	NICCPU = GenCPU
 )
 
+// InNS runs f in network namespace name, its thread pinned to cpu.
 func InNS(name string, cpu int, f func() error) error { return netnsx.Do(name, cpu, f) }
 
-// pinNAPI makes the receiver's NAPI a kthread on cpu, so the generator
+// PinNAPI makes the receiver's NAPI a kthread on cpu, so the generator
 // and the mechanism under test never share a CPU.
 func PinNAPI(ns, iface string, cpu int) error {
 	if _, err := Sh("ip", "netns", "exec", ns, "sh", "-c", "echo 1 > /sys/class/net/"+iface+"/threaded"); err != nil {
@@ -38,7 +39,7 @@ func PinNAPI(ns, iface string, cpu int) error {
 	return PinComm("napi/"+iface, cpu)
 }
 
-// pinNIC makes the NIC stage's NAPI a kthread on nicCPU that preempts
+// PinNIC makes the NIC stage's NAPI a kthread on nicCPU that preempts
 // everything else there (SCHED_FIFO). The generator and the clients
 // share that CPU: at equal priority the generator, three times faster
 // than the stage, would overflow the wire port's ring and lose two
@@ -50,7 +51,7 @@ func PinNIC() error {
 	return PinNAPIFirst(lab.NSNic, lab.IfWire, NICCPU)
 }
 
-// pinNAPIFirst pins iface's NAPI to cpu and lets it preempt every
+// PinNAPIFirst pins iface's NAPI to cpu and lets it preempt every
 // ordinary task there (SCHED_FIFO), as a softirq preempts user space on
 // a real machine: a threaded NAPI at normal priority waits out a
 // running task's slice while its 256-entry veth ring overflows.
@@ -64,7 +65,7 @@ func PinNAPIFirst(ns, iface string, cpu int) error {
 	})
 }
 
-// pinComm moves every thread whose name starts with prefix to cpu.
+// PinComm moves every thread whose name starts with prefix to cpu.
 func PinComm(prefix string, cpu int) error {
 	var set unix.CPUSet
 	set.Set(cpu)
@@ -89,18 +90,20 @@ func forComm(prefix string, f func(pid int) error) error {
 	return nil
 }
 
-// cpuMark is a CPU's counters at one moment; busyPct is its busy share
+// CPUMark is a CPU's counters at one moment; busyPct is its busy share
 // since then.
 type CPUMark struct {
 	cpu         int
 	busy, total uint64
 }
 
+// MarkCPU notes cpu's busy and total time, for BusyPct to measure from.
 func MarkCPU(cpu int) CPUMark {
 	b, t := CPUTimes(cpu)
 	return CPUMark{cpu, b, t}
 }
 
+// BusyPct is the share of the CPU busy since the mark, in percent.
 func (m CPUMark) BusyPct() float64 {
 	b, t := CPUTimes(m.cpu)
 	if t <= m.total {
@@ -109,7 +112,7 @@ func (m CPUMark) BusyPct() float64 {
 	return 100 * float64(b-m.busy) / float64(t-m.total)
 }
 
-// cpuTimes reads one CPU's busy and total jiffies.
+// CPUTimes reads one CPU's busy and total jiffies.
 func CPUTimes(cpu int) (busy, total uint64) {
 	b, _ := os.ReadFile("/proc/stat")
 	for _, l := range strings.Split(string(b), "\n") {
@@ -129,6 +132,7 @@ func CPUTimes(cpu int) (busy, total uint64) {
 	return 0, 0
 }
 
+// MACOf is the hardware address of iface in namespace ns.
 func MACOf(ns, iface string) ([6]byte, error) {
 	var mac [6]byte
 	err := InNS(ns, -1, func() error {
@@ -142,7 +146,7 @@ func MACOf(ns, iface string) ([6]byte, error) {
 	return mac, err
 }
 
-// pinProcess moves every thread of this process to cpu, so that its
+// PinProcess moves every thread of this process to cpu, so that its
 // runtime (timers, the collector, threads made for namespaces) stays off
 // the CPU whose busy share is measured; threads made later inherit it.
 // The returned func gives the threads the process's previous CPUs back.

@@ -25,7 +25,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// palette is colour-blind safe (Okabe–Ito, then Tol's muted extras).
+// Palette is colour-blind safe (Okabe–Ito, then Tol's muted extras).
 var Palette = []color.Color{
 	color.RGBA{0, 114, 178, 255},   // blue
 	color.RGBA{230, 159, 0, 255},   // orange
@@ -42,13 +42,14 @@ var Palette = []color.Color{
 // Filled shapes for measured series; the paper's get hollow ones.
 var glyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.PyramidGlyph{}, draw.BoxGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}
 
+// Style is a known series' look: its place in the legend, colour and marker.
 type Style struct {
 	Order int
 	Color color.Color
 	Glyph draw.GlyphDrawer
 }
 
-// styles fixes each known mechanism's look; the order is the legend's.
+// Styles fixes each known mechanism's look; the order is the legend's.
 var Styles = map[string]Style{
 	"tierwall-host":                  {0, Palette[0], glyphs[0]},
 	"xdp-filter":                     {1, Palette[1], glyphs[1]},
@@ -90,7 +91,7 @@ func look(name string) (color.Color, draw.GlyphDrawer, int) {
 	return Palette[v%len(Palette)], glyphs[(v/len(Palette))%len(glyphs)], len(Styles)
 }
 
-// line is one series of a chart.
+// Line is one series of a chart.
 type Line struct {
 	Name  string
 	XYs   plotter.XYs
@@ -99,7 +100,7 @@ type Line struct {
 	Like string
 }
 
-// chart is one figure.
+// Chart is one figure.
 type Chart struct {
 	Title, XLabel, YLabel string
 	LogX, LogY            bool
@@ -113,11 +114,13 @@ type Chart struct {
 	LegendW vg.Length
 }
 
+// Zero pins an axis at 0 (Chart.YMin).
 func Zero() *float64 { z := 0.0; return &z }
 
+// Hundred is an axis top of 100 (Chart.YMax): a CPU share in percent.
 func Hundred() *float64 { h := 100.0; return &h }
 
-// save draws the chart as name.png and name.svg in dir; a chart with no
+// Save draws the chart as name.png and name.svg in dir; a chart with no
 // data writes nothing (a partial --only run).
 func (c Chart) Save(dir, name string) error {
 	var lines []Line

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// proc is one tool's process.
+// Proc is one tool's process.
 type Proc struct {
 	Cmd  *exec.Cmd
 	done chan struct{}
@@ -22,6 +22,7 @@ type Proc struct {
 	out  []string
 }
 
+// Stop ends the process: SIGTERM, then SIGKILL if it lingers.
 func (p *Proc) Stop() {
 	if p.Cmd.Process == nil {
 		return
@@ -35,18 +36,19 @@ func (p *Proc) Stop() {
 	}
 }
 
+// Lines is the output the process printed so far, a line each.
 func (p *Proc) Lines() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.out)
 }
 
-// start runs cmd pinned to CPU 1, keeping its standard output's lines.
+// Start runs cmd pinned to CPU 1, keeping its standard output's lines.
 func Start(ctx context.Context, name string, args []string, log io.Writer) (*Proc, error) {
 	return StartCmd(exec.CommandContext(ctx, "taskset", append([]string{"-c", "1", name}, args...)...), name, log)
 }
 
-// startCmd starts cmd (name is what errors call it), its standard error
+// StartCmd starts cmd (name is what errors call it), its standard error
 // into log, and keeps its standard output's lines until it exits.
 func StartCmd(cmd *exec.Cmd, name string, log io.Writer) (*Proc, error) {
 	cmd.Stderr = log

@@ -8,6 +8,8 @@ import (
 	"strings"
 )
 
+// Sh runs a command and returns its combined output; its error quotes
+// the command and the output.
 func Sh(args ...string) (string, error) {
 	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
@@ -16,6 +18,7 @@ func Sh(args ...string) (string, error) {
 	return string(out), nil
 }
 
+// ShIn runs a command with stdin as its input.
 func ShIn(stdin string, args ...string) error {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin = strings.NewReader(stdin)

@@ -8,9 +8,10 @@ import (
 	"gonum.org/v1/plot/plotter"
 )
 
+// FF formats a value for a CSV cell: four decimals.
 func FF(v float64) string { return strconv.FormatFloat(v, 'f', 4, 64) }
 
-// lines turns measured series into chart lines.
+// Lines turns measured series into chart lines.
 func Lines(s map[string]plotter.XYs) []Line {
 	var out []Line
 	for n, xys := range s {

@@ -14,7 +14,7 @@ import (
 	"strings"
 )
 
-// flatOut is the ingest ladder's last rate: as fast as the sender goes.
+// FlatOut is the ingest ladder's last rate: as fast as the sender goes.
 const FlatOut = 10e6
 
 // The ingest runs' destinations, and the address every collector and
@@ -24,11 +24,14 @@ var (
 	Loopback     = netip.MustParseAddr("127.0.0.1")
 )
 
+// RandSrc is a random IPv4 source, spread over 20.0.0.0 to 199.255.255.255
+// (it is not kept off 127/8 nor the runs' 198.18/15: a spoofed flood's
+// sources, where a few of them land matters little).
 func RandSrc(r *rand.Rand) netip.Addr {
-	// Spoofed sources outside the protected network and loopback.
 	return netip.AddrFrom4([4]byte{byte(20 + r.IntN(180)), byte(r.IntN(256)), byte(r.IntN(256)), byte(1 + r.IntN(254))})
 }
 
+// RandIn is a random address inside p.
 func RandIn(r *rand.Rand, p netip.Prefix) netip.Addr {
 	a := p.Addr().As4()
 	host := r.Uint32() & (1<<(32-p.Bits()) - 1)
@@ -36,7 +39,7 @@ func RandIn(r *rand.Rand, p netip.Prefix) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// freeUDPPorts finds n UDP ports free on loopback.
+// FreeUDPPorts finds n UDP ports free on loopback.
 func FreeUDPPorts(n int) ([]uint16, error) {
 	var out []uint16
 	var conns []*net.UDPConn
@@ -73,9 +76,10 @@ func udpSocket(port uint16) (fields []string, ok bool) {
 	return nil, false
 }
 
+// Listening says whether a UDP socket is bound to port.
 func Listening(port uint16) bool { _, ok := udpSocket(port); return ok }
 
-// udpDrops is the socket's drop counter (MaxUint64: no such socket).
+// UDPDrops is the socket's drop counter (MaxUint64: no such socket).
 func UDPDrops(port uint16) uint64 {
 	f, ok := udpSocket(port)
 	if !ok {
@@ -85,7 +89,7 @@ func UDPDrops(port uint16) uint64 {
 	return n
 }
 
-// udpQueued is the bytes waiting in the socket's receive queue.
+// UDPQueued is the bytes waiting in the socket's receive queue.
 func UDPQueued(port uint16) uint64 {
 	f, ok := udpSocket(port)
 	if !ok {
@@ -96,7 +100,7 @@ func UDPQueued(port uint16) uint64 {
 	return n
 }
 
-// rcvBuf is the receive buffer of the socket on port (ss's skmem rb:
+// RcvBuf is the receive buffer of the socket on port (ss's skmem rb:
 // /proc/net/udp does not show it).
 func RcvBuf(port uint16) int {
 	out, err := exec.Command("ss", "-ulnm", fmt.Sprintf("sport = :%d", port)).Output()
@@ -114,6 +118,7 @@ func RcvBuf(port uint16) int {
 	return 0
 }
 
+// LoadAvg is the machine's load average over 1, 5 and 15 minutes.
 func LoadAvg() [3]float64 {
 	var out [3]float64
 	raw, err := os.ReadFile("/proc/loadavg")
