@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -70,7 +71,7 @@ func newTelemetry() *cobra.Command {
 			if st.Unknown > 0 {
 				fmt.Printf("%d datagrams from exporters not configured, ignored (last from %s)\n", st.Unknown, st.LastUnknown)
 			}
-			return nil
+			return printInterfaces(st)
 		}}
 	top := &cobra.Command{Use: "top", Short: "the heaviest destinations in the feed (scaled by sampling), the network attacks and the upstream plan", Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
@@ -80,10 +81,11 @@ func newTelemetry() *cobra.Command {
 			}
 			if g.json {
 				return printJSON(struct {
-					Top     []telemetry.Talker   `json:"top"`
-					Attacks []telemetry.Attack   `json:"attacks"`
-					Plan    []telemetry.Upstream `json:"plan"`
-				}{st.Top, st.Attacks, st.Plan})
+					Top        []telemetry.Talker       `json:"top"`
+					Attacks    []telemetry.Attack       `json:"attacks"`
+					Plan       []telemetry.Upstream     `json:"plan"`
+					Capacities []telemetry.GroupUplinks `json:"capacities"`
+				}{st.Top, st.Attacks, st.Plan, st.Capacities})
 			}
 			if off(st) {
 				return nil
@@ -123,6 +125,7 @@ func newTelemetry() *cobra.Command {
 				}
 				fmt.Printf("%s %s: %s (%s)\n", st.Mode, u.Kind, what, u.Reason)
 			}
+			printCapacities(st.Capacities)
 			return nil
 		}}
 	top.Flags().IntVarP(&n, "count", "c", 20, "destinations to show (at most 1000)")
@@ -130,6 +133,91 @@ func newTelemetry() *cobra.Command {
 	addJSONFlag(top)
 	c.AddCommand(exporters, top)
 	return c
+}
+
+// printInterfaces lists the interfaces the exporters' sFlow counter
+// samples describe, and the host groups' uplink capacities.
+func printInterfaces(st telemetry.Status) error {
+	n := 0
+	for _, e := range st.Exporters {
+		n += len(e.Interfaces)
+		if e.InterfacesRefused > 0 {
+			fmt.Printf("%s: %d counter samples of interfaces past the interface tables' bounds, not kept\n", e.Address, e.InterfacesRefused)
+		}
+	}
+	if n > 0 {
+		fmt.Println()
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "EXPORTER\tIFINDEX\tSTATUS\tSPEED\tIN BIT/S\tIN UTIL\tOUT BIT/S\tOUT UTIL\tIN PPS\tOUT PPS\tERRORS IN/OUT\tDISCARDS IN/OUT\tRESETS\tLAST SAMPLE")
+		for _, e := range st.Exporters {
+			for _, x := range e.Interfaces {
+				status := "down"
+				switch {
+				case x.OperUp:
+					status = "up"
+				case !x.AdminUp:
+					status = "admin down"
+				}
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%.0f\t%s\t%.0f\t%s\t%.0f\t%.0f\t%d/%d\t%d/%d\t%d\t%s ago\n", e.Address, x.IfIndex, status, speed(x.SpeedBPS),
+					x.InBPS, util(x.InUtilisation, x.SpeedBPS), x.OutBPS, util(x.OutUtilisation, x.SpeedBPS), x.InPPS, x.OutPPS,
+					x.InErrors, x.OutErrors, x.InDiscards, x.OutDiscards, x.Resets, time.Since(x.LastSample).Truncate(time.Second))
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	printCapacities(st.Capacities)
+	return nil
+}
+
+// printCapacities says what each host group's RTBH is judged against.
+func printCapacities(cs []telemetry.GroupUplinks) {
+	for _, c := range cs {
+		var ups []string
+		for _, u := range c.Uplinks {
+			s := fmt.Sprintf("%s ifIndex %d ", u.Exporter, u.IfIndex)
+			switch {
+			case !u.Known:
+				s += "unknown (no recent counter sample)"
+			case !u.OperUp:
+				s += "down"
+			default:
+				s += fmt.Sprintf("%s, in %s", speed(u.SpeedBPS), util(u.InUtilisation, u.SpeedBPS))
+			}
+			ups = append(ups, s)
+		}
+		what := fmt.Sprintf("%s bit/s (%s)", speed(uint64(c.CapacityBPS)), c.Source)
+		if c.CapacityBPS == 0 {
+			what = "none: never blackholed (" + c.Source + ")"
+		}
+		fmt.Printf("group %s: uplink capacity %s", c.Group, what)
+		if len(ups) > 0 {
+			fmt.Printf("; uplinks %s", strings.Join(ups, "; "))
+		}
+		fmt.Println()
+	}
+}
+
+// speed reads bits/s as an interface speed is named.
+func speed(bps uint64) string {
+	switch {
+	case bps == 0:
+		return "-"
+	case bps%1e9 == 0:
+		return fmt.Sprintf("%dG", bps/1e9)
+	case bps%1e6 == 0:
+		return fmt.Sprintf("%dM", bps/1e6)
+	}
+	return strconv.FormatUint(bps, 10)
+}
+
+// util is a utilisation in percent, "-" at an unknown speed.
+func util(u float64, speed uint64) string {
+	if speed == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*u)
 }
 
 func dash(s string) string {

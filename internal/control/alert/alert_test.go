@@ -295,3 +295,46 @@ func TestTrackerBoundsBans(t *testing.T) {
 		t.Errorf("bans lifted: %+v, want the end", got)
 	}
 }
+
+// TestReportGroup: a report names its victim's host group, from its
+// start to its end and in its JSON line; a victimless one names none.
+func TestReportGroup(t *testing.T) {
+	asked := 0
+	tr := &Tracker{EndAfter: 1, GroupOf: func(a netip.Addr) string {
+		asked++
+		if a == victim {
+			return "customers"
+		}
+		return ""
+	}}
+	flood := Observation{Victim: victim, Detector: "victim", PPS: 1000}
+	alone := Observation{Detector: "rate", PPS: 500}
+	rs := tr.Observe(t0, []Observation{flood, alone}, nil)
+	if len(rs) != 2 {
+		t.Fatalf("reports %+v", rs)
+	}
+	for _, r := range rs {
+		if want := map[bool]string{true: "customers", false: ""}[r.Victim == victim]; r.Group != want {
+			t.Errorf("report on %v: group %q, want %q", r.Victim, r.Group, want)
+		}
+	}
+	rs = tr.Observe(t0.Add(time.Second), nil, nil)
+	if len(rs) != 2 || rs[0].Event != EventEnd {
+		t.Fatalf("end %+v", rs)
+	}
+	for _, r := range rs {
+		if r.Victim == victim && r.Group != "customers" {
+			t.Errorf("end report lost its group: %+v", r)
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := bytes.Contains(b, []byte(`"group":"customers"`)); has != (r.Victim == victim) {
+			t.Errorf("JSON %s", b)
+		}
+	}
+	if asked != 1 {
+		t.Errorf("GroupOf asked %d times, want once (the victim's start)", asked)
+	}
+}

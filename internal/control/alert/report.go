@@ -45,12 +45,16 @@ type Report struct {
 	// Victim is the destination attacked; the zero address when the
 	// detections named sources only (rate, entropy and list detectors
 	// judge sources, not victims) and none could be tied to a destination.
-	Victim    netip.Addr `json:"victim,omitzero"`
-	Started   time.Time  `json:"started"`
-	Updated   time.Time  `json:"updated"`
-	Ended     time.Time  `json:"ended,omitzero"`
-	Duration  float64    `json:"duration_seconds"`
-	Detectors []string   `json:"detectors"`
+	Victim netip.Addr `json:"victim,omitzero"`
+	// Group is the host group (hostgroups:) of the victim, or in network
+	// mode of the attacked prefixes; empty when in none: which customer
+	// or service was hit, and whose policy applied.
+	Group     string    `json:"group,omitempty"`
+	Started   time.Time `json:"started"`
+	Updated   time.Time `json:"updated"`
+	Ended     time.Time `json:"ended,omitzero"`
+	Duration  float64   `json:"duration_seconds"`
+	Detectors []string  `json:"detectors"`
 	// Rung is the highest rung of the mitigation ladder used
 	// (source-bans, prefix, flow-rule), empty when none was.
 	Rung       string   `json:"rung,omitempty"`

@@ -34,6 +34,10 @@ type Tracker struct {
 	// MaxSources bounds TopSources; MaxBans bounds Report.Bans.
 	MaxSources int
 	MaxBans    int
+	// GroupOf names a victim's host group for its report (nil, or "":
+	// none). It is asked when the attack starts, and again while its
+	// report has none (the groups are reloaded with the configuration).
+	GroupOf func(netip.Addr) string
 
 	attacks map[netip.Addr]*tracked
 	lastID  string
@@ -97,6 +101,9 @@ func (t *Tracker) Observe(now time.Time, obs []Observation, mitigated func(r *Re
 			ev = EventStart
 		}
 		a.quiet = 0
+		if a.r.Group == "" && t.GroupOf != nil && o.Victim.IsValid() {
+			a.r.Group = t.GroupOf(o.Victim)
+		}
 		if !slices.Contains(a.r.Detectors, o.Detector) {
 			a.r.Detectors = append(a.r.Detectors, o.Detector)
 			ev = escalate(ev)

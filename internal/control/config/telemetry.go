@@ -69,6 +69,8 @@ type TelemetryGroup struct {
 	// its own.
 	Communities      []string `yaml:"communities"`
 	LargeCommunities []string `yaml:"large_communities"`
+	// Uplinks: the group's uplink interfaces (TelemetryUplink, below).
+	Uplinks []TelemetryUplink `yaml:"uplinks"`
 }
 
 // TelemetryFlowSpec is the FlowSpec action of an attack's rule.
@@ -197,13 +199,16 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 			return out, bad(f+".uplink_bps", g.UplinkBPS, "is negative")
 		}
 		p.UplinkBPS = g.UplinkBPS
+		if p.Uplinks, err = telemetryUplinks(f+".uplinks", g.Uplinks, out.Decoder.Exporters); err != nil {
+			return out, err
+		}
 		out.Detector.Policies[name] = p
 		if err := checkCommunities(f, g.Communities, g.LargeCommunities); err != nil {
 			return out, err
 		}
 		if len(g.Communities)+len(g.LargeCommunities) > 0 {
-			if g.UplinkBPS == 0 {
-				return out, bad(f+".communities", fmt.Sprint(append(slices.Clone(g.Communities), g.LargeCommunities...)), "are for the group's RTBH routes, and without uplink_bps it has none")
+			if g.UplinkBPS == 0 && len(g.Uplinks) == 0 {
+				return out, bad(f+".communities", fmt.Sprint(append(slices.Clone(g.Communities), g.LargeCommunities...)), "are for the group's RTBH routes, and without uplink_bps or uplinks it has none")
 			}
 			rtbh[name] = telemetry.Communities{Standard: slices.Clone(g.Communities), Large: slices.Clone(g.LargeCommunities)}
 		}
@@ -220,6 +225,40 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 	// A collector counts and publishes; its detectors judge, with theirs.
 	if role != ScaleoutCollector && out.Detector.Host == (telemetry.Thresholds{}) && len(out.Detector.Policies) == 0 {
 		return out, bad("telemetry.thresholds", "{}", "are empty: nothing would ever be detected")
+	}
+	return out, nil
+}
+
+// --- Uplink interfaces (sFlow counter samples) ---
+
+// TelemetryUplink names one of a host group's uplinks: an interface of
+// a configured exporter, by ifIndex. Without uplink_bps, the group's
+// capacity is the sum of its uplinks' ifSpeed from their sFlow counter
+// samples (docs/NETWORK.md, Uplink capacity).
+type TelemetryUplink struct {
+	Exporter string `yaml:"exporter"` // a configured exporter's name or address
+	IfIndex  uint32 `yaml:"if_index"`
+}
+
+// telemetryUplinks resolves a group's uplinks against the exporters.
+func telemetryUplinks(field string, ups []TelemetryUplink, exs []telemetry.ExporterConfig) ([]telemetry.Uplink, error) {
+	var out []telemetry.Uplink
+	for i, u := range ups {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		j := slices.IndexFunc(exs, func(e telemetry.ExporterConfig) bool {
+			return e.Name != "" && e.Name == u.Exporter || e.Address.String() == u.Exporter
+		})
+		if j < 0 {
+			return nil, bad(f+".exporter", u.Exporter, "is not the name or address of a configured exporter (telemetry.exporters)")
+		}
+		if u.IfIndex == 0 {
+			return nil, bad(f+".if_index", u.IfIndex, "is not an ifIndex (they start at 1)")
+		}
+		up := telemetry.Uplink{Exporter: exs[j].Address.Unmap(), IfIndex: u.IfIndex}
+		if slices.Contains(out, up) {
+			return nil, bad(f, fmt.Sprintf("%s ifIndex %d", u.Exporter, u.IfIndex), "is named twice")
+		}
+		out = append(out, up)
 	}
 	return out, nil
 }

@@ -74,8 +74,8 @@ func (d *Daemon) openAlerts() error {
 	if err != nil {
 		return fmt.Errorf("finding the daemon's network namespace: %w", err)
 	}
-	a := &alerting{cfg: c, log: lg, pkts: map[string][]alert.Packet{}, netns: ns, tracker: alert.Tracker{EndAfter: c.EndAfter},
-		net: map[string]*netAlert{}}
+	a := &alerting{cfg: c, log: lg, pkts: map[string][]alert.Packet{}, netns: ns, tracker: alert.Tracker{EndAfter: c.EndAfter,
+		GroupOf: func(v netip.Addr) string { return d.hostgroupOf(victimPrefix(v)) }}, net: map[string]*netAlert{}}
 	a.notify = alert.NewNotifier(a.notifierConfig(), d.log)
 	if rs, err := lg.List(); err == nil {
 		for _, r := range rs {
@@ -756,7 +756,7 @@ func (d *Daemon) alertNetwork(c telemetry.Change, announcing, failed bool, mode 
 		if at.Monitor {
 			what += ", the group's action is monitor"
 		}
-		a.net[at.ID] = &netAlert{r: alert.Report{ID: netReportID(at), Event: alert.EventStart, Victim: victim, Started: at.Detected,
+		a.net[at.ID] = &netAlert{r: alert.Report{ID: netReportID(at), Event: alert.EventStart, Victim: victim, Group: at.Group, Started: at.Detected,
 			Detectors: ds, TopSources: []alert.Source{}, Bans: []netip.Prefix{}, FlowRules: []string{},
 			PeakPPS: at.PeakPPS, PeakBPS: at.PeakBPS},
 			about: fmt.Sprintf("%s %s on %s (host group %s): %s; %.0f pps, %.0f bit/s, %.0f flows/s at detection, %s after its first record",

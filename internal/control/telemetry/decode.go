@@ -48,6 +48,10 @@ type DecoderConfig struct {
 	// MaxRate: a sampling rate above it is taken as garbage and the
 	// configured one (or 1) used (1<<20).
 	MaxRate uint32
+	// MaxInterfaces bounds the interfaces whose sFlow counters are kept
+	// per exporter (1024), MaxInterfacesTotal over all exporters (16384).
+	MaxInterfaces      int
+	MaxInterfacesTotal int
 }
 
 // Decoder turns datagrams into Records. It is safe for concurrent use
@@ -61,6 +65,7 @@ type Decoder struct {
 	unknown uint64
 	lastUnk netip.Addr
 	rec     Record // reused: emit must not keep it
+	ifTotal int    // interfaces held over all exporters
 }
 
 // NewDecoder checks the configuration and returns a decoder.
@@ -73,6 +78,12 @@ func NewDecoder(cfg DecoderConfig, log *slog.Logger) (*Decoder, error) {
 	}
 	if cfg.MaxRate == 0 {
 		cfg.MaxRate = 1 << 20
+	}
+	if cfg.MaxInterfaces <= 0 {
+		cfg.MaxInterfaces = defaultMaxInterfaces
+	}
+	if cfg.MaxInterfacesTotal <= 0 {
+		cfg.MaxInterfacesTotal = defaultMaxInterfacesTotal
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -93,7 +104,7 @@ func NewDecoder(cfg DecoderConfig, log *slog.Logger) (*Decoder, error) {
 			return nil, fmt.Errorf("exporter %s: sampling rate %d over %d", a, c.SamplingRate, cfg.MaxRate)
 		}
 		d.ex[a] = &exporter{ExporterStats: ExporterStats{Address: a, Name: c.Name, Configured: c.SamplingRate},
-			tmpl: newTemplates(cfg.MaxTemplates), seq: map[uint64]uint32{}, seqN: map[uint64]uint32{}, seqAlt: map[uint64]uint32{}, optRate: map[uint64]uint32{}}
+			tmpl: newTemplates(cfg.MaxTemplates), seq: map[uint64]uint32{}, seqN: map[uint64]uint32{}, seqAlt: map[uint64]uint32{}, optRate: map[uint64]uint32{}, ifs: map[uint32]*ifState{}}
 	}
 	return d, nil
 }
@@ -116,6 +127,7 @@ func (d *Decoder) Exporters() []ExporterStats {
 		s.Protocols = slices.Clone(s.Protocols)
 		s.Templates = len(e.tmpl.m)
 		s.TemplatesRefused = e.tmpl.refused
+		s.Interfaces = e.interfaces()
 		out = append(out, s)
 	}
 	slices.SortFunc(out, func(a, b ExporterStats) int { return a.Address.Compare(b.Address) })
@@ -247,6 +259,7 @@ func (d *Decoder) sflow(e *exporter, b []byte, now time.Time, emit func(*Record)
 			rate, recs = s.SamplingRate, s.Records
 		case sflow.CounterSample:
 			e.Counters++
+			d.counters(e, s.Records, time.Duration(p.Uptime)*time.Millisecond, now)
 			continue
 		default:
 			continue

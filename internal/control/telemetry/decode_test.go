@@ -262,6 +262,9 @@ func FuzzDecode(f *testing.F) {
 	s.Flow(1000, tt.Packet{Src: reflector, Dst: victim, Proto: 6, SrcPort: 1, DstPort: 80, TCPFlags: 2, Length: 60})
 	s.Counter(1, 1, 2)
 	f.Add(s.Bytes())
+	c := tt.SFlow{Agent: router, Sequence: 2, Uptime: 5000}
+	c.Interface(tt.IfCounters{Index: 7, Speed: 1e9, Status: 3, InOctets: 1 << 33, InUcast: 5}, &tt.EthCounters{FCS: 1})
+	f.Add(c.Bytes())
 	fl := tt.Flow{Src: reflector, Dst: victim, Proto: 17, SrcPort: 53, DstPort: 53, Packets: 1, Bytes: 512}
 	f.Add(tt.NetFlow5(1, 100, fl))
 	for _, v := range []uint16{9, 10} {
@@ -275,7 +278,7 @@ func FuzzDecode(f *testing.F) {
 	if b, err := os.ReadFile("testdata/softflowd-1.1-v9.bin"); err == nil {
 		f.Add(b)
 	}
-	d, err := NewDecoder(DecoderConfig{Exporters: []ExporterConfig{{Address: router}}, MaxTemplates: 64}, nil)
+	d, err := NewDecoder(DecoderConfig{Exporters: []ExporterConfig{{Address: router}}, MaxTemplates: 64, MaxInterfaces: 16}, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -286,8 +289,17 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("record %+v", r)
 			}
 		})
-		if st := d.Exporters()[0]; st.Templates > 64 {
+		st := d.Exporters()[0]
+		if st.Templates > 64 {
 			t.Fatalf("%d templates held, cap 64", st.Templates)
+		}
+		if len(st.Interfaces) > 16 {
+			t.Fatalf("%d interfaces held, cap 16", len(st.Interfaces))
+		}
+		for _, x := range st.Interfaces {
+			if x.InBPS < 0 || x.OutBPS < 0 || x.SpeedBPS > 0 && x.InBPS > 1.5*float64(x.SpeedBPS) {
+				t.Fatalf("interface %+v", x)
+			}
 		}
 	})
 }

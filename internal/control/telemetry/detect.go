@@ -87,8 +87,12 @@ type GroupPolicy struct {
 	Total Thresholds
 	// UplinkBPS is what the group's uplinks carry (bits/s): an attack
 	// over it is blackholed (RTBH), since no filter behind a full link
-	// helps. Zero: never blackholed.
+	// helps. Zero: never blackholed, unless Uplinks says otherwise.
 	UplinkBPS float64
+	// Uplinks are the group's uplink interfaces: with no UplinkBPS, the
+	// capacity is their ifSpeed from the sFlow counter samples
+	// (Decoder.Uplinks); with one, they are only shown.
+	Uplinks []Uplink
 }
 
 // DetectorConfig configures the detector; zero fields take the defaults

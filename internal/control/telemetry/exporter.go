@@ -37,6 +37,11 @@ type ExporterStats struct {
 	Configured     uint32    `json:"configured_rate,omitempty"`
 	RateMismatches uint64    `json:"rate_mismatches"`
 	LastSeen       time.Time `json:"last_seen"`
+	// Interfaces are what its sFlow counter samples say, by ifIndex (at
+	// most DecoderConfig.MaxInterfaces); InterfacesRefused the samples of
+	// interfaces past that bound, or past the bound over all exporters.
+	Interfaces        []Interface `json:"interfaces"`
+	InterfacesRefused uint64      `json:"interfaces_refused"`
 }
 
 // exporter is the decoder's state for one exporter.
@@ -52,6 +57,10 @@ type exporter struct {
 	optRate map[uint64]uint32
 	warned  bool // the mismatch with the configuration was logged
 	clock   exporterClock
+	// ifs is the interface table of its sFlow counter samples; ifScan
+	// when it was last searched for an entry to evict.
+	ifs    map[uint32]*ifState
+	ifScan time.Time
 }
 
 // exporterClock maps an exporter's uptime to this host's clock. A

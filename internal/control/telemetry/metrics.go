@@ -3,8 +3,18 @@
 package telemetry
 
 import (
+	"strconv"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // Metrics reads the decoder's and detector's counters at scrape time, one
 // series per configured exporter.
@@ -31,11 +41,29 @@ var (
 	mUntrack  = prometheus.NewDesc("tierwall_telemetry_untracked_records_total", "Records to destinations past the detector's max_destinations (counted in their group only).", nil, nil)
 	mAttacks  = prometheus.NewDesc("tierwall_telemetry_attacks", "Attacks the feed shows now.", nil, nil)
 	mPlan     = prometheus.NewDesc("tierwall_telemetry_actions", "Upstream actions planned now, by kind.", []string{"kind"}, nil)
+
+	// Per interface of a configured exporter, from its sFlow counter
+	// samples: the labels are bounded by the exporters configured and
+	// the interface tables' bounds (max_interfaces each).
+	ifLabels   = []string{"exporter", "ifindex"}
+	dirLabels  = []string{"exporter", "ifindex", "direction"}
+	mIfRefused = prometheus.NewDesc("tierwall_telemetry_interfaces_refused_total", "sFlow counter samples of interfaces past the interface tables' bounds (not kept).", exLabels, nil)
+	mIfSpeed   = prometheus.NewDesc("tierwall_telemetry_interface_speed_bps", "The interface's ifSpeed from its sFlow counter samples (bits/s; 0: unknown).", ifLabels, nil)
+	mIfUp      = prometheus.NewDesc("tierwall_telemetry_interface_up", "Whether the interface is operationally up (sFlow ifStatus).", ifLabels, nil)
+	mIfResets  = prometheus.NewDesc("tierwall_telemetry_interface_counter_resets_total", "sFlow counter samples whose counters went back or implied more than the interface carries (no rate across them).", ifLabels, nil)
+	mIfOctets  = prometheus.NewDesc("tierwall_telemetry_interface_octets_total", "The interface's octet counter as the agent last sent it, by direction.", dirLabels, nil)
+	mIfPackets = prometheus.NewDesc("tierwall_telemetry_interface_packets_total", "The interface's packet counters (unicast, multicast, broadcast) as the agent last sent them, by direction.", dirLabels, nil)
+	mIfErrors  = prometheus.NewDesc("tierwall_telemetry_interface_errors_total", "The interface's error counter as the agent last sent it, by direction.", dirLabels, nil)
+	mIfDiscard = prometheus.NewDesc("tierwall_telemetry_interface_discards_total", "The interface's discard counter as the agent last sent it, by direction.", dirLabels, nil)
+	mIfBPS     = prometheus.NewDesc("tierwall_telemetry_interface_bits_per_second", "The interface's bit rate between its last two counter samples, by direction.", dirLabels, nil)
+	mIfUtil    = prometheus.NewDesc("tierwall_telemetry_interface_utilisation_ratio", "The interface's bit rate over its ifSpeed (0: unknown), by direction.", dirLabels, nil)
+	mCapacity  = prometheus.NewDesc("tierwall_telemetry_uplink_capacity_bps", "The host group's uplink capacity RTBH is judged against (configured, or the uplinks' ifSpeed; 0: never RTBH).", []string{"group"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mDatagram, mRecords, mCounters, mErrors, mGaps, mResets, mTmpl, mTmplRef, mNoTmpl, mRate, mMismatch, mLast, mUnknown, mUntrack, mAttacks, mPlan} {
+	for _, d := range []*prometheus.Desc{mDatagram, mRecords, mCounters, mErrors, mGaps, mResets, mTmpl, mTmplRef, mNoTmpl, mRate, mMismatch, mLast, mUnknown, mUntrack, mAttacks, mPlan,
+		mIfRefused, mIfSpeed, mIfUp, mIfResets, mIfOctets, mIfPackets, mIfErrors, mIfDiscard, mIfBPS, mIfUtil, mCapacity} {
 		ch <- d
 	}
 }
@@ -64,6 +92,26 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		if !e.LastSeen.IsZero() {
 			g(mLast, float64(e.LastSeen.UnixNano())/1e9, a)
 		}
+		c(mIfRefused, float64(e.InterfacesRefused), a)
+		for _, x := range e.Interfaces {
+			i := strconv.FormatUint(uint64(x.IfIndex), 10)
+			g(mIfSpeed, float64(x.SpeedBPS), a, i)
+			g(mIfUp, b2f(x.OperUp), a, i)
+			c(mIfResets, float64(x.Resets), a, i)
+			for _, d := range []struct {
+				dir                 string
+				oct, pkt, bps, util float64
+				errs, discards      uint32
+			}{{"in", float64(x.InOctets), float64(x.InPackets), x.InBPS, x.InUtilisation, x.InErrors, x.InDiscards},
+				{"out", float64(x.OutOctets), float64(x.OutPackets), x.OutBPS, x.OutUtilisation, x.OutErrors, x.OutDiscards}} {
+				c(mIfOctets, d.oct, a, i, d.dir)
+				c(mIfPackets, d.pkt, a, i, d.dir)
+				c(mIfErrors, float64(d.errs), a, i, d.dir)
+				c(mIfDiscard, float64(d.discards), a, i, d.dir)
+				g(mIfBPS, d.bps, a, i, d.dir)
+				g(mIfUtil, d.util, a, i, d.dir)
+			}
+		}
 	}
 	n, _ := m.s.dec.Unknown()
 	c(mUnknown, float64(n))
@@ -80,7 +128,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range m.s.plan {
 		kinds[u.Kind]++
 	}
+	_, caps := m.s.capacities(m.s.action, time.Now())
 	m.s.mu.Unlock()
+	for _, gu := range caps {
+		g(mCapacity, gu.CapacityBPS, gu.Group)
+	}
 	for k, v := range kinds {
 		g(mPlan, float64(v), string(k))
 	}

@@ -348,3 +348,57 @@ sampling_rate: %d
 		t.Error("the flood was not detected")
 	}
 }
+
+// pmacctd's sfprobe also sends counter samples, every 20 s: a generic
+// interface record of what it captured, at the ifSpeed it is configured
+// with (it reads no ifTable), under ifIndex 0x3fffffff (sFlow's
+// "internal": sfprobe_ifindex goes in its flow samples only). They reach
+// the interface table, and its rates are what was sent: 514-byte frames
+// (472 bytes of payload, UDP, IPv4, Ethernet) at the generator's rate.
+// (pmacct 1.7.7; an exporter without counter samples leaves the table
+// empty, and a group's uplinks on it unknown.)
+func TestPmacctSFlowCounters(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireCommand(t, "pmacctd")
+	if testing.Short() {
+		t.Skip("waits for sfprobe's counter polling")
+	}
+	gen, sink := lab(t)
+	c := &tally{rates: map[uint32]int{}}
+	dec, addr := collect(t, sink, telemetry.NewDetector(floodThresholds()), c)
+	conf := filepath.Join(t.TempDir(), "pmacctd.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`daemonize: false
+pcap_interface: ts0
+plugins: sfprobe
+sfprobe_receiver: %s
+sfprobe_agentip: 127.0.0.1
+sfprobe_ifindex: 5
+sfprobe_ifspeed: 1000000000
+sampling_rate: 10
+`, addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pm := exec.Command("ip", "netns", "exec", sink, "pmacctd", "-f", conf)
+	var out strings.Builder
+	pm.Stdout, pm.Stderr = &out, &out
+	start(t, pm)
+	var ifs []telemetry.Interface
+	waitFor(t, "two counter samples from sfprobe", 90*time.Second, func() bool {
+		flood(t, gen, 200, 472, 2000) // traffic all along, for the counters to count
+		ifs = dec.Exporters()[0].Interfaces
+		return len(ifs) > 0 && ifs[0].Samples >= 2
+	}, func() string { return fmt.Sprintf("exporter %+v; pmacctd: %s", dec.Exporters()[0], out.String()) })
+	st := dec.Exporters()[0]
+	t.Logf("pmacctd sfprobe: %d counter samples, interfaces %+v", st.Counters, ifs)
+	x := ifs[0]
+	if len(ifs) != 1 || x.SpeedBPS != 1e9 || !x.OperUp || x.Resets != 0 || st.InterfacesRefused != 0 || st.DecodeErrors != 0 {
+		t.Errorf("interfaces %+v, exporter %+v", ifs, st)
+	}
+	// The generator sends 200 datagrams at 2 kpps, then waitFor's 50 ms:
+	// about 1.3 kpps over a counter interval.
+	// (A few other frames, ARP's 42 bytes, pull the mean below 514.)
+	if mean := float64(x.InOctets) / float64(x.InPackets); x.InPackets == 0 || mean < 505 || mean > 514 || x.InPPS < 500 || x.InPPS > 2000 ||
+		math.Abs(x.InBPS-x.InPPS*514*8) > 0.02*x.InBPS || math.Abs(x.InUtilisation-x.InBPS/1e9) > 1e-9 {
+		t.Errorf("counters and rates %+v", x)
+	}
+}

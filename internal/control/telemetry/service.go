@@ -5,8 +5,10 @@ package telemetry
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 )
@@ -100,12 +102,64 @@ func (s *Service) Tick(now time.Time) (Change, bool) {
 		}
 	}
 	s.mu.Lock()
-	plan := Plan(cur, s.action)
+	act, _ := s.capacities(s.action, now)
+	plan := Plan(cur, act)
 	changed := s.replan || !reflect.DeepEqual(stripRates(plan), stripRates(s.plan))
 	s.plan, s.replan = plan, false
 	s.mu.Unlock()
 	return Change{Now: now, Started: started, Ended: ended, Plan: plan, PlanChanged: changed},
 		changed || len(started) > 0 || len(ended) > 0
+}
+
+// GroupUplinks is a host group's uplink capacity as the plan uses it.
+type GroupUplinks struct {
+	Group string `json:"group"`
+	// CapacityBPS is what RTBH is judged against (0: never blackholed);
+	// Source says where it comes from: "configured" (uplink_bps),
+	// "ifspeed" (the uplinks' counter samples) or "unknown" (uplinks
+	// named, not all of them known).
+	CapacityBPS   float64       `json:"capacity_bps"`
+	Source        string        `json:"source"`
+	ConfiguredBPS float64       `json:"configured_bps,omitempty"`
+	DerivedBPS    float64       `json:"derived_bps,omitempty"`
+	Uplinks       []UplinkState `json:"uplinks"`
+}
+
+// capacities is act with each group's uplink capacity derived from its
+// uplinks' ifSpeed where none is configured, and every group's
+// capacity for the operator. A configured uplink_bps wins: it is the
+// operator's word for what the links carry (a provider's committed rate
+// or policer, a LAG whose members hash unevenly, a sub-interface whose
+// ifSpeed is its parent's), and no datagram can change it.
+func (s *Service) capacities(act ActionConfig, now time.Time) (ActionConfig, []GroupUplinks) {
+	var out []GroupUplinks
+	var pol map[string]GroupPolicy
+	for _, name := range slices.Sorted(maps.Keys(act.Policies)) {
+		p := act.Policies[name]
+		if p.UplinkBPS <= 0 && len(p.Uplinks) == 0 {
+			continue
+		}
+		g := GroupUplinks{Group: name, CapacityBPS: p.UplinkBPS, Source: "configured", ConfiguredBPS: p.UplinkBPS, Uplinks: []UplinkState{}}
+		if len(p.Uplinks) > 0 {
+			g.DerivedBPS, g.Uplinks = s.dec.Uplinks(p.Uplinks, now)
+		}
+		if p.UplinkBPS <= 0 {
+			g.CapacityBPS, g.Source = g.DerivedBPS, "ifspeed"
+			if g.DerivedBPS == 0 {
+				g.Source = "unknown"
+			}
+			if pol == nil {
+				pol = maps.Clone(act.Policies) // the configuration's own map is shared
+			}
+			p.UplinkBPS = g.DerivedBPS
+			pol[name] = p
+		}
+		out = append(out, g)
+	}
+	if pol != nil {
+		act.Policies = pol
+	}
+	return act, out
 }
 
 // stripRates leaves what makes two plans the same announcements.
@@ -152,6 +206,9 @@ type Status struct {
 	Attacks     []Attack         `json:"attacks"`
 	Plan        []Upstream       `json:"plan"`
 	Top         []Talker         `json:"top"`
+	// Capacities are the host groups' uplink capacities (those with
+	// uplink_bps or uplinks; absent when none has).
+	Capacities []GroupUplinks `json:"capacities,omitempty"`
 }
 
 // Status reads the service's state, with the top n destinations.
@@ -162,6 +219,7 @@ func (s *Service) Status(n int) Status {
 	s.mu.Lock()
 	st.Mode = s.action.Mode
 	st.Plan = append([]Upstream{}, s.plan...)
+	_, st.Capacities = s.capacities(s.action, time.Now())
 	s.mu.Unlock()
 	if st.Attacks == nil {
 		st.Attacks = []Attack{}

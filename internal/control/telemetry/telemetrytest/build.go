@@ -113,20 +113,65 @@ func (s *SFlow) Flow(rate uint32, p Packet) {
 
 // Counter adds a counter sample with a generic interface record.
 func (s *SFlow) Counter(ifIndex uint32, inOctets, outOctets uint64) {
-	c := u32(nil, ifIndex)
-	c = u32(c, 6) // ethernetCsmacd
-	c = binary.BigEndian.AppendUint64(c, 10_000_000_000)
+	s.Interface(IfCounters{Index: ifIndex, Speed: 10_000_000_000, Status: 3, InOctets: inOctets, OutOctets: outOctets}, nil)
+}
+
+// IfCounters is sFlow's generic interface counters record (sFlow v5,
+// counter data format 1: RFC 2233's ifTable as an agent polls it).
+type IfCounters struct {
+	Index  uint32
+	Type   uint32 // 0: 6, ethernetCsmacd
+	Speed  uint64 // bits/s
+	Status uint32 // bit 0 admin up, bit 1 operationally up
+	// Octets are 64-bit counters, the others 32-bit, as on the wire.
+	InOctets, OutOctets                   uint64
+	InUcast, InMulticast, InBroadcast     uint32
+	InDiscards, InErrors, InUnknownProtos uint32
+	OutUcast, OutMulticast, OutBroadcast  uint32
+	OutDiscards, OutErrors                uint32
+}
+
+// EthCounters is sFlow's Ethernet interface counters record (format 2):
+// the first six dot3Stats counters, the others zero.
+type EthCounters struct {
+	Alignment, FCS, SingleCollision, MultipleCollision, SQETest, Deferred uint32
+}
+
+// Interface adds a counter sample of the interface's generic counters
+// and, when eth is not nil, its Ethernet counters.
+func (s *SFlow) Interface(ic IfCounters, eth *EthCounters) {
+	t := ic.Type
+	if t == 0 {
+		t = 6
+	}
+	c := u32(nil, ic.Index)
+	c = u32(c, t)
+	c = binary.BigEndian.AppendUint64(c, ic.Speed)
 	c = u32(c, 1) // full duplex
-	c = u32(c, 3) // up
-	c = binary.BigEndian.AppendUint64(c, inOctets)
-	c = append(c, make([]byte, 6*4)...) // in packets … unknown protos
-	c = binary.BigEndian.AppendUint64(c, outOctets)
-	c = append(c, make([]byte, 6*4)...) // out packets … promiscuous
+	c = u32(c, ic.Status)
+	c = binary.BigEndian.AppendUint64(c, ic.InOctets)
+	for _, v := range []uint32{ic.InUcast, ic.InMulticast, ic.InBroadcast, ic.InDiscards, ic.InErrors, ic.InUnknownProtos} {
+		c = u32(c, v)
+	}
+	c = binary.BigEndian.AppendUint64(c, ic.OutOctets)
+	for _, v := range []uint32{ic.OutUcast, ic.OutMulticast, ic.OutBroadcast, ic.OutDiscards, ic.OutErrors, 0} { // … promiscuous
+		c = u32(c, v)
+	}
 	rec := u32(u32(nil, 1), uint32(len(c)))
 	rec = append(rec, c...)
+	n := uint32(1)
+	if eth != nil {
+		e := make([]byte, 0, 52)
+		for _, v := range []uint32{eth.Alignment, eth.FCS, eth.SingleCollision, eth.MultipleCollision, eth.SQETest, eth.Deferred} {
+			e = u32(e, v)
+		}
+		e = append(e, make([]byte, 7*4)...)
+		rec = append(u32(u32(rec, 2), uint32(len(e))), e...)
+		n++
+	}
 	sm := u32(nil, uint32(len(s.samples))+1)
-	sm = u32(sm, ifIndex)
-	sm = u32(sm, 1)
+	sm = u32(sm, ic.Index) // source ID: type 0 (ifIndex), the index
+	sm = u32(sm, n)
 	sm = append(sm, rec...)
 	s.samples = append(s.samples, append(u32(u32(nil, 2), uint32(len(sm))), sm...))
 }
