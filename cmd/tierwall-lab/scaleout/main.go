@@ -30,7 +30,7 @@ import (
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/scaleout"
 	"github.com/tierwall/tierwall/internal/control/telemetry"
-	"github.com/tierwall/tierwall/internal/testbed/eval"
+	evalscaleout "github.com/tierwall/tierwall/internal/testbed/eval/scaleout"
 )
 
 func main() { cli.Main(newRoot()) }
@@ -138,8 +138,8 @@ func newCollect() *cobra.Command {
 	return cmd
 }
 
-func collectorStats(col *scaleout.Collector) eval.CollectorStats {
-	var st eval.CollectorStats
+func collectorStats(col *scaleout.Collector) evalscaleout.CollectorStats {
+	var st evalscaleout.CollectorStats
 	for _, e := range col.Decoder().Exporters() {
 		st.Datagrams += e.Datagrams
 		st.Records += e.Records
@@ -272,19 +272,19 @@ func newEval() *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("reading the results: %w", err)
 				}
-				var res eval.ScaleoutResult
+				var res evalscaleout.Result
 				if err := json.Unmarshal(raw, &res); err != nil {
 					return fmt.Errorf("reading the results: %w", err)
 				}
-				return eval.ScaleoutReport(out, md, res, res.Took, res.At)
+				return evalscaleout.Report(out, md, res, res.Took, res.At)
 			}
 			start := time.Now()
-			res, err := eval.Scaleout(ctx, eval.ScaleoutParams{Self: self, NATSServer: natsServer, Rounds: rounds, Step: step, Rates: rates, Log: os.Stderr})
+			res, err := evalscaleout.Run(ctx, evalscaleout.Params{Self: self, NATSServer: natsServer, Rounds: rounds, Step: step, Rates: rates, Log: os.Stderr})
 			if err != nil {
 				return err
 			}
 			res.Took, res.At = time.Since(start).Round(time.Second), time.Now().UTC()
-			return eval.ScaleoutReport(out, md, res, res.Took, res.At)
+			return evalscaleout.Report(out, md, res, res.Took, res.At)
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "docs/eval", "directory for scaleout.json (docs/EVALUATION-SCALEOUT.md goes next to it)")
