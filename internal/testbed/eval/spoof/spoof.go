@@ -53,7 +53,7 @@ type Scenario struct {
 	SYN        bool     `json:"syn,omitempty"`
 	DstPort    uint16   `json:"dst_port,omitempty"`
 	// Rate caps the flood at this many packets/s (0: the generator's
-	// full rate, or SpoofParams.Rate).
+	// full rate, or Params.Rate).
 	Rate uint64 `json:"rate_pps,omitempty"`
 	// FirstRate, for FirstFor, opens the flood at another rate (a burst
 	// that gets a source caught, then a rate that keeps it held).
@@ -69,7 +69,7 @@ type Scenario struct {
 	PreACKs int `json:"pre_acks,omitempty"`
 	// SpoofClient: the flood's source is the first client's own address.
 	SpoofClient bool `json:"spoof_client,omitempty"`
-	// Clients overrides SpoofParams.Clients.
+	// Clients overrides Params.Clients.
 	Clients int `json:"clients,omitempty"`
 	// Clients6: the clients are IPv6, in the host's own /64 (SixClients),
 	// and fetch from http://[Host6]/.
@@ -235,7 +235,7 @@ type Row struct {
 	FlowRules []mitigate.Rule `json:"flow_rules"`
 }
 
-// Params drive Spoof.
+// Params drive Run.
 type Params struct {
 	Tierwall string
 	Only     string // run the scenarios whose name contains one of these (comma-separated)
