@@ -601,8 +601,12 @@ func (n *Stage) Mode() (Mode, error) {
 }
 
 // Stats returns the stage's per-verdict counters, summed over CPUs.
-func (n *Stage) Stats() (map[string]datapath.Counter, error) {
-	out, err := sumVerdicts[nicTwCtr, datapath.Counter](n.objs.TwNicStats, Verdicts)
+func (n *Stage) Stats() (map[string]datapath.Counter, error) { return stageStats[datapath.Counter](n) }
+
+// stageStats reads them as the data plane's counters (Stats) or the NIC
+// tier's (Table.Verdicts).
+func stageStats[O datapath.Counter | tier.Counters](n *Stage) (map[string]O, error) {
+	out, err := sumVerdicts[nicTwCtr, O](n.objs.TwNicStats, Verdicts)
 	if err != nil {
 		return nil, fmt.Errorf("reading NIC stats: %w", err)
 	}

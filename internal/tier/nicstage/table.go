@@ -61,14 +61,4 @@ func (t *Table) List(ctx context.Context) ([]tier.Entry, error) {
 func (t *Table) Close() error { return t.nic.Close() }
 
 // Verdicts are the stage's per-verdict counters (hit, miss, unhandled …).
-func (t *Table) Verdicts() (map[string]tier.Counters, error) {
-	st, err := t.nic.Stats()
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]tier.Counters, len(st))
-	for v, c := range st {
-		out[v] = tier.Counters{Packets: c.Packets, Bytes: c.Bytes}
-	}
-	return out, nil
-}
+func (t *Table) Verdicts() (map[string]tier.Counters, error) { return stageStats[tier.Counters](t.nic) }
