@@ -240,36 +240,3 @@ type FlowTable interface {
 	Occupancy() int
 	Close() error
 }
-
-// The queues of a flow table's firmware, shared by the backends (the
-// emulated NIC and tc flower): the caller holds its table's lock for
-// TakeEvents and has released it for Queued.
-
-// TakeEvents moves up to len(buf) events from the front of *q into buf.
-// After the table closed, an empty queue is ErrClosed.
-func TakeEvents(q *[]FlowEvent, buf []FlowEvent, closed bool) (int, error) {
-	n := copy(buf, *q)
-	*q = (*q)[n:]
-	if len(*q) == 0 {
-		*q = nil // let the backing array go
-		if closed && n == 0 {
-			return 0, ErrClosed
-		}
-	}
-	return n, nil
-}
-
-// Queued wakes the firmware when anything was queued and says how many of
-// n requests fit (room): short of n, ErrQueueFull with the numbers.
-func Queued(wake chan<- struct{}, room, n, queueLen int) (int, error) {
-	if room > 0 {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	if room < n {
-		return room, fmt.Errorf("%w: %d of %d queued, %d waiting", ErrQueueFull, room, n, queueLen)
-	}
-	return n, nil
-}

@@ -39,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/flowtab"
 )
 
 // The flow table's tc priorities. Distinct from the mitigation Table's
@@ -62,13 +63,6 @@ const (
 	DefaultEventQueueLen = 64 << 10
 	DefaultIdleTimeout   = 30 * time.Second
 	flowCookieLen        = 16 // TC_COOKIE_MAX_SIZE: "tierwall" and the id
-)
-
-// Sentinels of LearnIgnored events.
-var (
-	ErrDuplicateID  = errors.New("flow id already learned")
-	ErrDuplicateKey = errors.New("flow key already learned")
-	ErrUnknownID    = errors.New("no learned flow with this id")
 )
 
 // FlowOptions configure a flower flow table.
@@ -131,35 +125,29 @@ func (o *FlowOptions) defaults() error {
 
 // FlowStats count what the flow table's worker did.
 type FlowStats struct {
-	Learned      uint64
-	LearnFailed  uint64
-	LearnIgnored uint64
-	Unlearned    [6]uint64 // by tier.Cause
-	Polls        uint64
-	PollErrors   uint64 // dumps that failed: nothing aged on them
-	Stalls       uint64 // steps that served or aged nothing: event queue full
-	DeleteErrors uint64 // filter deletions that failed (retried next poll)
-	Orphans      uint64 // flows whose filters vanished behind our back (tc, driver reset)
-	Strays       uint64 // filters of ours without a flow, deleted by a poll
-	Leftovers    int    // filters of an earlier run deleted by Open
-	Foreign      int    // filters of someone else at our priorities, at Open
+	flowtab.Counts // the events it reported
+	Polls          uint64
+	PollErrors     uint64 // dumps that failed: nothing aged on them
+	Stalls         uint64 // steps that served or aged nothing: event queue full
+	DeleteErrors   uint64 // filter deletions that failed (retried next poll)
+	Orphans        uint64 // flows whose filters vanished behind our back (tc, driver reset)
+	Strays         uint64 // filters of ours without a flow, deleted by a poll
+	Leftovers      int    // filters of an earlier run deleted by Open
+	Foreign        int    // filters of someone else at our priorities, at Open
 }
 
 // FlowTable is a flow probe's flow table in tc flower: tier.FlowTable.
 type FlowTable struct {
 	link   tcLink
 	o      FlowOptions
-	wake   chan struct{}
+	q      *flowtab.Queues
 	stop   chan struct{}
 	done   chan struct{}
 	closer sync.Once
 
-	mu     sync.Mutex
-	reqs   []flowReq // FIFO
-	events []tier.FlowEvent
-	flows  map[uint64]*hwFlow // in hardware until its Unlearned event; written under mu by the worker
-	closed bool
-	stats  FlowStats
+	mu    sync.Mutex
+	flows map[uint64]*hwFlow // in hardware until its Unlearned event; written under mu by the worker
+	stats FlowStats
 
 	// The worker's own (and Close's, once the worker stopped).
 	keys     map[tier.FlowKey]uint64
@@ -168,12 +156,6 @@ type FlowTable struct {
 	nextSlot uint32
 	lastPoll time.Time
 	gen      uint64 // poll generation
-}
-
-type flowReq struct {
-	learn bool
-	l     tier.Learn
-	id    uint64
 }
 
 // hwFlow is one learned flow: filters 2*slot+1 (direction 0, Lo to Hi)
@@ -219,7 +201,7 @@ func openFlowTable(conn *netlink.Conn, iface string, o FlowOptions) (*FlowTable,
 		return nil, fmt.Errorf("%w: flower: no interface %s", tier.ErrUnsupported, iface)
 	}
 	t := &FlowTable{link: tcLink{conn: conn, iface: iface, ifindex: ifc.Index, software: o.Software}, o: o,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		q: flowtab.New(o.QueueLen, o.EventQueueLen), stop: make(chan struct{}), done: make(chan struct{}),
 		flows: map[uint64]*hwFlow{}, keys: map[tier.FlowKey]uint64{}, bySlot: map[uint32]*hwFlow{}}
 	created, err := t.link.ensureClsact()
 	if err != nil {
@@ -332,47 +314,14 @@ func (t *FlowTable) Caps() tier.FlowCaps {
 }
 
 // Learn queues learn requests in order, as many as fit.
-func (t *FlowTable) Learn(reqs []tier.Learn) (int, error) {
-	for i, r := range reqs {
-		if err := r.Key.Validate(); err != nil {
-			return 0, fmt.Errorf("learn %d (flow %d): %w", i, r.ID, err)
-		}
-		if r.Action != tier.FlowForward && r.Action != tier.FlowDiscard {
-			return 0, fmt.Errorf("%w: learn %d (flow %d): action %v", tier.ErrInvalid, i, r.ID, r.Action)
-		}
-		if r.Options.IdleTimeout < 0 || r.Options.Lifetime < 0 {
-			return 0, fmt.Errorf("%w: learn %d (flow %d): negative timeout", tier.ErrInvalid, i, r.ID)
-		}
-	}
-	return t.enqueue(len(reqs), func(i int) flowReq { return flowReq{learn: true, l: reqs[i], id: reqs[i].ID} })
-}
+func (t *FlowTable) Learn(reqs []tier.Learn) (int, error) { return t.q.Learn(reqs, 0) }
 
 // Unlearn queues unlearn requests, in order with the learns.
-func (t *FlowTable) Unlearn(ids []uint64) (int, error) {
-	return t.enqueue(len(ids), func(i int) flowReq { return flowReq{id: ids[i]} })
-}
-
-func (t *FlowTable) enqueue(n int, mk func(int) flowReq) (int, error) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return 0, tier.ErrClosed
-	}
-	room := max(0, min(n, t.o.QueueLen-len(t.reqs)))
-	for i := range room {
-		t.reqs = append(t.reqs, mk(i))
-	}
-	t.mu.Unlock()
-	return tier.Queued(t.wake, room, n, t.o.QueueLen)
-}
+func (t *FlowTable) Unlearn(ids []uint64) (int, error) { return t.q.Unlearn(ids, 0) }
 
 // Events hands out pending events, oldest first. After Close it still
 // hands out what is left (the flush's Unlearned events), then ErrClosed.
-func (t *FlowTable) Events(buf []tier.FlowEvent) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return tier.TakeEvents(&t.events, buf, t.closed)
-}
+func (t *FlowTable) Events(buf []tier.FlowEvent) (int, error) { return t.q.Events(buf) }
 
 // Read returns a learned flow's counters as of the last poll: flower's
 // counters live in the NIC, and reading them is a netlink round trip the
@@ -397,8 +346,10 @@ func (t *FlowTable) Occupancy() int {
 // Stats returns what the worker did so far.
 func (t *FlowTable) Stats() FlowStats {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.stats
+	st := t.stats
+	t.mu.Unlock()
+	st.Counts = t.q.Counts()
+	return st
 }
 
 // Close stops the worker and unlearns every flow (Unlearned, CauseFlush,
@@ -412,17 +363,7 @@ func (t *FlowTable) Close() error {
 			close(t.stop)
 		}
 		<-t.done
-		t.mu.Lock()
-		t.closed = true
-		pending := t.reqs
-		t.reqs = nil
-		t.mu.Unlock()
-		now := t.o.now()
-		for _, r := range pending {
-			if r.learn {
-				t.emit(tier.FlowEvent{Kind: tier.LearnFailed, ID: r.id, Key: r.l.Key, Err: tier.ErrClosed, At: now})
-			}
-		}
+		t.q.Close(t.o.now())
 		var errs []error
 		for _, f := range t.bySlot {
 			// Unlearned even when a filter stays behind: no one
@@ -444,7 +385,7 @@ func (t *FlowTable) run() {
 		select {
 		case <-t.stop:
 			return
-		case <-t.wake:
+		case <-t.q.Wake():
 		case <-tick.C:
 		}
 		t.step()
@@ -453,47 +394,24 @@ func (t *FlowTable) run() {
 
 // step serves the queued requests and, when due, polls.
 func (t *FlowTable) step() {
-	t.mu.Lock()
 	// Each request emits at most one event: serve no more than fit.
-	room := t.o.EventQueueLen - len(t.events)
-	n := max(0, min(room, len(t.reqs)))
-	batch := append([]flowReq(nil), t.reqs[:n]...)
-	t.reqs = t.reqs[n:]
-	if len(t.reqs) == 0 {
-		t.reqs = nil
-	} else if n == 0 {
+	batch, _, more := t.q.Take(t.q.Room(), nil)
+	if more && len(batch) == 0 {
+		t.mu.Lock()
 		t.stats.Stalls++
+		t.mu.Unlock()
 	}
-	t.mu.Unlock()
 	for _, r := range batch {
-		if r.learn {
-			t.learn(r.l)
+		if r.Learn {
+			t.learn(r.L)
 		} else {
-			t.unlearn(r.id)
+			t.unlearn(r.ID)
 		}
 	}
 	if now := t.o.now(); now.Sub(t.lastPoll) >= t.o.Poll {
 		t.lastPoll = now
 		t.poll(now)
 	}
-}
-
-func (t *FlowTable) emit(ev tier.FlowEvent) {
-	t.mu.Lock()
-	t.events = append(t.events, ev)
-	switch ev.Kind {
-	case tier.LearnDone:
-		t.stats.Learned++
-	case tier.LearnFailed:
-		t.stats.LearnFailed++
-	case tier.LearnIgnored:
-		t.stats.LearnIgnored++
-	case tier.Unlearned:
-		if int(ev.Cause) < len(t.stats.Unlearned) {
-			t.stats.Unlearned[ev.Cause]++
-		}
-	}
-	t.mu.Unlock()
 }
 
 func (t *FlowTable) learn(l tier.Learn) {
@@ -505,9 +423,9 @@ func (t *FlowTable) learn(l tier.Learn) {
 	_, dupKey := t.keys[l.Key]
 	switch {
 	case dupID:
-		ev.Kind, ev.Err = tier.LearnIgnored, fmt.Errorf("learning flow %d (%v): %w", l.ID, l.Key, ErrDuplicateID)
+		ev.Kind, ev.Err = tier.LearnIgnored, fmt.Errorf("learning flow %d (%v): %w", l.ID, l.Key, flowtab.ErrDuplicateID)
 	case dupKey:
-		ev.Kind, ev.Err = tier.LearnIgnored, fmt.Errorf("learning flow %d (%v): %w", l.ID, l.Key, ErrDuplicateKey)
+		ev.Kind, ev.Err = tier.LearnIgnored, fmt.Errorf("learning flow %d (%v): %w", l.ID, l.Key, flowtab.ErrDuplicateKey)
 	case n >= t.o.Capacity:
 		ev.Kind, ev.Err = tier.LearnFailed, fmt.Errorf("learning flow %d (%v): %w: %d of %d flows in use", l.ID, l.Key, tier.ErrTableFull, n, t.o.Capacity)
 	default:
@@ -540,7 +458,7 @@ func (t *FlowTable) learn(l tier.Learn) {
 		ev.Kind = tier.LearnDone
 	}
 	ev.At = t.o.now()
-	t.emit(ev)
+	t.q.Emit(ev)
 }
 
 // install adds both directions' filters, or neither.
@@ -564,8 +482,8 @@ func (t *FlowTable) unlearn(id uint64) {
 	t.mu.Unlock()
 	switch {
 	case f == nil:
-		t.emit(tier.FlowEvent{Kind: tier.LearnIgnored, ID: id, At: t.o.now(),
-			Err: fmt.Errorf("unlearning flow %d: %w: %w", id, ErrUnknownID, tier.ErrNoRule)})
+		t.q.Emit(tier.FlowEvent{Kind: tier.LearnIgnored, ID: id, At: t.o.now(),
+			Err: fmt.Errorf("unlearning flow %d: %w: %w", id, flowtab.ErrUnknownID, tier.ErrNoRule)})
 	case f.ending != 0:
 		// Its removal is being retried; that emits the event.
 	default:
@@ -614,7 +532,7 @@ func (t *FlowTable) remove(f *hwFlow, cause tier.Cause, force bool) error {
 		cause = f.ending
 	}
 	t.forget(f)
-	t.emit(tier.FlowEvent{Kind: tier.Unlearned, ID: f.id, Key: f.key, Cause: cause, Counters: c, At: now})
+	t.q.Emit(tier.FlowEvent{Kind: tier.Unlearned, ID: f.id, Key: f.key, Cause: cause, Counters: c, At: now})
 	return nil
 }
 
@@ -683,9 +601,7 @@ func (t *FlowTable) poll(now time.Time) {
 			_ = t.link.delFilter(h, pf[0], pf[1])
 		}
 	}
-	t.mu.Lock()
-	room := t.o.EventQueueLen - len(t.events)
-	t.mu.Unlock()
+	room := t.q.Room()
 	for _, f := range t.bySlot {
 		i := famIndex(f.key)
 		if !ok[i] {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/testutil"
 	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/flowtab"
 )
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
@@ -434,8 +435,8 @@ func TestFlowUnlearnAndIgnored(t *testing.T) {
 		{ID: 2, Key: flowA, Action: tier.FlowDiscard}}) // key again
 	ft.step()
 	evs := events(t, ft)
-	if len(evs) != 3 || evs[0].Kind != tier.LearnDone || evs[1].Kind != tier.LearnIgnored || !errors.Is(evs[1].Err, ErrDuplicateID) ||
-		evs[2].Kind != tier.LearnIgnored || !errors.Is(evs[2].Err, ErrDuplicateKey) {
+	if len(evs) != 3 || evs[0].Kind != tier.LearnDone || evs[1].Kind != tier.LearnIgnored || !errors.Is(evs[1].Err, flowtab.ErrDuplicateID) ||
+		evs[2].Kind != tier.LearnIgnored || !errors.Is(evs[2].Err, flowtab.ErrDuplicateKey) {
 		t.Fatalf("%+v", evs)
 	}
 	k.count(1, 1, 2, 60)
@@ -444,7 +445,7 @@ func TestFlowUnlearnAndIgnored(t *testing.T) {
 	evs = events(t, ft)
 	if len(evs) != 3 || evs[0].Kind != tier.Unlearned || evs[0].Cause != tier.CauseApp || evs[0].Counters.Packets != [2]uint64{0, 2} ||
 		evs[1].Kind != tier.LearnIgnored || !errors.Is(evs[1].Err, tier.ErrNoRule) ||
-		evs[2].Kind != tier.LearnIgnored || evs[2].ID != 42 || !errors.Is(evs[2].Err, ErrUnknownID) {
+		evs[2].Kind != tier.LearnIgnored || evs[2].ID != 42 || !errors.Is(evs[2].Err, flowtab.ErrUnknownID) {
 		t.Fatalf("%+v", evs)
 	}
 	if len(k.ours()) != 0 || ft.Occupancy() != 0 {

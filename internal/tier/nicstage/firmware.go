@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/flowtab"
 )
 
 // The flow-mode firmware: one goroutine, woken by requests or every tick,
@@ -66,7 +67,7 @@ func (t *FlowTable) run() {
 		select {
 		case <-t.stop:
 			return
-		case <-t.wake:
+		case <-t.q.Wake():
 		case <-timer.C:
 		}
 		timer.Reset(t.step(t.now()))
@@ -90,9 +91,7 @@ func (t *FlowTable) refill(now int64) {
 // with their own clock.
 func (t *FlowTable) step(now int64) time.Duration {
 	t.refill(now)
-	t.mu.Lock()
-	room := t.o.EventQueueLen - len(t.events)
-	t.mu.Unlock()
+	room := t.q.Room()
 	if room <= 0 {
 		t.mu.Lock()
 		t.stats.Stalls++
@@ -106,29 +105,26 @@ func (t *FlowTable) step(now int64) time.Duration {
 	auto = t.sweep(now, auto, room-len(auto))
 	room -= len(auto)
 
-	t.mu.Lock()
-	n := 0
-	for n < len(t.reqs) && n < room && t.credit >= reqCost && t.reqs[n].ready <= now {
+	batch, head, more := t.q.Take(room, func(r flowtab.Req) bool {
+		if t.credit < reqCost || r.Ready > now {
+			return false
+		}
 		t.credit -= reqCost
-		n++
-	}
-	batch := t.reqs[:n:n]
-	t.reqs = t.reqs[n:]
-	if len(t.reqs) == 0 {
-		t.reqs = nil
-	}
+		return true
+	})
 	next := fwTick
-	if len(t.reqs) > 0 {
-		switch r := t.reqs[0]; {
-		case r.ready > now:
-			next = min(next, time.Duration(r.ready-now))
+	if more {
+		switch {
+		case head.Ready > now:
+			next = min(next, time.Duration(head.Ready-now))
 		case t.credit < reqCost:
 			next = min(next, time.Duration((reqCost-t.credit)/int64(t.o.LearnRate)+1))
 		default:
+			t.mu.Lock()
 			t.stats.Stalls++ // out of event room
+			t.mu.Unlock()
 		}
 	}
-	t.mu.Unlock()
 
 	_ = t.unlearn(now, auto) // failures are counted and reported as events
 	t.serve(now, batch)
@@ -136,18 +132,18 @@ func (t *FlowTable) step(now int64) time.Duration {
 }
 
 // serve runs requests in their order, consecutive ones of a kind batched.
-func (t *FlowTable) serve(now int64, batch []flowReq) {
+func (t *FlowTable) serve(now int64, batch []flowtab.Req) {
 	for len(batch) > 0 {
 		j := 1
-		for j < len(batch) && j < fwMaxBatch && batch[j].learn == batch[0].learn {
+		for j < len(batch) && j < fwMaxBatch && batch[j].Learn == batch[0].Learn {
 			j++
 		}
-		if batch[0].learn {
+		if batch[0].Learn {
 			t.learn(now, batch[:j])
 		} else {
 			us := make([]unlearnReq, j)
 			for i, r := range batch[:j] {
-				us[i] = unlearnReq{id: r.id, cause: tier.CauseApp, app: true}
+				us[i] = unlearnReq{id: r.ID, cause: tier.CauseApp, app: true}
 			}
 			_ = t.unlearn(now, us)
 		}
@@ -169,7 +165,7 @@ func timeoutMs(d, dflt time.Duration) uint32 {
 // (generic_map_update_batch refuses any elem_flags but BPF_F_LOCK), so the
 // firmware, the table's only writer, checks ids, keys and room against its
 // own index first, and the batch only ever adds absent keys.
-func (t *FlowTable) learn(now int64, reqs []flowReq) {
+func (t *FlowTable) learn(now int64, reqs []flowtab.Req) {
 	at := t.wall(now)
 	keys := make([]nicflowTwFlowKey, 0, len(reqs))
 	vals := make([]nicflowTwNicflowEntry, 0, len(reqs))
@@ -179,15 +175,15 @@ func (t *FlowTable) learn(now int64, reqs []flowReq) {
 	var refused []tier.FlowEvent
 	t.mu.Lock()
 	for _, r := range reqs {
-		k := bpfKey(r.l.Key)
-		ev := tier.FlowEvent{Kind: tier.LearnIgnored, ID: r.id, Key: r.l.Key, At: at}
+		k := bpfKey(r.L.Key)
+		ev := tier.FlowEvent{Kind: tier.LearnIgnored, ID: r.ID, Key: r.L.Key, At: at}
 		switch _, dupKey := t.keys[k]; {
-		case t.flows[r.id] != nil || batchIDs[r.id]:
-			ev.Err = fmt.Errorf("%w: %d", ErrDuplicateID, r.id)
+		case t.flows[r.ID] != nil || batchIDs[r.ID]:
+			ev.Err = fmt.Errorf("%w: %d", flowtab.ErrDuplicateID, r.ID)
 		case dupKey || batchKeys[k]:
-			ev.Err = fmt.Errorf("%w: %v", ErrDuplicateKey, r.l.Key)
+			ev.Err = fmt.Errorf("%w: %v", flowtab.ErrDuplicateKey, r.L.Key)
 		case t.occupancy+len(keys) >= t.o.Capacity:
-			ev.Kind, ev.Err = tier.LearnFailed, fmt.Errorf("learning %v: %w (%d flows)", r.l.Key, tier.ErrTableFull, t.o.Capacity)
+			ev.Kind, ev.Err = tier.LearnFailed, fmt.Errorf("learning %v: %w (%d flows)", r.L.Key, tier.ErrTableFull, t.o.Capacity)
 		default:
 			ev.Kind = 0
 		}
@@ -195,24 +191,24 @@ func (t *FlowTable) learn(now int64, reqs []flowReq) {
 			refused = append(refused, ev)
 			continue
 		}
-		batchIDs[r.id], batchKeys[k] = true, true
-		e := nicflowTwNicflowEntry{FlowId: r.id, LearnedNs: uint64(now), LastNs: uint64(now),
-			State: nicflowTwNicflowStateTW_NFS_ACTIVE, Action: faForward, Hash: FlowHash(r.l.Key, t.o.Seed),
-			IdleMs: timeoutMs(r.l.Options.IdleTimeout, t.o.IdleTimeout),
-			LifeMs: timeoutMs(r.l.Options.Lifetime, t.o.Lifetime)}
-		if r.l.Action == tier.FlowDiscard {
+		batchIDs[r.ID], batchKeys[k] = true, true
+		e := nicflowTwNicflowEntry{FlowId: r.ID, LearnedNs: uint64(now), LastNs: uint64(now),
+			State: nicflowTwNicflowStateTW_NFS_ACTIVE, Action: faForward, Hash: FlowHash(r.L.Key, t.o.Seed),
+			IdleMs: timeoutMs(r.L.Options.IdleTimeout, t.o.IdleTimeout),
+			LifeMs: timeoutMs(r.L.Options.Lifetime, t.o.Lifetime)}
+		if r.L.Action == tier.FlowDiscard {
 			e.Action = faDiscard
 		}
-		if r.l.Options.TCPAutoUnlearn {
+		if r.L.Options.TCPAutoUnlearn {
 			e.Opts = nfoTCPAuto
 		}
 		keys = append(keys, k)
 		vals = append(vals, e)
-		ls = append(ls, r.l)
+		ls = append(ls, r.L)
 	}
 	t.mu.Unlock()
 	for _, ev := range refused {
-		t.emit(ev)
+		t.q.Emit(ev)
 	}
 	if len(keys) == 0 {
 		return
@@ -233,7 +229,7 @@ func (t *FlowTable) learn(now int64, reqs []flowReq) {
 			if errors.Is(err, unix.E2BIG) {
 				ev.Err = fmt.Errorf("learning %v: %w (%d flows)", ls[i].Key, tier.ErrTableFull, t.o.Capacity)
 			}
-			t.emit(ev)
+			t.q.Emit(ev)
 			continue
 		}
 		t.mu.Lock()
@@ -241,7 +237,7 @@ func (t *FlowTable) learn(now int64, reqs []flowReq) {
 		t.keys[k] = ls[i].ID
 		t.occupancy++
 		t.mu.Unlock()
-		t.emit(tier.FlowEvent{Kind: tier.LearnDone, ID: ls[i].ID, Key: ls[i].Key, At: at})
+		t.q.Emit(tier.FlowEvent{Kind: tier.LearnDone, ID: ls[i].ID, Key: ls[i].Key, At: at})
 	}
 	t.writeOcc()
 }
@@ -284,7 +280,7 @@ func (t *FlowTable) unlearn(now int64, us []unlearnReq) error {
 		t.mu.Unlock()
 		if stale {
 			if u.app {
-				t.emit(tier.FlowEvent{Kind: tier.LearnIgnored, ID: u.id, At: at, Err: fmt.Errorf("%w: %d", ErrUnknownID, u.id)})
+				t.q.Emit(tier.FlowEvent{Kind: tier.LearnIgnored, ID: u.id, At: at, Err: fmt.Errorf("%w: %d", flowtab.ErrUnknownID, u.id)})
 			}
 			continue
 		}
@@ -294,7 +290,7 @@ func (t *FlowTable) unlearn(now int64, us []unlearnReq) error {
 			err = fmt.Errorf("unlearning flow %d: %w", u.id, err)
 			firstErr = cmpErr(firstErr, err)
 			if u.app {
-				t.emit(tier.FlowEvent{Kind: tier.LearnIgnored, ID: u.id, Key: f.key, At: at, Err: err})
+				t.q.Emit(tier.FlowEvent{Kind: tier.LearnIgnored, ID: u.id, Key: f.key, At: at, Err: err})
 			}
 			continue
 		}
@@ -335,7 +331,7 @@ func (t *FlowTable) unlearn(now int64, us []unlearnReq) error {
 		} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
 			firstErr = cmpErr(firstErr, fmt.Errorf("removing flow %d: %w", m.id, err))
 		}
-		t.emit(ev)
+		t.q.Emit(ev)
 	}
 	t.writeOcc()
 	return firstErr

@@ -25,6 +25,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/flowtab"
 )
 
 // Flow-mode defaults. Napatech's firmware learns on the order of 10^5-10^6
@@ -37,13 +38,6 @@ const (
 	DefaultFlowQueueLen  = 64 << 10
 	DefaultEventQueueLen = 1 << 20
 	DefaultIdleTimeout   = 30 * time.Second
-)
-
-// Sentinels of LearnIgnored events.
-var (
-	ErrDuplicateID  = errors.New("flow id already learned")
-	ErrDuplicateKey = errors.New("flow key already learned")
-	ErrUnknownID    = errors.New("no learned flow with this id")
 )
 
 // FlowOptions configure the emulated NIC in flow mode.
@@ -135,18 +129,15 @@ type FlowTable struct {
 	now    func() int64
 	mono0  int64 // mono0 on the firmware's clock is wall0
 	wall0  time.Time
-	wake   chan struct{}
+	q      *flowtab.Queues // requests (Ready on the firmware's clock) and events
 	stop   chan struct{}
 	done   chan struct{}
 	closer sync.Once
 
 	mu        sync.Mutex
-	reqs      []flowReq // FIFO; reqs[0] is next
-	events    []tier.FlowEvent
 	flows     map[uint64]*hwFlow // in hardware, until its Unlearned event
 	keys      map[nicflowTwFlowKey]uint64
 	occupancy int
-	closed    bool
 	stats     FirmwareStats
 
 	// The firmware goroutine's own.
@@ -158,13 +149,6 @@ type FlowTable struct {
 	sweepV    []nicflowTwNicflowEntry
 }
 
-type flowReq struct {
-	learn bool
-	l     tier.Learn
-	id    uint64
-	ready int64 // firmware clock; not served before
-}
-
 type hwFlow struct {
 	key        tier.FlowKey
 	bkey       nicflowTwFlowKey
@@ -173,14 +157,11 @@ type hwFlow struct {
 
 // FirmwareStats count what the firmware did.
 type FirmwareStats struct {
-	Learned      uint64
-	LearnFailed  uint64
-	LearnIgnored uint64
-	Unlearned    [6]uint64 // by tier.Cause
-	Stalls       uint64    // steps that served nothing: event queue full
-	GracePeriods uint64    // RCU grace periods waited (one per unlearn batch)
-	SweepPasses  uint64    // full passes of the ageing sweep
-	Orphans      uint64    // flows gone from the table behind the firmware's back
+	flowtab.Counts        // the events it reported
+	Stalls         uint64 // steps that served nothing: event queue full
+	GracePeriods   uint64 // RCU grace periods waited (one per unlearn batch)
+	SweepPasses    uint64 // full passes of the ageing sweep
+	Orphans        uint64 // flows gone from the table behind the firmware's back
 }
 
 var _ tier.FlowTable = (*FlowTable)(nil)
@@ -213,8 +194,8 @@ func LoadFlow(o FlowOptions) (*FlowTable, error) {
 			return nil, fmt.Errorf("setting %s: %w", name, err)
 		}
 	}
-	t := &FlowTable{o: o, now: o.now, flows: map[uint64]*hwFlow{}, keys: map[nicflowTwFlowKey]uint64{}, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	t := &FlowTable{o: o, now: o.now, flows: map[uint64]*hwFlow{}, keys: map[nicflowTwFlowKey]uint64{},
+		q: flowtab.New(o.QueueLen, o.EventQueueLen), stop: make(chan struct{}), done: make(chan struct{})}
 	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading NIC flow stage: %w", err)
 	}
@@ -313,52 +294,17 @@ func (t *FlowTable) Caps() tier.FlowCaps {
 }
 
 // Learn queues learn requests in order, as many as fit.
-func (t *FlowTable) Learn(reqs []tier.Learn) (int, error) {
-	for i, r := range reqs {
-		if err := r.Key.Validate(); err != nil {
-			return 0, fmt.Errorf("learn %d (flow %d): %w", i, r.ID, err)
-		}
-		if r.Action != tier.FlowForward && r.Action != tier.FlowDiscard {
-			return 0, fmt.Errorf("%w: learn %d (flow %d): action %v", tier.ErrInvalid, i, r.ID, r.Action)
-		}
-		if r.Options.IdleTimeout < 0 || r.Options.Lifetime < 0 {
-			return 0, fmt.Errorf("%w: learn %d (flow %d): negative timeout", tier.ErrInvalid, i, r.ID)
-		}
-	}
-	return t.enqueue(len(reqs), func(i int, ready int64) flowReq {
-		return flowReq{learn: true, l: reqs[i], id: reqs[i].ID, ready: ready}
-	})
-}
+func (t *FlowTable) Learn(reqs []tier.Learn) (int, error) { return t.q.Learn(reqs, t.ready()) }
 
 // Unlearn queues unlearn requests, in order with the learns.
-func (t *FlowTable) Unlearn(ids []uint64) (int, error) {
-	return t.enqueue(len(ids), func(i int, ready int64) flowReq {
-		return flowReq{id: ids[i], ready: ready}
-	})
-}
+func (t *FlowTable) Unlearn(ids []uint64) (int, error) { return t.q.Unlearn(ids, t.ready()) }
 
-func (t *FlowTable) enqueue(n int, mk func(int, int64) flowReq) (int, error) {
-	ready := t.now() + int64(t.o.LearnLatency)
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return 0, tier.ErrClosed
-	}
-	room := min(n, t.o.QueueLen-len(t.reqs))
-	for i := range room {
-		t.reqs = append(t.reqs, mk(i, ready))
-	}
-	t.mu.Unlock()
-	return tier.Queued(t.wake, room, n, t.o.QueueLen)
-}
+// ready is when a request queued now may be served: LearnLatency on.
+func (t *FlowTable) ready() int64 { return t.now() + int64(t.o.LearnLatency) }
 
 // Events hands out pending events, oldest first. After Close it still
 // hands out what is left (the flush's Unlearned events), then ErrClosed.
-func (t *FlowTable) Events(buf []tier.FlowEvent) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return tier.TakeEvents(&t.events, buf, t.closed)
-}
+func (t *FlowTable) Events(buf []tier.FlowEvent) (int, error) { return t.q.Events(buf) }
 
 // Read returns a learned flow's counters now.
 func (t *FlowTable) Read(id uint64) (tier.FlowCounters, error) {
@@ -388,8 +334,10 @@ func (t *FlowTable) Occupancy() int {
 // Stats returns what the firmware did so far.
 func (t *FlowTable) Stats() FirmwareStats {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.stats
+	st := t.stats
+	t.mu.Unlock()
+	st.Counts = t.q.Counts()
+	return st
 }
 
 // FlowVerdicts names the data plane's verdict counters, in enum order.
@@ -415,10 +363,8 @@ func (t *FlowTable) Close() error {
 			close(t.stop)
 		}
 		<-t.done
+		t.q.Close(t.wall(t.now()))
 		t.mu.Lock()
-		t.closed = true
-		pending := t.reqs
-		t.reqs = nil
 		var all []unlearnReq
 		for id, f := range t.flows {
 			if !f.unlearning {
@@ -426,12 +372,6 @@ func (t *FlowTable) Close() error {
 			}
 		}
 		t.mu.Unlock()
-		at := t.wall(t.now())
-		for _, r := range pending {
-			if r.learn {
-				t.emit(tier.FlowEvent{Kind: tier.LearnFailed, ID: r.id, Key: r.l.Key, Err: tier.ErrClosed, At: at})
-			}
-		}
 		err = t.unlearn(t.now(), all)
 		t.release()
 	})
@@ -460,26 +400,6 @@ func (t *FlowTable) counters(e *nicflowTwNicflowEntry) tier.FlowCounters {
 	return tier.FlowCounters{Packets: e.Packets, Bytes: e.Bytes,
 		TCPFlags: [2]uint8{uint8(e.TcpFlags), uint8(e.TcpFlags >> 8)},
 		First:    t.wall(int64(e.LearnedNs)), Last: t.wall(int64(e.LastNs))}
-}
-
-// emit queues an event. The firmware reserves room before it acts, so
-// this only grows past EventQueueLen by the flush at Close.
-func (t *FlowTable) emit(ev tier.FlowEvent) {
-	t.mu.Lock()
-	t.events = append(t.events, ev)
-	switch ev.Kind {
-	case tier.LearnDone:
-		t.stats.Learned++
-	case tier.LearnFailed:
-		t.stats.LearnFailed++
-	case tier.LearnIgnored:
-		t.stats.LearnIgnored++
-	case tier.Unlearned:
-		if int(ev.Cause) < len(t.stats.Unlearned) {
-			t.stats.Unlearned[ev.Cause]++
-		}
-	}
-	t.mu.Unlock()
 }
 
 // bpfKey is k as the data plane keys it (flow.h: IPv4 in the first four

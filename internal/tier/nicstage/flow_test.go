@@ -14,6 +14,7 @@ import (
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/testutil"
 	"github.com/tierwall/tierwall/internal/tier"
+	"github.com/tierwall/tierwall/internal/tier/flowtab"
 )
 
 // XDP_REDIRECT (uapi/linux/bpf.h); xdpDrop and xdpPass are in stage_test.go.
@@ -294,9 +295,9 @@ func TestFlowTableFull(t *testing.T) {
 			t.Errorf("flow %d: %v %v, want %v %v", id, ev.Kind, ev.Err, kind, err)
 		}
 	}
-	check(1, 0, tier.LearnIgnored, ErrDuplicateID) // ignored before the batch went in
+	check(1, 0, tier.LearnIgnored, flowtab.ErrDuplicateID) // ignored before the batch went in
 	check(1, 1, tier.LearnDone, nil)
-	check(2, 0, tier.LearnIgnored, ErrDuplicateKey)
+	check(2, 0, tier.LearnIgnored, flowtab.ErrDuplicateKey)
 	check(3, 0, tier.LearnDone, nil)
 	check(4, 0, tier.LearnFailed, tier.ErrTableFull)
 	if ft.Occupancy() != 2 {
@@ -318,7 +319,7 @@ func TestFlowTableFull(t *testing.T) {
 		byID[ev.ID] = append(byID[ev.ID], ev)
 	}
 	check(3, 0, tier.Unlearned, nil)
-	check(42, 0, tier.LearnIgnored, ErrUnknownID)
+	check(42, 0, tier.LearnIgnored, flowtab.ErrUnknownID)
 	if _, m := runMeta(t, ft.Program(), frame(web, cli, pkt.ProtoUDP, 0), nil); m == nil || m.mark != markMiss {
 		t.Errorf("miss after an unlearn: %+v, want MISS", m)
 	}
