@@ -80,3 +80,16 @@ func TestSpoofFeatureMB(t *testing.T) {
 		t.Errorf("spoofFeatureMB(1) = %d, (2) = %d", one, two)
 	}
 }
+
+func TestHostURLAndFloodRate(t *testing.T) {
+	if got := hostURL(Scenario{}); got != "http://10.70.0.1/" {
+		t.Errorf("hostURL = %q", got)
+	}
+	if got := hostURL(Scenario{Clients6: true}); !strings.HasPrefix(got, "http://[") {
+		t.Errorf("hostURL, IPv6 clients = %q", got)
+	}
+	p := Params{Rate: 1000}
+	if p.floodRate(Scenario{}) != 1000 || p.floodRate(Scenario{Rate: 5}) != 5 {
+		t.Error("floodRate: the scenario's rate wins over the run's")
+	}
+}

@@ -594,10 +594,7 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	defer rcancel()
 	go rss.watch(rctx)
 
-	url := "http://" + lab.Host4.String() + "/"
-	if sc.Clients6 {
-		url = "http://[" + lab.Host6.String() + "]/"
-	}
+	url := hostURL(sc)
 	exch := &exchanger{}
 	reflection := len(sc.SrcPorts) > 0
 	if reflection {
@@ -618,10 +615,7 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	}
 	fl := &spoofFlooder{sc: sc, inetMAC: inetMAC, hostMAC: hostMAC, background: p.Background}
 	flood := fl.run
-	floodRate := p.Rate
-	if sc.Rate != 0 {
-		floodRate = sc.Rate
-	}
+	floodRate := p.floodRate(sc)
 	others := clients
 	if sc.SpoofClient {
 		others = clients[1:] // the first is watched apart
@@ -1307,6 +1301,23 @@ func (m *maxRSS) watch(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// hostURL is the page the clients fetch: the host's IPv6 address when
+// the scenario's clients are IPv6.
+func hostURL(sc Scenario) string {
+	if sc.Clients6 {
+		return "http://[" + lab.Host6.String() + "]/"
+	}
+	return "http://" + lab.Host4.String() + "/"
+}
+
+// floodRate is the scenario's rate, or the run's.
+func (p Params) floodRate(sc Scenario) uint64 {
+	if sc.Rate != 0 {
+		return sc.Rate
+	}
+	return p.Rate
 }
 
 // clientRate is one client's pace in sc.
