@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Package evalkit is what the experiments share: their figures' look
+// (Chart), report text, processes (Proc), CPU pinning and counters, the
+// loopback UDP sockets' counters, and the flow collectors' configuration.
 package evalkit
 
 // One look for every evaluation figure: a mechanism keeps its colour and

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Package flows is `make eval-flows`: the flow probe on the probe lab
+// against Deri et al. (HPSR 2024), per cell (mode, frame size, active
+// flows, offload, DPI) host CPU and exact loss against a real nfcapd,
+// written to docs/EVALUATION-FLOWS.md and docs/eval/flows.*.
 package flows
 
 import (

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package eval reproduces the paper's evaluation (§V) on one machine:
+// Package modes reproduces the paper's evaluation (§V) on one machine:
 // drop rate and CPU use against the number of attackers for every
 // baseline and every tierwall mode, HTTP requests served under attack,
 // and a labelled model of a real 25G hybrid. `make eval` runs it.

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Package network is `make eval-network`: network mode beside
+// FastNetMon Community on the same sFlow, NetFlow v9 and IPFIX feed
+// (detection delays, false positives, ingest on one core, memory),
+// written to docs/EVALUATION-NETWORK.md and docs/eval/network.json.
 package network
 
 import (

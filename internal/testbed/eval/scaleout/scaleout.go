@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Package scaleout is `make eval-scaleout`: network mode's collectors
+// and a detector over NATS, one collector against two, written to
+// docs/EVALUATION-SCALEOUT.md and docs/eval/scaleout.json.
 package scaleout
 
 import (

@@ -1,45 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
 
+// Package spoof is `make eval-spoof`: floods whose sources cannot be
+// listed (spoofed ranges, IPv6, reflection, SYN) against the daemon's
+// defaults on the lab, with paced clients and the host's own exchanges
+// watched, written to docs/EVALUATION-SPOOF.md and docs/eval/spoof*.json.
 package spoof
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/control/api"
 	"github.com/tierwall/tierwall/internal/control/apiv1"
-	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/datapath"
-	"github.com/tierwall/tierwall/internal/pkt"
-	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testbed/demo"
 	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
-	"github.com/tierwall/tierwall/internal/testbed/trafgen"
 	"github.com/tierwall/tierwall/internal/tier/nicstage"
-	"golang.org/x/sys/unix"
 )
-
-// sinkIf is the reference phase's sink, in the internet namespace.
-const sinkIf = lab.Prefix + "sink0"
 
 // Scenario is a flood whose sources cannot be listed.
 type Scenario struct {
@@ -259,34 +247,6 @@ type Params struct {
 	Log        io.Writer
 }
 
-// BusyLoop is the background load's command, one per CPU: a shell loop
-// that never sleeps, at nice 0.
-var BusyLoop = []string{"sh", "-c", "while :; do :; done"}
-
-// startBackground starts BusyLoop pinned to each CPU; stop kills them.
-func startBackground() (stop func(), err error) {
-	var cmds []*exec.Cmd
-	stop = func() {
-		for _, c := range cmds {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		}
-	}
-	for cpu := 0; cpu < runtime.NumCPU(); cpu++ {
-		c := exec.Command("taskset", append([]string{"-c", strconv.Itoa(cpu)}, BusyLoop...)...)
-		// The loop dies with the evaluation, even one killed mid-run: an
-		// orphaned loop would load every later measurement (and hold the
-		// test lock it inherited).
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := c.Start(); err != nil {
-			stop()
-			return nil, fmt.Errorf("background load on CPU %d: %w", cpu, err)
-		}
-		cmds = append(cmds, c)
-	}
-	return stop, nil
-}
-
 // Run runs each scenario on the lab: a fresh daemon (default
 // detectors, the emulated NIC forwarding everything, so every drop is
 // XDP's), legitimate HTTP clients for Baseline, then the flood at the
@@ -421,140 +381,6 @@ func Run(ctx context.Context, p Params) (_ []Row, err error) {
 		rows = append(rows, r)
 	}
 	return rows, nil
-}
-
-// attachWireNIC attaches the lab's NIC stage in wire mode: everything
-// goes through to the host's XDP. With syn, also the card's transmit
-// side (egress, nil without). close detaches both.
-func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err error) {
-	var nic *nicstage.Table
-	if err := evalkit.InNS(lab.NSNic, -1, func() error {
-		var e error
-		nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: nicstage.Wire})
-		return e
-	}); err != nil {
-		return nil, nil, err
-	}
-	detach = func() error {
-		if egress != nil {
-			egress.Close()
-		}
-		nic.Close()
-		return evalkit.InNS(lab.NSNic, -1, func() error { return nicstage.Detach(lab.IfWire, "") })
-	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, detach())
-		}
-	}()
-	if err := evalkit.PinNIC(); err != nil {
-		return nil, nil, err
-	}
-	if syn {
-		// The card's transmit side: the cookie SYN-ACKs XDP sends back
-		// to the flood's spoofed sources leave for the internet (dropped
-		// at the NIC's host port, counted), the clients' go on to the
-		// wire; a real card's wire costs the host nothing for them. It
-		// is also the XDP program a veth peer needs for XDP_TX.
-		if err := evalkit.InNS(lab.NSNic, -1, func() error {
-			ifc, e := net.InterfaceByName(lab.IfHPort)
-			if e != nil {
-				return e
-			}
-			egress, e = nicstage.AttachEgress(ifc.Index, []netip.Prefix{lab.Net4, lab.Net6})
-			return e
-		}); err != nil {
-			return nil, nil, fmt.Errorf("the NIC's transmit side: %w", err)
-		}
-		// The card's transmit side is the card's work: on CPU 0, not
-		// on the host CPU whose XDP_TX woke it.
-		if err := evalkit.PinNAPIFirst(lab.NSNic, lab.IfHPort, evalkit.NICCPU); err != nil {
-			return nil, nil, fmt.Errorf("the NIC's transmit side: %w", err)
-		}
-	}
-	return egress, detach, nil
-}
-
-// spoofFlooder runs a scenario's generators from the internet's side.
-type spoofFlooder struct {
-	sc               Scenario
-	inetMAC, hostMAC net.HardwareAddr
-	background       bool // the evaluation's background load is on
-}
-
-// run runs the generators out of iface for dur. began, if set, is told
-// when the first generator sends its first frame: the flood's start,
-// with the generators' set-up left out.
-func (f *spoofFlooder) run(ctx context.Context, iface string, dur time.Duration, rate uint64, began func(time.Time)) (uint64, error) {
-	ports := f.sc.SrcPorts
-	if len(ports) == 0 {
-		ports = []uint16{0}
-	}
-	var (
-		wg   sync.WaitGroup
-		sent atomic.Uint64
-		gmu  sync.Mutex
-		gerr error
-	)
-	var specs []trafgen.Spec
-	for i, sp := range ports {
-		spec := trafgen.Spec{Iface: iface, SrcMAC: [6]byte(f.inetMAC), DstMAC: [6]byte(f.hostMAC), Dst: f.sc.Dst, DstPort: f.sc.DstPort,
-			SrcPort: sp, SYN: f.sc.SYN, Spoof: f.sc.Spoof, Duration: dur, Seed: uint64(11 + i), Rate: rate / uint64(len(ports)), Started: began}
-		switch {
-		case f.sc.Sources > 0:
-			spec.Spoof = netip.Prefix{}
-			spec.Sources, spec.Dist, spec.Base = f.sc.Sources, trafgen.Uniform, f.sc.Spoof
-		case !f.sc.Spoof.IsValid():
-			// Reflectors all over IPv4 (the lab's host drops its
-			// ICMP answers to them: no route).
-			spec.Sources, spec.Dist, spec.Spread = f.sc.Reflectors, trafgen.Uniform, true
-			spec.Base = netip.MustParsePrefix("0.0.0.0/0")
-			spec.Seed = uint64(11 + i)
-		}
-		specs = append(specs, spec)
-	}
-	if f.sc.ThinSpoof.IsValid() {
-		specs = append(specs, trafgen.Spec{Iface: iface, SrcMAC: [6]byte(f.inetMAC), DstMAC: [6]byte(f.hostMAC), Dst: f.sc.Dst, DstPort: f.sc.DstPort,
-			SYN: f.sc.SYN, Spoof: f.sc.ThinSpoof, Duration: dur, Seed: 97, Rate: f.sc.ThinRate})
-	}
-	for _, spec := range specs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var rep *trafgen.Report
-			e := evalkit.InNS(lab.NSInet, evalkit.GenCPU, func() error {
-				// The attacker's CPU is not the clients' on a real
-				// network; here they share CPU 0, so the generator
-				// takes only what the clients leave (nice 19, this
-				// thread only), in the reference as under attack,
-				// and the clients' rate measures the host, not their
-				// share of CPU 0 against the generator.
-				// Under the background load it keeps nice 0, as
-				// the busy loops have: at 19 it would get ~1% of CPU 0
-				// against them and send no flood worth the name.
-				tid := unix.Gettid() // on Linux a nice value is a thread's
-				nice := 19
-				if f.background {
-					nice = 0
-				}
-				if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
-					return fmt.Errorf("lowering the generator's priority: %w", err)
-				}
-				defer func() { _ = unix.Setpriority(unix.PRIO_PROCESS, tid, 0) }()
-				var e error
-				rep, e = trafgen.Run(ctx, spec)
-				return e
-			})
-			if rep != nil {
-				sent.Add(rep.Sent)
-			}
-			gmu.Lock()
-			gerr = errors.Join(gerr, e)
-			gmu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return sent.Load(), gerr
 }
 
 // spoofCell runs one scenario on the lab: the NIC stage and a fresh
@@ -805,151 +631,6 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	return row, nil
 }
 
-// firstEntropy sends on out the time of the entropy detector's first
-// detection after the flood began (start, read once begun is closed), or
-// the zero time when ctx ends first; it polls the daemon every poll.
-func firstEntropy(ctx context.Context, c *api.Client, begun <-chan struct{}, start func() time.Time, poll time.Duration, out chan<- time.Time) {
-	var at time.Time
-	defer func() { out <- at }()
-	select {
-	case <-begun:
-	case <-ctx.Done():
-		return
-	}
-	from := start()
-	for ctx.Err() == nil {
-		var ds []apiv1.Detection
-		if err := c.Do(ctx, "GET", "/v1/detections", nil, &ds); err == nil {
-			for _, d := range ds {
-				if d.Detector == "entropy" && !d.Time.Before(from) {
-					at = d.Time
-					return
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(poll):
-		}
-	}
-}
-
-// xdpCounts are the host's XDP counts: drop, its drops by a rule (bans,
-// prefixes, flow rules) and the packets a syn-cookie rule handed to the
-// SYN proxy, which answers or drops them in XDP (their verdict is the
-// proxy's, not the filter's); total, every packet XDP saw; passed, what
-// XDP passed to the stack from sources not known good (verdict pass).
-// Zero when unreadable.
-func xdpCounts(host *datapath.Datapath) (drop, total, passed uint64) {
-	st, err := host.Stats()
-	if err != nil {
-		return 0, 0, 0
-	}
-	for v, c := range st.Verdicts {
-		total += c.Packets
-		if strings.HasPrefix(v, "drop_") && !strings.Contains(v, "malformed") {
-			drop += c.Packets
-		}
-	}
-	passed = st.Verdicts["pass"].Packets
-	frs, err := host.FlowRuleCounters()
-	if err != nil {
-		return 0, 0, 0
-	}
-	for _, fr := range frs {
-		if fr.Rule.Action == rule.FlowSYNCookie {
-			proxied := fr.Matched.Packets - fr.PassedKnownGood
-			drop += proxied
-			total += proxied
-		}
-	}
-	return drop, total, passed
-}
-
-// daemonConfig is the scenarios' daemon: the defaults (every detector,
-// the victim ladder) at the run's interval, with tables for the spoofed
-// sources and a memory budget.
-func daemonConfig(p Params, dir string) *config.Config {
-	c := harness.DaemonConfig(lab.IfHost, dir)
-	c.Interval = p.Interval
-	c.Capacity = config.Capacity{Exact4: 65536, Exact6: 4096, Prefix: 4096, Allow: 256, Features: 262144, MemoryMiB: 1024}
-	return c
-}
-
-// startSpoofDaemon writes the scenarios' daemon configuration into dir
-// and starts the daemon on the lab's host.
-func startSpoofDaemon(p Params, dir string) (*harness.Daemon, error) {
-	sock := filepath.Join(dir, "api.sock")
-	cfgPath := filepath.Join(dir, "tierwall.yaml")
-	if err := harness.WriteConfig(cfgPath, daemonConfig(p, dir)); err != nil {
-		return nil, err
-	}
-	harness.RemovePins(lab.NSHost)
-	// The daemon may run on either CPU. The host's NAPI thread on CPU 1
-	// runs at SCHED_FIFO, as a softirq preempts user space, but it never
-	// yields as a softirq does (one that runs too long hands over to
-	// ksoftirqd, a normal thread): under a flood that saturates it, the
-	// real-time throttle's 5% was all a daemon held to CPU 1 got, and the
-	// interval that decides the flood's rule took 1-2.5 s of 500 ms. On a
-	// real host the NIC's interrupts take some cores and the control
-	// plane runs beside them; nginx and the host's NAPI stay on CPU 1.
-	dmn, err := harness.StartDaemon(harness.Options{Tierwall: p.Tierwall, Netns: lab.NSHost, Config: cfgPath, Socket: sock, Timeout: 30 * time.Second})
-	if err != nil {
-		return nil, err
-	}
-	return dmn, nil
-}
-
-// xdpSample is the host's XDP counts (xdpCounts) at one moment.
-type xdpSample struct {
-	at                   time.Time
-	drops, total, passed uint64
-}
-
-// xdpSampler samples the host's XDP counts every 100 ms, and notes when
-// it first saw a flow rule in XDP.
-type xdpSampler struct {
-	host    *datapath.Datapath
-	mu      sync.Mutex
-	samples []xdpSample
-	ruleAt  time.Time
-}
-
-func (x *xdpSampler) run(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		d, tot, pass := xdpCounts(x.host)
-		x.mu.Lock()
-		x.samples = append(x.samples, xdpSample{time.Now(), d, tot, pass})
-		if x.ruleAt.IsZero() {
-			if frs, err := x.host.FlowRuleCounters(); err == nil && len(frs) > 0 {
-				x.ruleAt = time.Now()
-			}
-		}
-		x.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// at returns the last sample no later than t, the last sample, and when
-// a flow rule was first seen (zero: never).
-func (x *xdpSampler) at(t time.Time) (before, last xdpSample, ruleAt time.Time) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for _, s := range x.samples {
-		if !s.at.After(t) {
-			before = s
-		}
-		last = s
-	}
-	return before, last, x.ruleAt
-}
-
 // spoofEnv is what a scenario's phases share: the clients' URL, the
 // clients run together and the one watched apart (SpoofClient), the
 // flood and its rate, the daemon's API and the host's data plane.
@@ -1142,167 +823,6 @@ func (row *Row) account(events []apiv1.Event, p Params, clients []netip.Addr, t 
 	}
 }
 
-// tcpStats reads the host namespace's TCP counters (/proc/net/snmp and
-// netstat, "Tcp:PassiveOpens", "TcpExt:SyncookiesSent", ...).
-func tcpStats() (map[string]uint64, error) {
-	out := map[string]uint64{}
-	err := evalkit.InNS(lab.NSHost, -1, func() error {
-		// thread-self: /proc/net is the thread group leader's namespace.
-		for _, f := range []string{"/proc/thread-self/net/snmp", "/proc/thread-self/net/netstat"} {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return err
-			}
-			lines := strings.Split(string(b), "\n")
-			for i := 0; i+1 < len(lines); i += 2 {
-				names, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
-				if len(names) != len(vals) || len(names) == 0 {
-					continue
-				}
-				for j := 1; j < len(names); j++ {
-					v, _ := strconv.ParseUint(vals[j], 10, 64)
-					out[names[0]+names[j]] = v
-				}
-			}
-		}
-		return nil
-	})
-	return out, err
-}
-
-// exchanger is the host's own DNS and NTP traffic during a reflection
-// flood: the host asks a server on the internet side (the lab's client
-// address) every 20 ms on each port, from a connected socket as a
-// resolver does, and counts the answers, which come from the flood's
-// source ports.
-type exchanger struct {
-	asked, answered atomic.Uint64
-	lastA, lastB    uint64
-}
-
-func (x *exchanger) start(ctx context.Context, ports []uint16) (stop func(), err error) {
-	xctx, cancel := context.WithCancel(ctx)
-	var conns []net.PacketConn
-	var wg sync.WaitGroup
-	closeAll := func() {
-		cancel()
-		for _, c := range conns {
-			c.Close()
-		}
-		wg.Wait()
-	}
-	for _, port := range ports {
-		var srv net.PacketConn
-		if err := evalkit.InNS(lab.NSInet, -1, func() error {
-			var e error
-			srv, e = net.ListenPacket("udp4", netip.AddrPortFrom(lab.Client4, port).String())
-			return e
-		}); err != nil {
-			closeAll()
-			return nil, err
-		}
-		conns = append(conns, srv)
-		wg.Add(1)
-		go func() { // echo
-			defer wg.Done()
-			buf := make([]byte, 512)
-			for {
-				n, a, err := srv.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = srv.WriteTo(buf[:n], a) // a lost echo is a lost answer, counted
-			}
-		}()
-		// Connected, as glibc's resolver and chrony's client sockets are:
-		// the answers are then the socket's exact 4-tuple.
-		dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Client4, port))
-		var cli *net.UDPConn
-		if err := evalkit.InNS(lab.NSHost, -1, func() error {
-			var e error
-			cli, e = net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(lab.Host4, 0)), dst)
-			return e
-		}); err != nil {
-			closeAll()
-			return nil, err
-		}
-		conns = append(conns, cli)
-		wg.Add(2)
-		go func() { // ask
-			defer wg.Done()
-			t := time.NewTicker(20 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-xctx.Done():
-					return
-				case <-t.C:
-				}
-				if _, err := cli.Write([]byte("tierwall exchange")); err == nil {
-					x.asked.Add(1)
-				}
-			}
-		}()
-		go func() { // count answers
-			defer wg.Done()
-			buf := make([]byte, 512)
-			for {
-				if _, err := cli.Read(buf); err != nil {
-					if xctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-						return
-					}
-					continue // an ICMP error for a lost query: not an answer
-				}
-				x.answered.Add(1)
-			}
-		}()
-	}
-	return closeAll, nil
-}
-
-// take returns answered and asked since the last take.
-func (x *exchanger) take() [2]uint64 {
-	a, b := x.answered.Load(), x.asked.Load()
-	out := [2]uint64{a - x.lastA, b - x.lastB}
-	x.lastA, x.lastB = a, b
-	return out
-}
-
-// maxRSS follows a process's peak resident memory (VmHWM).
-type maxRSS struct {
-	pid  int
-	max  atomic.Uint64 // VmHWM
-	anon atomic.Uint64 // the largest RssAnon seen: the process's own pages
-}
-
-func (m *maxRSS) watch(ctx context.Context) {
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	kb := func(v string) uint64 {
-		n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		return n << 10
-	}
-	for {
-		if f, err := os.Open(fmt.Sprintf("/proc/%d/status", m.pid)); err == nil {
-			sc := bufio.NewScanner(f)
-			for sc.Scan() {
-				if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-					m.max.Store(kb(v))
-				}
-				if v, ok := strings.CutPrefix(sc.Text(), "RssAnon:"); ok {
-					m.anon.Store(max(m.anon.Load(), kb(v)))
-				}
-			}
-			f.Close()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // hostURL is the page the clients fetch: the host's IPv6 address when
 // the scenario's clients are IPv6.
 func hostURL(sc Scenario) string {
@@ -1326,93 +846,4 @@ func (p Params) clientRate(sc Scenario) float64 {
 		return p.ConnRate
 	}
 	return p.ClientRate
-}
-
-// spoofACKs sends sc.PreACKs spoofed TCP ACKs from each of sc.Sources to
-// the victim's port, from the internet namespace, paced at about 20,000
-// packets/s: what a forged handshake's last step looks like without the
-// first two.
-func spoofACKs(sc Scenario, src, dst net.HardwareAddr) error {
-	addrs, err := trafgen.Addresses(sc.Spoof, sc.Sources)
-	if err != nil {
-		return err
-	}
-	return evalkit.InNS(lab.NSInet, evalkit.GenCPU, func() error {
-		ifc, err := net.InterfaceByName(lab.IfInet)
-		if err != nil {
-			return err
-		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
-		if err != nil {
-			return fmt.Errorf("raw socket: %w", err)
-		}
-		defer unix.Close(fd)
-		to := &unix.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6}
-		copy(to.Addr[:], dst)
-		n := 0
-		for round := 0; round < sc.PreACKs; round++ {
-			for i, a := range addrs {
-				f := pkt.Frame{DstMAC: [6]byte(dst), SrcMAC: [6]byte(src), Src: a, Dst: sc.Dst, Proto: pkt.ProtoTCP,
-					SrcPort: uint16(20000 + i%40000), DstPort: sc.DstPort, TCPFlags: pkt.TCPFlagACK, TCPSeq: uint32(i), TCPAck: uint32(round + 1)}
-				if err := unix.Sendto(fd, f.Build(), 0, to); err != nil {
-					return fmt.Errorf("sending a spoofed ACK: %w", err)
-				}
-				if n++; n%200 == 0 {
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
-		}
-		return nil
-	})
-}
-
-// knownGoodOf counts sc's Sources on XDP's known-good list.
-func knownGoodOf(host *datapath.Datapath, sc Scenario) (int, error) {
-	addrs, err := trafgen.Addresses(sc.Spoof, sc.Sources)
-	if err != nil {
-		return 0, err
-	}
-	good, err := host.KnownGood()
-	if err != nil {
-		return 0, fmt.Errorf("reading the known-good list: %w", err)
-	}
-	set := make(map[netip.Addr]bool, len(good))
-	for _, a := range good {
-		set[a] = true
-	}
-	n := 0
-	for _, a := range addrs {
-		if set[a] {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// entropyDetections counts the entropy detector's detections since from,
-// as the daemon lists them.
-func entropyDetections(ctx context.Context, c *api.Client, from time.Time) (int, error) {
-	var ds []apiv1.Detection
-	if err := c.Do(ctx, "GET", "/v1/detections", nil, &ds); err != nil {
-		return 0, fmt.Errorf("daemon detections: %w", err)
-	}
-	n := 0
-	for _, d := range ds {
-		if d.Detector == "entropy" && !d.Time.Before(from) {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// gauge is the value of the unlabelled metric name in Prometheus text
-// (0 when absent).
-func gauge(text, name string) float64 {
-	for _, l := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(l, name+" "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return 0
 }
