@@ -296,6 +296,15 @@ bgp:
 				if g := announcedNow(det, fs); len(g) != 0 {
 					t.Fatalf("monitor_only announced %q", g)
 				}
+				// A SIGHUP that turns monitor_only off announces at the
+				// detector's next tick (no loop runs here: the reload is
+				// applied as the loop would, from this goroutine).
+				c := *det.cfg
+				c.Rails.MonitorOnly = false
+				det.cfg = &c
+				det.reloadTelemetry(time.Now())
+				sendTo(t, col.Telemetry(0).Listen[0], floodSFlow(victim))
+				waitAnnounced(t, det, fs, func(g []string) bool { return slices.Equal(g, want) })
 				return
 			}
 			// No more samples: over after withdraw_after, and withdrawn.
