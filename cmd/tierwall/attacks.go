@@ -40,9 +40,9 @@ func newAttacks() *cobra.Command {
 					return printJSON(rs)
 				}
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "ID\tVICTIM\tSTATE\tSTARTED\tDURATION\tDETECTORS\tRUNG\tPEAK PPS\tBANS\tPACKETS")
+				fmt.Fprintln(w, "ID\tVICTIM\tGROUP\tSTATE\tSTARTED\tDURATION\tDETECTORS\tRUNG\tPEAK PPS\tBANS\tPACKETS")
 				for _, r := range rs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t%d\n", r.ID, victim(r.Victim), state(r),
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%d\t%d\n", r.ID, victim(r.Victim), or(r.Group, "-"), state(r),
 						r.Started.Local().Format(time.DateTime), dur(r.Duration), strings.Join(r.Detectors, ","), or(r.Rung, "-"), r.PeakPPS, r.BanCount, r.Packets)
 				}
 				return w.Flush()
@@ -64,6 +64,9 @@ func newAttacks() *cobra.Command {
 				}
 				w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "id\t%s\nvictim\t%s\nstate\t%s\nstarted\t%s\n", r.ID, victim(r.Victim), state(r), r.Started.Local().Format(time.DateTime))
+				if r.Group != "" {
+					fmt.Fprintf(w, "group\t%s\n", r.Group)
+				}
 				if !r.Ended.IsZero() {
 					fmt.Fprintf(w, "ended\t%s\n", r.Ended.Local().Format(time.DateTime))
 				}

@@ -84,6 +84,11 @@ func TestAlertLifecycle(t *testing.T) {
 	cfg.Alerts.Webhooks = []string{url}
 	cfg.Alerts.EndAfter = 2
 	cfg.Alerts.SampleEvery = 1
+	// The victim's host group names the attack in its reports.
+	cfg.HostGroups = []config.HostGroup{{Name: "dns", Prefixes: []string{"192.0.2.0/24"}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	h := newHarness(t, cfg, false)
 	smp := &fakeSampler{}
 	h.d.alerts.sampler = smp
@@ -94,7 +99,7 @@ func TestAlertLifecycle(t *testing.T) {
 	h.dp.send(5000, atk)
 	h.step(t)
 	start := nextReport(t, hooks, alert.EventStart)
-	if start.Victim != victim || start.Rung != "source-bans" || len(start.Bans) != 1 || start.PeakPPS != 5000 ||
+	if start.Victim != victim || start.Group != "dns" || start.Rung != "source-bans" || len(start.Bans) != 1 || start.PeakPPS != 5000 ||
 		len(start.TopSources) == 0 || start.TopSources[0].Addr != atk || strings.Join(start.Detectors, ",") != "rate" {
 		t.Fatalf("start report %+v", start)
 	}
@@ -337,7 +342,7 @@ func TestNetworkAttackNotified(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := nextReport(t, hooks, alert.EventStart)
-	if start.Victim != victim || strings.Join(start.Detectors, ",") != "network:all" || start.PeakPPS < 50000 || start.PeakBPS <= 1e9 ||
+	if start.Victim != victim || start.Group != "customers" || strings.Join(start.Detectors, ",") != "network:all" || start.PeakPPS < 50000 || start.PeakBPS <= 1e9 ||
 		!strings.Contains(start.Reason, "host group customers") || !strings.Contains(start.Reason, "198.51.100.7/32") {
 		t.Fatalf("start report %+v", start)
 	}
