@@ -140,9 +140,7 @@ type FlowStats struct {
 type FlowTable struct {
 	link   tcLink
 	o      FlowOptions
-	q      *flowtab.Queues
-	stop   chan struct{}
-	done   chan struct{}
+	q      *flowtab.Queues // requests, events, the worker goroutine
 	closer sync.Once
 
 	mu    sync.Mutex
@@ -201,7 +199,7 @@ func openFlowTable(conn *netlink.Conn, iface string, o FlowOptions) (*FlowTable,
 		return nil, fmt.Errorf("%w: flower: no interface %s", tier.ErrUnsupported, iface)
 	}
 	t := &FlowTable{link: tcLink{conn: conn, iface: iface, ifindex: ifc.Index, software: o.Software}, o: o,
-		q: flowtab.New(o.QueueLen, o.EventQueueLen), stop: make(chan struct{}), done: make(chan struct{}),
+		q:     flowtab.New(o.QueueLen, o.EventQueueLen),
 		flows: map[uint64]*hwFlow{}, keys: map[tier.FlowKey]uint64{}, bySlot: map[uint32]*hwFlow{}}
 	created, err := t.link.ensureClsact()
 	if err != nil {
@@ -237,9 +235,7 @@ func openFlowTable(conn *netlink.Conn, iface string, o FlowOptions) (*FlowTable,
 	}
 	t.lastPoll = o.now()
 	if !o.manual {
-		go t.run()
-	} else {
-		close(t.done)
+		t.q.Start(t.run)
 	}
 	return t, nil
 }
@@ -359,11 +355,7 @@ func (t *FlowTable) Stats() FlowStats {
 func (t *FlowTable) Close() error {
 	var err error
 	t.closer.Do(func() {
-		if !t.o.manual {
-			close(t.stop)
-		}
-		<-t.done
-		t.q.Close(t.o.now())
+		t.q.Close(t.o.now)
 		var errs []error
 		for _, f := range t.bySlot {
 			// Unlearned even when a filter stays behind: no one
@@ -377,13 +369,12 @@ func (t *FlowTable) Close() error {
 	return err
 }
 
-func (t *FlowTable) run() {
-	defer close(t.done)
+func (t *FlowTable) run(stop <-chan struct{}) {
 	tick := time.NewTicker(t.o.Poll)
 	defer tick.Stop()
 	for {
 		select {
-		case <-t.stop:
+		case <-stop:
 			return
 		case <-t.q.Wake():
 		case <-tick.C:

@@ -50,6 +50,8 @@ type Counts struct {
 type Queues struct {
 	queueLen, eventQueueLen int
 	wake                    chan struct{}
+	stop, done              chan struct{}
+	started                 bool
 
 	mu     sync.Mutex
 	reqs   []Req // FIFO; reqs[0] is next
@@ -60,7 +62,19 @@ type Queues struct {
 
 // New returns empty queues of queueLen requests and eventQueueLen events.
 func New(queueLen, eventQueueLen int) *Queues {
-	return &Queues{queueLen: queueLen, eventQueueLen: eventQueueLen, wake: make(chan struct{}, 1)}
+	return &Queues{queueLen: queueLen, eventQueueLen: eventQueueLen, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Start runs serve, the firmware's loop, on a goroutine of its own until
+// Close; serve returns once stop is closed. Tests that step a firmware by
+// hand do not start it.
+func (q *Queues) Start(serve func(stop <-chan struct{})) {
+	q.started = true
+	go func() {
+		defer close(q.done)
+		serve(q.stop)
+	}()
 }
 
 // Wake is signalled when requests were queued: the firmware's cue.
@@ -185,10 +199,16 @@ func (q *Queues) Counts() Counts {
 	return q.counts
 }
 
-// Close refuses requests from now on and fails the learns still queued
-// (LearnFailed, ErrClosed, at at): called once the firmware stopped,
-// before the backend flushes its flows.
-func (q *Queues) Close(at time.Time) {
+// Close stops the firmware's goroutine and waits for it, then refuses
+// requests from now on and fails the learns still queued (LearnFailed,
+// ErrClosed, at now()): the first half of a backend's Close, before it
+// flushes its flows. It is called once.
+func (q *Queues) Close(now func() time.Time) {
+	if q.started {
+		close(q.stop)
+		<-q.done
+	}
+	at := now()
 	q.mu.Lock()
 	q.closed = true
 	pending := q.reqs

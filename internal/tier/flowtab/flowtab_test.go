@@ -50,7 +50,7 @@ func TestQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Unix(1, 0)
-	q.Close(at)
+	q.Close(func() time.Time { return at })
 	if _, err := q.Unlearn([]uint64{3}, 0); !errors.Is(err, tier.ErrClosed) {
 		t.Fatalf("unlearn after close: %v", err)
 	}
@@ -68,5 +68,19 @@ func TestQueues(t *testing.T) {
 	}
 	if len(got) != 3 || got[2].Kind != tier.LearnFailed || got[2].ID != 3 || !errors.Is(got[2].Err, tier.ErrClosed) || !got[2].At.Equal(at) {
 		t.Fatalf("events %+v", got)
+	}
+}
+
+// Close stops a started firmware and waits for its loop to return.
+func TestStartClose(t *testing.T) {
+	q := New(1, 1)
+	returned := false
+	q.Start(func(stop <-chan struct{}) {
+		<-stop
+		returned = true
+	})
+	q.Close(time.Now)
+	if !returned {
+		t.Fatal("Close returned before the loop did")
 	}
 }

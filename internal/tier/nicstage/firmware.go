@@ -53,8 +53,7 @@ type unlearnReq struct {
 // time as the NIC's, not the host's.
 const FirmwareThread = "tw-nic-firmware"
 
-func (t *FlowTable) run() {
-	defer close(t.done)
+func (t *FlowTable) run(stop <-chan struct{}) {
 	// The goroutine keeps its thread, and the thread ends with it
 	// (never unlocked): the name stays on this thread only.
 	runtime.LockOSThread()
@@ -65,7 +64,7 @@ func (t *FlowTable) run() {
 	defer timer.Stop()
 	for {
 		select {
-		case <-t.stop:
+		case <-stop:
 			return
 		case <-t.q.Wake():
 		case <-timer.C:

@@ -129,9 +129,7 @@ type FlowTable struct {
 	now    func() int64
 	mono0  int64 // mono0 on the firmware's clock is wall0
 	wall0  time.Time
-	q      *flowtab.Queues // requests (Ready on the firmware's clock) and events
-	stop   chan struct{}
-	done   chan struct{}
+	q      *flowtab.Queues // requests (Ready on the firmware's clock), events, the firmware's goroutine
 	closer sync.Once
 
 	mu        sync.Mutex
@@ -195,7 +193,7 @@ func LoadFlow(o FlowOptions) (*FlowTable, error) {
 		}
 	}
 	t := &FlowTable{o: o, now: o.now, flows: map[uint64]*hwFlow{}, keys: map[nicflowTwFlowKey]uint64{},
-		q: flowtab.New(o.QueueLen, o.EventQueueLen), stop: make(chan struct{}), done: make(chan struct{})}
+		q: flowtab.New(o.QueueLen, o.EventQueueLen)}
 	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading NIC flow stage: %w", err)
 	}
@@ -220,9 +218,7 @@ func LoadFlow(o FlowOptions) (*FlowTable, error) {
 	t.credit = t.burst()
 	ok = true
 	if !o.manual {
-		go t.run()
-	} else {
-		close(t.done)
+		t.q.Start(t.run)
 	}
 	return t, nil
 }
@@ -359,11 +355,7 @@ func (t *FlowTable) Verdicts() (map[string]tier.Counters, error) {
 func (t *FlowTable) Close() error {
 	var err error
 	t.closer.Do(func() {
-		if !t.o.manual {
-			close(t.stop)
-		}
-		<-t.done
-		t.q.Close(t.wall(t.now()))
+		t.q.Close(func() time.Time { return t.wall(t.now()) })
 		t.mu.Lock()
 		var all []unlearnReq
 		for id, f := range t.flows {
