@@ -92,11 +92,7 @@ func netipBE32(a netip.Addr) uint32 {
 
 // Stats returns the egress counters, summed over CPUs.
 func (e *Egress) Stats() (map[string]datapath.Counter, error) {
-	out, err := sumVerdicts[nic_egressTwCtr, datapath.Counter](e.objs.TwEgressStats, EgressVerdicts)
-	if err != nil {
-		return nil, fmt.Errorf("reading the NIC's egress counters: %w", err)
-	}
-	return out, nil
+	return sumVerdicts[nic_egressTwCtr, datapath.Counter](e.objs.TwEgressStats, EgressVerdicts, "the NIC's egress counters")
 }
 
 // Close detaches the program and releases its maps.

@@ -342,11 +342,7 @@ var FlowVerdicts = []string{"hit_discard", "hit_host", "hit_twin", "miss", "unha
 
 // Verdicts returns the data plane's per-verdict counters, summed over CPUs.
 func (t *FlowTable) Verdicts() (map[string]tier.Counters, error) {
-	out, err := sumVerdicts[nicflowTwCtr, tier.Counters](t.objs.TwNicflowStats, FlowVerdicts)
-	if err != nil {
-		return nil, fmt.Errorf("reading NIC flow stats: %w", err)
-	}
-	return out, nil
+	return sumVerdicts[nicflowTwCtr, tier.Counters](t.objs.TwNicflowStats, FlowVerdicts, "NIC flow stats")
 }
 
 // Close stops the firmware, unlearns every flow (Unlearned, CauseFlush,

@@ -3,6 +3,8 @@
 package nicstage
 
 import (
+	"fmt"
+
 	"github.com/cilium/ebpf"
 
 	"github.com/tierwall/tierwall/internal/datapath"
@@ -26,13 +28,14 @@ type twCtr interface {
 // sumVerdicts reads a per-CPU array of tw_ctr indexed by verdict, names
 // being the verdicts in their C enum's order, and sums each over CPUs:
 // the stage, the flow table and the egress count their verdicts alike and
-// report them as the data plane's or the NIC tier's counters.
-func sumVerdicts[C twCtr, O datapath.Counter | tier.Counters](m *ebpf.Map, names []string) (map[string]O, error) {
+// report them as the data plane's or the NIC tier's counters. A failure
+// says it was reading what.
+func sumVerdicts[C twCtr, O datapath.Counter | tier.Counters](m *ebpf.Map, names []string, what string) (map[string]O, error) {
 	out := make(map[string]O, len(names))
 	for i, name := range names {
 		var cs []C
 		if err := m.Lookup(uint32(i), &cs); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading %s: %w", what, err)
 		}
 		var sum datapath.Counter
 		for _, v := range cs {

@@ -606,11 +606,7 @@ func (n *Stage) Stats() (map[string]datapath.Counter, error) { return stageStats
 // stageStats reads them as the data plane's counters (Stats) or the NIC
 // tier's (Table.Verdicts).
 func stageStats[O datapath.Counter | tier.Counters](n *Stage) (map[string]O, error) {
-	out, err := sumVerdicts[nicTwCtr, O](n.objs.TwNicStats, Verdicts)
-	if err != nil {
-		return nil, fmt.Errorf("reading NIC stats: %w", err)
-	}
-	return out, nil
+	return sumVerdicts[nicTwCtr, O](n.objs.TwNicStats, Verdicts, "NIC stats")
 }
 
 func netipFrom4(b [16]uint8) netip.Addr  { return netip.AddrFrom4([4]byte(b[:4])) }
