@@ -52,28 +52,31 @@ const (
 	Wire   Mode = "wire"
 )
 
+// modeFlags is each mode's data-plane flags, read both ways: a mode
+// becomes its flags at attach, and pinned flags read back as their mode.
+var modeFlags = map[Mode]nicTwNicFlags{
+	Hybrid: nicTwNicFlagsTW_NIC_F_TABLE,
+	HW:     nicTwNicFlagsTW_NIC_F_TABLE | nicTwNicFlagsTW_NIC_F_CPU,
+	CPU:    nicTwNicFlagsTW_NIC_F_CPU,
+	Wire:   0,
+}
+
 func (m Mode) flags() (nicTwNicFlags, error) {
-	switch m {
-	case Hybrid, "":
-		return nicTwNicFlagsTW_NIC_F_TABLE, nil
-	case HW:
-		return nicTwNicFlagsTW_NIC_F_TABLE | nicTwNicFlagsTW_NIC_F_CPU, nil
-	case CPU:
-		return nicTwNicFlagsTW_NIC_F_CPU, nil
-	case Wire:
-		return 0, nil
+	if m == "" {
+		m = Hybrid
+	}
+	if f, ok := modeFlags[m]; ok {
+		return f, nil
 	}
 	return 0, fmt.Errorf("%w: NIC mode %q (want hybrid, nic-hw, nic or wire)", datapath.ErrInvalid, m)
 }
 
+// nicModeOf is the mode of flags f; flags of no mode are a wire.
 func nicModeOf(f nicTwNicFlags) Mode {
-	switch f {
-	case nicTwNicFlagsTW_NIC_F_TABLE:
-		return Hybrid
-	case nicTwNicFlagsTW_NIC_F_TABLE | nicTwNicFlagsTW_NIC_F_CPU:
-		return HW
-	case nicTwNicFlagsTW_NIC_F_CPU:
-		return CPU
+	for m, mf := range modeFlags {
+		if mf == f {
+			return m
+		}
 	}
 	return Wire
 }

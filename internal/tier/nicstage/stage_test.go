@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/testutil"
 	"github.com/tierwall/tierwall/internal/tier"
@@ -148,3 +149,23 @@ const (
 	xdpDrop = 1
 	xdpPass = 2
 )
+
+// A mode and its flags read each other back; no mode is hybrid, and flags
+// of no mode are a wire.
+func TestModeFlags(t *testing.T) {
+	for _, m := range []Mode{Hybrid, HW, CPU, Wire} {
+		f, err := m.flags()
+		if err != nil || nicModeOf(f) != m {
+			t.Errorf("%s: flags %d, %v, read back as %s", m, f, err, nicModeOf(f))
+		}
+	}
+	if f, err := Mode("").flags(); err != nil || f != nicTwNicFlagsTW_NIC_F_TABLE {
+		t.Errorf("no mode: %d, %v", f, err)
+	}
+	if _, err := Mode("bogus").flags(); !errors.Is(err, datapath.ErrInvalid) {
+		t.Errorf("bogus mode: %v", err)
+	}
+	if m := nicModeOf(4); m != Wire {
+		t.Errorf("unknown flags read as %s", m)
+	}
+}
