@@ -134,7 +134,7 @@ install: $(DIST)/tierwall
 	install -m 0644 deploy/tierwall.8 $(DESTDIR)$(MANDIR)/man8/tierwall.8
 	$(DIST)/tierwall completion bash > $(DESTDIR)$(BASHCOMPDIR)/tierwall
 	$(DIST)/tierwall completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_tierwall
-	install -m 0644 deploy/grafana-dashboard.json deploy/tierwall.yaml deploy/probe.yaml deploy/network.yaml $(DESTDIR)$(DATADIR)/
+	install -m 0644 deploy/grafana-dashboard.json deploy/tierwall.yaml deploy/probe.yaml deploy/network.yaml deploy/scaleout-collector.yaml deploy/scaleout-detector.yaml $(DESTDIR)$(DATADIR)/
 	@# An operator's configuration is never overwritten.
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/tierwall/tierwall.yaml ]; then \
 		echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/tierwall/tierwall.yaml (the example is $(DATADIR)/tierwall.yaml)"; \

@@ -52,6 +52,10 @@ func checkConfig(cmd *cobra.Command, path string, online bool) error {
 		}
 		return errCheckFailed{path: path, n: len(errs)}
 	}
+	if cfg.Role == config.RoleNetwork {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (role %s, no interface)\n", path, cfg.Role)
+		return nil
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s: ok (role %s, interface %s)\n", path, cfg.Role, cfg.Interface)
 	return nil
 }

@@ -54,10 +54,13 @@ func checkOnline(out io.Writer, cfg *config.Config) []error {
 	fail := func(field, format string, a ...any) {
 		errs = append(errs, onlineProblem{field, fmt.Sprintf(format, a...)})
 	}
-	if ifi, err := interfaceByName(cfg.Interface); err != nil {
-		fail("interface", "%s: no such interface in this network namespace (%v)", cfg.Interface, err)
-	} else {
-		fmt.Fprintf(out, "online: interface %s exists (index %d, %s)\n", cfg.Interface, ifi.Index, upDown(ifi))
+	// Role network attaches nothing: it has no interface to find.
+	if cfg.Role != config.RoleNetwork {
+		if ifi, err := interfaceByName(cfg.Interface); err != nil {
+			fail("interface", "%s: no such interface in this network namespace (%v)", cfg.Interface, err)
+		} else {
+			fmt.Fprintf(out, "online: interface %s exists (index %d, %s)\n", cfg.Interface, ifi.Index, upDown(ifi))
+		}
 	}
 	if cfg.Role == config.RoleProbe && cfg.Probe.DPI.Engine == "ndpi" && ndpiBuiltIn {
 		fmt.Fprintln(out, "online: nDPI is built in")

@@ -85,6 +85,8 @@ func TestMakeInstallStagesEverything(t *testing.T) {
 		"usr/local/share/tierwall/grafana-dashboard.json":      0o644,
 		"usr/local/share/tierwall/tierwall.yaml":               0o644,
 		"usr/local/share/tierwall/network.yaml":                0o644,
+		"usr/local/share/tierwall/scaleout-collector.yaml":     0o644,
+		"usr/local/share/tierwall/scaleout-detector.yaml":      0o644,
 		"etc/tierwall/tierwall.yaml":                           0o644,
 	} {
 		st, err := os.Stat(filepath.Join(dest, path))
@@ -222,6 +224,7 @@ func TestMakeDeb(t *testing.T) {
 	contents, _ := run(t, nil, "dpkg-deb", "--contents", deb)
 	for _, want := range []string{"root/root", "./usr/bin/tierwall", "./usr/lib/systemd/system/tierwall.service",
 		"./etc/tierwall/tierwall.yaml", "./usr/share/man/man8/tierwall.8.gz", "./usr/share/tierwall/grafana-dashboard.json", "./usr/share/tierwall/network.yaml",
+		"./usr/share/tierwall/scaleout-collector.yaml", "./usr/share/tierwall/scaleout-detector.yaml",
 		"./usr/share/bash-completion/completions/tierwall", "./usr/share/zsh/vendor-completions/_tierwall"} {
 		if !strings.Contains(contents, want) {
 			t.Errorf("package lacks %s:\n%s", want, contents)
