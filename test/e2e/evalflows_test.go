@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/testbed/eval"
+	"github.com/tierwall/tierwall/internal/testbed/eval/flows"
 	"github.com/tierwall/tierwall/internal/testutil"
 )
 
@@ -19,14 +19,14 @@ import (
 func TestEvalFlowsSmoke(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireCommand(t, "nfcapd", "nfdump")
-	cells := []eval.FlowCell{
+	cells := []flows.FlowCell{
 		{Mode: "passive", Size: 64, Active: 1000, Offload: true, DPI: true},
 		{Mode: "inline", Size: 970, Active: 1000, Offload: true, DPI: false},
 		{Mode: "passive", Size: 64, Active: 1000, Offload: false, DPI: true},
 	}
-	rows, err := eval.Flows(context.Background(), eval.FlowsParams{Tierwall: bin, Cells: cells,
+	rows, err := flows.Run(context.Background(), flows.Params{Tierwall: bin, Cells: cells,
 		Duration: 4 * time.Second, Rate: 50_000, Idle: 2 * time.Second, Log: io.Discard})
-	if err := eval.FlowsSmoke(rows, err); err != nil {
+	if err := flows.Smoke(rows, err); err != nil {
 		t.Fatal(err)
 	}
 	if len(rows) != len(cells) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/testbed/eval"
+	"github.com/tierwall/tierwall/internal/testbed/eval/spoof"
 	"github.com/tierwall/tierwall/internal/testutil"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestEvalSpoofSmoke(t *testing.T) {
 	testutil.RequireRoot(t)
 	var log bytes.Buffer
-	rows, err := eval.Spoof(context.Background(), eval.SpoofParams{Tierwall: bin, Only: "udp-spoof-16,syn-spoof-200k",
+	rows, err := spoof.Run(context.Background(), spoof.Params{Tierwall: bin, Only: "udp-spoof-16,syn-spoof-200k",
 		Baseline: 6 * time.Second, Attack: 4 * time.Second, Clients: 8, ClientRate: 50, ConnRate: 10, Rate: 100_000, Log: &log})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
