@@ -411,7 +411,7 @@ func (d *Daemon) banned(ps []netip.Prefix) []netip.Prefix {
 }
 
 // rulesOf lists the flow rules the ladder put in for mitigation id.
-func (f *flowState) rulesOf(id uint64) []string {
+func (f *flowStage) rulesOf(id uint64) []string {
 	if f.set == nil {
 		return nil
 	}

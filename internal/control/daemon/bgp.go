@@ -682,7 +682,7 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 				d.bgp.whying[remoteKey(peer, bgp.Flow{FlowRule: fr})] = monitorOnly
 			}
 		}
-		d.pushFlowRules(now)
+		d.flow.pushFlowRules(now)
 		return
 	}
 	remote := 0
@@ -718,7 +718,7 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 			d.event(now, "bgp", fr.Dst, "applied remote flow rule %s from %s", fr, peer)
 		}
 	}
-	d.pushFlowRules(now)
+	d.flow.pushFlowRules(now)
 }
 
 // remoteFlowSlots is how many of the flow-rule table's slots peers' rules

@@ -86,7 +86,7 @@ type Daemon struct {
 	lastSave     time.Time
 	steps        uint64
 	dirty        bool
-	flow         flowState
+	flow         flowStage
 	heavy        heavyStage          // the XDP heavy-hitter detector (heavy.go)
 	bgp          bgpState            // the BGP speaker (bgp.go)
 	tele         telemetryState      // network mode (telemetry.go)
@@ -207,6 +207,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		hist: map[detect.Key]int32{}, histNext: map[detect.Key]int32{}}
 	d.Metrics = newMetrics(d)
 	d.heavy = d.newHeavyStage()
+	d.flow = d.newFlowStage()
 	if hw != nil {
 		d.off = &placement.Offloader{Table: d.Metrics.countHW(hw), Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
 			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
@@ -482,7 +483,7 @@ func (d *Daemon) drainFeatures() error {
 // without rewriting a large file every interval.
 func (d *Daemon) save(now time.Time) error {
 	// The flow rules are few and change seldom: written when they change.
-	if err := d.saveFlowRules(now); err != nil {
+	if err := d.flow.saveFlowRules(now); err != nil {
 		return err
 	}
 	if !d.dirty && !d.store.Dirty() && now.Sub(d.lastSave) < refreshEvery {
@@ -498,7 +499,7 @@ func (d *Daemon) save(now time.Time) error {
 // flush is save for a clean stop: every ban's last rate, peak and expiry
 // is written, not only what the refresh wrote up to 30 s before.
 func (d *Daemon) flush(now time.Time) error {
-	if err := d.saveFlowRules(now); err != nil {
+	if err := d.flow.saveFlowRules(now); err != nil {
 		return err
 	}
 	if err := d.store.Flush(d.cfg.StateFile, now); err != nil {
@@ -568,14 +569,14 @@ func (d *Daemon) Step(now time.Time) (err error) {
 	c.mark("ban")
 	d.heavy.settle(now)
 	d.spareHostSessions(now)
-	d.mitigate(now)
+	d.flow.mitigate(now)
 	c.mark("mitigate")
 	d.alertStep(now, tr, ds)
 	ctrs, err := d.counters()
 	if err != nil {
 		return err
 	}
-	if err := d.readFlowCounters(now); err != nil {
+	if err := d.flow.readFlowCounters(now); err != nil {
 		d.event(now, "error", netip.Prefix{}, "%v", err)
 	}
 	c.mark("counters")
@@ -668,7 +669,7 @@ func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.D
 	ds = d.spareKnownGood(ds)
 	// The victim detector's source rungs are already aggregated as it
 	// chose them: a prefix free of known-good clients.
-	vs := d.observeVictims(tr, d.ports)
+	vs := d.flow.observeVictims(tr, d.ports)
 	d.Metrics.detections.WithLabelValues("victim").Add(float64(len(vs)))
 	ds = append(ds, vs...)
 	d.noteDetected(ds)

@@ -366,7 +366,7 @@ func (d *Daemon) dropCuttingRules(now time.Time) {
 	}
 	if n > 0 {
 		f.dirty = true
-		d.pushFlowRules(now)
+		d.flow.pushFlowRules(now)
 		d.publishFlows()
 	}
 }

@@ -160,7 +160,7 @@ func TestDaemonOperatorFlowRuleCannotCutOff(t *testing.T) {
 func tcpFlood(t *testing.T, h *harness, fdp *flowDP, victim netip.Addr) {
 	t.Helper()
 	h.d.cfg.Detectors.Victim.RateFloorPPS = 200
-	h.d.buildVictims()
+	h.d.flow.buildVictims()
 	h.d.wireHostGroups()
 	rng := rand.New(rand.NewPCG(5, 6))
 	client := netip.MustParseAddr("198.51.100.9")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
@@ -36,8 +37,14 @@ type FlowPlane interface {
 	RemoveKnownGood(as []netip.Addr) error
 }
 
-// flowState is what the daemon keeps for the flow-rule side.
-type flowState struct {
+// flowStage owns the flow-rule side: the per-victim detector and its
+// ladder's flow rules, the set the data plane holds, the known-good list
+// and the SYN-cookie stage behind the rules. The loop calls
+// observeVictims in the detect stage, mitigate after the rails, and
+// readFlowCounters with the counters; the API's flow-rule verbs run on the
+// loop too. What it reads of the rest of the daemon comes through the
+// functions wired by newFlowStage.
+type flowStage struct {
 	fp      FlowPlane // nil: no flow rules in this data plane
 	victims *detect.Victims
 	set     *mitigate.Set
@@ -56,6 +63,29 @@ type flowState struct {
 	// clientsVersion.
 	clients        []netip.Addr
 	clientsVersion uint64
+
+	cfg             func() *config.Config // the configuration in force (a reload replaces it)
+	event           func(now time.Time, kind string, p netip.Prefix, format string, args ...any)
+	metrics         *Metrics
+	dp              DataPlane
+	log             *slog.Logger
+	publish         func()                         // the flow rules' view for the API (publishFlows)
+	verifyHandshake func(src, dst netip.Addr) bool // known-good's proof (handshake.go)
+	protects        func(netip.Addr) bool          // whether a destination is the daemon's to protect
+}
+
+// newFlowStage wires the flow-rule stage to the daemon.
+func (d *Daemon) newFlowStage() flowStage {
+	return flowStage{
+		cfg:             func() *config.Config { return d.cfg },
+		event:           d.event,
+		metrics:         d.Metrics,
+		dp:              d.dp,
+		log:             d.log,
+		publish:         d.publishFlows,
+		verifyHandshake: d.verifyHandshake,
+		protects:        d.protects,
+	}
 }
 
 // knownGoodLister is the data plane's side that lists its known-good
@@ -73,8 +103,8 @@ type knownGoodRater interface {
 }
 
 // knownGoodPPS is detectors.victim.known_good_pps with its default.
-func (d *Daemon) knownGoodPPS() uint32 {
-	if v := d.cfg.Detectors.Victim.KnownGoodPPS; v > 0 {
+func (f *flowStage) knownGoodPPS() uint32 {
+	if v := f.cfg().Detectors.Victim.KnownGoodPPS; v > 0 {
 		return uint32(v)
 	}
 	return datapath.DefaultKnownGoodPPS
@@ -88,8 +118,7 @@ const quietPPS = 10
 // observeVictims runs the per-victim detector; its source rungs become
 // detections for the ban store (with its rails), its flow rules wait for
 // mitigate.
-func (d *Daemon) observeVictims(tr *detect.Traffic, ports *detect.PortProfile) []detect.Detection {
-	f := &d.flow
+func (f *flowStage) observeVictims(tr *detect.Traffic, ports *detect.PortProfile) []detect.Detection {
 	if f.victims == nil {
 		return nil
 	}
@@ -100,30 +129,29 @@ func (d *Daemon) observeVictims(tr *detect.Traffic, ports *detect.PortProfile) [
 			ds = append(ds, m.Detections()...)
 		}
 	}
-	d.Metrics.victimsAttacked.Set(float64(len(f.dec.Attacks)))
+	f.metrics.victimsAttacked.Set(float64(len(f.dec.Attacks)))
 	return ds
 }
 
 // mitigate applies the ladder's flow rules and withdrawals, ends the
 // operator's rules whose TTL is over, keeps the known-good list in step,
 // and pushes the set when it changed. Monitor-only logs instead.
-func (d *Daemon) mitigate(now time.Time) {
-	f := &d.flow
+func (f *flowStage) mitigate(now time.Time) {
 	if f.set == nil {
 		return
 	}
-	monitor := d.cfg.Rails.MonitorOnly
+	monitor := f.cfg().Rails.MonitorOnly
 	for _, m := range f.dec.Apply {
-		d.Metrics.mitigations.WithLabelValues(m.Rung.String()).Inc()
+		f.metrics.mitigations.WithLabelValues(m.Rung.String()).Inc()
 		victim := netip.PrefixFrom(m.Victim, m.Victim.BitLen())
 		if len(m.Spared) > 0 {
 			// The data plane's flow rules match no source: a verified
 			// client's flood passes with its bypass (issue 32, item 3).
-			d.event(now, "refused", victim, "known-good sources above the per-source limit not banned (their connections are verified; a ban would hit them if spoofed): %v", m.Spared)
-			d.Metrics.refuse("known_good", len(m.Spared))
+			f.event(now, "refused", victim, "known-good sources above the per-source limit not banned (their connections are verified; a ban would hit them if spoofed): %v", m.Spared)
+			f.metrics.refuse("known_good", len(m.Spared))
 		}
 		if m.Rung != detect.RungFlowRule {
-			d.event(now, "mitigation", victim, "%s: %s", m.Rung, m.Reason)
+			f.event(now, "mitigation", victim, "%s: %s", m.Rung, m.Reason)
 			continue
 		}
 		if monitor || f.fp == nil {
@@ -131,7 +159,7 @@ func (d *Daemon) mitigate(now time.Time) {
 			if f.fp == nil {
 				why = "no flow rules in this data plane"
 			}
-			d.event(now, "mitigation", victim, "%s (%s, not applied): %s: %s", m.Rung, why, rulesString(m.Rules), m.Reason)
+			f.event(now, "mitigation", victim, "%s (%s, not applied): %s: %s", m.Rung, why, rulesString(m.Rules), m.Reason)
 			continue
 		}
 		for _, r := range m.Rules {
@@ -142,12 +170,12 @@ func (d *Daemon) mitigate(now time.Time) {
 			added, err := f.set.Add(mitigate.Rule{FlowRule: r, Origin: mitigate.Ladder, Rung: rung, Reason: m.Reason,
 				Added: now, Victim: m.Victim, Mitigation: m.ID})
 			if err != nil {
-				d.event(now, "refused", victim, "flow rule %s: %v", r, err)
+				f.event(now, "refused", victim, "flow rule %s: %v", r, err)
 				continue
 			}
 			if added {
 				f.dirty = true
-				d.event(now, "mitigation", victim, "%s %s: %s", rung, r, m.Reason)
+				f.event(now, "mitigation", victim, "%s %s: %s", rung, r, m.Reason)
 			}
 		}
 	}
@@ -156,7 +184,7 @@ func (d *Daemon) mitigate(now time.Time) {
 			if r.Origin == mitigate.Ladder && r.Mitigation == w.ID {
 				_, _ = f.set.Remove(r.FlowRule) // it is there: Rules just listed it
 				f.dirty = true
-				d.event(now, "withdraw", netip.PrefixFrom(r.Victim, r.Victim.BitLen()), "flow rule %s: %s", r.FlowRule, w.Reason)
+				f.event(now, "withdraw", netip.PrefixFrom(r.Victim, r.Victim.BitLen()), "flow rule %s: %s", r.FlowRule, w.Reason)
 			}
 		}
 	}
@@ -166,23 +194,23 @@ func (d *Daemon) mitigate(now time.Time) {
 			active[m.ID] = true
 		}
 		for _, r := range f.set.WithdrawIf(func(r mitigate.Rule) bool {
-			return r.Origin == mitigate.Ladder && !active[r.Mitigation] && r.Quiet >= withdrawAfter(d)
+			return r.Origin == mitigate.Ladder && !active[r.Mitigation] && r.Quiet >= withdrawAfter(f.cfg())
 		}) {
 			f.dirty = true
-			d.event(now, "withdraw", netip.PrefixFrom(r.Victim, r.Victim.BitLen()), "flow rule %s: quiet for %d intervals and no attack tracked", r.FlowRule, r.Quiet)
+			f.event(now, "withdraw", netip.PrefixFrom(r.Victim, r.Victim.BitLen()), "flow rule %s: quiet for %d intervals and no attack tracked", r.FlowRule, r.Quiet)
 		}
 	}
 	for _, r := range f.set.Expire(now) {
 		f.dirty = true
-		d.event(now, "withdraw", r.Dst, "flow rule %s: TTL over", r.FlowRule)
+		f.event(now, "withdraw", r.Dst, "flow rule %s: TTL over", r.FlowRule)
 	}
-	d.syncKnownGood(now)
-	d.pushFlowRules(now)
-	d.syncSynproxyGood(now)
+	f.syncKnownGood(now)
+	f.pushFlowRules(now)
+	f.syncSynproxyGood(now)
 }
 
-func withdrawAfter(d *Daemon) int {
-	if n := d.cfg.Detectors.Victim.WithdrawAfter; n > 0 {
+func withdrawAfter(c *config.Config) int {
+	if n := c.Detectors.Victim.WithdrawAfter; n > 0 {
 		return n
 	}
 	return 5
@@ -202,8 +230,7 @@ func rulesString(rs []rule.FlowRule) string {
 // pushFlowRules gives the data plane the set when it changed. The data
 // plane takes all or nothing; when it refuses, the set goes back to what
 // the data plane holds and the newest rules are reported refused.
-func (d *Daemon) pushFlowRules(now time.Time) {
-	f := &d.flow
+func (f *flowStage) pushFlowRules(now time.Time) {
 	if f.fp == nil {
 		return
 	}
@@ -213,7 +240,7 @@ func (d *Daemon) pushFlowRules(now time.Time) {
 			// in force even when none changed: a table left by an
 			// earlier daemon whose state is gone would otherwise
 			// keep every SYN to its ports in the kernel's SYNPROXY.
-			d.syncSynproxy(now, f.pushed)
+			f.syncSynproxy(now, f.pushed)
 		}
 		return
 	}
@@ -228,10 +255,10 @@ func (d *Daemon) pushFlowRules(now time.Time) {
 	// kernel's own cookies, which a listener the flood overflowed takes.
 	synFirst := len(synproxy.TargetsOf(want)) > 0
 	if synFirst {
-		d.installXDPProxy(now)
+		f.installXDPProxy(now)
 	}
 	if err := f.fp.SetFlowRules(want); err != nil {
-		d.event(now, "error", netip.Prefix{}, "flow rules: the data plane refused the set of %d: %v (keeping the %d in force)", len(want), err, len(f.pushed))
+		f.event(now, "error", netip.Prefix{}, "flow rules: the data plane refused the set of %d: %v (keeping the %d in force)", len(want), err, len(f.pushed))
 		for _, r := range f.set.Rules() {
 			if !slices.Contains(f.pushed, r.FlowRule) {
 				_, _ = f.set.Remove(r.FlowRule) // it is there: Rules just listed it
@@ -241,16 +268,15 @@ func (d *Daemon) pushFlowRules(now time.Time) {
 		return
 	}
 	f.pushed, f.dirty, f.saved = want, false, false
-	d.Metrics.flowRules.Set(float64(len(want)))
-	d.syncSynproxy(now, want)
+	f.metrics.flowRules.Set(float64(len(want)))
+	f.syncSynproxy(now, want)
 }
 
 // syncKnownGood brings the data plane's list to the detector's set when
 // the set changed: removals first, so the list never holds a revoked
 // client while a rule drops.
-func (d *Daemon) syncKnownGood(now time.Time) {
-	f := &d.flow
-	if f.fp == nil || d.cfg.Rails.MonitorOnly {
+func (f *flowStage) syncKnownGood(now time.Time) {
+	if f.fp == nil || f.cfg().Rails.MonitorOnly {
 		return
 	}
 	// Without the victim detector nobody is vouched for: the list is
@@ -268,8 +294,8 @@ func (d *Daemon) syncKnownGood(now time.Time) {
 		// knew 30). Read it, and the diff below removes them.
 		f.good = map[netip.Addr]struct{}{}
 		if r, ok := f.fp.(knownGoodRater); ok {
-			if err := r.SetKnownGoodRate(d.knownGoodPPS()); err != nil {
-				d.event(now, "error", netip.Prefix{}, "known-good list: setting its rate: %v", err)
+			if err := r.SetKnownGoodRate(f.knownGoodPPS()); err != nil {
+				f.event(now, "error", netip.Prefix{}, "known-good list: setting its rate: %v", err)
 				f.good = nil
 				return
 			}
@@ -277,7 +303,7 @@ func (d *Daemon) syncKnownGood(now time.Time) {
 		if l, ok := f.fp.(knownGoodLister); ok {
 			held, err := l.KnownGood()
 			if err != nil {
-				d.event(now, "error", netip.Prefix{}, "known-good list: reading it: %v", err)
+				f.event(now, "error", netip.Prefix{}, "known-good list: reading it: %v", err)
 				f.good = nil
 				return
 			}
@@ -307,19 +333,19 @@ func (d *Daemon) syncKnownGood(now time.Time) {
 	}
 	if len(del) > 0 {
 		if err := f.fp.RemoveKnownGood(del); err != nil {
-			d.event(now, "error", netip.Prefix{}, "known-good list: removing %d: %v", len(del), err)
+			f.event(now, "error", netip.Prefix{}, "known-good list: removing %d: %v", len(del), err)
 			return
 		}
 	}
 	if len(add) > 0 {
 		if err := f.fp.AddKnownGood(add); err != nil {
-			d.event(now, "error", netip.Prefix{}, "known-good list: adding %d: %v", len(add), err)
+			f.event(now, "error", netip.Prefix{}, "known-good list: adding %d: %v", len(add), err)
 			return
 		}
 	}
 	f.good, f.goodVersion = want, v
 	f.syn.goodDirty = true
-	d.Metrics.knownGood.Set(float64(len(want)))
+	f.metrics.knownGood.Set(float64(len(want)))
 }
 
 // syncSynproxyGood gives the SYN proxy's kernel side the known-good list
@@ -327,15 +353,15 @@ func (d *Daemon) syncKnownGood(now time.Time) {
 // so their connections open as without a proxy and those open before it
 // came up are not cut. On error the previous list stays; the next
 // interval tries again.
-func (d *Daemon) syncSynproxyGood(now time.Time) {
-	s := &d.flow.syn
+func (f *flowStage) syncSynproxyGood(now time.Time) {
+	s := &f.syn
 	if len(s.targets) == 0 || !s.goodDirty {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := synproxy.SetKnownGood(ctx, "", d.knownGoodList()); err != nil {
-		d.event(now, "error", netip.Prefix{}, "SYN proxy: known-good list: %v", err)
+	if err := synproxy.SetKnownGood(ctx, "", f.knownGoodList()); err != nil {
+		f.event(now, "error", netip.Prefix{}, "SYN proxy: known-good list: %v", err)
 		return
 	}
 	s.goodDirty = false
@@ -345,9 +371,9 @@ func (d *Daemon) syncSynproxyGood(now time.Time) {
 // many as the kernel side's set holds (more only if the detector was
 // configured beyond it; the rest then go through the proxy like any
 // client, which costs them nothing but the proxy's handshake).
-func (d *Daemon) knownGoodList() []netip.Addr {
-	out := make([]netip.Addr, 0, min(len(d.flow.good), synproxy.MaxKnownGood))
-	for a := range d.flow.good {
+func (f *flowStage) knownGoodList() []netip.Addr {
+	out := make([]netip.Addr, 0, min(len(f.good), synproxy.MaxKnownGood))
+	for a := range f.good {
 		if len(out) == synproxy.MaxKnownGood {
 			break
 		}
@@ -359,8 +385,7 @@ func (d *Daemon) knownGoodList() []netip.Addr {
 // readFlowCounters reads the rules' counters after the interval, for the
 // API, the metrics, the withdrawal of orphaned ladder rules and the
 // detector's offered rate (passed + dropped) per victim.
-func (d *Daemon) readFlowCounters(now time.Time) error {
-	f := &d.flow
+func (f *flowStage) readFlowCounters(now time.Time) error {
 	if f.fp == nil || f.set == nil || len(f.pushed) == 0 {
 		f.dropped = nil
 		f.lastRead = now
@@ -388,13 +413,13 @@ func (d *Daemon) readFlowCounters(now time.Time) error {
 	for i, r := range f.pushed {
 		cs[i] = byRule[r]
 	}
-	dt := d.cfg.Interval
+	dt := f.cfg().Interval
 	if !f.lastRead.IsZero() && now.After(f.lastRead) {
 		dt = now.Sub(f.lastRead)
 	}
 	f.lastRead = now
 	f.set.Observe(f.pushed, cs, dt, quietPPS)
-	defer d.publishFlows()
+	defer f.publish()
 	f.dropped = map[netip.Addr]uint64{}
 	for _, r := range f.set.Rules() {
 		if r.Origin == mitigate.Ladder && r.Victim.IsValid() {
@@ -405,8 +430,7 @@ func (d *Daemon) readFlowCounters(now time.Time) error {
 }
 
 // saveFlowRules writes the set when it changed since the last write.
-func (d *Daemon) saveFlowRules(now time.Time) error {
-	f := &d.flow
+func (f *flowStage) saveFlowRules(now time.Time) error {
 	if f.set == nil || f.saved {
 		return nil
 	}
@@ -438,19 +462,19 @@ func (d *Daemon) openFlowRules(now time.Time) error {
 		d.event(now, "restore", netip.Prefix{}, "%s", w)
 	}
 	f.set, f.saved = set, true
-	d.buildVictims()
+	d.flow.buildVictims()
 	// The XDP SYN-cookie stage is loaded now, not when a SYN flood first
 	// needs it: its verification takes 0.4 s of an idle CPU here, 2 s of
 	// a loaded one (eval-spoof --background: the syn-cookie rule reached
 	// XDP 4.8 intervals into the flood, 0.6 after the decision), and the
 	// rule waits for it.
 	if f.fp != nil && d.cfg.Detectors.Victim.Enabled && !d.cfg.Rails.MonitorOnly {
-		d.loadXDPProxy()
+		d.flow.loadXDPProxy()
 	}
-	d.syncKnownGood(now) // before the rules: their bypass must not pass an earlier run's list
+	d.flow.syncKnownGood(now) // before the rules: their bypass must not pass an earlier run's list
 	if f.fp != nil && set.Len() > 0 {
 		f.dirty = true
-		d.pushFlowRules(now)
+		d.flow.pushFlowRules(now)
 		d.event(now, "restore", netip.Prefix{}, "%d flow rules restored", len(f.pushed))
 	}
 	d.publishFlows()
@@ -459,22 +483,22 @@ func (d *Daemon) openFlowRules(now time.Time) error {
 
 // buildVictims makes the per-victim detector from the configuration;
 // a reload starts it afresh (its baselines are not kept across runs).
-func (d *Daemon) buildVictims() {
-	c := d.cfg.Detectors.Victim
-	d.flow.victims = nil
+func (f *flowStage) buildVictims() {
+	c := f.cfg().Detectors.Victim
+	f.victims = nil
 	if !c.Enabled {
 		return
 	}
 	// The prefix rung proposes nothing wider than the rails would take
 	// from a detector (0, any width, is /1: the rung's own default is
 	// /16).
-	w4, w6 := d.cfg.Rails.AutoBanLimits()
-	d.flow.victims = detect.NewVictims(detect.VictimConfig{K: c.K, MinPPS: c.MinPPS, ColdPPS: c.ColdPPS,
+	w4, w6 := f.cfg().Rails.AutoBanLimits()
+	f.victims = detect.NewVictims(detect.VictimConfig{K: c.K, MinPPS: c.MinPPS, ColdPPS: c.ColdPPS,
 		LearnIntervals: c.LearnIntervals, Coverage: c.Coverage, RateFactor: c.RateFactor, RateFloorPPS: c.RateFloorPPS,
 		WithdrawAfter: c.WithdrawAfter, MaxVictims: c.MaxVictims, MinBits4: max(w4, 1), MinBits6: max(w6, 1)})
-	d.flow.victims.Good.Verify = d.verifyHandshake
-	d.flow.victims.Protects = d.protects
-	d.flow.goodVersion, d.flow.good = 0, nil
+	f.victims.Good.Verify = f.verifyHandshake
+	f.victims.Protects = f.protects
+	f.goodVersion, f.good = 0, nil
 }
 
 // publishFlows copies the rules for the API and the metrics.
@@ -526,7 +550,7 @@ func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 			return
 		}
 		if r.Action == rule.FlowSYNCookie {
-			d.syncSynproxy(now, f.set.FlowRules()) // before the rule, as in pushFlowRules
+			d.flow.syncSynproxy(now, f.set.FlowRules()) // before the rule, as in pushFlowRules
 		}
 		if err = f.fp.SetFlowRules(f.set.FlowRules()); err != nil {
 			f.set.Reset(before)
@@ -541,7 +565,7 @@ func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 		} else {
 			d.event(now, "flowrule", r.Dst, "operator: %s: %s", r, reason)
 		}
-		err = d.saveFlowRules(now)
+		err = d.flow.saveFlowRules(now)
 	})
 	return out, errors.Join(derr, err)
 }
@@ -564,13 +588,13 @@ func (d *Daemon) DeleteFlowRule(ctx context.Context, r rule.FlowRule) (err error
 				return
 			}
 			f.pushed = f.set.FlowRules()
-			d.syncSynproxy(now, f.pushed)
+			d.flow.syncSynproxy(now, f.pushed)
 		}
 		f.dirty, f.saved = false, false
 		d.Metrics.flowRules.Set(float64(len(f.pushed)))
 		d.publishFlows()
 		d.event(now, "withdraw", r.Dst, "flow rule %s: removed by the operator (%s)", r, gone.Origin)
-		err = d.saveFlowRules(now)
+		err = d.flow.saveFlowRules(now)
 	})
 	return errors.Join(derr, err)
 }
@@ -606,27 +630,27 @@ type synStage struct {
 // installXDPProxy loads the XDP SYN-cookie stage if needed and puts it in
 // the filter's slot, ahead of the kernel side (pushFlowRules says why). A
 // failure is syncSynproxy's to report: it tries again and fails open.
-func (d *Daemon) installXDPProxy(now time.Time) {
-	dpx, ok := d.dp.(*datapath.Datapath)
-	if !ok || !d.loadXDPProxy() {
+func (f *flowStage) installXDPProxy(now time.Time) {
+	dpx, ok := f.dp.(*datapath.Datapath)
+	if !ok || !f.loadXDPProxy() {
 		return
 	}
-	if err := d.flow.syn.sp.Install(dpx); err != nil {
-		d.log.Debug("SYN proxy: installing the XDP stage ahead of the kernel side", "err", err)
+	if err := f.syn.sp.Install(dpx); err != nil {
+		f.log.Debug("SYN proxy: installing the XDP stage ahead of the kernel side", "err", err)
 	}
 }
 
 // loadXDPProxy loads the XDP SYN-cookie stage once; false when it cannot
 // be (syncSynproxy reports why when a rule needs it).
-func (d *Daemon) loadXDPProxy() bool {
-	s := &d.flow.syn
+func (f *flowStage) loadXDPProxy() bool {
+	s := &f.syn
 	if s.sp != nil {
 		return true
 	}
-	if _, ok := d.dp.(*datapath.Datapath); !ok {
+	if _, ok := f.dp.(*datapath.Datapath); !ok {
 		return false
 	}
-	sp, err := dpsynproxy.Load(dpsynproxy.Options{MSS: d.cfg.Synproxy.MSS, WScale: d.cfg.Synproxy.WScale})
+	sp, err := dpsynproxy.Load(dpsynproxy.Options{MSS: f.cfg().Synproxy.MSS, WScale: f.cfg().Synproxy.WScale})
 	if err != nil {
 		return false
 	}
@@ -638,12 +662,12 @@ func (d *Daemon) loadXDPProxy() bool {
 // be set up, the XDP slot is left empty: the rules then pass SYNs to the
 // kernel (counted as synproxy_missing), which is the kernel's own SYN
 // cookies, never a refused client.
-func (d *Daemon) syncSynproxy(now time.Time, rs []rule.FlowRule) {
-	dpx, ok := d.dp.(*datapath.Datapath)
+func (f *flowStage) syncSynproxy(now time.Time, rs []rule.FlowRule) {
+	dpx, ok := f.dp.(*datapath.Datapath)
 	if !ok {
 		return
 	}
-	s := &d.flow.syn
+	s := &f.syn
 	targets := synproxy.TargetsOf(rs)
 	if s.synced && slices.Equal(targets, s.targets) && (len(targets) == 0 || s.sp != nil) {
 		return
@@ -653,17 +677,17 @@ func (d *Daemon) syncSynproxy(now time.Time, rs []rule.FlowRule) {
 	defer cancel()
 	if len(targets) == 0 {
 		if err := synproxy.Remove(ctx, ""); err != nil {
-			d.event(now, "error", netip.Prefix{}, "SYN proxy: removing the kernel side: %v", err)
+			f.event(now, "error", netip.Prefix{}, "SYN proxy: removing the kernel side: %v", err)
 		}
 		s.targets = nil
 		return
 	}
 	fail := func(format string, args ...any) {
-		d.event(now, "error", netip.Prefix{}, "SYN proxy: "+format+" (syn-cookie rules pass SYNs to the kernel meanwhile)", args...)
+		f.event(now, "error", netip.Prefix{}, "SYN proxy: "+format+" (syn-cookie rules pass SYNs to the kernel meanwhile)", args...)
 		_ = dpx.SetSynproxy(nil)
 		s.targets = nil
 	}
-	opts := dpsynproxy.Options{MSS: d.cfg.Synproxy.MSS, WScale: d.cfg.Synproxy.WScale}
+	opts := dpsynproxy.Options{MSS: f.cfg().Synproxy.MSS, WScale: f.cfg().Synproxy.WScale}
 	if s.sp == nil {
 		sp, err := dpsynproxy.Load(opts)
 		if err != nil {
@@ -672,7 +696,7 @@ func (d *Daemon) syncSynproxy(now time.Time, rs []rule.FlowRule) {
 		}
 		s.sp = sp
 	}
-	if err := synproxy.Apply(ctx, synproxy.Config{Targets: targets, MSS: s.sp.Options().MSS, WScale: s.sp.Options().WScale, KnownGood: d.knownGoodList()}); err != nil {
+	if err := synproxy.Apply(ctx, synproxy.Config{Targets: targets, MSS: s.sp.Options().MSS, WScale: s.sp.Options().WScale, KnownGood: f.knownGoodList()}); err != nil {
 		fail("setting up SYNPROXY: %v", err)
 		return
 	}
@@ -682,5 +706,5 @@ func (d *Daemon) syncSynproxy(now time.Time, rs []rule.FlowRule) {
 		return
 	}
 	s.targets = targets
-	d.event(now, "mitigation", netip.Prefix{}, "SYN cookies in XDP for %d targets, SYNPROXY behind them", len(targets))
+	f.event(now, "mitigation", netip.Prefix{}, "SYN cookies in XDP for %d targets, SYNPROXY behind them", len(targets))
 }
