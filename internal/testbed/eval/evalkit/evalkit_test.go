@@ -37,10 +37,10 @@ func TestRandAddresses(t *testing.T) {
 		if a := RandIn(r, p); !p.Contains(a) {
 			t.Fatalf("RandIn %v: %v", p, a)
 		}
-		// 20.0.0.1 to 199.255.255.254; it can fall on 127/8 and
-		// 198.18/15 too, despite its comment (kept as the runs had it).
+		// 20.0.0.1 to 199.255.255.254, never on 127/8 nor 198.18/15.
 		a := RandSrc(r)
-		if b := a.As4(); !a.Is4() || b[0] < 20 || b[0] >= 200 || b[3] == 0 || b[3] == 255 {
+		if b := a.As4(); !a.Is4() || b[0] < 20 || b[0] >= 200 || b[3] == 0 || b[3] == 255 ||
+			b[0] == 127 || netip.MustParsePrefix("198.18.0.0/15").Contains(a) {
 			t.Fatalf("RandSrc: %v", a)
 		}
 	}

@@ -25,10 +25,16 @@ var (
 )
 
 // RandSrc is a random IPv4 source, spread over 20.0.0.0 to 199.255.255.255
-// (it is not kept off 127/8 nor the runs' 198.18/15: a spoofed flood's
-// sources, where a few of them land matters little).
+// but off loopback (127/8) and the runs' own 198.18/15: a spoofed source
+// there would be the bench's own address space, not the Internet's.
 func RandSrc(r *rand.Rand) netip.Addr {
-	return netip.AddrFrom4([4]byte{byte(20 + r.IntN(180)), byte(r.IntN(256)), byte(r.IntN(256)), byte(1 + r.IntN(254))})
+	for {
+		a := [4]byte{byte(20 + r.IntN(180)), byte(r.IntN(256)), byte(r.IntN(256)), byte(1 + r.IntN(254))}
+		if a[0] == 127 || a[0] == 198 && a[1]&0xfe == 18 {
+			continue
+		}
+		return netip.AddrFrom4(a)
+	}
 }
 
 // RandIn is a random address inside p.
