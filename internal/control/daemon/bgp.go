@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,21 @@ import (
 // as the speaker reports a change, not at the next interval. Remote rules
 // are never announced again: a host that re-announced what it received
 // would keep a route alive after its origin withdrew it.
+//
+// bgpStage owns the speaker and what the loop keeps about it: the
+// announcements (open, close, announce, setAnnounce), the received routes'
+// pass (received, note, refuse, endPass) and the status the API and the
+// collector read (status, speaker, loopRefused). What stays on *Daemon
+// works the ban store and the flow-rule set, with the stage's help:
+// syncBGP (the interval's step: the remote pass, then announce),
+// applyRemote (lifts remote bans from the store), applyRemoteBans and
+// applyRemoteBan (the ban rails: guarded space, admit, the per-interval
+// limit, max_total, the circuit breaker over established sources),
+// applyRemoteRules (the flow stage's set, cutsOff, its slots), oursDst (the
+// host's addresses) and flowRulesForBGP. Moving those would only wire the
+// store, the rails and the flow set into the stage one function each. So
+// the remote-ban bookkeeping (remote, newBans, newShare, breaker) is
+// written by those *Daemon methods; the stage fills and resets it.
 
 // Speaker is the BGP speaker as the loop uses it: *bgp.Speaker, or a fake
 // in unit tests.
@@ -67,7 +83,9 @@ const (
 // send them again.
 const remoteSettle = 2 * time.Second
 
-type bgpState struct {
+// bgpStage is the BGP side of the loop (see above). What it reads of the
+// rest of the daemon comes through the functions wired by newBGPStage.
+type bgpStage struct {
 	sp       Speaker // set once at start, read by the collector and BGP under mu
 	asn      uint32
 	routerID string
@@ -101,6 +119,18 @@ type bgpState struct {
 	// form (next hops, communities), as text: a SIGHUP that changes it
 	// reaches the speaker at the next interval (announceSetter).
 	encoding string
+
+	cfg     func() *config.Config // the configuration in force (a reload replaces it)
+	event   func(now time.Time, kind string, p netip.Prefix, format string, args ...any)
+	log     *slog.Logger
+	mu      *sync.Mutex // the daemon's: guards sp and why, which the collector and BGP read
+	metrics *bgpMetrics
+}
+
+// newBGPStage wires the stage to the daemon's configuration, events, lock
+// and metrics.
+func (d *Daemon) newBGPStage() bgpStage {
+	return bgpStage{cfg: func() *config.Config { return d.cfg }, event: d.event, log: d.log, mu: &d.mu, metrics: &d.Metrics.bgp}
 }
 
 // announceSetter is a speaker that takes a reloaded announce policy's
@@ -118,18 +148,18 @@ func announceEncoding(a *config.BGPAnnounce) string {
 // setAnnounce hands a reloaded announce policy's wire form to the speaker
 // (bgp.announce reloads on SIGHUP: the loop reads its policy every
 // interval, the speaker its communities and next hops only from here).
-func (d *Daemon) setAnnounce(now time.Time) {
-	enc := announceEncoding(&d.cfg.BGP.Announce)
-	if enc == d.bgp.encoding {
+func (b *bgpStage) setAnnounce(now time.Time) {
+	enc := announceEncoding(&b.cfg().BGP.Announce)
+	if enc == b.encoding {
 		return
 	}
-	d.bgp.encoding = enc
-	u, ok := d.bgp.sp.(announceSetter)
+	b.encoding = enc
+	u, ok := b.sp.(announceSetter)
 	if !ok {
 		return
 	}
-	if err := u.SetAnnounce(d.cfg.BGP.Announce); err != nil {
-		d.event(now, "error", netip.Prefix{}, "bgp: keeping the running communities and next hops: %v", err)
+	if err := u.SetAnnounce(b.cfg().BGP.Announce); err != nil {
+		b.event(now, "error", netip.Prefix{}, "bgp: keeping the running communities and next hops: %v", err)
 	}
 }
 
@@ -143,7 +173,7 @@ type remoteBan struct {
 // monitorOnly is why nothing received is enforced in monitor-only mode.
 const monitorOnly = "monitor-only (rails.monitor_only): nothing received is enforced"
 
-// remoteKey names a received route in bgpState.why.
+// remoteKey names a received route in bgpStage.why.
 func remoteKey(peer netip.Addr, f bgp.Flow) string { return peer.String() + " " + f.String() }
 
 type bgpMetrics struct {
@@ -165,13 +195,13 @@ func newBGPMetrics(reg *prometheus.Registry, d *Daemon) bgpMetrics {
 	for _, r := range []string{"encode", "validation", "rail", "full"} {
 		m.refusals.WithLabelValues(r)
 	}
-	reg.MustRegister(m.changes, m.refusals, &bgpCollector{d: d})
+	reg.MustRegister(m.changes, m.refusals, &bgpCollector{b: &d.bgp})
 	return m
 }
 
 // bgpCollector reads the speaker's live state at scrape time (the speaker
 // is safe for concurrent use; the loop's own state is not touched).
-type bgpCollector struct{ d *Daemon }
+type bgpCollector struct{ b *bgpStage }
 
 var (
 	bgpSessionDesc = prometheus.NewDesc("tierwall_bgp_session_up", "1 when the session with the neighbour is established.", []string{"neighbor"}, nil)
@@ -184,11 +214,11 @@ func (c *bgpCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *bgpCollector) Collect(ch chan<- prometheus.Metric) {
-	sp := c.d.speaker()
+	sp := c.b.speaker()
 	if sp == nil {
 		return
 	}
-	refused := c.d.loopRefused()
+	refused := c.b.loopRefused()
 	for _, n := range sp.Neighbors() {
 		n.Accepted -= refused[n.Address]
 		up := 0.0
@@ -205,14 +235,14 @@ func (c *bgpCollector) Collect(ch chan<- prometheus.Metric) {
 
 // loopRefused counts, per peer, the received routes the speaker accepted
 // and the loop refused in its last pass (the rails, the table).
-func (d *Daemon) loopRefused() map[netip.Addr]int {
-	sp := d.speaker()
+func (b *bgpStage) loopRefused() map[netip.Addr]int {
+	sp := b.speaker()
 	if sp == nil {
 		return nil
 	}
-	d.mu.Lock()
-	why := d.bgp.why
-	d.mu.Unlock()
+	b.mu.Lock()
+	why := b.why
+	b.mu.Unlock()
 	if len(why) == 0 {
 		return nil
 	}
@@ -227,20 +257,33 @@ func (d *Daemon) loopRefused() map[netip.Addr]int {
 
 // speaker returns the speaker under mu (the collector's view; the loop
 // sets it once at start).
-func (d *Daemon) speaker() Speaker {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.bgp.sp
+func (b *bgpStage) speaker() Speaker {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sp
 }
 
-// openBGP starts the speaker when the configuration has one. A speaker
-// that cannot start fails the daemon's start: an operator who configured
+// setSpeaker replaces the speaker under mu (network mode wraps it, and
+// unwraps it when it did not start).
+func (b *bgpStage) setSpeaker(sp Speaker) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sp = sp
+}
+
+// running reports whether there is a speaker.
+func (b *bgpStage) running() bool { return b.sp != nil }
+
+// open starts the speaker when the configuration has one; bans are the
+// ban store's, for the remote bans the state file kept. A speaker that
+// cannot start fails the daemon's start: an operator who configured
 // upstream announcements must not believe they are on.
-func (d *Daemon) openBGP(now time.Time) error {
-	if !d.cfg.BGP.Enabled() {
+func (b *bgpStage) open(now time.Time, bans iter.Seq[ban.Ban]) error {
+	cfg := b.cfg()
+	if !cfg.BGP.Enabled() {
 		return nil
 	}
-	sp, err := newSpeaker(d.cfg.BGP, d.log)
+	sp, err := newSpeaker(cfg.BGP, b.log)
 	if err != nil {
 		return fmt.Errorf("bgp: %w", err)
 	}
@@ -249,96 +292,105 @@ func (d *Daemon) openBGP(now time.Time) error {
 		cancel()
 		return fmt.Errorf("bgp: starting the speaker: %w", err)
 	}
-	d.mu.Lock()
-	iface := d.cfg.Interface
-	d.bgp = bgpState{sp: sp, asn: d.cfg.BGP.ASN, routerID: d.cfg.BGP.RouterID, started: now, cancel: cancel,
-		announced: map[string]bgp.Route{}, refused: map[string]bool{}, loss: func() (uint64, error) { return wireLoss(iface) },
-		encoding: announceEncoding(&d.cfg.BGP.Announce)}
-	if n, err := d.bgp.loss(); err == nil {
-		d.bgp.lossAt = n
+	b.mu.Lock()
+	iface := cfg.Interface
+	b.sp, b.asn, b.routerID, b.started, b.cancel = sp, cfg.BGP.ASN, cfg.BGP.RouterID, now, cancel
+	b.announced, b.refused, b.loss = map[string]bgp.Route{}, map[string]bool{}, func() (uint64, error) { return wireLoss(iface) }
+	b.encoding = announceEncoding(&cfg.BGP.Announce)
+	if n, err := b.loss(); err == nil {
+		b.lossAt = n
 	}
 	// The remote bans the state file kept: still the peers' until they
 	// say otherwise (applyRemote).
-	d.bgp.remote = map[netip.Prefix]netip.Addr{}
-	for b := range d.store.Each {
-		if peer, ok := remotePeer(b); ok {
-			d.bgp.remote[b.Prefix] = peer
+	b.remote = map[netip.Prefix]netip.Addr{}
+	for x := range bans {
+		if peer, ok := remotePeer(x); ok {
+			b.remote[x.Prefix] = peer
 		}
 	}
-	d.mu.Unlock()
+	b.mu.Unlock()
 	return nil
 }
 
-// closeBGP stops the speaker. Its sessions close with a notification, so
+// close stops the speaker. Its sessions close with a notification, so
 // peers withdraw our routes: a stopped daemon no longer vouches for them
 // (the bans stay in XDP). A crash, by contrast, leaves them stale at
 // graceful-restart peers until the restarted daemon re-announces.
-func (d *Daemon) closeBGP() {
-	if d.bgp.sp == nil {
+func (b *bgpStage) close() {
+	if b.sp == nil {
 		return
 	}
-	d.bgp.sp.Stop()
-	d.bgp.cancel()
+	b.sp.Stop()
+	b.cancel()
 }
 
-// bgpChanged is the speaker's change signal (nil without a speaker: a nil
+// changed is the speaker's change signal (nil without a speaker: a nil
 // channel never fires in the loop's select).
-func (d *Daemon) bgpChanged() <-chan struct{} {
-	if d.bgp.sp == nil {
+func (b *bgpStage) changed() <-chan struct{} {
+	if b.sp == nil {
 		return nil
 	}
-	return d.bgp.sp.Changed()
+	return b.sp.Changed()
 }
 
 // syncBGP is the interval's BGP step: remote rules first (a peer's rule
 // the local tiers now enforce), then the announcements.
 func (d *Daemon) syncBGP(now time.Time, overflow uint64) {
-	if d.bgp.sp == nil {
+	if !d.bgp.running() {
 		return
 	}
 	d.bgp.newBans, d.bgp.newShare = 0, 0
 	d.applyRemote(now)
-	saturated := overflow > d.bgp.overflowAt
-	d.bgp.overflowAt = overflow
-	if d.bgp.loss != nil {
+	d.bgp.announce(now, overflow, d.store.Each, d.flowRulesForBGP(), d.store.Guarded)
+}
+
+// announce makes the speaker's announcements what the policy asks of the
+// bans and flow rules (announcePolicy), reporting what changed. overflow
+// is the feature table's overflow counter: it, or the interface's wire
+// loss, growing since the last interval means the local tiers saturate.
+func (b *bgpStage) announce(now time.Time, overflow uint64, bans iter.Seq[ban.Ban], flows []mitigate.Rule, guarded func(netip.Prefix) string) {
+	saturated := overflow > b.overflowAt
+	b.overflowAt = overflow
+	if b.loss != nil {
 		// Unreadable statistics say nothing either way: the overflow
 		// alone decides then.
-		if n, err := d.bgp.loss(); err == nil {
-			saturated = saturated || n > d.bgp.lossAt
-			d.bgp.lossAt = n
+		if n, err := b.loss(); err == nil {
+			saturated = saturated || n > b.lossAt
+			b.lossAt = n
 		}
 	}
-	d.setAnnounce(now)
-	want := announcePolicy(&d.cfg.BGP, d.store.Each, d.flowRulesForBGP(), saturated, d.bgp.announced, d.store.Guarded)
-	if d.cfg.Rails.MonitorOnly {
+	b.setAnnounce(now)
+	cfg := b.cfg()
+	want := announcePolicy(&cfg.BGP, bans, flows, saturated, b.announced, guarded)
+	if cfg.Rails.MonitorOnly {
 		want = nil
 	}
-	diff, err := d.bgp.sp.Announce(want)
+	diff, err := b.sp.Announce(want)
 	if err != nil {
-		d.event(now, "error", netip.Prefix{}, "bgp: announcing %d routes: %v", len(want), err)
+		b.event(now, "error", netip.Prefix{}, "bgp: announcing %d routes: %v", len(want), err)
 		return
 	}
 	for _, why := range diff.Refused {
-		d.Metrics.bgp.refusals.WithLabelValues("encode").Inc()
-		d.event(now, "bgp", netip.Prefix{}, "not announced: %s", why)
+		b.metrics.refusals.WithLabelValues("encode").Inc()
+		b.event(now, "bgp", netip.Prefix{}, "not announced: %s", why)
 	}
 	now2 := map[string]bgp.Route{}
 	for _, r := range want {
 		now2[r.String()] = r
 	}
 	for k, r := range now2 {
-		if _, ok := d.bgp.announced[k]; !ok {
-			d.Metrics.bgp.changes.WithLabelValues("announced").Inc()
-			d.event(now, "bgp", routePrefix(r), "announced %s (%s)", r.String(), r.Reason)
+		if _, ok := b.announced[k]; !ok {
+			b.metrics.changes.WithLabelValues("announced").Inc()
+			b.event(now, "bgp", routePrefix(r), "announced %s (%s)", r.String(), r.Reason)
 		}
 	}
-	for k, r := range d.bgp.announced {
+	for k, r := range b.announced {
 		if _, ok := now2[k]; !ok {
-			d.Metrics.bgp.changes.WithLabelValues("withdrawn").Inc()
-			d.event(now, "bgp", routePrefix(r), "withdrew %s", r.String())
+			b.metrics.changes.WithLabelValues("withdrawn").Inc()
+			b.event(now, "bgp", routePrefix(r), "withdrew %s", r.String())
 		}
 	}
-	d.bgp.announced = now2
+	b.announced = now2
 }
 
 // flowRulesForBGP lists the flow rules that may go upstream.
@@ -450,51 +502,8 @@ func routePrefix(r bgp.Route) netip.Prefix {
 // speaker reports enforceable: new ones through the rails, gone ones
 // lifted once their peer had time to send them again.
 func (d *Daemon) applyRemote(now time.Time) {
-	sp := d.bgp.sp
-	if d.bgp.remote == nil {
-		d.bgp.remote = map[netip.Prefix]netip.Addr{}
-	}
-	recv := sp.Received()
-	up := map[netip.Addr]time.Time{}
-	configured := map[netip.Addr]bool{}
-	for _, n := range sp.Neighbors() {
-		configured[n.Address] = true
-		if n.State == "established" {
-			up[n.Address] = n.Since
-		}
-	}
-	wantBans := map[netip.Prefix]remoteBan{}
-	wantRules := map[rule.FlowRule]netip.Addr{}
-	d.bgp.refusing, d.bgp.whying = map[string]bool{}, map[string]string{}
-	defer func() {
-		d.bgp.refused, d.bgp.refusing = d.bgp.refusing, nil
-		d.mu.Lock()
-		d.bgp.why, d.bgp.whying = d.bgp.whying, nil
-		d.mu.Unlock()
-	}()
-	for _, r := range recv {
-		if r.Refused != "" {
-			d.refuseRemote(now, "validation", netip.Prefix{}, r.Peer, r.Flow, fmt.Sprintf("not enforced: flowspec %s from %s", r.Flow.String(), r.Peer), r.Refused)
-			continue
-		}
-		if r.Flow.Src.IsValid() {
-			wantBans[r.Flow.Src] = remoteBan{peer: r.Peer, flow: r.Flow}
-		} else {
-			wantRules[r.Flow.FlowRule] = r.Peer
-		}
-	}
-	// Lifted: a remote ban or rule the peer no longer sends, once the peer
-	// has been up long enough to have sent it again (or is not configured
-	// any more, or never came back within the hold after our start).
-	gone := func(peer netip.Addr) bool {
-		if !configured[peer] {
-			return true
-		}
-		if since, ok := up[peer]; ok {
-			return now.Sub(since) >= remoteSettle
-		}
-		return now.Sub(d.bgp.started) >= max(d.cfg.BGP.Accept.Hold, remoteSettle)
-	}
+	wantBans, wantRules, gone := d.bgp.received(now)
+	defer d.bgp.endPass()
 	monitor := d.cfg.Rails.MonitorOnly
 	for p, peer := range d.bgp.remote {
 		if b, ok := d.store.Get(p); !ok || b.Detector != remoteDetector {
@@ -516,12 +525,75 @@ func (d *Daemon) applyRemote(now time.Time) {
 	}
 	if monitor {
 		for _, rb := range wantBans {
-			d.bgp.whying[remoteKey(rb.peer, rb.flow)] = monitorOnly
+			d.bgp.note(rb.peer, rb.flow, monitorOnly)
 		}
 	} else {
 		d.applyRemoteBans(now, wantBans)
 	}
 	d.applyRemoteRules(now, wantRules, gone, monitor)
+}
+
+// received starts a pass over what the speaker received: the remote bans
+// (a source prefix) and remote flow rules it reports enforceable, by
+// peer, with those it refused reported; gone says whether a peer's route
+// no longer sent is to be lifted. endPass ends the pass.
+func (b *bgpStage) received(now time.Time) (map[netip.Prefix]remoteBan, map[rule.FlowRule]netip.Addr, func(netip.Addr) bool) {
+	if b.remote == nil {
+		b.remote = map[netip.Prefix]netip.Addr{}
+	}
+	recv := b.sp.Received()
+	up := map[netip.Addr]time.Time{}
+	configured := map[netip.Addr]bool{}
+	for _, n := range b.sp.Neighbors() {
+		configured[n.Address] = true
+		if n.State == "established" {
+			up[n.Address] = n.Since
+		}
+	}
+	wantBans := map[netip.Prefix]remoteBan{}
+	wantRules := map[rule.FlowRule]netip.Addr{}
+	b.refusing, b.whying = map[string]bool{}, map[string]string{}
+	for _, r := range recv {
+		if r.Refused != "" {
+			b.refuse(now, "validation", netip.Prefix{}, r.Peer, r.Flow, fmt.Sprintf("not enforced: flowspec %s from %s", r.Flow.String(), r.Peer), r.Refused)
+			continue
+		}
+		if r.Flow.Src.IsValid() {
+			wantBans[r.Flow.Src] = remoteBan{peer: r.Peer, flow: r.Flow}
+		} else {
+			wantRules[r.Flow.FlowRule] = r.Peer
+		}
+	}
+	// Lifted: a remote ban or rule the peer no longer sends, once the peer
+	// has been up long enough to have sent it again (or is not configured
+	// any more, or never came back within the hold after our start).
+	gone := func(peer netip.Addr) bool {
+		if !configured[peer] {
+			return true
+		}
+		if since, ok := up[peer]; ok {
+			return now.Sub(since) >= remoteSettle
+		}
+		return now.Sub(b.started) >= max(b.cfg().BGP.Accept.Hold, remoteSettle)
+	}
+	return wantBans, wantRules, gone
+}
+
+// endPass makes the pass's refusals the last pass's: each is reported
+// again only once the peer stopped sending it in between, and why is what
+// BGP and the collector read.
+func (b *bgpStage) endPass() {
+	b.refused, b.refusing = b.refusing, nil
+	b.mu.Lock()
+	b.why, b.whying = b.whying, nil
+	b.mu.Unlock()
+}
+
+// note records why a received route is not enforced, for the operator.
+func (b *bgpStage) note(peer netip.Addr, f bgp.Flow, why string) {
+	if b.whying != nil {
+		b.whying[remoteKey(peer, f)] = why
+	}
 }
 
 func lessPrefixCmp(a, b netip.Prefix) int {
@@ -562,11 +634,11 @@ func (d *Daemon) applyRemoteBans(now time.Time, want map[netip.Prefix]remoteBan)
 			continue
 		}
 		if why := d.store.Guarded(p); why != "" {
-			d.refuseRemote(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), why)
+			d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), why)
 			continue
 		}
 		if !d.oursDst(rb.flow.Dst) {
-			d.refuseRemote(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
+			d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
 				fmt.Sprintf("its destination %s holds none of this host's addresses or protected prefixes", rb.flow.Dst))
 			continue
 		}
@@ -597,7 +669,7 @@ func (d *Daemon) applyRemoteBans(now time.Time, want map[netip.Prefix]remoteBan)
 			d.bgp.breaker = true
 			for _, p := range fresh {
 				rb := want[p]
-				d.refuseRemote(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
+				d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
 					fmt.Sprintf("circuit breaker: the remote bans would cover %.0f%% of the established sources (limit %.0f%%)", 100*total, 100*r.MaxEstablishedShare))
 			}
 			return
@@ -609,9 +681,9 @@ func (d *Daemon) applyRemoteBans(now time.Time, want map[netip.Prefix]remoteBan)
 		rb := want[p]
 		if i >= admit {
 			if r.MaxTotal > 0 && d.store.Len() >= r.MaxTotal {
-				d.refuseRemote(now, "full", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), fmt.Sprintf("%d bans, the rails' max_total", d.store.Len()))
+				d.bgp.refuse(now, "full", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), fmt.Sprintf("%d bans, the rails' max_total", d.store.Len()))
 			} else {
-				d.refuseRemote(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), fmt.Sprintf("more than %d new remote bans this interval (rails.max_new_per_interval)", r.MaxNewPerInterval))
+				d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), fmt.Sprintf("more than %d new remote bans this interval (rails.max_new_per_interval)", r.MaxNewPerInterval))
 			}
 			continue
 		}
@@ -654,7 +726,7 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 	f := &d.flow
 	if f.set == nil || f.fp == nil {
 		for fr, peer := range want {
-			d.refuseRemote(now, "validation", fr.Dst, peer, bgp.Flow{FlowRule: fr}, fmt.Sprintf("remote flow rule %s from %s", fr, peer), "this data plane has no flow rules")
+			d.bgp.refuse(now, "validation", fr.Dst, peer, bgp.Flow{FlowRule: fr}, fmt.Sprintf("remote flow rule %s from %s", fr, peer), "this data plane has no flow rules")
 		}
 	}
 	if f.set == nil {
@@ -679,7 +751,7 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 	if monitor || f.fp == nil {
 		if monitor {
 			for fr, peer := range want {
-				d.bgp.whying[remoteKey(peer, bgp.Flow{FlowRule: fr})] = monitorOnly
+				d.bgp.note(peer, bgp.Flow{FlowRule: fr}, monitorOnly)
 			}
 		}
 		d.flow.pushFlowRules(now)
@@ -698,17 +770,17 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 		peer := want[fr]
 		what := fmt.Sprintf("remote flow rule %s from %s", fr, peer)
 		if why := d.cutsOff(fr); why != "" {
-			d.refuseRemote(now, "rail", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, why)
+			d.bgp.refuse(now, "rail", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, why)
 			continue
 		}
 		if remote >= room {
-			d.refuseRemote(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what,
+			d.bgp.refuse(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what,
 				fmt.Sprintf("peers' rules may take %d of the %d flow-rule slots; the rest are this host's own", room, f.set.Cap()))
 			continue
 		}
 		added, err := f.set.Add(mitigate.Rule{FlowRule: fr, Origin: mitigate.Remote, Reason: remoteReason + peer.String(), Added: now})
 		if err != nil {
-			d.refuseRemote(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, err.Error())
+			d.bgp.refuse(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, err.Error())
 			continue
 		}
 		if added {
@@ -728,37 +800,37 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 // table and the ladder's SYN-cookie rule failed with "table full".
 func remoteFlowSlots(capacity int) int { return capacity / 2 }
 
-// refuseRemote counts and reports a received route not enforced, once
+// refuse counts and reports a received route not enforced, once
 // while the peer keeps sending it (applyRemote's pass collects the
 // refusals in refusing; the last pass's are in refused), and records why
 // for the operator (`tierwall bgp routes`).
-func (d *Daemon) refuseRemote(now time.Time, reason string, p netip.Prefix, peer netip.Addr, f bgp.Flow, what, why string) {
-	if d.bgp.whying != nil {
-		d.bgp.whying[remoteKey(peer, f)] = why
-	}
+func (b *bgpStage) refuse(now time.Time, reason string, p netip.Prefix, peer netip.Addr, f bgp.Flow, what, why string) {
+	b.note(peer, f, why)
 	k := reason + " " + peer.String() + " " + f.String()
-	if !d.bgp.refused[k] {
-		d.Metrics.bgp.refusals.WithLabelValues(reason).Inc()
+	if !b.refused[k] {
+		b.metrics.refusals.WithLabelValues(reason).Inc()
 		kind := "refused"
 		if reason == "validation" {
 			kind = "bgp"
 		}
-		d.event(now, kind, p, "%s: %s", what, why)
+		b.event(now, kind, p, "%s: %s", what, why)
 	}
-	d.bgp.refusing[k] = true
+	b.refusing[k] = true
 }
 
 // BGP reports the speaker's state (read from the speaker, which is safe
 // for concurrent use).
-func (d *Daemon) BGP() apiv1.BGPStatus {
-	sp := d.speaker()
+func (d *Daemon) BGP() apiv1.BGPStatus { return d.bgp.status() }
+
+func (b *bgpStage) status() apiv1.BGPStatus {
+	sp := b.speaker()
 	if sp == nil {
 		return apiv1.BGPStatus{Neighbors: []bgp.Neighbor{}, Announced: []bgp.Route{}, Received: []bgp.Remote{}}
 	}
-	d.mu.Lock()
-	st := apiv1.BGPStatus{Enabled: true, ASN: d.bgp.asn, RouterID: d.bgp.routerID}
-	why := d.bgp.why
-	d.mu.Unlock()
+	b.mu.Lock()
+	st := apiv1.BGPStatus{Enabled: true, ASN: b.asn, RouterID: b.routerID}
+	why := b.why
+	b.mu.Unlock()
 	st.Neighbors, st.Announced, st.Received = sp.Neighbors(), sp.Announced(), sp.Received()
 	// The speaker validated what it received; the loop's rails and table
 	// may still have refused it, and then it is not enforced.

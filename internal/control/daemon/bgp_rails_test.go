@@ -126,7 +126,7 @@ func TestBGPRemoteFlowRulesLeaveSlots(t *testing.T) {
 	h, fdp := newFlowHarness(t, false)
 	h.d.cfg.BGP = bgpConfig(t).BGP
 	fs := &fakeSpeaker{neighbors: []bgp.Neighbor{{Address: peerRR, State: "established", Since: t0.Add(-time.Hour)}}}
-	h.d.bgp = bgpState{sp: fs, started: t0, announced: map[string]bgp.Route{}}
+	fakeBGP(h.d, fs)
 	for i := 0; i < 100; i++ {
 		fr := rule.FlowRule{Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)}), 32), Proto: 17,
 			DstPorts: rule.PortRange{Lo: 53, Hi: 53}, Action: rule.FlowDrop}
@@ -167,7 +167,7 @@ func TestBGPStatusShowsLoopRefusals(t *testing.T) {
 	h, _ := newFlowHarness(t, false)
 	h.d.cfg.BGP = bgpConfig(t).BGP
 	fs := &fakeSpeaker{neighbors: []bgp.Neighbor{{Address: peerRR, State: "established", Since: t0.Add(-time.Hour), Received: 3, Accepted: 3}}}
-	h.d.bgp = bgpState{sp: fs, started: t0, announced: map[string]bgp.Route{}}
+	fakeBGP(h.d, fs)
 	cut := bgp.Flow{FlowRule: hostRule(t, "length 61-65535 drop")}
 	guarded := bgp.Flow{Src: netip.PrefixFrom(selfAddr, 32), FlowRule: rule.FlowRule{Dst: ownNet, Action: rule.FlowDrop}}
 	good := bgp.Flow{Src: netip.MustParsePrefix("203.0.113.66/32"), FlowRule: rule.FlowRule{Dst: ownNet, Action: rule.FlowDrop}}

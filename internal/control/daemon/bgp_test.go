@@ -281,7 +281,7 @@ func TestBGPRemoteFlowRule(t *testing.T) {
 	cfg := bgpConfig(t)
 	fs := &fakeSpeaker{neighbors: []bgp.Neighbor{{Address: peerRR, State: "established", Since: t0.Add(-time.Hour)}}}
 	h.d.cfg.BGP = cfg.BGP
-	h.d.bgp = bgpState{sp: fs, started: t0, announced: map[string]bgp.Route{}, refused: map[string]bool{}}
+	fakeBGP(h.d, fs)
 	fr := rule.FlowRule{Dst: netip.MustParsePrefix("192.0.2.53/32"), Proto: 17, DstPorts: rule.PortRange{Lo: 53, Hi: 53}, Action: rule.FlowDrop}
 	fs.received = []bgp.Remote{{Peer: peerRR, Flow: bgp.Flow{FlowRule: fr}}}
 	h.d.applyRemote(h.now)
@@ -332,7 +332,7 @@ func TestBGPRemoteFlowRuleCannotCutOff(t *testing.T) {
 	h, fdp := newFlowHarness(t, false)
 	h.d.cfg.BGP = bgpConfig(t).BGP
 	fs := &fakeSpeaker{neighbors: []bgp.Neighbor{{Address: peerRR, State: "established", Since: t0.Add(-time.Hour)}}}
-	h.d.bgp = bgpState{sp: fs, started: t0, announced: map[string]bgp.Route{}}
+	fakeBGP(h.d, fs)
 	self := netip.MustParseAddr("192.0.2.1")
 	h.d.mgmt = []ban.Managed{{Addr: self, What: "address of eth0"}}
 	host := netip.PrefixFrom(self, 32)
@@ -406,4 +406,9 @@ func TestBGPSaturationAnnouncementStaysUntilUnban(t *testing.T) {
 			t.Fatalf("interval %d after the saturation: announced %q, want the ban kept upstream", i, got)
 		}
 	}
+}
+
+// fakeBGP gives d's BGP stage the fake speaker fs, as if opened at t0.
+func fakeBGP(d *Daemon, fs *fakeSpeaker) {
+	d.bgp.sp, d.bgp.started, d.bgp.announced, d.bgp.refused = fs, t0, map[string]bgp.Route{}, map[string]bool{}
 }

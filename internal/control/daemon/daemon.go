@@ -88,7 +88,7 @@ type Daemon struct {
 	dirty        bool
 	flow         flowStage
 	heavy        heavyStage          // the XDP heavy-hitter detector (heavy.go)
-	bgp          bgpState            // the BGP speaker (bgp.go)
+	bgp          bgpStage            // the BGP speaker (bgp.go)
 	tele         telemetryState      // network mode (telemetry.go)
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
@@ -207,6 +207,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		hist: map[detect.Key]int32{}, histNext: map[detect.Key]int32{}}
 	d.Metrics = newMetrics(d)
 	d.heavy = d.newHeavyStage()
+	d.bgp = d.newBGPStage()
 	d.flow = d.newFlowStage()
 	if hw != nil {
 		d.off = &placement.Offloader{Table: d.Metrics.countHW(hw), Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
@@ -239,12 +240,12 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	if err := d.openAlerts(); err != nil {
 		return nil, err
 	}
-	if err := d.openBGP(now); err != nil {
+	if err := d.bgp.open(now, d.store.Each); err != nil {
 		d.closeAlerts()
 		return nil, err
 	}
 	if err := d.openTelemetry(); err != nil {
-		d.closeBGP()
+		d.bgp.close()
 		d.closeAlerts()
 		return nil, err
 	}
@@ -1270,7 +1271,7 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 			}
 		case f := <-d.reqs:
 			f()
-		case <-d.bgpChanged():
+		case <-d.bgp.changed():
 			// A peer's FlowSpec applies now, not at the next interval: a
 			// fleet's ban reaches this host's XDP in milliseconds.
 			d.applyRemote(time.Now())
@@ -1389,7 +1390,7 @@ func (d *Daemon) stop(now time.Time) error {
 	}
 	d.closeAlerts()
 	d.closeTelemetry()
-	d.closeBGP()
+	d.bgp.close()
 	d.dp.Close()
 	d.owner.Release()
 	d.log.Info("tierwall stopped; the XDP filter keeps enforcing the bans", "bans", d.store.Len())

@@ -74,7 +74,7 @@ func TestBGPRemoteFlowRuleCannotCutSessions(t *testing.T) {
 	h, fdp := newFlowHarness(t, false)
 	h.d.cfg.BGP = bgpConfig(t).BGP
 	fs := &fakeSpeaker{neighbors: []bgp.Neighbor{{Address: peerRR, State: "established", Since: t0.Add(-time.Hour)}}}
-	h.d.bgp = bgpState{sp: fs, started: t0, announced: map[string]bgp.Route{}}
+	fakeBGP(h.d, fs)
 	h.d.mgmt = []ban.Managed{{Addr: selfAddr, What: "address of eth0"}}
 	want := map[rule.FlowRule]bool{}
 	for _, w := range cuttingWords {

@@ -126,9 +126,9 @@ func (d *Daemon) openTelemetry() error {
 	}
 	// A collector judges nothing and announces nothing: the speaker stays
 	// the loop's alone.
-	if d.bgp.sp != nil && sc.Role != config.ScaleoutCollector {
-		d.tele.merged = &mergedSpeaker{Speaker: d.bgp.sp}
-		d.bgp.sp = d.tele.merged
+	if sp := d.bgp.speaker(); sp != nil && sc.Role != config.ScaleoutCollector {
+		d.tele.merged = &mergedSpeaker{Speaker: sp}
+		d.bgp.setSpeaker(d.tele.merged)
 	}
 	d.tele.mode = tc.Action.Mode
 	d.tele.announce = tc.Action.Mode == telemetry.Enforce && !d.cfg.Rails.MonitorOnly
@@ -186,7 +186,7 @@ func (d *Daemon) closeTelemetry() {
 // not start.
 func (d *Daemon) unmergeSpeaker() {
 	if d.tele.merged != nil {
-		d.bgp.sp = d.tele.merged.Speaker
+		d.bgp.setSpeaker(d.tele.merged.Speaker)
 		d.tele.merged = nil
 	}
 }

@@ -240,7 +240,7 @@ func floodToPeer(t *testing.T, p *bgppeer.Pair, name string, start func(context.
 		t.Fatal(err)
 	}
 	h := newHarness(t, cfg, false) // the real speaker: newSpeaker is not replaced
-	t.Cleanup(h.d.closeBGP)
+	t.Cleanup(h.d.bgp.close)
 	t.Cleanup(h.d.closeTelemetry)
 	if err := bgppeer.WaitFor(ctx, 40*time.Second, "session with "+name, peer.Established); err != nil {
 		t.Fatal(err)
