@@ -14,14 +14,13 @@ func TestMedianAndNumbers(t *testing.T) {
 		t.Error("median")
 	}
 	xs := []float64{3, 1, 2}
-	f := func(x float64) string { return thousands(x) }
-	if got := medianRange(xs, f); got != "2 (1–3)" {
+	if got := medianRange(xs, thousands); got != "2 (1–3)" {
 		t.Errorf("medianRange = %q", got)
 	}
 	if xs[0] != 3 {
 		t.Error("medianRange sorted its argument")
 	}
-	if got := medianRange(nil, f); got != "—" {
+	if got := medianRange(nil, thousands); got != "—" {
 		t.Errorf("medianRange(nil) = %q", got)
 	}
 	for n, want := range map[uint64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567"} {
