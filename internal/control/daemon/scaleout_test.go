@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,13 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/tierwall/tierwall/internal/control/bgp"
 	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/scaleout/natstest"
 	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
 	"github.com/tierwall/tierwall/internal/errdefs"
-	"github.com/tierwall/tierwall/internal/testutil"
 )
 
 // networkOnly makes New start role network daemons in a temporary run
@@ -173,38 +170,6 @@ func TestNetworkRoleRunsWithoutInterface(t *testing.T) {
 	}
 }
 
-// startNATS runs nats-server with JetStream on a free loopback port for
-// the test's life, and returns its URL. Without the binary the test is
-// skipped, but fails under CI=true.
-func startNATS(t *testing.T) string {
-	t.Helper()
-	testutil.RequireCommand(t, "nats-server")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command("nats-server", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting nats-server: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		nc, err := nats.Connect(url)
-		if err == nil {
-			nc.Close()
-			return url
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server on %s: %v", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // The scale-out roles under `tierwall run`: a collector daemon (role
 // network, no interface) publishes its router's flood to a real NATS
 // server and judges nothing; a detector daemon owning the victim's
@@ -212,7 +177,7 @@ func startNATS(t *testing.T) string {
 // network mode in one process does (withdrawn when over); under
 // rails.monitor_only the detector detects and announces nothing.
 func TestScaleoutRolesDetectAndAnnounce(t *testing.T) {
-	url := startNATS(t)
+	url := natstest.Start(t)
 	for _, monitorOnly := range []bool{false, true} {
 		t.Run("monitor_only="+strconv.FormatBool(monitorOnly), func(t *testing.T) {
 			networkOnly(t)

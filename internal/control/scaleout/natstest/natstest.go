@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package natstest runs a real nats-server (Debian's) with JetStream for
+// tests of the scale-out roles: the bus they run on in production, not a
+// fake of it.
+package natstest
+
+import (
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tierwall/tierwall/internal/testutil"
+)
+
+// Start runs nats-server with JetStream on a free loopback port, its store
+// in a temporary directory, for the test's life, and returns its URL once
+// it answers. Without the binary the test is skipped, but fails under
+// CI=true.
+func Start(t testing.TB) string {
+	t.Helper()
+	testutil.RequireCommand(t, "nats-server")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command("nats-server", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting nats-server: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			nc.Close()
+			return url
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nats-server on %s: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
