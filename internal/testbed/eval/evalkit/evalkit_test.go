@@ -5,6 +5,7 @@ package evalkit
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -171,5 +172,27 @@ func TestLookIsStable(t *testing.T) {
 	}
 	if _, _, o := look("xdp-filter"); o != Styles["xdp-filter"].Order {
 		t.Errorf("xdp-filter's order %d", o)
+	}
+}
+
+// WriteResults leaves the JSON and the document side by side, the JSON
+// readable back into what was written.
+func TestWriteResults(t *testing.T) {
+	dir := t.TempDir()
+	md := filepath.Join(dir, "DOC.md")
+	type res struct{ N int }
+	if err := WriteResults(filepath.Join(dir, "eval"), "x.json", res{N: 7}, md, "# doc\n"); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "eval", "x.json"))
+	var got res
+	if err != nil || json.Unmarshal(raw, &got) != nil || got.N != 7 {
+		t.Errorf("x.json: %q %v", raw, err)
+	}
+	if b, err := os.ReadFile(md); err != nil || string(b) != "# doc\n" {
+		t.Errorf("DOC.md: %q %v", b, err)
+	}
+	if err := WriteResults(filepath.Join(md, "sub"), "x.json", res{}, md, ""); err == nil {
+		t.Error("a directory under a file: no error")
 	}
 }

@@ -3,37 +3,22 @@
 package network
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 )
 
 // Report writes res as JSON (dir/network.json) and the document md,
 // with issue 36's targets checked against it.
 func Report(dir, md string, res Result, took time.Duration, now time.Time) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("making %s: %w", dir, err)
-	}
-	raw, err := json.MarshalIndent(res, "", " ")
-	if err != nil {
-		return fmt.Errorf("encoding the results: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "network.json"), append(raw, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing network.json: %w", err)
-	}
-	if err := os.WriteFile(md, []byte(Render(res, took, now)), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", md, err)
-	}
-	return nil
+	return evalkit.WriteResults(dir, "network.json", res, md, Render(res, took, now))
 }
 
 func secs(s float64) string {

@@ -4,10 +4,7 @@ package scaleout
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -19,20 +16,7 @@ import (
 // Report writes res as JSON (dir/scaleout.json) and the document
 // md.
 func Report(dir, md string, res Result, took time.Duration, now time.Time) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("making %s: %w", dir, err)
-	}
-	raw, err := json.MarshalIndent(res, "", " ")
-	if err != nil {
-		return fmt.Errorf("encoding the results: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "scaleout.json"), append(raw, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing scaleout.json: %w", err)
-	}
-	if err := os.WriteFile(md, []byte(Render(res, took, now)), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", md, err)
-	}
-	return nil
+	return evalkit.WriteResults(dir, "scaleout.json", res, md, Render(res, took, now))
 }
 
 // medianRange is "median (min–max)" of xs.
