@@ -46,8 +46,21 @@ func RequireKernel(t testing.TB, feature string, have bool, why string) {
 // on an emulated CPU, where loading the data plane alone takes seconds.
 // Only waits scale; what a test checks does not.
 func Scaled(d time.Duration) time.Duration {
+	return d * time.Duration(scale())
+}
+
+// ScaledRate slows a rate a test's traffic must exceed (a detector's
+// threshold) by the same factor: on the emulated CPU the test's own
+// sender reaches a sixth of its host rate or less, so a threshold made
+// for the host would be one the VM's "attack" never crosses. What is
+// checked (who is banned, who never is) stays the same.
+func ScaledRate(pps int) int {
+	return pps / scale()
+}
+
+func scale() int {
 	if n, err := strconv.Atoi(os.Getenv("TIERWALL_TIME_SCALE")); err == nil && n > 1 {
-		return d * time.Duration(n)
+		return n
 	}
-	return d
+	return 1
 }

@@ -146,10 +146,10 @@ hardware:
   max_rate_pps: 1000
   emulated: {netns: %s, wire: %s, host: %s}
 detectors:
-  rate: {enabled: true, pps: 400, learn_intervals: 0}
+  rate: {enabled: true, pps: %d, learn_intervals: 0}
   entropy: {enabled: false}
   lists: {enabled: true, paths: [%s]}
-bans: {ttl: 1h, hold: 1s, unban_pps: 50}
+bans: {ttl: 1h, hold: 1s, unban_pps: %d}
 rails:
   protected: [10.66.9.0/24]
 api:
@@ -157,7 +157,8 @@ api:
   tcp: 127.0.0.1:9487
   token_file: %s
   max_body: 1024
-`, ifHost, filepath.Join(dir, "state.json"), nsNic, ifWire, ifHPort, feed, sock, tokenFile)
+`, ifHost, filepath.Join(dir, "state.json"), nsNic, ifWire, ifHPort,
+		testutil.ScaledRate(400), feed, testutil.ScaledRate(50), sock, tokenFile)
 	writeFile(t, cfgPath, []byte(cfg))
 
 	d := startDaemon(t, cfgPath, sock)
@@ -242,10 +243,12 @@ api:
 	}
 	hc.mu.Unlock()
 
-	// Restart: the state file and the pinned state are reconciled at once.
+	// Restart: the state file and the pinned state are reconciled at once
+	// (the wait is for loading: the emulated CPU of the kernel-VM run takes
+	// 17-29 s to verify the programs again).
 	start := time.Now()
 	d = startDaemon(t, cfgPath, sock)
-	waitFor(t, "reconciled bans after restart", 5*time.Second, func() bool { return len(bans(t, c)) == 20 })
+	waitFor(t, "reconciled bans after restart", 10*time.Second, func() bool { return len(bans(t, c)) == 20 })
 	t.Logf("bans back in the API %v after restart", time.Since(start).Round(time.Millisecond))
 	if strings.Contains(d.Output(), "restore") {
 		t.Errorf("bans had to be restored although the data plane kept them:\n%s", d.Output())
