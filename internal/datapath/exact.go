@@ -238,7 +238,10 @@ type slotRule struct {
 func readArray[V any](m *ebpf.Map) ([]V, error) {
 	n := int(m.MaxEntries())
 	out := make([]V, 0, n)
-	const chunk = 1 << 16
+	// A batch of at most 64K entries, but never more than the map holds:
+	// a full-size batch buffer for a small table cleared megabytes a read
+	// (most of the time of a counters read, in profiles).
+	chunk := min(n, 1<<16)
 	keys := make([]uint32, chunk)
 	vals := make([]V, chunk)
 	var cursor ebpf.MapBatchCursor

@@ -430,8 +430,13 @@ func observe(t *testing.T, d *Datapath) world {
 
 func loadTestDatapath(t *testing.T) *Datapath {
 	t.Helper()
+	return loadTestDatapathWith(t, Options{ExactCapacity4: 1024, ExactCapacity6: 1024, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 4096})
+}
+
+func loadTestDatapathWith(t *testing.T, o Options) *Datapath {
+	t.Helper()
 	testutil.RequireRoot(t)
-	d, err := LoadDetached(Options{ExactCapacity4: 1024, ExactCapacity6: 1024, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 4096})
+	d, err := LoadDetached(o)
 	if err != nil {
 		t.Fatalf("loading filter: %v", err)
 	}
@@ -490,7 +495,10 @@ const (
 )
 
 func TestFixtures(t *testing.T) {
-	d := loadTestDatapath(t)
+	// Small exact tables: every fixture reads all the rule counters twice,
+	// and on the kernel VM's emulated CPU reading 2 × 1024 slots took
+	// most of the suite's time.
+	d := loadTestDatapathWith(t, Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 4096})
 	if err := d.Block(mustPrefixes(t, blockRules)...); err != nil {
 		t.Fatal(err)
 	}
