@@ -294,34 +294,60 @@ static __always_inline int tw_plain4(void *data, void *data_end, __u32 *src)
 	return 1;
 }
 
-static __always_inline int tw_parse(void *data, void *data_end,
-				    struct tw_pkt *p)
+/* The link layer: the Ethernet header and up to TW_MAX_VLAN tags. Returns
+ * TW_R_PASS with the ethertype in *proto, the IP header in *l3 and
+ * p->l3off/l3len set when an IP header follows, else the reason (a
+ * truncated or too deep tag stack, or the non-IP class). */
+static __always_inline int tw_parse_eth(void *data, void *data_end,
+					struct tw_pkt *p, __be16 *proto,
+					void **l3)
 {
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return TW_R_ETH_TRUNC;
 	void *cur = (void *)(eth + 1);
-	__be16 proto = eth->h_proto;
+	__be16 et = eth->h_proto;
 
 	for (int i = 0; i < TW_MAX_VLAN; i++) {
-		if (!tw_is_vlan(proto))
+		if (!tw_is_vlan(et))
 			break;
 		struct tw_vlan_hdr *vh = cur;
 		if ((void *)(vh + 1) > data_end)
 			return TW_R_VLAN_TRUNC;
-		proto = vh->proto;
+		et = vh->proto;
 		cur = (void *)(vh + 1);
 	}
-	if (tw_is_vlan(proto))
+	if (tw_is_vlan(et))
 		return TW_R_VLAN_DEPTH;
 
 	p->l3len = data_end - cur;
 	p->l3off = cur - data;
+	*proto = et;
+	*l3 = cur;
+	if (et == bpf_htons(ETH_P_IP) || et == bpf_htons(ETH_P_IPV6))
+		return TW_R_PASS;
+	return tw_non_ip(et);
+}
+
+/* The IP layer on, from its header at cur (p->l3off from the frame start)
+ * of the ethertype tw_parse_eth returned. */
+static __always_inline int tw_parse_l3(void *cur, void *data_end,
+				       struct tw_pkt *p, __be16 proto)
+{
 	if (proto == bpf_htons(ETH_P_IP))
 		return tw_parse_ipv4(cur, data_end, p);
-	if (proto == bpf_htons(ETH_P_IPV6))
-		return tw_parse_ipv6(cur, data_end, p);
-	return tw_non_ip(proto);
+	return tw_parse_ipv6(cur, data_end, p);
+}
+
+static __always_inline int tw_parse(void *data, void *data_end,
+				    struct tw_pkt *p)
+{
+	__be16 proto;
+	void *l3;
+	int r = tw_parse_eth(data, data_end, p, &proto, &l3);
+	if (r != TW_R_PASS)
+		return r;
+	return tw_parse_l3(l3, data_end, p, proto);
 }
 
 #endif
