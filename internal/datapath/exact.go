@@ -260,3 +260,23 @@ func readArray[V any](m *ebpf.Map) ([]V, error) {
 	}
 	return out, nil
 }
+
+// readPerCPUArray reads a whole per-CPU array in one batch: the values of
+// index i are out[i*ncpu : (i+1)*ncpu], one per possible CPU.
+func readPerCPUArray[V any](m *ebpf.Map) (out []V, ncpu int, err error) {
+	if ncpu, err = ebpf.PossibleCPU(); err != nil {
+		return nil, 0, err
+	}
+	n := int(m.MaxEntries())
+	keys := make([]uint32, n)
+	out = make([]V, n*ncpu)
+	var cursor ebpf.MapBatchCursor
+	got, err := m.BatchLookup(&cursor, keys, out, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, 0, err
+	}
+	if got != n {
+		return nil, 0, fmt.Errorf("read %d of %d entries", got, n)
+	}
+	return out, ncpu, nil
+}
