@@ -27,6 +27,7 @@ package flower
 // tier.FlowCounters say; packet counts are exact.
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -92,21 +93,11 @@ type FlowOptions struct {
 }
 
 func (o *FlowOptions) defaults() error {
-	if o.Capacity == 0 {
-		o.Capacity = DefaultFlowCapacity
-	}
-	if o.Poll == 0 {
-		o.Poll = DefaultPoll
-	}
-	if o.IdleTimeout == 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.QueueLen == 0 {
-		o.QueueLen = DefaultFlowQueueLen
-	}
-	if o.EventQueueLen == 0 {
-		o.EventQueueLen = DefaultEventQueueLen
-	}
+	o.Capacity = cmp.Or(o.Capacity, DefaultFlowCapacity)
+	o.Poll = cmp.Or(o.Poll, DefaultPoll)
+	o.IdleTimeout = cmp.Or(o.IdleTimeout, DefaultIdleTimeout)
+	o.QueueLen = cmp.Or(o.QueueLen, DefaultFlowQueueLen)
+	o.EventQueueLen = cmp.Or(o.EventQueueLen, DefaultEventQueueLen)
 	if o.now == nil {
 		o.now = time.Now
 	}

@@ -10,6 +10,7 @@ package nicstage
 // event.
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -72,24 +73,12 @@ type FlowOptions struct {
 }
 
 func (o *FlowOptions) defaults() error {
-	if o.Capacity == 0 {
-		o.Capacity = DefaultFlowCapacity
-	}
-	if o.LearnRate == 0 {
-		o.LearnRate = DefaultLearnRate
-	}
-	if o.LearnLatency == 0 {
-		o.LearnLatency = DefaultLearnLatency
-	}
-	if o.QueueLen == 0 {
-		o.QueueLen = DefaultFlowQueueLen
-	}
-	if o.EventQueueLen == 0 {
-		o.EventQueueLen = DefaultEventQueueLen
-	}
-	if o.IdleTimeout == 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
+	o.Capacity = cmp.Or(o.Capacity, DefaultFlowCapacity)
+	o.LearnRate = cmp.Or(o.LearnRate, DefaultLearnRate)
+	o.LearnLatency = cmp.Or(o.LearnLatency, DefaultLearnLatency)
+	o.QueueLen = cmp.Or(o.QueueLen, DefaultFlowQueueLen)
+	o.EventQueueLen = cmp.Or(o.EventQueueLen, DefaultEventQueueLen)
+	o.IdleTimeout = cmp.Or(o.IdleTimeout, DefaultIdleTimeout)
 	if o.now == nil {
 		o.now = monoNow
 	}
