@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/tierwall/tierwall/internal/bpffs"
+	"github.com/tierwall/tierwall/internal/enum"
 )
 
 // Mode is how the XDP program is attached.
@@ -33,31 +34,15 @@ const (
 	ModeNIC Mode = 3
 )
 
-func (m Mode) String() string {
-	switch m {
-	case ModeNative:
-		return "native"
-	case ModeGeneric:
-		return "generic"
-	case ModeNIC:
-		return "nic-cpu"
-	}
-	return fmt.Sprintf("mode(%d)", uint32(m))
-}
+var modeNames = enum.New("attach mode", ErrInvalid, map[Mode]string{
+	ModeNative: "native", ModeGeneric: "generic", ModeNIC: "nic-cpu",
+}).Empty(ModeNative)
 
-// ParseMode accepts "native", "generic" or "nic-cpu" (the filter run by the
-// emulated NIC stage instead of on a link).
-func ParseMode(s string) (Mode, error) {
-	switch s {
-	case "native", "":
-		return ModeNative, nil
-	case "generic":
-		return ModeGeneric, nil
-	case "nic-cpu":
-		return ModeNIC, nil
-	}
-	return 0, fmt.Errorf("%w: attach mode %q (want native, generic or nic-cpu)", ErrInvalid, s)
-}
+func (m Mode) String() string { return modeNames.String(m) }
+
+// ParseMode accepts "native" (or ""), "generic" or "nic-cpu" (the filter
+// run by the emulated NIC stage instead of on a link).
+func ParseMode(s string) (Mode, error) { return modeNames.Parse(s) }
 
 // Defaults for Options fields left zero when creating new state.
 const (

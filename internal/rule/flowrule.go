@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/tierwall/tierwall/internal/enum"
 )
 
 // A FlowRule matches traffic by what it is sent to and what it looks like,
@@ -53,32 +55,16 @@ const (
 	FlowSYNCookie                       // answer SYNs with cookies in XDP; pass only validated ACKs (TCP only)
 )
 
-var flowActionNames = map[FlowAction]string{FlowDrop: "drop", FlowRateLimit: "rate-limit", FlowSYNCookie: "syn-cookie"}
+var flowActionNames = enum.New("flow action", ErrInvalid, map[FlowAction]string{
+	FlowDrop: "drop", FlowRateLimit: "rate-limit", FlowSYNCookie: "syn-cookie",
+})
 
-func (a FlowAction) String() string {
-	if s, ok := flowActionNames[a]; ok {
-		return s
-	}
-	return fmt.Sprintf("action(%d)", uint8(a))
-}
+func (a FlowAction) String() string { return flowActionNames.String(a) }
 
 // MarshalText and UnmarshalText make actions readable in JSON and YAML.
-func (a FlowAction) MarshalText() ([]byte, error) {
-	if _, ok := flowActionNames[a]; !ok {
-		return nil, fmt.Errorf("%w: flow action %d", ErrInvalid, uint8(a))
-	}
-	return []byte(a.String()), nil
-}
+func (a FlowAction) MarshalText() ([]byte, error) { return flowActionNames.Marshal(a) }
 
-func (a *FlowAction) UnmarshalText(b []byte) error {
-	for k, v := range flowActionNames {
-		if v == string(b) {
-			*a = k
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: flow action %q: want drop, rate-limit or syn-cookie", ErrInvalid, b)
-}
+func (a *FlowAction) UnmarshalText(b []byte) error { return flowActionNames.Unmarshal(a, b) }
 
 // PortRange is an inclusive range of ports; the zero value is any port.
 type PortRange struct {

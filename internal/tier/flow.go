@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/enum"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -121,9 +122,9 @@ const (
 	FlowDiscard FlowAction = 2 // counted and dropped: a passive probe's offload (the NIC consumes it)
 )
 
-var flowActionNames = map[FlowAction]string{FlowForward: "forward", FlowDiscard: "discard"}
+var flowActionNames = enum.New("flow action", ErrInvalid, map[FlowAction]string{FlowForward: "forward", FlowDiscard: "discard"})
 
-func (a FlowAction) String() string { return enumName(flowActionNames, a, "action(%d)") }
+func (a FlowAction) String() string { return flowActionNames.String(a) }
 
 // LearnOptions are a learned flow's options; zero values take the
 // table's defaults.
@@ -151,11 +152,11 @@ const (
 	Unlearned    FlowEventKind = 4 // left hardware: Cause and the final counters
 )
 
-var eventNames = map[FlowEventKind]string{
+var eventNames = enum.New("event", ErrInvalid, map[FlowEventKind]string{
 	LearnDone: "learn-done", LearnFailed: "learn-failed", LearnIgnored: "learn-ignored", Unlearned: "unlearned",
-}
+})
 
-func (k FlowEventKind) String() string { return enumName(eventNames, k, "event(%d)") }
+func (k FlowEventKind) String() string { return eventNames.String(k) }
 
 // Cause is why a flow was unlearned (PF_RING's update causes, Napatech's
 // flow-info causes).
@@ -169,25 +170,17 @@ const (
 	CauseFlush    Cause = 5 // the table was closed or reset
 )
 
-var causeNames = map[Cause]string{
+var causeNames = enum.New("unlearn cause", ErrInvalid, map[Cause]string{
 	CauseIdle: "idle", CauseLifetime: "lifetime", CauseTCPTerm: "tcp-term", CauseApp: "app", CauseFlush: "flush",
-}
+})
 
-func (c Cause) String() string { return enumName(causeNames, c, "cause(%d)") }
+func (c Cause) String() string { return causeNames.String(c) }
 
 // MarshalText writes the cause's name (JSON map keys, logs).
 func (c Cause) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
 // UnmarshalText reads a cause's name.
-func (c *Cause) UnmarshalText(b []byte) error {
-	for v, name := range causeNames {
-		if name == string(b) {
-			*c = v
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown unlearn cause %q", b)
-}
+func (c *Cause) UnmarshalText(b []byte) error { return causeNames.Unmarshal(c, b) }
 
 // FlowCounters are a learned flow's hardware counters, per direction of
 // its key. Bytes count from the IP header on, as NICs do.

@@ -8,12 +8,12 @@ import "testing"
 // one (read from a newer peer or a corrupt file) still prints its number.
 func TestEnumNames(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{Drop.String(), "drop"}, {Forward.String(), "forward"}, {Action(9).String(), "action-9"},
-		{FlowForward.String(), "forward"}, {FlowDiscard.String(), "discard"}, {FlowAction(0).String(), "action(0)"},
+		{Drop.String(), "drop"}, {Forward.String(), "forward"}, {Action(9).String(), "action(9)"},
+		{FlowForward.String(), "forward"}, {FlowDiscard.String(), "discard"}, {FlowAction(0).String(), "flow-action(0)"},
 		{LearnDone.String(), "learn-done"}, {LearnFailed.String(), "learn-failed"},
 		{LearnIgnored.String(), "learn-ignored"}, {Unlearned.String(), "unlearned"}, {FlowEventKind(7).String(), "event(7)"},
 		{CauseIdle.String(), "idle"}, {CauseLifetime.String(), "lifetime"}, {CauseTCPTerm.String(), "tcp-term"},
-		{CauseApp.String(), "app"}, {CauseFlush.String(), "flush"}, {Cause(6).String(), "cause(6)"},
+		{CauseApp.String(), "app"}, {CauseFlush.String(), "flush"}, {Cause(6).String(), "unlearn-cause(6)"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%q, want %q", tc.got, tc.want)
@@ -27,7 +27,7 @@ func TestEnumNames(t *testing.T) {
 		}
 	}
 	var c Cause
-	if err := c.UnmarshalText([]byte("cause(6)")); err == nil {
+	if err := c.UnmarshalText([]byte("unlearn-cause(6)")); err == nil {
 		t.Error("an unnamed cause was read")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/enum"
 	"github.com/tierwall/tierwall/internal/errdefs"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -89,19 +90,9 @@ const (
 	Forward Action = 2 // count and deliver (flow offload after DPI)
 )
 
-var actionNames = map[Action]string{Drop: "drop", Forward: "forward"}
+var actionNames = enum.New("action", ErrInvalid, map[Action]string{Drop: "drop", Forward: "forward"})
 
-func (a Action) String() string { return enumName(actionNames, a, "action-%d") }
-
-// enumName is v's name in names, or unknown formatted with its number:
-// the package's enums name themselves from one table each, and a value
-// read from hardware or a file that has no name still prints.
-func enumName[T ~uint8](names map[T]string, v T, unknown string) string {
-	if s, ok := names[v]; ok {
-		return s
-	}
-	return fmt.Sprintf(unknown, uint8(v))
-}
+func (a Action) String() string { return actionNames.String(a) }
 
 // Rule is one hardware table entry.
 type Rule struct {

@@ -12,11 +12,11 @@
 package bgp
 
 import (
-	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/control/config/community"
+	"github.com/tierwall/tierwall/internal/enum"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -28,31 +28,15 @@ const (
 	FlowSpec                 // a FlowSpec NLRI with traffic-rate 0 (discard) or a rate
 )
 
-func (k Kind) String() string {
-	switch k {
-	case RTBH:
-		return "rtbh"
-	case FlowSpec:
-		return "flowspec"
-	}
-	return "kind?"
-}
+var kindNames = enum.New("route kind", rule.ErrInvalid, map[Kind]string{RTBH: "rtbh", FlowSpec: "flowspec"})
+
+func (k Kind) String() string { return kindNames.String(k) }
 
 // MarshalText makes kinds readable in JSON.
-func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+func (k Kind) MarshalText() ([]byte, error) { return kindNames.Marshal(k) }
 
 // UnmarshalText reads what MarshalText wrote (the API's clients).
-func (k *Kind) UnmarshalText(b []byte) error {
-	switch string(b) {
-	case "rtbh":
-		*k = RTBH
-	case "flowspec":
-		*k = FlowSpec
-	default:
-		return fmt.Errorf("%w: route kind %q: want rtbh or flowspec", rule.ErrInvalid, b)
-	}
-	return nil
-}
+func (k *Kind) UnmarshalText(b []byte) error { return kindNames.Unmarshal(k, b) }
 
 // Flow is a FlowSpec rule: a flow rule and, for source bans, the source
 // prefix (FlowSpec type 2). A source ban's Dst is the configured

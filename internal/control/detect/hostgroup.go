@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/tierwall/tierwall/internal/enum"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Host groups give parts of the protected network their own thresholds and
@@ -28,28 +31,17 @@ const (
 	ActionFlowRule
 )
 
-var actionNames = []string{"ban", "monitor", "flowrule"}
+var actionNames = enum.New("action", rule.ErrInvalid, map[GroupAction]string{
+	ActionBan: "ban", ActionMonitor: "monitor", ActionFlowRule: "flowrule",
+}).Empty(ActionBan)
 
-func (a GroupAction) String() string {
-	if int(a) < len(actionNames) {
-		return actionNames[a]
-	}
-	return fmt.Sprintf("action(%d)", uint8(a))
-}
+func (a GroupAction) String() string { return actionNames.String(a) }
 
 // MarshalText makes actions readable in JSON.
-func (a GroupAction) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+func (a GroupAction) MarshalText() ([]byte, error) { return actionNames.Marshal(a) }
 
 // ParseGroupAction reads an action's name; "" is ActionBan.
-func ParseGroupAction(s string) (GroupAction, error) {
-	if s == "" {
-		return ActionBan, nil
-	}
-	if i := slices.Index(actionNames, s); i >= 0 {
-		return GroupAction(i), nil
-	}
-	return 0, fmt.Errorf("action %q is not ban, monitor or flowrule", s)
-}
+func ParseGroupAction(s string) (GroupAction, error) { return actionNames.Parse(s) }
 
 // HostGroup is one named part of the protected network. Zero thresholds
 // leave that test to the detector's own judgement.

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/tierwall/tierwall/internal/enum"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -22,28 +23,17 @@ const (
 	Monitor
 )
 
-var modeNames = []string{"enforce", "dry-run", "monitor"}
+var modeNames = enum.New("mode", rule.ErrInvalid, map[Mode]string{
+	Enforce: "enforce", DryRun: "dry-run", Monitor: "monitor",
+}).Empty(Enforce)
 
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
-	}
-	return fmt.Sprintf("mode(%d)", uint8(m))
-}
+func (m Mode) String() string { return modeNames.String(m) }
 
 // MarshalText makes modes readable in JSON.
-func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+func (m Mode) MarshalText() ([]byte, error) { return modeNames.Marshal(m) }
 
 // ParseMode reads a mode's name ("" is enforce).
-func ParseMode(s string) (Mode, error) {
-	if s == "" {
-		return Enforce, nil
-	}
-	if i := slices.Index(modeNames, s); i >= 0 {
-		return Mode(i), nil
-	}
-	return 0, fmt.Errorf("mode %q is not enforce, dry-run or monitor", s)
-}
+func ParseMode(s string) (Mode, error) { return modeNames.Parse(s) }
 
 // ActionConfig is the upstream ladder's policy.
 type ActionConfig struct {
@@ -184,8 +174,4 @@ func FlowRule(dst netip.Prefix, sig Signature, cfg ActionConfig) rule.FlowRule {
 }
 
 // UnmarshalText reads what MarshalText wrote (the API's clients).
-func (m *Mode) UnmarshalText(b []byte) error {
-	v, err := ParseMode(string(b))
-	*m = v
-	return err
-}
+func (m *Mode) UnmarshalText(b []byte) error { return modeNames.Unmarshal(m, b) }

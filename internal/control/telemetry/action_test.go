@@ -4,13 +4,12 @@ package telemetry
 
 import (
 	"net"
-
-	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
+	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 

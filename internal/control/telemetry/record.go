@@ -3,9 +3,11 @@
 package telemetry
 
 import (
-	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/enum"
+	"github.com/tierwall/tierwall/internal/rule"
 )
 
 // Protocol is the telemetry protocol a datagram spoke.
@@ -18,17 +20,14 @@ const (
 	IPFIX
 )
 
-var protocolNames = map[Protocol]string{SFlow5: "sflow5", NetFlow5: "netflow5", NetFlow9: "netflow9", IPFIX: "ipfix"}
+var protocolNames = enum.New("telemetry protocol", rule.ErrInvalid, map[Protocol]string{
+	SFlow5: "sflow5", NetFlow5: "netflow5", NetFlow9: "netflow9", IPFIX: "ipfix",
+})
 
-func (p Protocol) String() string {
-	if s, ok := protocolNames[p]; ok {
-		return s
-	}
-	return "unknown"
-}
+func (p Protocol) String() string { return protocolNames.String(p) }
 
 // MarshalText makes protocols readable in JSON.
-func (p Protocol) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+func (p Protocol) MarshalText() ([]byte, error) { return protocolNames.Marshal(p) }
 
 // IP protocol numbers the detector tells apart.
 const (
@@ -80,12 +79,4 @@ type Record struct {
 }
 
 // UnmarshalText reads what MarshalText wrote (the API's clients).
-func (p *Protocol) UnmarshalText(b []byte) error {
-	for k, v := range protocolNames {
-		if v == string(b) {
-			*p = k
-			return nil
-		}
-	}
-	return fmt.Errorf("telemetry protocol %q", b)
-}
+func (p *Protocol) UnmarshalText(b []byte) error { return protocolNames.Unmarshal(p, b) }

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/tierwall/tierwall/internal/enum"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -26,29 +27,15 @@ const (
 	Software Decision = 3
 )
 
-func (a Decision) String() string {
-	switch a {
-	case Offload:
-		return "offload"
-	case Discard:
-		return "discard"
-	case Software:
-		return "software"
-	}
-	return fmt.Sprintf("action(%d)", uint8(a))
-}
+var decisionNames = enum.New("action", rule.ErrInvalid, map[Decision]string{
+	Offload: "offload", Discard: "discard", Software: "software",
+}).Alias("forward", Offload).Alias("drop", Discard).Alias("keep", Software)
+
+func (a Decision) String() string { return decisionNames.String(a) }
 
 // ParseDecision reads "offload", "discard" or "software" (any case).
 func ParseDecision(s string) (Decision, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "offload", "forward":
-		return Offload, nil
-	case "discard", "drop":
-		return Discard, nil
-	case "software", "keep":
-		return Software, nil
-	}
-	return 0, fmt.Errorf("%w: action %q: want offload, discard or software", rule.ErrInvalid, s)
+	return decisionNames.Parse(strings.ToLower(strings.TrimSpace(s)))
 }
 
 // PolicyDefault is the key of the default action in a policy map.

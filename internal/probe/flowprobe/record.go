@@ -3,9 +3,10 @@
 package flowprobe
 
 import (
-	"fmt"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/enum"
+	"github.com/tierwall/tierwall/internal/errdefs"
 	"github.com/tierwall/tierwall/internal/probe/flow"
 	"github.com/tierwall/tierwall/internal/tier"
 )
@@ -22,35 +23,17 @@ const (
 	EndResources EndReason = 5 // lack of resources
 )
 
-func (r EndReason) String() string {
-	switch r {
-	case EndIdle:
-		return "idle"
-	case EndActive:
-		return "active"
-	case EndOfFlow:
-		return "end"
-	case EndForced:
-		return "forced"
-	case EndResources:
-		return "resources"
-	}
-	return "unknown"
-}
+var endReasonNames = enum.New("end reason", errdefs.ErrInvalid, map[EndReason]string{
+	EndIdle: "idle", EndActive: "active", EndOfFlow: "end", EndForced: "forced", EndResources: "resources",
+})
+
+func (r EndReason) String() string { return endReasonNames.String(r) }
 
 // MarshalText writes the reason's name.
-func (r EndReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+func (r EndReason) MarshalText() ([]byte, error) { return endReasonNames.Marshal(r) }
 
 // UnmarshalText reads a reason's name.
-func (r *EndReason) UnmarshalText(b []byte) error {
-	for c := EndIdle; c <= EndResources; c++ {
-		if c.String() == string(b) {
-			*r = c
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown end reason %q", b)
-}
+func (r *EndReason) UnmarshalText(b []byte) error { return endReasonNames.Unmarshal(r, b) }
 
 func reasonOf(c tier.Cause) EndReason {
 	switch c {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/enum"
 	"github.com/tierwall/tierwall/internal/errdefs"
 )
 
@@ -24,26 +25,12 @@ const (
 	IPFIX    Format = 10
 )
 
-func (f Format) String() string {
-	switch f {
-	case NetFlow9:
-		return "netflow9"
-	case IPFIX:
-		return "ipfix"
-	}
-	return fmt.Sprintf("format(%d)", uint16(f))
-}
+var formatNames = enum.New("format", ErrInvalid, map[Format]string{NetFlow9: "netflow9", IPFIX: "ipfix"}).Alias("v9", NetFlow9)
 
-// ParseFormat reads a format's name: "ipfix" or "netflow9".
-func ParseFormat(s string) (Format, error) {
-	switch s {
-	case "ipfix":
-		return IPFIX, nil
-	case "netflow9", "v9":
-		return NetFlow9, nil
-	}
-	return 0, fmt.Errorf("%w: format %q (ipfix or netflow9)", ErrInvalid, s)
-}
+func (f Format) String() string { return formatNames.String(f) }
+
+// ParseFormat reads a format's name: "ipfix" or "netflow9" ("v9").
+func ParseFormat(s string) (Format, error) { return formatNames.Parse(s) }
 
 // ErrInvalid reports options an encoder cannot work with.
 // It is errdefs.ErrInvalid to errors.Is.
