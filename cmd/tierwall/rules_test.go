@@ -38,7 +38,7 @@ func TestListRowsAreOneSchema(t *testing.T) {
 	p := netip.MustParsePrefix("198.51.100.50/32")
 	hit := time.Now()
 	direct := rowFromRule(datapath.Rule{Prefix: p, Kind: datapath.KindExact, Packets: 3, Bytes: 180, LastHit: &hit})
-	view := apiv1.RuleView{Ban: ban.Ban{Prefix: p, Detector: "operator", Reason: "abuse", Tier: "xdp", Expires: time.Now().Add(time.Hour)}, Packets: 3}
+	view := apiv1.RuleView{Ban: ban.Ban{Prefix: p, Detector: "operator", Reason: "abuse", Expires: time.Now().Add(time.Hour)}, Packets: 3, Tier: "xdp"}
 	viaDaemon := rowFromBan("block", view, datapath.Rule{}, false)
 	counted := rowFromBan("block", view, datapath.Rule{Prefix: p, Bytes: 180, LastHit: &hit}, true)
 	want := jsonKeys(t, direct)

@@ -127,6 +127,9 @@ type Status struct {
 type RuleView struct {
 	ban.Ban
 	Packets uint64 `json:"packets"` // both tiers, since the rule was created
+	// Tier is where the ban is enforced: "hw" (the NIC's table, and XDP
+	// behind it) or "xdp". The daemon asks its offloader when it answers.
+	Tier string `json:"tier"`
 }
 
 // MarshalJSON writes every field of the ban (ban.Ban omits the empty

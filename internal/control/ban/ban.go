@@ -28,7 +28,6 @@ type Ban struct {
 	LastSeen  time.Time    `json:"last_seen"` // last detection or last interval over threshold
 	Rate      float64      `json:"rate_pps"`  // last measured rate (both tiers)
 	PeakRate  float64      `json:"peak_rate_pps"`
-	Tier      string       `json:"tier"` // "xdp" or "hw" (also in XDP)
 	// Expires is when the ban ends whatever the traffic; zero: never
 	// (static lists, operator bans).
 	Expires time.Time `json:"expires,omitzero"`
@@ -137,13 +136,13 @@ type Store struct {
 	peakSaved []float64
 	index     map[netip.Prefix]int32
 
-	lengths map[plen]int   // bans per prefix length, for covered
-	tiers   map[string]int // bans per tier, kept as bans change
+	lengths map[plen]int // bans per prefix length, for covered
 
 	clients []netip.Addr // the verified clients, for the breaker (SetClients)
 
-	// pending are the prefixes added, replaced, removed or moved between
-	// tiers since the last Save: what the journal must record.
+	// pending are the prefixes added, replaced or removed since the last
+	// Save: what the journal must record. Where a ban is enforced is not
+	// the store's: placement.Offloader knows what is in hardware.
 	pending   map[netip.Prefix]struct{}
 	j         *journal
 	loadedGen uint64 // snapshot generation Load read: the next one is newer
@@ -366,7 +365,7 @@ func (s *Store) Propose(now time.Time, ds []detect.Detection, share func(netip.P
 			return added, refused, false
 		}
 		b := Ban{Prefix: d.Prefix, Detector: d.Detector, Reason: d.Reason, FirstSeen: now, LastSeen: now,
-			Rate: d.Rate, PeakRate: d.Rate, Tier: "xdp"}
+			Rate: d.Rate, PeakRate: d.Rate}
 		if s.TTL > 0 && d.Detector != "list" {
 			b.Expires = now.Add(s.TTL)
 		}
@@ -475,7 +474,7 @@ type plen struct {
 // put adds or replaces a ban; a replaced ban keeps its meter.
 func (s *Store) put(b Ban) {
 	if s.lengths == nil {
-		s.lengths, s.tiers = map[plen]int{}, map[string]int{}
+		s.lengths = map[plen]int{}
 	}
 	if s.index == nil {
 		s.index, s.pending = map[netip.Prefix]int32{}, map[netip.Prefix]struct{}{}
@@ -484,13 +483,10 @@ func (s *Store) put(b Ban) {
 		s.pending[b.Prefix] = struct{}{}
 	}
 	if i, ok := s.index[b.Prefix]; ok {
-		s.tiers[s.list[i].Tier]--
-		s.tiers[b.Tier]++
 		s.list[i] = b
 		return
 	}
 	s.lengths[plen{b.Prefix.Addr().Is6(), b.Prefix.Bits()}]++
-	s.tiers[b.Tier]++
 	s.index[b.Prefix] = int32(len(s.list))
 	s.list = append(s.list, b)
 	s.prefixes = append(s.prefixes, b.Prefix)
@@ -505,9 +501,7 @@ func (s *Store) del(p netip.Prefix) bool {
 	if !ok {
 		return false
 	}
-	b := &s.list[i]
 	s.lengths[plen{p.Addr().Is6(), p.Bits()}]--
-	s.tiers[b.Tier]--
 	last := int32(len(s.list) - 1)
 	if i != last {
 		s.list[i], s.prefixes[i], s.meters[i], s.touched[i] = s.list[last], s.prefixes[last], s.meters[last], s.touched[last]
@@ -531,7 +525,7 @@ func (s *Store) Add(now time.Time, p netip.Prefix, reason string, ttl time.Durat
 	if why := s.guarded(p); why != "" {
 		return Ban{}, fmt.Errorf("%w: %s is %s", ErrRefused, p, why)
 	}
-	b := &Ban{Prefix: p, Detector: "operator", Reason: reason, FirstSeen: now, LastSeen: now, Tier: "xdp", Manual: true}
+	b := &Ban{Prefix: p, Detector: "operator", Reason: reason, FirstSeen: now, LastSeen: now, Manual: true}
 	if ttl > 0 {
 		b.Expires = now.Add(ttl)
 	}
@@ -624,16 +618,6 @@ func (s *Store) MonitorMeters(now time.Time, threshold float64, hold time.Durati
 	return out
 }
 
-// SetTier records where a ban is enforced.
-func (s *Store) SetTier(p netip.Prefix, tier string) {
-	if b := s.at(p); b != nil && b.Tier != tier {
-		s.tiers[b.Tier]--
-		s.tiers[tier]++
-		b.Tier = tier
-		s.pending[p] = struct{}{}
-	}
-}
-
 // All returns the bans, sorted by prefix (address, then length).
 func (s *Store) All() []Ban {
 	out := append([]Ban(nil), s.list...)
@@ -684,17 +668,6 @@ func (s *Store) Meter(p netip.Prefix) (Meter, bool) {
 		return s.meters[i], true
 	}
 	return Meter{}, false
-}
-
-// Tiers counts the bans per tier (kept as bans change: no scan).
-func (s *Store) Tiers() map[string]int {
-	out := make(map[string]int, len(s.tiers))
-	for t, n := range s.tiers {
-		if n > 0 {
-			out[t] = n
-		}
-	}
-	return out
 }
 
 // ListBans returns the bans of one detector, in no order.

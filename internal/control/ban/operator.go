@@ -61,7 +61,7 @@ func (s *Store) AddOperator(now time.Time, p netip.Prefix, o Operator) (Ban, Res
 		s.put(b)
 		return b, Updated, &prev, nil
 	}
-	b := Ban{Prefix: p, Detector: "operator", Reason: o.Reason, FirstSeen: now, LastSeen: now, Tier: "xdp", Manual: true,
+	b := Ban{Prefix: p, Detector: "operator", Reason: o.Reason, FirstSeen: now, LastSeen: now, Manual: true,
 		Forced: o.Force && s.guard(p, false) != ""}
 	if b.Reason == "" {
 		b.Reason = "operator"

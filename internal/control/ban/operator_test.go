@@ -87,7 +87,7 @@ func TestRailsRefuseWideAndManagement(t *testing.T) {
 	// by hand) is named by Guarded for the daemon to lift; the forced one
 	// stays.
 	path := filepath.Join(t.TempDir(), "state.json")
-	s.Put(Ban{Prefix: netip.MustParsePrefix("0.0.0.0/1"), Detector: "operator", Reason: "old", Manual: true, Tier: "xdp"})
+	s.Put(Ban{Prefix: netip.MustParsePrefix("0.0.0.0/1"), Detector: "operator", Reason: "old", Manual: true})
 	if err := s.Save(path, t0); err != nil {
 		t.Fatal(err)
 	}

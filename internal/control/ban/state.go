@@ -578,7 +578,7 @@ func (s *Store) reset(base map[string]float64) {
 	s.j = nil
 	s.list, s.prefixes, s.meters, s.touched, s.peakSaved = nil, nil, nil, nil, nil
 	s.index, s.pending = map[netip.Prefix]int32{}, map[netip.Prefix]struct{}{}
-	s.lengths, s.tiers = nil, nil
+	s.lengths = nil
 	s.Baselines = base
 }
 

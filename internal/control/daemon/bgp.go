@@ -709,7 +709,7 @@ func (d *Daemon) applyRemoteBan(now time.Time, p netip.Prefix, peer netip.Addr) 
 		return
 	}
 	d.store.Put(ban.Ban{Prefix: p, Detector: remoteDetector, Reason: remoteReason + peer.String(), FirstSeen: now, LastSeen: now,
-		Tier: "xdp", Manual: true})
+		Manual: true})
 	if len(d.blockEach(now, []netip.Prefix{p})) == 0 {
 		return
 	}

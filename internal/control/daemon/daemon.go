@@ -428,11 +428,6 @@ func (d *Daemon) reconcile(now time.Time) error {
 		if _, err := d.off.Measure(context.Background(), now, nil); err != nil {
 			return err
 		}
-		for _, p := range d.store.Prefixes() {
-			if p.IsSingleIP() && d.off.InHardware(p.Addr()) {
-				d.store.SetTier(p, "hw") // changes a ban, not the list of prefixes
-			}
-		}
 	}
 	d.dirty = true
 	d.countTiers()
@@ -1201,15 +1196,6 @@ func (d *Daemon) place(now time.Time) error {
 	if err != nil {
 		return err
 	}
-	// Only what really changed tier: a refused install or remove leaves
-	// the source where it was.
-	for _, k := range append(rep.Plan.Remove, rep.Plan.Install...) {
-		t := "xdp"
-		if d.off.InHardware(k) {
-			t = "hw"
-		}
-		d.store.SetTier(netip.PrefixFrom(k, k.BitLen()), t)
-	}
 	for _, e := range rep.Failed {
 		d.event(now, "error", netip.Prefix{}, "hardware update: %v", e)
 	}
@@ -1230,9 +1216,23 @@ func (d *Daemon) summarize(tr *detect.Traffic) {
 	d.countTiers()
 }
 
-// countTiers publishes bans per tier for the metrics collector.
+// tierOf is where the ban on p is enforced, as the offloader knows it
+// (the one owner of what is in hardware): "hw" or "xdp".
+func (d *Daemon) tierOf(p netip.Prefix) string {
+	if d.off != nil && p.IsSingleIP() && d.off.InHardware(p.Addr()) {
+		return "hw"
+	}
+	return "xdp"
+}
+
+// countTiers publishes bans per tier for the metrics collector: the
+// sources in the NIC's table (only bans are offloaded), the rest in XDP.
 func (d *Daemon) countTiers() {
-	tc := d.store.Tiers()
+	hw := 0
+	if d.off != nil {
+		hw = d.off.Occupancy()
+	}
+	tc := map[string]int{"hw": hw, "xdp": d.store.Len() - hw}
 	d.mu.Lock()
 	d.tierCounts = tc
 	d.mu.Unlock()
@@ -1379,9 +1379,6 @@ func (d *Daemon) stop(now time.Time) error {
 	if d.off != nil {
 		if err := d.off.Flush(context.Background()); err != nil {
 			errs = append(errs, fmt.Errorf("removing hardware rules: %w", err))
-		}
-		for _, b := range d.store.All() {
-			d.store.SetTier(b.Prefix, "xdp")
 		}
 		d.hw.Close()
 	}

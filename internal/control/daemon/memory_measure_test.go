@@ -70,7 +70,7 @@ func TestStateLoadWithinBanBudget(t *testing.T) {
 	for i := 0; i < n; i++ {
 		a := netip.AddrFrom4([4]byte{100, 64 + byte(i>>16), byte(i >> 8), byte(i)})
 		b := ban.Ban{Prefix: netip.PrefixFrom(a, 32), Detector: "rate", Reason: "5000 pps > 1000", FirstSeen: now, LastSeen: now,
-			Rate: 5000, PeakRate: 5000, Tier: "xdp", Expires: now.Add(time.Hour)}
+			Rate: 5000, PeakRate: 5000, Expires: now.Add(time.Hour)}
 		s.Put(b)
 	}
 	if err := s.Save(path, now); err != nil {

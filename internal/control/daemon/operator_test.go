@@ -158,7 +158,7 @@ func TestRailsOnDetectionsAndRestart(t *testing.T) {
 	wide, own, saved := netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("0.0.0.0/2")
 	h.dp.blocked[wide] = &datapath.Counter{}
 	h.dp.blocked[own] = &datapath.Counter{}
-	h.d.store.Put(ban.Ban{Prefix: saved, Detector: "operator", Reason: "old", Manual: true, Tier: "xdp"})
+	h.d.store.Put(ban.Ban{Prefix: saved, Detector: "operator", Reason: "old", Manual: true})
 	h.dp.blocked[saved] = &datapath.Counter{}
 	if err := h.d.store.Save(cfg.StateFile, h.now); err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func (d *Daemon) Rules(ctx context.Context, q apiv1.ListQuery) (out []apiv1.Rule
 				continue
 			}
 			m, _ := d.store.Meter(b.Prefix)
-			out = append(out, apiv1.RuleView{Ban: b, Packets: m.Packets})
+			out = append(out, apiv1.RuleView{Ban: b, Packets: m.Packets, Tier: d.tierOf(b.Prefix)})
 		}
 	})
 	slices.SortStableFunc(out, func(a, b apiv1.RuleView) int { return a.FirstSeen.Compare(b.FirstSeen) })
