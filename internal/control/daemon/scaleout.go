@@ -55,7 +55,7 @@ func (d *Daemon) openScaleout(tc telemetry.Config, sc config.Scaleout) error {
 			nc.Close()
 			return err
 		}
-		d.Metrics.Registry.MustRegister(scaleout.NewCollectorMetrics(so.col))
+		d.Metrics.Registry.MustRegister(scaleout.NewCollectorMetrics(so.col), telemetry.ExporterMetrics{Dec: so.col.Decoder()})
 		d.log.Info("network mode: scale-out collector publishing", "nats", sc.URL, "name", sc.Name, "listen", so.col.Addrs(),
 			"exporters", len(tc.Decoder.Exporters), "partitions", sc.Publisher.Partitioner.N)
 	case config.ScaleoutDetector:

@@ -255,6 +255,15 @@ bgp:
 			if st := col.tele.so.col.Publisher().Stats(); st.Aggregates == 0 || st.Errors != 0 {
 				t.Errorf("publisher %+v", st)
 			}
+			// The collector role serves its exporters' series, as network
+			// mode does.
+			ms := scrape(t, col)
+			if v, ok := value(ms, "tierwall_telemetry_records_total", "exporter", "127.0.0.1"); !ok || v != 40 {
+				t.Errorf("collector's per-exporter records: %v %v", v, ok)
+			}
+			if v, ok := value(ms, "tierwall_telemetry_sampling_rate", "exporter", "127.0.0.1"); !ok || v == 0 {
+				t.Errorf("collector's per-exporter sampling rate: %v %v", v, ok)
+			}
 			if monitorOnly {
 				// Judged for a while: still nothing announced.
 				time.Sleep(300 * time.Millisecond)

@@ -62,21 +62,68 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mDatagram, mRecords, mCounters, mErrors, mGaps, mResets, mTmpl, mTmplRef, mNoTmpl, mRate, mMismatch, mLast, mUnknown, mUntrack, mAttacks, mPlan,
-		mIfRefused, mIfSpeed, mIfUp, mIfResets, mIfOctets, mIfPackets, mIfErrors, mIfDiscard, mIfBPS, mIfUtil, mCapacity} {
+	ExporterMetrics{m.s.dec}.Describe(ch)
+	for _, d := range []*prometheus.Desc{mUntrack, mAttacks, mPlan, mCapacity} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	ExporterMetrics{m.s.dec}.Collect(ch)
 	c := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 	}
 	g := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
 	}
-	for _, e := range m.s.dec.Exporters() {
+	c(mUntrack, float64(m.s.det.Untracked()))
+	on := 0
+	for _, a := range m.s.det.Attacks() {
+		if a.Ended.IsZero() {
+			on++
+		}
+	}
+	g(mAttacks, float64(on))
+	m.s.mu.Lock()
+	kinds := map[UpstreamKind]int{UpFlowSpec: 0, UpRTBH: 0}
+	for _, u := range m.s.plan {
+		kinds[u.Kind]++
+	}
+	_, caps := m.s.capacities(m.s.action, time.Now())
+	m.s.mu.Unlock()
+	for _, gu := range caps {
+		g(mCapacity, gu.CapacityBPS, gu.Group)
+	}
+	for k, v := range kinds {
+		g(mPlan, float64(v), string(k))
+	}
+}
+
+// ExporterMetrics is the decoder's share of the metrics: one series per
+// configured exporter (datagrams, records, errors, gaps, templates, the
+// sampling rate, last seen, the interfaces of its counter samples) and the
+// datagrams of exporters not configured. Network mode's collector and the
+// scale-out collector role both serve it.
+type ExporterMetrics struct{ Dec *Decoder }
+
+// Describe implements prometheus.Collector.
+func (m ExporterMetrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{mDatagram, mRecords, mCounters, mErrors, mGaps, mResets, mTmpl, mTmplRef, mNoTmpl, mRate, mMismatch, mLast, mUnknown,
+		mIfRefused, mIfSpeed, mIfUp, mIfResets, mIfOctets, mIfPackets, mIfErrors, mIfDiscard, mIfBPS, mIfUtil} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m ExporterMetrics) Collect(ch chan<- prometheus.Metric) {
+	c := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	g := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	for _, e := range m.Dec.Exporters() {
 		a := e.Address.String()
 		c(mDatagram, float64(e.Datagrams), a)
 		c(mRecords, float64(e.Records), a)
@@ -113,27 +160,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	n, _ := m.s.dec.Unknown()
+	n, _ := m.Dec.Unknown()
 	c(mUnknown, float64(n))
-	c(mUntrack, float64(m.s.det.Untracked()))
-	on := 0
-	for _, a := range m.s.det.Attacks() {
-		if a.Ended.IsZero() {
-			on++
-		}
-	}
-	g(mAttacks, float64(on))
-	m.s.mu.Lock()
-	kinds := map[UpstreamKind]int{UpFlowSpec: 0, UpRTBH: 0}
-	for _, u := range m.s.plan {
-		kinds[u.Kind]++
-	}
-	_, caps := m.s.capacities(m.s.action, time.Now())
-	m.s.mu.Unlock()
-	for _, gu := range caps {
-		g(mCapacity, gu.CapacityBPS, gu.Group)
-	}
-	for k, v := range kinds {
-		g(mPlan, float64(v), string(k))
-	}
 }
