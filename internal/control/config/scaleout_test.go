@@ -120,6 +120,9 @@ func TestScaleoutRefused(t *testing.T) {
 		{detectorYAML, "  mode: enforce\n", "  mode: enforce\n  listen: [\"0.0.0.0:6343\"]\n", "telemetry.listen"},
 		{detectorYAML, "  mode: enforce\n", "  mode: enforce\n  exporters: [{address: 192.0.2.1}]\n", "telemetry.exporters"},
 		{detectorYAML, "  thresholds:\n    all: {pps: 100000}\n", "", "telemetry.thresholds"},
+		// Uplinks by interface need counter samples, which only the
+		// collectors hear; a capacity in bits/s is accepted.
+		{detectorYAML, "  mode: enforce\n", "  mode: enforce\n  groups:\n    customers:\n      uplinks: [{exporter: edge1, if_index: 3}]\n", "telemetry.groups.customers.uplinks"},
 		// Role network: network mode is all it runs, on no data plane.
 		{detectorYAML, "role: network\n", "role: network\ninterface: eth0\n", "interface"},
 		{detectorYAML, "role: network\n", "role: network\nhardware: {backend: auto}\n", "hardware.backend"},
@@ -167,5 +170,18 @@ func TestScaleoutExamples(t *testing.T) {
 		if role == ScaleoutDetector && (!slices.Equal(sc.Detector.Owned, []int{0, 1, 2, 3, 4, 5, 6, 7}) || !c.BGP.Enabled()) {
 			t.Errorf("%s: %+v", f, sc.Detector)
 		}
+	}
+}
+
+// A detector's group takes its capacity in bits/s: RTBH stays possible.
+func TestScaleoutDetectorUplinkBPS(t *testing.T) {
+	y := strings.Replace(detectorYAML, "  mode: enforce\n", "  mode: enforce\n  groups:\n    customers:\n      uplink_bps: 10000000000\n", 1)
+	c, err := ParseFile("tierwall.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := c.TelemetryConfig()
+	if err != nil || tc.Detector.Policies["customers"].UplinkBPS != 1e10 {
+		t.Fatalf("%+v %v", tc.Detector.Policies, err)
 	}
 }

@@ -199,6 +199,12 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 			return out, bad(f+".uplink_bps", g.UplinkBPS, "is negative")
 		}
 		p.UplinkBPS = g.UplinkBPS
+		if role == ScaleoutDetector && len(g.Uplinks) > 0 {
+			// The collectors keep their routers' counter samples: a
+			// detector would never learn the uplinks' speed, and a group
+			// without a capacity is never blackholed.
+			return out, bad(f+".uplinks", fmt.Sprintf("%d uplinks", len(g.Uplinks)), "need the routers' sFlow counter samples, which a scaleout detector does not hear: give the group's capacity as uplink_bps")
+		}
 		if p.Uplinks, err = telemetryUplinks(f+".uplinks", g.Uplinks, out.Decoder.Exporters); err != nil {
 			return out, err
 		}
