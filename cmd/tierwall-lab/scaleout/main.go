@@ -106,7 +106,7 @@ func newCollect() *cobra.Command {
 			if len(listen) > 0 {
 				tc.Listen = listen
 			}
-			nc, err := scaleout.Connect(c.url, c.name)
+			nc, err := scaleout.Connect(c.url, c.name, scaleout.Auth{})
 			if err != nil {
 				return err
 			}
@@ -166,7 +166,7 @@ func newDetect() *cobra.Command {
 			if err != nil {
 				return cli.Usage(err)
 			}
-			nc, err := scaleout.Connect(c.url, c.name)
+			nc, err := scaleout.Connect(c.url, c.name, scaleout.Auth{})
 			if err != nil {
 				return err
 			}

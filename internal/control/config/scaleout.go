@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -38,6 +39,14 @@ type TelemetryScaleout struct {
 	// NATS is the server's URL (nats://host:4222; several, comma
 	// separated, for a cluster), JetStream enabled.
 	NATS string `yaml:"nats"`
+	// TLS: the CA that signed the server's certificate (ca), and this
+	// process's certificate and key (cert, key) when the server verifies
+	// its clients. Files in PEM. A tls:// URL, or any of these, turns TLS
+	// on.
+	TLS ScaleoutTLS `yaml:"tls"`
+	// Credentials is a NATS credentials file (a user JWT and its NKey
+	// seed, as nsc writes it) for servers in operator mode.
+	Credentials string `yaml:"credentials"`
 	// Name identifies this process in its messages and on the server
 	// (default: the host name): unique per collector, since detectors
 	// track collectors by it. At most 64 bytes.
@@ -59,12 +68,20 @@ type TelemetryScaleout struct {
 	Replay   time.Duration `yaml:"replay"`
 }
 
+// ScaleoutTLS is telemetry.scaleout.tls: PEM files.
+type ScaleoutTLS struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
 // Scaleout is telemetry.scaleout resolved for package scaleout: the
 // role's side is filled in (Publisher for a collector, Detector for a
 // detector), with the partitioner both share.
 type Scaleout struct {
 	Role      string
 	URL, Name string
+	Auth      scaleout.Auth
 	Publisher scaleout.PublisherConfig
 	Detector  scaleout.DetectorConfig
 }
@@ -110,6 +127,15 @@ func (c *Config) ScaleoutConfig() (Scaleout, error) {
 			return out, bad(f+".nats", u, "is not a nats://, tls://, ws:// or wss:// URL")
 		}
 	}
+	if (s.TLS.Cert == "") != (s.TLS.Key == "") {
+		return out, bad(f+".tls", fmt.Sprintf("cert %q, key %q", s.TLS.Cert, s.TLS.Key), "needs both cert and key, or neither")
+	}
+	for field, path := range map[string]string{"tls.ca": s.TLS.CA, "tls.cert": s.TLS.Cert, "tls.key": s.TLS.Key, "credentials": s.Credentials} {
+		if path != "" && !filepath.IsAbs(path) {
+			return out, bad(f+"."+field, path, "is not an absolute path")
+		}
+	}
+	out.Auth = scaleout.Auth{CA: s.TLS.CA, Cert: s.TLS.Cert, Key: s.TLS.Key, Credentials: s.Credentials}
 	if out.Name == "" {
 		h, err := os.Hostname()
 		if err != nil || h == "" {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/control/scaleout"
 )
 
 const collectorYAML = `role: network
@@ -103,6 +105,9 @@ func TestScaleoutRefused(t *testing.T) {
 		{collectorYAML, "nats: nats://10.0.0.5:4222", "nats: http://10.0.0.5:4222", "telemetry.scaleout.nats"},
 		{collectorYAML, "nats: nats://10.0.0.5:4222", "nats: 10.0.0.5", "telemetry.scaleout.nats"},
 		{collectorYAML, "partitions: 8", "partitions: 70000", "telemetry.scaleout.partitions"},
+		{collectorYAML, "partitions: 8", "partitions: 8\n    tls: {ca: /etc/tierwall/ca.pem, cert: /etc/tierwall/col.pem}", "telemetry.scaleout.tls"},
+		{collectorYAML, "partitions: 8", "partitions: 8\n    tls: {ca: ca.pem}", "telemetry.scaleout.tls.ca"},
+		{collectorYAML, "partitions: 8", "partitions: 8\n    credentials: col.creds", "telemetry.scaleout.credentials"},
 		{collectorYAML, "partitions: 8", "partitions: -1", "telemetry.scaleout.partitions"},
 		{collectorYAML, "partitions: 8", "partitions: 8\n    owned: \"1\"", "telemetry.scaleout.owned"},
 		{collectorYAML, "name: col-1", "name: " + strings.Repeat("x", 65), "telemetry.scaleout.name"},
@@ -183,5 +188,21 @@ func TestScaleoutDetectorUplinkBPS(t *testing.T) {
 	tc, err := c.TelemetryConfig()
 	if err != nil || tc.Detector.Policies["customers"].UplinkBPS != 1e10 {
 		t.Fatalf("%+v %v", tc.Detector.Policies, err)
+	}
+}
+
+// TLS files and a credentials file reach package scaleout as given.
+func TestScaleoutAuth(t *testing.T) {
+	y := strings.Replace(collectorYAML, "partitions: 8", "partitions: 8\n    tls: {ca: /etc/tierwall/ca.pem, cert: /etc/tierwall/col.pem, key: /etc/tierwall/col.key}\n    credentials: /etc/tierwall/col.creds", 1)
+	c, err := ParseFile("tierwall.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := c.ScaleoutConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (scaleout.Auth{CA: "/etc/tierwall/ca.pem", Cert: "/etc/tierwall/col.pem", Key: "/etc/tierwall/col.key", Credentials: "/etc/tierwall/col.creds"}); sc.Auth != want {
+		t.Fatalf("auth %+v, want %+v", sc.Auth, want)
 	}
 }

@@ -40,7 +40,7 @@ const startTimeout = 10 * time.Second
 
 // openScaleout connects to the bus and starts sc's role.
 func (d *Daemon) openScaleout(tc telemetry.Config, sc config.Scaleout) error {
-	nc, err := scaleout.Connect(sc.URL, "tierwall "+sc.Role+" "+sc.Name)
+	nc, err := scaleout.Connect(sc.URL, "tierwall "+sc.Role+" "+sc.Name, sc.Auth)
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func TestServerRestart(t *testing.T) {
 	srv := run()
 	defer func() { stop(srv) }()
 	connect := func() *nats.Conn {
-		nc, err := Connect("nats://127.0.0.1:"+port, t.Name())
+		nc, err := Connect("nats://127.0.0.1:"+port, t.Name(), Auth{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,34 @@ import (
 // CI=true.
 func Start(t testing.TB) string {
 	t.Helper()
+	url := start(t)
+	waitFor(t, url, func() error {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			nc.Close()
+		}
+		return err
+	})
+	return url
+}
+
+// StartTLS is Start with TLS that verifies its clients: the server's
+// certificate and key, and the CA its clients' certificates must chain
+// to (PEM files). It returns once the port accepts connections.
+func StartTLS(t testing.TB, cert, key, clientCA string) string {
+	t.Helper()
+	url := start(t, "--tls", "--tlscert", cert, "--tlskey", key, "--tlsverify", "--tlscacert", clientCA)
+	waitFor(t, url, func() error {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "nats://"))
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	return url
+}
+
+func start(t testing.TB, args ...string) string {
 	testutil.RequireCommand(t, "nats-server")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,18 +59,20 @@ func Start(t testing.TB) string {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	cmd := exec.Command("nats-server", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir())
+	cmd := exec.Command("nats-server", append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir()}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting nats-server: %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	return "nats://127.0.0.1:" + strconv.Itoa(port)
+}
+
+func waitFor(t testing.TB, url string, ready func() error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		nc, err := nats.Connect(url)
+		err := ready()
 		if err == nil {
-			nc.Close()
-			return url
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("nats-server on %s: %v", url, err)

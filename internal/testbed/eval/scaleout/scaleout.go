@@ -318,7 +318,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 		return res, err
 	}
 	defer srv.Stop()
-	nc, err := twscaleout.Connect(url, "eval-scaleout-detector")
+	nc, err := twscaleout.Connect(url, "eval-scaleout-detector", twscaleout.Auth{})
 	if err != nil {
 		return res, err
 	}
