@@ -114,7 +114,7 @@ for i in "${!kernels[@]}"; do
 	cp test/vm/guest.sh "$root/.vm/guest.sh"
 	printf 'exec sh .vm/guest.sh %q\n' "${ksuites[$i]}" >"$root/.vm/cmd"
 	rm -f "$root/.vm/exit"
-	log="$out/$k.log"
+	log="$out/$k${VMLOG:+-$VMLOG}.log" # VMLOG: a suffix, so that a second run keeps the first's log
 	echo "vmtest: booting $rel (log: ${log#"$root/"})"
 	start=$(date +%s)
 	# -cpu max under TCG: the BPF JIT uses what the CPU model offers.
