@@ -12,12 +12,10 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/tier/nicstage"
-	"golang.org/x/sys/unix"
 )
 
 // The traffic generator's kernel side (bpf/testbed/xdp_gen.c): BPF_PROG_TEST_RUN
@@ -250,20 +248,10 @@ type xdpMDLive struct {
 // caller's next call sends the rest. With exact (a capped flood's last
 // call, where a further call would cost an RCU grace period, ~15 ms
 // here, after its deadline) it is sized by the fewest, plus four.
-//
-// The run is held on one CPU: every CPU's stop is its own, and a test run
-// may move to another CPU between batches when its CPU is wanted (the
-// kernel's bpf_test_timer_continue reschedules), which then put out n
-// more frames (a capped flood sent 201,043 of 200,000 on a loaded machine).
 func (g *Generator) Send(frame []byte, n uint32, exact bool) (uint64, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	unpin, err := pinThread()
-	if err != nil {
-		return 0, err
-	}
-	defer unpin()
 	before, err := g.state()
 	if err != nil {
 		return 0, err
@@ -400,29 +388,3 @@ func (g *Generator) state() ([]trafgenTwGenState, error) {
 
 // Close releases the generator.
 func (g *Generator) Close() error { return g.objs.Close() }
-
-// pinThread locks the calling goroutine to its thread and that thread to
-// one CPU of those it may use (the lowest); unpin restores both.
-func pinThread() (unpin func(), err error) {
-	runtime.LockOSThread()
-	var was unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &was); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("reading the CPU affinity: %w", err)
-	}
-	var one unix.CPUSet
-	for cpu := 0; cpu < len(was)*64; cpu++ {
-		if was.IsSet(cpu) {
-			one.Set(cpu)
-			break
-		}
-	}
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("pinning the generator to one CPU: %w", err)
-	}
-	return func() {
-		_ = unix.SchedSetaffinity(0, &was)
-		runtime.UnlockOSThread()
-	}, nil
-}
