@@ -33,7 +33,7 @@ var kindNames = enum.New("route kind", rule.ErrInvalid, map[Kind]string{RTBH: "r
 func (k Kind) String() string { return kindNames.String(k) }
 
 // MarshalText makes kinds readable in JSON.
-func (k Kind) MarshalText() ([]byte, error) { return kindNames.Marshal(k) }
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // UnmarshalText reads what MarshalText wrote (the API's clients).
 func (k *Kind) UnmarshalText(b []byte) error { return kindNames.Unmarshal(k, b) }

@@ -38,7 +38,7 @@ var actionNames = enum.New("action", rule.ErrInvalid, map[GroupAction]string{
 func (a GroupAction) String() string { return actionNames.String(a) }
 
 // MarshalText makes actions readable in JSON.
-func (a GroupAction) MarshalText() ([]byte, error) { return actionNames.Marshal(a) }
+func (a GroupAction) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
 
 // ParseGroupAction reads an action's name; "" is ActionBan.
 func ParseGroupAction(s string) (GroupAction, error) { return actionNames.Parse(s) }

@@ -30,7 +30,7 @@ var modeNames = enum.New("mode", rule.ErrInvalid, map[Mode]string{
 func (m Mode) String() string { return modeNames.String(m) }
 
 // MarshalText makes modes readable in JSON.
-func (m Mode) MarshalText() ([]byte, error) { return modeNames.Marshal(m) }
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
 // ParseMode reads a mode's name ("" is enforce).
 func ParseMode(s string) (Mode, error) { return modeNames.Parse(s) }

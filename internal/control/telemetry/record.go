@@ -27,7 +27,7 @@ var protocolNames = enum.New("telemetry protocol", rule.ErrInvalid, map[Protocol
 func (p Protocol) String() string { return protocolNames.String(p) }
 
 // MarshalText makes protocols readable in JSON.
-func (p Protocol) MarshalText() ([]byte, error) { return protocolNames.Marshal(p) }
+func (p Protocol) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
 // IP protocol numbers the detector tells apart.
 const (

@@ -30,7 +30,9 @@ var endReasonNames = enum.New("end reason", errdefs.ErrInvalid, map[EndReason]st
 func (r EndReason) String() string { return endReasonNames.String(r) }
 
 // MarshalText writes the reason's name.
-func (r EndReason) MarshalText() ([]byte, error) { return endReasonNames.Marshal(r) }
+// A zero reason (a flow still running) is written as "end-reason(0)",
+// never an error that would sink a whole listing.
+func (r EndReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // UnmarshalText reads a reason's name.
 func (r *EndReason) UnmarshalText(b []byte) error { return endReasonNames.Unmarshal(r, b) }
