@@ -60,7 +60,7 @@ struct tw_nic_config {
 	__u32 capacity;     /* K, kept for re-adoption */
 	__u32 latency_us;   /* emulated per-update latency, kept likewise */
 	enum tw_nic_flags flags;
-	__u32 _pad;
+	__u32 pol_n;        /* policers in force: 0 skips tw_nic_pol */
 	__u64 cpu_rate_pps; /* NIC CPU capacity, shared by all CPUs; 0: none */
 };
 
@@ -95,6 +95,67 @@ struct {
 	__type(value, struct tw_nic_config);
 	__uint(max_entries, 1);
 } tw_nic_cfg SEC(".maps");
+
+/* The hardware's flow policers: the daemon's flow rules for floods whose
+ * sources cannot be listed, matched on destination and packet shape as
+ * the filter matches them (fmatch.h), with a rate or a drop and nothing
+ * that needs the host (no known-good bypass, no SYN proxy): what tc
+ * flower with a police action does on a real card. A small table, as a
+ * NIC's is; the first match decides.
+ *
+ * Replaced whole as the filter's flow rules are (maps.h): the set lives
+ * in one of two banks, tw_nic_pol points at the one in force, and user
+ * space writes the other, then swaps; the swap returns after an RCU grace
+ * period, so a packet meets the old set or the new one, never a rule half
+ * written. tw_frule.id indexes a policer's counters and bucket: a policer
+ * kept across a swap keeps both, a new one gets an id the old set does
+ * not use. */
+#define TW_NIC_POL_MAX 16
+#define TW_NIC_POL_IDS (2 * TW_NIC_POL_MAX)
+
+struct tw_nic_pol_set {
+	struct tw_frule rule[TW_NIC_POL_MAX]; /* then action TW_FA_END */
+};
+
+struct tw_nic_pol_bank {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_nic_pol_set);
+	__uint(max_entries, 1);
+};
+
+/* const: see the filter's banks in maps.h, for clang 14's BTF. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, const struct tw_nic_pol_set);
+	__uint(max_entries, 1);
+} tw_nic_pol_a SEC(".maps"), tw_nic_pol_b SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__type(key, __u32);
+	__uint(max_entries, 1);
+	__array(values, struct tw_nic_pol_bank);
+} tw_nic_pol SEC(".maps");
+
+/* Per policer id, per CPU: packets and bytes matched, dropped. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_fctr);
+	__uint(max_entries, TW_NIC_POL_IDS);
+} tw_nic_pol_ctr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_fbucket);
+	__uint(max_entries, TW_NIC_POL_IDS);
+} tw_nic_pol_tb SEC(".maps");
+
+_Static_assert(sizeof(struct tw_nic_pol_set) == 64 * TW_NIC_POL_MAX,
+	       "policer set size");
 
 static __always_inline void tw_nic_count(void *map, __u32 idx, __u32 bytes)
 {

@@ -12,6 +12,7 @@
 #include "../lib/parse.h"
 #include "../lib/nic.h"
 #include "../lib/nic_cpu.h"
+#include "../lib/fmatch.h"
 
 static __always_inline int tw_nic_out(struct tw_nic_config *cfg, __u32 v,
 				      __u32 bytes)
@@ -86,6 +87,49 @@ __noinline int tw_nic_parse(struct xdp_md *ctx, struct tw_pkt *p)
 	return tw_parse(data, data_end, p);
 }
 
+/* The policers' verdict for a packet the table missed: 1 to drop, 0 to
+ * pass it on (no policer matched, or its rate admitted it). A global
+ * function, verified once on its own, as the filter's rule scan is. */
+__noinline int tw_nic_police(const struct tw_pkt *p)
+{
+	__u32 zero = 0;
+	if (!p)
+		return 0;
+	void *bank = bpf_map_lookup_elem(&tw_nic_pol, &zero);
+	if (!bank)
+		return 0;
+	const struct tw_nic_pol_set *set = bpf_map_lookup_elem(bank, &zero);
+	if (!set)
+		return 0;
+	struct tw_fview v = {};
+	tw_fview_init(&v, p);
+	for (__u32 i = 0; i < TW_NIC_POL_MAX; i++) {
+		const struct tw_frule *r = &set->rule[i];
+		if (r->action == TW_FA_END)
+			break;
+		if (!tw_frule_match(r, &v))
+			continue;
+		__u32 k = r->id;
+		struct tw_fctr *c = bpf_map_lookup_elem(&tw_nic_pol_ctr, &k);
+		if (c) {
+			c->packets++;
+			c->bytes += v.l3len;
+		}
+		if (r->action == TW_FA_RATE) {
+			struct tw_fbucket *b =
+				bpf_map_lookup_elem(&tw_nic_pol_tb, &k);
+			if (b && tw_rate_take(b, r->rate_pps, tw_nic_ncpu))
+				return 0;
+		} else if (r->action != TW_FA_DROP) {
+			return 0;
+		}
+		if (c)
+			c->dropped++;
+		return 1;
+	}
+	return 0;
+}
+
 SEC("xdp")
 int tw_nic(struct xdp_md *ctx)
 {
@@ -121,6 +165,11 @@ int tw_nic(struct xdp_md *ctx)
 	if (cfg && !(cfg->flags & TW_NIC_F_TABLE))
 		r = NULL;
 	if (!r) {
+		if (cfg && (cfg->flags & TW_NIC_F_TABLE) && cfg->pol_n &&
+		    tw_nic_police(&p)) {
+			tw_nic_count(&tw_nic_stats, TW_NV_HIT_DROP, p.l3len);
+			return XDP_DROP;
+		}
 		if (cpu_path)
 			return tw_nic_to_cpu(ctx, cfg, p.l3len);
 		return tw_nic_out(cfg, TW_NV_MISS, p.l3len);

@@ -3,6 +3,7 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -361,4 +362,36 @@ func (d *Datapath) SetSynproxy(prog *ebpf.Program) error {
 		return fmt.Errorf("installing SYN proxy: %w", err)
 	}
 	return nil
+}
+
+// FlowRuleRecordSize is the size of a flow rule as the data plane stores
+// it (struct tw_frule).
+const FlowRuleRecordSize = 64
+
+// MarshalFlowRule is a checked rule in the data plane's form, struct
+// tw_frule with id 0: for the other programs that match flow rules with
+// bpf/lib/fmatch.h (the emulated NIC's policers), so that both encode a
+// rule one way.
+func MarshalFlowRule(r rule.FlowRule) ([]byte, error) {
+	if err := r.Check(); err != nil {
+		return nil, fmt.Errorf("flow rule %s: %w", r, err)
+	}
+	e := encodeFlowRule(&r, 0)
+	b, err := binary.Append(make([]byte, 0, FlowRuleRecordSize), binary.LittleEndian, &e)
+	if err != nil {
+		return nil, fmt.Errorf("encoding flow rule %s: %w", r, err)
+	}
+	if len(b) != FlowRuleRecordSize {
+		return nil, fmt.Errorf("encoding flow rule %s: %d bytes, want %d", r, len(b), FlowRuleRecordSize)
+	}
+	return b, nil
+}
+
+// UnmarshalFlowRule is the rule b, as MarshalFlowRule wrote it.
+func UnmarshalFlowRule(b []byte) (rule.FlowRule, error) {
+	var e filterTwFrule
+	if _, err := binary.Decode(b, binary.LittleEndian, &e); err != nil {
+		return rule.FlowRule{}, fmt.Errorf("decoding flow rule: %w", err)
+	}
+	return decodeFlowRule(&e), nil
 }

@@ -172,3 +172,28 @@ func Flush(ctx context.Context, t Table) error {
 type Verdicts interface {
 	Verdicts() (map[string]Counters, error)
 }
+
+// Policers is implemented by tables that police flow rules in hardware:
+// a flood whose sources cannot be listed, matched by destination and
+// packet shape (rule.FlowRule), dropped or held to a rate on the card, so
+// that the host's CPU never receives what the host would drop anyway. A
+// policer does what the card can without the host: no known-good bypass,
+// no SYN cookies; the control plane chooses which rules may go there.
+type Policers interface {
+	// PolicerCapacity is how many policers the table holds.
+	PolicerCapacity() int
+	// SetPolicers replaces the policers with rs, in order (the first
+	// match decides): each a drop or rate-limit rule without bypass. All
+	// or nothing: on an error the policers in force stay. A rule kept
+	// from the set in force keeps its counters and bucket.
+	SetPolicers(ctx context.Context, rs []rule.FlowRule) error
+	// PolicerCounters returns the policers in force with their counters.
+	PolicerCounters(ctx context.Context) ([]PolicerCounters, error)
+}
+
+// PolicerCounters is one policer's counters, summed over the card.
+type PolicerCounters struct {
+	Rule    rule.FlowRule
+	Matched Counters
+	Dropped uint64
+}

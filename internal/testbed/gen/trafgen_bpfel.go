@@ -19,6 +19,20 @@ type trafgenTwCtr struct {
 	Bytes   uint64
 }
 
+type trafgenTwFbucket struct {
+	_      structs.HostLayout
+	Credit uint64
+	LastNs uint64
+}
+
+type trafgenTwFctr struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+	Dropped uint64
+	Good    uint64
+}
+
 type trafgenTwGenAddr struct {
 	_ structs.HostLayout
 	A [16]uint8
@@ -64,7 +78,7 @@ type trafgenTwNicConfig struct {
 	Capacity    uint32
 	LatencyUs   uint32
 	Flags       uint32
-	Pad         uint32
+	PolN        uint32
 	CpuRatePps  uint64
 }
 
@@ -107,6 +121,11 @@ const (
 	trafgenMapTwGenSt      = "tw_gen_st"
 	trafgenMapTwNicCfg     = "tw_nic_cfg"
 	trafgenMapTwNicCtr     = "tw_nic_ctr"
+	trafgenMapTwNicPol     = "tw_nic_pol"
+	trafgenMapTwNicPolA    = "tw_nic_pol_a"
+	trafgenMapTwNicPolB    = "tw_nic_pol_b"
+	trafgenMapTwNicPolCtr  = "tw_nic_pol_ctr"
+	trafgenMapTwNicPolTb   = "tw_nic_pol_tb"
 	trafgenMapTwNicRules   = "tw_nic_rules"
 	trafgenMapTwNicStats   = "tw_nic_stats"
 	trafgenProgTwGen       = "tw_gen"
@@ -168,6 +187,11 @@ type trafgenMapSpecs struct {
 	TwGenSt      *ebpf.MapSpec `ebpf:"tw_gen_st"`
 	TwNicCfg     *ebpf.MapSpec `ebpf:"tw_nic_cfg"`
 	TwNicCtr     *ebpf.MapSpec `ebpf:"tw_nic_ctr"`
+	TwNicPol     *ebpf.MapSpec `ebpf:"tw_nic_pol"`
+	TwNicPolA    *ebpf.MapSpec `ebpf:"tw_nic_pol_a"`
+	TwNicPolB    *ebpf.MapSpec `ebpf:"tw_nic_pol_b"`
+	TwNicPolCtr  *ebpf.MapSpec `ebpf:"tw_nic_pol_ctr"`
+	TwNicPolTb   *ebpf.MapSpec `ebpf:"tw_nic_pol_tb"`
 	TwNicRules   *ebpf.MapSpec `ebpf:"tw_nic_rules"`
 	TwNicStats   *ebpf.MapSpec `ebpf:"tw_nic_stats"`
 }
@@ -205,6 +229,11 @@ type trafgenMaps struct {
 	TwGenSt      *ebpf.Map `ebpf:"tw_gen_st"`
 	TwNicCfg     *ebpf.Map `ebpf:"tw_nic_cfg"`
 	TwNicCtr     *ebpf.Map `ebpf:"tw_nic_ctr"`
+	TwNicPol     *ebpf.Map `ebpf:"tw_nic_pol"`
+	TwNicPolA    *ebpf.Map `ebpf:"tw_nic_pol_a"`
+	TwNicPolB    *ebpf.Map `ebpf:"tw_nic_pol_b"`
+	TwNicPolCtr  *ebpf.Map `ebpf:"tw_nic_pol_ctr"`
+	TwNicPolTb   *ebpf.Map `ebpf:"tw_nic_pol_tb"`
 	TwNicRules   *ebpf.Map `ebpf:"tw_nic_rules"`
 	TwNicStats   *ebpf.Map `ebpf:"tw_nic_stats"`
 }
@@ -216,6 +245,11 @@ func (m *trafgenMaps) Close() error {
 		m.TwGenSt,
 		m.TwNicCfg,
 		m.TwNicCtr,
+		m.TwNicPol,
+		m.TwNicPolA,
+		m.TwNicPolB,
+		m.TwNicPolCtr,
+		m.TwNicPolTb,
 		m.TwNicRules,
 		m.TwNicStats,
 	)

@@ -19,6 +19,42 @@ type nicTwCtr struct {
 	Bytes   uint64
 }
 
+type nicTwFbucket struct {
+	_      structs.HostLayout
+	Credit uint64
+	LastNs uint64
+}
+
+type nicTwFctr struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+	Dropped uint64
+	Good    uint64
+}
+
+type nicTwFrule struct {
+	_        structs.HostLayout
+	Dst      [16]uint8
+	Mask     [16]uint8
+	RatePps  uint64
+	DportLo  uint16
+	DportHi  uint16
+	SportLo  uint16
+	SportHi  uint16
+	LenLo    uint16
+	LenHi    uint16
+	Action   uint32
+	Id       uint8
+	Family   uint8
+	Bits     uint8
+	Proto    uint8
+	TcpMask  uint8
+	TcpValue uint8
+	Frag     uint8
+	Flags    uint8
+}
+
 type nicTwNicAction uint32
 
 const (
@@ -39,7 +75,7 @@ type nicTwNicConfig struct {
 	Capacity    uint32
 	LatencyUs   uint32
 	Flags       nicTwNicFlags
-	Pad         uint32
+	PolN        uint32
 	CpuRatePps  uint64
 }
 
@@ -59,6 +95,11 @@ type nicTwNicKey struct {
 	Dport  uint16
 	Src    [16]uint8
 	Dst    [16]uint8
+}
+
+type nicTwNicPolSet struct {
+	_    structs.HostLayout
+	Rule [16]nicTwFrule
 }
 
 type nicTwNicRule struct {
@@ -88,6 +129,11 @@ const (
 	nicMapTwNicCfg    = "tw_nic_cfg"
 	nicMapTwNicCpu    = "tw_nic_cpu"
 	nicMapTwNicCtr    = "tw_nic_ctr"
+	nicMapTwNicPol    = "tw_nic_pol"
+	nicMapTwNicPolA   = "tw_nic_pol_a"
+	nicMapTwNicPolB   = "tw_nic_pol_b"
+	nicMapTwNicPolCtr = "tw_nic_pol_ctr"
+	nicMapTwNicPolTb  = "tw_nic_pol_tb"
 	nicMapTwNicRules  = "tw_nic_rules"
 	nicMapTwNicStats  = "tw_nic_stats"
 	nicProgTwNic      = "tw_nic"
@@ -147,6 +193,11 @@ type nicMapSpecs struct {
 	TwNicCfg    *ebpf.MapSpec `ebpf:"tw_nic_cfg"`
 	TwNicCpu    *ebpf.MapSpec `ebpf:"tw_nic_cpu"`
 	TwNicCtr    *ebpf.MapSpec `ebpf:"tw_nic_ctr"`
+	TwNicPol    *ebpf.MapSpec `ebpf:"tw_nic_pol"`
+	TwNicPolA   *ebpf.MapSpec `ebpf:"tw_nic_pol_a"`
+	TwNicPolB   *ebpf.MapSpec `ebpf:"tw_nic_pol_b"`
+	TwNicPolCtr *ebpf.MapSpec `ebpf:"tw_nic_pol_ctr"`
+	TwNicPolTb  *ebpf.MapSpec `ebpf:"tw_nic_pol_tb"`
 	TwNicRules  *ebpf.MapSpec `ebpf:"tw_nic_rules"`
 	TwNicStats  *ebpf.MapSpec `ebpf:"tw_nic_stats"`
 }
@@ -182,6 +233,11 @@ type nicMaps struct {
 	TwNicCfg    *ebpf.Map `ebpf:"tw_nic_cfg"`
 	TwNicCpu    *ebpf.Map `ebpf:"tw_nic_cpu"`
 	TwNicCtr    *ebpf.Map `ebpf:"tw_nic_ctr"`
+	TwNicPol    *ebpf.Map `ebpf:"tw_nic_pol"`
+	TwNicPolA   *ebpf.Map `ebpf:"tw_nic_pol_a"`
+	TwNicPolB   *ebpf.Map `ebpf:"tw_nic_pol_b"`
+	TwNicPolCtr *ebpf.Map `ebpf:"tw_nic_pol_ctr"`
+	TwNicPolTb  *ebpf.Map `ebpf:"tw_nic_pol_tb"`
 	TwNicRules  *ebpf.Map `ebpf:"tw_nic_rules"`
 	TwNicStats  *ebpf.Map `ebpf:"tw_nic_stats"`
 }
@@ -192,6 +248,11 @@ func (m *nicMaps) Close() error {
 		m.TwNicCfg,
 		m.TwNicCpu,
 		m.TwNicCtr,
+		m.TwNicPol,
+		m.TwNicPolA,
+		m.TwNicPolB,
+		m.TwNicPolCtr,
+		m.TwNicPolTb,
 		m.TwNicRules,
 		m.TwNicStats,
 	)

@@ -157,6 +157,10 @@ func loadNIC(o Options, hostIndex int) (*Stage, error) {
 		n.objs.Close()
 		return nil, fmt.Errorf("writing NIC config: %w", err)
 	}
+	if err := n.objs.TwNicPol.Put(uint32(0), n.objs.TwNicPolA); err != nil {
+		n.objs.Close()
+		return nil, fmt.Errorf("setting the policers' bank: %w", err)
+	}
 	n.initIDs(nil)
 	return n, nil
 }
@@ -256,7 +260,8 @@ func Attach(wire, host string, o Options) (_ *Stage, err error) {
 func (n *Stage) mapsByName() map[string]*ebpf.Map {
 	return map[string]*ebpf.Map{"tw_nic_rules": n.objs.TwNicRules, "tw_nic_ctr": n.objs.TwNicCtr,
 		"tw_nic_stats": n.objs.TwNicStats, "tw_nic_cfg": n.objs.TwNicCfg, "tw_nic_cpu": n.objs.TwNicCpu,
-		"tw_nic_bucket": n.objs.TwNicBucket}
+		"tw_nic_bucket": n.objs.TwNicBucket, "tw_nic_pol": n.objs.TwNicPol, "tw_nic_pol_a": n.objs.TwNicPolA,
+		"tw_nic_pol_b": n.objs.TwNicPolB, "tw_nic_pol_ctr": n.objs.TwNicPolCtr, "tw_nic_pol_tb": n.objs.TwNicPolTb}
 }
 
 func adoptNIC(wi, hi *net.Interface, dir string, o Options) (_ *Stage, err error) {
@@ -273,6 +278,13 @@ func adoptNIC(wi, hi *net.Interface, dir string, o Options) (_ *Stage, err error
 		if err != nil {
 			return nil, fmt.Errorf("%w: loading pinned %s: %v (detach the NIC stage to recreate)", datapath.ErrIncompatible, name, err)
 		}
+		pinned[name] = m
+	}
+	pol, err := loadPinnedPolicers(dir)
+	if err != nil {
+		return nil, err
+	}
+	for name, m := range pol {
 		pinned[name] = m
 	}
 	var cfg nicTwNicConfig
@@ -312,6 +324,13 @@ func adoptNIC(wi, hi *net.Interface, dir string, o Options) (_ *Stage, err error
 			n.Close()
 		}
 	}()
+	if len(pol) == 0 {
+		// Pinned by a tierwall without policers: the stage gets them
+		// now, empty (its config's pol_n, a pad then, is 0).
+		if err := n.pinPolicers(dir); err != nil {
+			return nil, err
+		}
+	}
 	cfg.HostIfindex = uint32(hi.Index)
 	cfg.LatencyUs = uint32(n.latency / time.Microsecond)
 	if err := n.objs.TwNicCfg.Put(uint32(0), &cfg); err != nil {
@@ -644,6 +663,13 @@ func Open(wire, pinRoot string) (_ *Stage, err error) {
 			return nil, fmt.Errorf("%w: loading pinned %s: %v", datapath.ErrIncompatible, name, err)
 		}
 		*dst = m
+	}
+	pol, err := loadPinnedPolicers(dir)
+	if err != nil {
+		return nil, err
+	}
+	for name, dst := range n.polMaps() {
+		*dst = pol[name] // nil without: SetPolicers says so
 	}
 	var cfg nicTwNicConfig
 	if err := n.objs.TwNicCfg.Lookup(uint32(0), &cfg); err != nil {
