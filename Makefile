@@ -92,6 +92,8 @@ eval-flows: build
 eval-spoof: build
 	$(BIN)/tierwall-lab eval-spoof --out docs/eval
 	$(BIN)/tierwall-lab eval-spoof --background --out docs/eval
+	$(BIN)/tierwall-lab eval-spoof --card --out docs/eval
+	$(BIN)/tierwall-lab eval-spoof --card --background --out docs/eval
 
 # Network mode beside FastNetMon Community on the same synthesized sFlow,
 # NetFlow v9 and IPFIX feed (issue 36): docs/EVALUATION-NETWORK.md and

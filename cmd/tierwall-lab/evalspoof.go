@@ -20,7 +20,7 @@ func newEvalSpoof() *cobra.Command {
 	var baseline, attack, interval time.Duration
 	var clients int
 	var rate uint64
-	var background bool
+	var background, card bool
 	var clientRate, connRate float64
 	c := &cobra.Command{
 		Use:   "eval-spoof",
@@ -29,7 +29,7 @@ func newEvalSpoof() *cobra.Command {
 		RunE: func(cmd *cobra.Command, a []string) error {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 			defer stop()
-			p := spoof.Params{LoadBefore: loadAverage(), Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, ClientRate: clientRate, ConnRate: connRate, Rate: rate, Background: background, Log: os.Stderr}
+			p := spoof.Params{LoadBefore: loadAverage(), Tierwall: tierwallBinary(), Only: only, Baseline: baseline, Attack: attack, Interval: interval, Clients: clients, ClientRate: clientRate, ConnRate: connRate, Rate: rate, Background: background, Card: card, Log: os.Stderr}
 			start := time.Now()
 			rows, err := spoof.Run(ctx, p)
 			if err != nil {
@@ -41,6 +41,9 @@ func newEvalSpoof() *cobra.Command {
 			md := "EVALUATION-SPOOF.md"
 			if background {
 				md = "EVALUATION-SPOOF-LOAD.md"
+			}
+			if card {
+				md = strings.TrimSuffix(md, ".md") + "-CARD.md"
 			}
 			return spoof.Report(out, filepath.Join(filepath.Dir(out), md), rows, p, time.Since(start), time.Now())
 		},
@@ -54,6 +57,7 @@ func newEvalSpoof() *cobra.Command {
 	c.Flags().Float64Var(&clientRate, "client-rate", 200, "requests/s each keep-alive client offers (0: as fast as answered)")
 	c.Flags().Float64Var(&connRate, "conn-rate", 30, "new connections/s each client opens in the SYN floods (0: as fast as answered)")
 	c.Flags().Uint64Var(&rate, "rate", 0, "cap the flood at this many packets/s (0: the generator's full rate)")
+	c.Flags().BoolVar(&card, "card", false, "the emulated NIC in hybrid mode with the daemon's hardware tier on it: source bans and flow policers drop on the card (docs/EVALUATION-SPOOF-CARD.md, -LOAD-CARD.md with --background)")
 	c.Flags().BoolVar(&background, "background", false, "a CPU-bound process at nice 0 on each CPU for the whole run (docs/EVALUATION-SPOOF-LOAD.md)")
 	return c
 }

@@ -1380,6 +1380,11 @@ func (d *Daemon) stop(now time.Time) error {
 		if err := d.off.Flush(context.Background()); err != nil {
 			errs = append(errs, fmt.Errorf("removing hardware rules: %w", err))
 		}
+		// The flow rules stay in XDP; the card's copies of them go
+		// with the daemon that would have taken them off.
+		if err := d.flow.unpolice(); err != nil {
+			errs = append(errs, fmt.Errorf("removing the card's flow policers: %w", err))
+		}
 		d.hw.Close()
 	}
 	if err := d.flush(now); err != nil {

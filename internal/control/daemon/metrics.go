@@ -36,6 +36,7 @@ type Metrics struct {
 	entropyLearned   prometheus.Gauge // intervals the entropy detector learned
 	mitigations      *prometheus.CounterVec
 	flowRules        prometheus.Gauge
+	flowPolicers     prometheus.Gauge
 	knownGood        prometheus.Gauge
 	loopDuration     prometheus.Histogram
 	stageDuration    *prometheus.HistogramVec // by stage (stages.go)
@@ -74,6 +75,7 @@ func newMetrics(d *Daemon) *Metrics {
 	m.victimsAttacked = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_victims_under_attack", Help: "Destinations the per-victim detector judged attacked in the last interval."})
 	m.mitigations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_mitigations_total", Help: "Mitigations the ladder chose, by rung."}, []string{"rung"})
 	m.flowRules = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_flow_rules", Help: "Flow rules in the data plane."})
+	m.flowPolicers = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_flow_rules_on_nic", Help: "Flow rules the NIC polices before the host (the emulated card's policers)."})
 	m.knownGood = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_known_good_sources", Help: "Sources on the data plane's known-good list."})
 	m.loopDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tierwall_interval_duration_seconds",
 		Help:    "Time one interval of the control loop took (snapshot to save); near the interval itself, the loop falls behind.",
@@ -92,7 +94,7 @@ func newMetrics(d *Daemon) *Metrics {
 		m.refused.WithLabelValues(r)
 	}
 	m.Registry.MustRegister(m.detections, m.bans, m.unbans, m.refused, m.mergeFallback, m.placementUpdates, m.detectToDrop, m.hwLatency,
-		m.victimsAttacked, m.attacksOn, m.entropyLearned, m.mitigations, m.flowRules, m.knownGood, m.loopDuration, m.stageDuration, m.lastInterval, build,
+		m.victimsAttacked, m.attacksOn, m.entropyLearned, m.mitigations, m.flowRules, m.flowPolicers, m.knownGood, m.loopDuration, m.stageDuration, m.lastInterval, build,
 		&bpfCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.heavy = newHeavyMetrics(m.Registry)
 	m.bgp = newBGPMetrics(m.Registry, d)

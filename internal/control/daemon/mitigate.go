@@ -45,7 +45,8 @@ type FlowPlane interface {
 // loop too. What it reads of the rest of the daemon comes through the
 // functions wired by newFlowStage.
 type flowStage struct {
-	fp      FlowPlane // nil: no flow rules in this data plane
+	fp      FlowPlane    // nil: no flow rules in this data plane
+	nic     *nicPolicing // nil: the card polices nothing (police.go)
 	victims *detect.Victims
 	set     *mitigate.Set
 	pushed  []rule.FlowRule // what the data plane holds, in order
@@ -81,6 +82,7 @@ func (d *Daemon) newFlowStage() flowStage {
 		event:           d.event,
 		metrics:         d.Metrics,
 		dp:              d.dp,
+		nic:             newNICPolicing(d.hw),
 		log:             d.log,
 		publish:         d.publishFlows,
 		verifyHandshake: d.verifyHandshake,
@@ -207,6 +209,7 @@ func (f *flowStage) mitigate(now time.Time) {
 	f.syncKnownGood(now)
 	f.pushFlowRules(now)
 	f.syncSynproxyGood(now)
+	f.police(now)
 }
 
 func withdrawAfter(c *config.Config) int {
@@ -412,6 +415,22 @@ func (f *flowStage) readFlowCounters(now time.Time) error {
 	cs := make([]mitigate.Counters, len(f.pushed))
 	for i, r := range f.pushed {
 		cs[i] = byRule[r]
+	}
+	if f.nic != nil {
+		good := make([]uint64, len(cs))
+		for i := range cs {
+			good[i] = cs[i].PassedKnownGood
+		}
+		if err := f.nic.read(f.pushed, good); err != nil {
+			f.event(now, "error", netip.Prefix{}, "%v", err)
+		}
+		// What the card dropped for a rule, the rule matched and
+		// dropped: the ladder measures the flood, not what is left of
+		// it after the card.
+		for i, r := range f.pushed {
+			cs[i].Packets += f.nic.acc[r]
+			cs[i].Dropped += f.nic.acc[r]
+		}
 	}
 	dt := f.cfg().Interval
 	if !f.lastRead.IsZero() && now.After(f.lastRead) {

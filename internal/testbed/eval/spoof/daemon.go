@@ -20,6 +20,7 @@ import (
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 	"github.com/tierwall/tierwall/internal/testbed/lab"
 	"github.com/tierwall/tierwall/internal/testbed/trafgen"
+	"github.com/tierwall/tierwall/internal/tier/nicstage"
 )
 
 // firstEntropy sends on out the time of the entropy detector's first
@@ -90,6 +91,11 @@ func daemonConfig(p Params, dir string) *config.Config {
 	c := harness.DaemonConfig(lab.IfHost, dir)
 	c.Interval = p.Interval
 	c.Capacity = config.Capacity{Exact4: 65536, Exact6: 4096, Prefix: 4096, Allow: 256, Features: 262144, MemoryMiB: 1024}
+	if p.Card {
+		c.Hardware.Backend = "emulated"
+		c.Hardware.Capacity = nicstage.DefaultCapacity
+		c.Hardware.Emulated = config.EmulatedNIC{Netns: lab.NSNic, Wire: lab.IfWire, Host: lab.IfHPort}
+	}
 	return c
 }
 
@@ -117,6 +123,19 @@ func startSpoofDaemon(p Params, dir string) (*harness.Daemon, error) {
 	return dmn, nil
 }
 
+// nicDrops is what the card dropped (its table's and its policers'
+// drops), 0 without a card or when unreadable.
+func nicDrops(n *nicstage.Stage) uint64 {
+	if n == nil {
+		return 0
+	}
+	st, err := n.Stats()
+	if err != nil {
+		return 0
+	}
+	return st["hit_drop"].Packets
+}
+
 // xdpSample is the host's XDP counts (xdpCounts) at one moment.
 type xdpSample struct {
 	at                   time.Time
@@ -127,6 +146,7 @@ type xdpSample struct {
 // it first saw a flow rule in XDP.
 type xdpSampler struct {
 	host    *datapath.Datapath
+	nic     *nicstage.Stage // with the card: its drops count as the defence's
 	mu      sync.Mutex
 	samples []xdpSample
 	ruleAt  time.Time
@@ -137,6 +157,10 @@ func (x *xdpSampler) run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		d, tot, pass := xdpCounts(x.host)
+		if d != 0 || tot != 0 {
+			cd := nicDrops(x.nic)
+			d, tot = d+cd, tot+cd
+		}
 		x.mu.Lock()
 		x.samples = append(x.samples, xdpSample{time.Now(), d, tot, pass})
 		if x.ruleAt.IsZero() {

@@ -55,17 +55,23 @@ func startBackground() (stop func(), err error) {
 	return stop, nil
 }
 
-// attachWireNIC attaches the lab's NIC stage in wire mode: everything
-// goes through to the host's XDP. With syn, also the card's transmit
-// side (egress, nil without). close detaches both.
-func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err error) {
+// attachNIC attaches the lab's NIC stage: in wire mode, everything goes
+// through to the host's XDP; with card, in hybrid mode, where the daemon
+// places source bans and flow policers (the stage is returned for its
+// counters; nil in wire mode). With syn, also the card's transmit side
+// (egress, nil without). detach detaches both.
+func attachNIC(syn, card bool) (stage *nicstage.Stage, egress *nicstage.Egress, detach func() error, err error) {
+	mode := nicstage.Wire
+	if card {
+		mode = nicstage.Hybrid
+	}
 	var nic *nicstage.Table
 	if err := evalkit.InNS(lab.NSNic, -1, func() error {
 		var e error
-		nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: nicstage.Wire})
+		nic, e = nicstage.AttachTable(lab.IfWire, lab.IfHPort, nicstage.Options{Mode: mode})
 		return e
 	}); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	detach = func() error {
 		if egress != nil {
@@ -80,7 +86,7 @@ func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err 
 		}
 	}()
 	if err := evalkit.PinNIC(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if syn {
 		// The card's transmit side: the cookie SYN-ACKs XDP sends back
@@ -96,15 +102,18 @@ func attachWireNIC(syn bool) (egress *nicstage.Egress, detach func() error, err 
 			egress, e = nicstage.AttachEgress(ifc.Index, []netip.Prefix{lab.Net4, lab.Net6})
 			return e
 		}); err != nil {
-			return nil, nil, fmt.Errorf("the NIC's transmit side: %w", err)
+			return nil, nil, nil, fmt.Errorf("the NIC's transmit side: %w", err)
 		}
 		// The card's transmit side is the card's work: on CPU 0, not
 		// on the host CPU whose XDP_TX woke it.
 		if err := evalkit.PinNAPIFirst(lab.NSNic, lab.IfHPort, evalkit.NICCPU); err != nil {
-			return nil, nil, fmt.Errorf("the NIC's transmit side: %w", err)
+			return nil, nil, nil, fmt.Errorf("the NIC's transmit side: %w", err)
 		}
 	}
-	return egress, detach, nil
+	if card {
+		stage = nic.Stage()
+	}
+	return stage, egress, detach, nil
 }
 
 // spoofFlooder runs a scenario's generators from the internet's side.
