@@ -86,9 +86,10 @@ eval: build
 eval-flows: build
 	$(BIN)/tierwall-lab eval-flows --out docs/eval
 
-# Twice: on the machine as it is (docs/EVALUATION-SPOOF.md), then with a
-# CPU-bound process on each CPU (docs/EVALUATION-SPOOF-LOAD.md). About 25
-# minutes.
+# Four times: on the machine as it is (docs/EVALUATION-SPOOF.md), then with
+# a CPU-bound process on each CPU (docs/EVALUATION-SPOOF-LOAD.md), both
+# again with the emulated card as the daemon's hardware tier (-CARD.md,
+# -LOAD-CARD.md). About 30 minutes.
 eval-spoof: build
 	$(BIN)/tierwall-lab eval-spoof --out docs/eval
 	$(BIN)/tierwall-lab eval-spoof --background --out docs/eval

@@ -100,14 +100,18 @@ func newFlowRule() *cobra.Command {
 				return printJSON(rs)
 			}
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "RULE\tORIGIN\tMATCHED PPS\tDROPPED PPS\tPACKETS\tDROPPED\tKNOWN-GOOD\tEXPIRES\tREASON")
+			fmt.Fprintln(w, "RULE\tORIGIN\tMATCHED PPS\tDROPPED PPS\tPACKETS\tDROPPED\tKNOWN-GOOD\tON THE CARD\tEXPIRES\tREASON")
 			for _, r := range rs {
 				exp := "never"
 				if !r.Expires.IsZero() {
 					exp = time.Until(r.Expires).Round(time.Second).String()
 				}
-				fmt.Fprintf(w, "%s\t%s\t%.0f\t%.0f\t%d\t%d\t%d\t%s\t%s\n", r.FlowRule, r.Origin, r.MatchedPPS, r.DroppedPPS,
-					r.Counters.Packets, r.Counters.Dropped, r.Counters.PassedKnownGood, exp, oneLine(r.Reason))
+				card := "-"
+				if r.NIC != "" {
+					card = r.NIC
+				}
+				fmt.Fprintf(w, "%s\t%s\t%.0f\t%.0f\t%d\t%d\t%d\t%s\t%s\t%s\n", r.FlowRule, r.Origin, r.MatchedPPS, r.DroppedPPS,
+					r.Counters.Packets, r.Counters.Dropped, r.Counters.PassedKnownGood, card, exp, oneLine(r.Reason))
 			}
 			return w.Flush()
 		}}

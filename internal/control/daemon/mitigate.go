@@ -531,7 +531,10 @@ func (d *Daemon) publishFlows() {
 // FlowRules returns the flow rules in force, in the data plane's order,
 // with their counters as of the last interval.
 func (d *Daemon) FlowRules(ctx context.Context) (out []mitigate.Rule, err error) {
-	derr := d.Do(ctx, func() { out = d.flow.set.Rules() })
+	derr := d.Do(ctx, func() {
+		out = d.flow.set.Rules()
+		d.flow.nic.annotate(out)
+	})
 	return out, derr
 }
 

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/tier"
 )
@@ -164,6 +165,22 @@ func (f *flowStage) police(now time.Time) {
 	}
 	n.pushed, n.of = want, of
 	f.metrics.flowPolicers.Set(float64(len(want)))
+}
+
+// annotate names each rule's policer on the card, and what the card
+// dropped for it, in rs (the API's copy of the set).
+func (n *nicPolicing) annotate(rs []mitigate.Rule) {
+	if n == nil {
+		return
+	}
+	for i := range rs {
+		rs[i].NICDropped = n.acc[rs[i].FlowRule]
+		for p, r := range n.of {
+			if r == rs[i].FlowRule {
+				rs[i].NIC = p.String()
+			}
+		}
+	}
 }
 
 // unpolice empties the card's policers: the daemon stops.

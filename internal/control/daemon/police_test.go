@@ -173,6 +173,9 @@ func TestDaemonFlowRuleGoesToTheCardWhileNoClientUsesIt(t *testing.T) {
 	if err != nil || len(rs) == 0 || rs[0].DroppedPPS < 50000 {
 		t.Fatalf("the rule's dropped rate with the card's drops: %+v, %v", rs, err)
 	}
+	if rs[0].NIC != p.String() || rs[0].NICDropped == 0 || rs[0].NICDropped > rs[0].Counters.Dropped {
+		t.Errorf("the API's view: on the card %q (want %q), card drops %d of %d", rs[0].NIC, p, rs[0].NICDropped, rs[0].Counters.Dropped)
+	}
 
 	// A verified client sends on the shape: XDP sees it pass with the
 	// bypass, and the rule leaves the card.

@@ -59,6 +59,11 @@ type Rule struct {
 	// ladder rule whose attack nobody tracks any more (a restart) goes on
 	// it.
 	Quiet int `json:"quiet,omitempty"`
+	// NIC is the policer that stands for the rule on the card, when the
+	// card holds one (the daemon's view, never kept on disk), and
+	// NICDropped what the card dropped for the rule, all in Counters too.
+	NIC        string `json:"nic,omitempty"`
+	NICDropped uint64 `json:"nic_dropped,omitempty"`
 }
 
 // Counters are one rule's totals.

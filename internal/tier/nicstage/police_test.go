@@ -5,10 +5,16 @@ package nicstage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/tierwall/tierwall/internal/bpffs"
+	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/rule"
 	"github.com/tierwall/tierwall/internal/testutil"
@@ -144,5 +150,100 @@ func TestPolicers(t *testing.T) {
 	}
 	if cs, err := tbl.PolicerCounters(context.Background()); err != nil || len(cs) != 0 {
 		t.Errorf("no policers: %v, %v", cs, err)
+	}
+}
+
+// Policers are pinned with the stage: the daemon's Open sets them, a
+// re-attach keeps them. A stage pinned by a tierwall without policers
+// gets empty ones when it is re-adopted, and keeps its table.
+func TestPolicersPinnedAndAdopted(t *testing.T) {
+	testutil.RequireRoot(t)
+	ns := fmt.Sprintf("twnp-%d", os.Getpid())
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	ip("netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	ip("-n", ns, "link", "add", "twnpw0", "type", "veth", "peer", "name", "twnpw1")
+	ip("-n", ns, "link", "add", "twnph0", "type", "veth", "peer", "name", "twnph1")
+	for _, l := range []string{"twnpw0", "twnpw1", "twnph0", "twnph1"} {
+		ip("-n", ns, "link", "set", l, "up")
+	}
+	root := t.TempDir()
+	if err := exec.Command("mount", "-t", "bpf", "bpf", root).Run(); err != nil {
+		t.Fatalf("mounting a bpffs at %s: %v", root, err)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", root).Run() })
+	drop := mustRule(t, "dst 192.0.2.1/32 proto udp dport 9 drop")
+	src := tier.Rule{Match: tier.SourceMatch(netip.MustParseAddr("203.0.113.9")), Action: tier.Drop}
+	err := netnsx.Do(ns, -1, func() error {
+		n, err := Attach("twnpw0", "twnph0", Options{Capacity: 8, PinRoot: root})
+		if err != nil {
+			return err
+		}
+		n.Close()
+		o, err := Open("twnpw0", root)
+		if err != nil {
+			return err
+		}
+		if err := o.SetPolicers([]rule.FlowRule{drop}); err != nil {
+			return err
+		}
+		if _, err := o.Insert(src); err != nil {
+			return err
+		}
+		o.Close()
+		n, err = Attach("twnpw0", "twnph0", Options{PinRoot: root})
+		if err != nil {
+			return err
+		}
+		cs, err := n.PolicerCounters()
+		n.Close()
+		if err != nil || len(cs) != 1 || cs[0].Rule != drop {
+			return fmt.Errorf("after re-attach: policers %v, %v; want %s", cs, err, drop)
+		}
+
+		// As a tierwall without policers left it: their pins gone.
+		dir := bpffs.NICDir(root, "twnpw0")
+		for _, name := range polPinned {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+		}
+		if o, err := Open("twnpw0", root); err != nil {
+			return err
+		} else if err := o.SetPolicers(nil); !errors.Is(err, tier.ErrUnsupported) {
+			o.Close()
+			return fmt.Errorf("Open of a stage without policers: SetPolicers %v, want ErrUnsupported", err)
+		} else {
+			o.Close()
+		}
+		n, err = Attach("twnpw0", "twnph0", Options{PinRoot: root})
+		if err != nil {
+			return fmt.Errorf("re-adopting a stage pinned without policers: %w", err)
+		}
+		rules, err := n.Rules()
+		n.Close()
+		if err != nil || len(rules) != 1 {
+			return fmt.Errorf("the table after re-adoption: %v, %v; want the source rule", rules, err)
+		}
+		o, err = Open("twnpw0", root)
+		if err != nil {
+			return err
+		}
+		defer o.Close()
+		if cs, err := o.PolicerCounters(); err != nil || len(cs) != 0 {
+			return fmt.Errorf("fresh policers: %v, %v; want none", cs, err)
+		}
+		if err := o.SetPolicers([]rule.FlowRule{drop}); err != nil {
+			return fmt.Errorf("policers on the re-adopted stage: %w", err)
+		}
+		return Detach("twnpw0", root)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
