@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/datapath"
+	"github.com/tierwall/tierwall/internal/testbed/fastnetmon"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 )
 
@@ -73,7 +74,7 @@ func benchDetectDrop(b *bytes.Buffer, tierwall string, xdpRuns, slowRuns int) {
 	paths = append(paths, ddPath{name: "tierwall, daemon only (rate detector, 1 s interval)", lat: lat, err: err,
 		clock: "first send → the ban rule's first hit (its `last_hit`, coarse clock)", action: "drops (an XDP ban)"})
 
-	version, verr := ensureFastNetMon()
+	version, verr := fastnetmon.Ensure(os.Stderr)
 	for _, avg := range fnmAverages {
 		p := ddPath{name: fmt.Sprintf("FastNetMon CE %s, `average_calculation_time = %d`", version, avg),
 			clock: "first send → the notify script's `date +%s.%N`", action: "flags the victim; drops nothing itself"}

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
+	"github.com/tierwall/tierwall/internal/testbed/fastnetmon"
 )
 
 // Network mode's evaluation (issue 36): tierwall's collector and detector
@@ -548,16 +549,9 @@ type twAttack struct {
 	Reported    time.Time      `json:"-"`
 }
 
-// fnmBan is a ban FastNetMon's notify script recorded.
-type fnmBan struct {
-	At  time.Time
-	IP  netip.Addr
-	PPS string
-}
-
 // judgeCell finds each tool's first detection of the cell's victim after
 // its start.
-func judgeCell(c *Cell, tw []twAttack, fnm []fnmBan) {
+func judgeCell(c *Cell, tw []twAttack, fnm []fastnetmon.Ban) {
 	start := c.Start
 	c.Tierwall, c.FastNetMon = -1, -1
 	if start.IsZero() {
@@ -599,7 +593,7 @@ func judgeCell(c *Cell, tw []twAttack, fnm []fnmBan) {
 }
 
 // falsePositives are the benign destinations either tool named.
-func falsePositives(tw []twAttack, fnm []fnmBan) (a, b []string) {
+func falsePositives(tw []twAttack, fnm []fastnetmon.Ban) (a, b []string) {
 	for _, x := range tw {
 		for _, p := range x.Dst {
 			if netBenign.Overlaps(p) || !netProtected.Overlaps(p) {

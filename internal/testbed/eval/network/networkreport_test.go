@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tierwall/tierwall/internal/testbed/fastnetmon"
 )
 
 // A run in which tierwall meets every target, FastNetMon beside it.
@@ -148,23 +150,6 @@ func TestNetworkReportWritesBothTools(t *testing.T) {
 	}
 }
 
-// The notify script's log: bans only, whatever else FastNetMon passes.
-func TestParseNotify(t *testing.T) {
-	got := ParseNotify("1764340000.123456789 198.18.0.10 incoming 62074 ban\n" +
-		"1764340001.5 198.18.0.10 incoming 62074 attack_details\n" +
-		"garbage\n1764340002.000000001 not-an-ip incoming 1 ban\n" +
-		"1764340003.25 198.18.0.11 incoming 158662 ban\n")
-	if len(got) != 2 {
-		t.Fatalf("%d bans, want 2: %+v", len(got), got)
-	}
-	if got[0].IP != netip.MustParseAddr("198.18.0.10") || got[0].At != time.Unix(1764340000, 123456789) || got[0].PPS != "62074" {
-		t.Errorf("first ban %+v", got[0])
-	}
-	if got[1].At != time.Unix(1764340003, 250000000) {
-		t.Errorf("second ban at %v, want .25 s", got[1].At)
-	}
-}
-
 // A detection before the flood's start, or of another victim, is not
 // the cell's; the earliest after it is.
 func TestJudgeCell(t *testing.T) {
@@ -176,7 +161,7 @@ func TestJudgeCell(t *testing.T) {
 		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.0/24")}, Carpet: true, Kinds: []string{"all"}, PPS: 60000, Reported: start.Add(300 * time.Millisecond)},
 		{Dst: []netip.Prefix{netip.MustParsePrefix("198.18.2.7/32")}, Kinds: []string{"all"}, Reported: start.Add(200 * time.Millisecond)},
 	}
-	fnm := []fnmBan{{At: start.Add(2 * time.Second), IP: netip.MustParseAddr("198.18.2.9"), PPS: "51000"}}
+	fnm := []fastnetmon.Ban{{At: start.Add(2 * time.Second), IP: netip.MustParseAddr("198.18.2.9"), PPS: "51000"}}
 	judgeCell(&c, tw, fnm)
 	if got := dist([]float64{0.3, -1, 0.1, 0.2}); got != "0.20 (0.10–0.30), never in 1 of 4" {
 		t.Errorf("dist: %q", got)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
+	"github.com/tierwall/tierwall/internal/testbed/fastnetmon"
 	"github.com/tierwall/tierwall/internal/testbed/harness"
 )
 
@@ -128,92 +129,19 @@ func (t *tierwallProc) stats() (NetcollectStats, error) {
 
 type fnmProc struct {
 	*evalkit.Proc
-	notify string
-}
-
-// fastnetmonConf is FastNetMon's configuration for the run: its sFlow
-// and NetFlow collectors on the addresses given, the per-host pps
-// threshold, its shortest averaging (1 s) and checks every second, the
-// notify script recording when it fires; nothing else on.
-func fastnetmonConf(dir string, sflow, nf netip.AddrPort, threshold float64) string {
-	return fmt.Sprintf(`logging_level = info
-logging_local_syslog_logging = off
-logging_remote_syslog_logging = off
-disable_usage_report = on
-enable_ban = on
-enable_ban_ipv6 = off
-process_incoming_traffic = on
-process_outgoing_traffic = off
-ban_details_records_count = 20
-ban_time = 1900
-unban_only_if_attack_finished = on
-networks_list_path = %[1]s/networks_list
-white_list_path = %[1]s/networks_whitelist
-check_period = 1
-enable_connection_tracking = off
-ban_for_pps = on
-ban_for_bandwidth = off
-ban_for_flows = off
-threshold_pps = %[6]d
-threshold_mbps = 1000000
-threshold_flows = 100000000
-mirror_afpacket = off
-mirror_afxdp = off
-mirror_netmap = off
-pcap = off
-sflow = on
-sflow_host = %[2]s
-sflow_port = %[3]d
-netflow = on
-netflow_host = %[4]s
-netflow_port = %[5]d
-netflow_sampling_ratio = 1
-average_calculation_time = 1
-speed_calculation_delay = 1
-notify_script_path = %[1]s/notify.sh
-collect_attack_pcap_dumps = off
-redis_enabled = off
-mongodb_enabled = off
-exabgp = off
-gobgp = off
-influxdb = off
-graphite = off
-monitor_local_ip_addresses = off
-monitor_openvz_vps_ip_addresses = off
-pid_path = %[1]s/fastnetmon.pid
-cli_stats_file_path = %[1]s/fastnetmon.dat
-cli_stats_ipv6_file_path = %[1]s/fastnetmon_ipv6.dat
-enable_api = off
-kafka_traffic_export = off
-prometheus = off
-`, dir, sflow.Addr(), sflow.Port(), nf.Addr(), nf.Port(), int(threshold))
+	cfg fastnetmon.Config
 }
 
 func startFastNetMon(ctx context.Context, p Params, dir string, sflow, nf netip.AddrPort) (*fnmProc, error) {
-	fdir := filepath.Join(dir, "fastnetmon")
-	if err := os.MkdirAll(fdir, 0o755); err != nil {
-		return nil, fmt.Errorf("making FastNetMon's directory: %w", err)
+	// Its sFlow and NetFlow collectors on the addresses given, the
+	// per-host pps threshold, its shortest averaging (1 s) and checks
+	// every second, the notify script recording when it fires.
+	cfg := fastnetmon.Config{Dir: filepath.Join(dir, "fastnetmon"), Networks: []netip.Prefix{netProtected},
+		ThresholdPPS: int(p.Threshold), Average: 1, SFlow: sflow, NetFlow: nf}
+	if err := cfg.Write(); err != nil {
+		return nil, err
 	}
-	notify := filepath.Join(fdir, "notify.log")
-	files := map[string]string{
-		"networks_list":      netProtected.String() + "\n",
-		"networks_whitelist": "",
-		"fastnetmon.conf":    fastnetmonConf(fdir, sflow, nf, p.Threshold),
-		// FastNetMon CE calls it with IP, direction, pps and action, the
-		// attack's details on standard input.
-		"notify.sh": "#!/bin/sh\necho \"$(date +%s.%N) $*\" >> " + notify + "\ncat >/dev/null\n",
-	}
-	for n, s := range files {
-		mode := os.FileMode(0o644)
-		if strings.HasSuffix(n, ".sh") {
-			mode = 0o755
-		}
-		if err := os.WriteFile(filepath.Join(fdir, n), []byte(s), mode); err != nil {
-			return nil, fmt.Errorf("writing FastNetMon's %s: %w", n, err)
-		}
-	}
-	pr, err := evalkit.Start(ctx, p.FastNetMon, []string{"--configuration_file", filepath.Join(fdir, "fastnetmon.conf"),
-		"--log_file", filepath.Join(fdir, "fastnetmon.log"), "--disable_pid_logic"}, p.Log)
+	pr, err := evalkit.Start(ctx, p.FastNetMon, cfg.Args(filepath.Join(cfg.Dir, "fastnetmon.log")), p.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -225,42 +153,11 @@ func startFastNetMon(ctx context.Context, p Params, dir string, sflow, nf netip.
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return &fnmProc{Proc: pr, notify: notify}, nil
+	return &fnmProc{Proc: pr, cfg: cfg}, nil
 }
 
-// bans parses the notify script's log: "SECONDS.NANOS IP DIRECTION PPS
-// ACTION".
-func (f *fnmProc) bans() []fnmBan {
-	raw, err := os.ReadFile(f.notify)
-	if err != nil {
-		return nil
-	}
-	return ParseNotify(string(raw))
-}
-
-// ParseNotify reads the notify script's log; lines that are not a ban
-// are skipped.
-func ParseNotify(s string) []fnmBan {
-	var out []fnmBan
-	for _, l := range strings.Split(s, "\n") {
-		f := strings.Fields(l)
-		if len(f) < 5 || f[4] != "ban" {
-			continue
-		}
-		ip, err := netip.ParseAddr(f[1])
-		if err != nil {
-			continue
-		}
-		sec, nsec, _ := strings.Cut(f[0], ".")
-		si, err1 := strconv.ParseInt(sec, 10, 64)
-		ni, err2 := strconv.ParseInt((nsec + "000000000")[:9], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = append(out, fnmBan{At: time.Unix(si, ni), IP: ip, PPS: f[3]})
-	}
-	return out
-}
+// bans are the bans its notify script recorded.
+func (f *fnmProc) bans() []fastnetmon.Ban { return f.cfg.Bans() }
 
 // rss reads a Vm* field of /proc/PID/status in KiB.
 func rss(pid int, field string) uint64 {
