@@ -138,18 +138,29 @@ func decodeFlowRule(e *filterTwFrule) rule.FlowRule {
 
 // fruleBanks returns the bank the data plane reads and the spare.
 func (d *Datapath) fruleBanks() (active, spare *ebpf.Map, err error) {
-	var id ebpf.MapID
-	if err := d.maps.TwFrules.Lookup(uint32(0), &id); err != nil {
-		return nil, nil, fmt.Errorf("reading active flow-rule bank: %w", err)
-	}
-	info, err := d.maps.TwFrulesA.Info()
+	active, spare, err = Banks(d.maps.TwFrules, d.maps.TwFrulesA, d.maps.TwFrulesB)
 	if err != nil {
-		return nil, nil, fmt.Errorf("inspecting flow-rule bank: %w", err)
+		return nil, nil, fmt.Errorf("flow-rule banks: %w", err)
+	}
+	return active, spare, nil
+}
+
+// Banks returns, of two banks a and b that the one-slot map-in-map
+// outer points at in turn, the one in force and the spare: the layout of
+// every rule set swapped whole (the flow rules here, the NIC's policers).
+func Banks(outer, a, b *ebpf.Map) (active, spare *ebpf.Map, err error) {
+	var id ebpf.MapID
+	if err := outer.Lookup(uint32(0), &id); err != nil {
+		return nil, nil, fmt.Errorf("reading the bank in force: %w", err)
+	}
+	info, err := a.Info()
+	if err != nil {
+		return nil, nil, fmt.Errorf("inspecting a bank: %w", err)
 	}
 	if idA, _ := info.ID(); idA == id {
-		return d.maps.TwFrulesA, d.maps.TwFrulesB, nil
+		return a, b, nil
 	}
-	return d.maps.TwFrulesB, d.maps.TwFrulesA, nil
+	return b, a, nil
 }
 
 // readBank returns a bank's rules, up to the first empty entry.

@@ -86,21 +86,9 @@ func (p *policingTable) deliver(fdp *flowDP, src, dst netip.Addr, proto uint8, p
 // the shape brings the rule back to XDP; the card is empty once the flood
 // is over.
 func TestDaemonFlowRuleGoesToTheCardWhileNoClientUsesIt(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Detectors.Rate.Enabled = false
-	cfg.Detectors.Victim.Enabled = true
-	cfg.Detectors.Victim.WithdrawAfter = 3
-	cfg.Hardware.Capacity = 8
-	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}, rate: -1}
-	hw := &policingTable{Table: tiertest.New(cfg.Hardware.Capacity)}
-	h := &harness{dp: fdp.fakeDP, now: t0}
-	protect(cfg, flowVictim)
-	d, err := newDaemon(cfg, "", quietLog(), fdp, hw, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.d = d
-	serve(d)
+	hw := &policingTable{Table: tiertest.New(8)}
+	h, fdp := newFlowHarnessHW(t, false, hw)
+	d := h.d
 
 	victim := flowVictim
 	var clients []netip.Addr

@@ -11,6 +11,7 @@ import (
 	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
+	"github.com/tierwall/tierwall/internal/tier"
 )
 
 // flowDP is the fake data plane with flow rules and a known-good list,
@@ -123,15 +124,23 @@ func serve(d *Daemon) {
 }
 
 func newFlowHarness(t *testing.T, monitorOnly bool) (*harness, *flowDP) {
+	return newFlowHarnessHW(t, monitorOnly, nil)
+}
+
+// newFlowHarnessHW is newFlowHarness with a hardware tier (nil: none).
+func newFlowHarnessHW(t *testing.T, monitorOnly bool, hw tier.Table) (*harness, *flowDP) {
 	cfg := testConfig(t)
 	cfg.Detectors.Rate.Enabled = false
 	cfg.Detectors.Victim.Enabled = true
 	cfg.Detectors.Victim.WithdrawAfter = 3
 	cfg.Rails.MonitorOnly = monitorOnly
+	if hw != nil {
+		cfg.Hardware.Capacity = hw.Caps().Capacity
+	}
 	fdp := &flowDP{fakeDP: newFakeDP(t0), good: map[netip.Addr]bool{}, rate: -1}
 	h := &harness{dp: fdp.fakeDP, now: t0}
 	protect(cfg, flowVictim)
-	d, err := newDaemon(cfg, "", quietLog(), fdp, nil, t0)
+	d, err := newDaemon(cfg, "", quietLog(), fdp, hw, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

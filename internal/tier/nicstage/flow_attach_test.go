@@ -19,20 +19,7 @@ import (
 // at Close.
 func TestFlowAttach(t *testing.T) {
 	testutil.RequireRoot(t)
-	ns := fmt.Sprintf("twnf-%d", os.Getpid())
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	for _, p := range []string{"w", "h", "t"} {
-		ip("-n", ns, "link", "add", "twnf"+p+"0", "type", "veth", "peer", "name", "twnf"+p+"1")
-		ip("-n", ns, "link", "set", "twnf"+p+"0", "up")
-		ip("-n", ns, "link", "set", "twnf"+p+"1", "up")
-	}
+	ns := vethNetns(t, "twnf", "w", "h", "t")
 	err := netnsx.Do(ns, -1, func() error {
 		ft, err := AttachFlow("twnfw0", "twnfh0", "twnft0", FlowOptions{Capacity: 16, Inline: true})
 		if err != nil {
@@ -74,4 +61,26 @@ func TestFlowAttach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// vethNetns makes a namespace of its own, prefix-PID, removed at the
+// test's end, holding a veth pair prefix+p+"0"/prefix+p+"1" for each of
+// pairs, all up; it returns the namespace's name.
+func vethNetns(t *testing.T, prefix string, pairs ...string) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s-%d", prefix, os.Getpid())
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	ip("netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	for _, p := range pairs {
+		ip("-n", ns, "link", "add", prefix+p+"0", "type", "veth", "peer", "name", prefix+p+"1")
+		ip("-n", ns, "link", "set", prefix+p+"0", "up")
+		ip("-n", ns, "link", "set", prefix+p+"1", "up")
+	}
+	return ns
 }

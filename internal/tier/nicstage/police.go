@@ -88,18 +88,11 @@ func (n *Stage) PolicerCapacity() int { return polMax }
 
 // polBanks returns the bank the stage reads and the spare.
 func (n *Stage) polBanks() (active, spare *ebpf.Map, err error) {
-	var id ebpf.MapID
-	if err := n.objs.TwNicPol.Lookup(uint32(0), &id); err != nil {
-		return nil, nil, fmt.Errorf("reading the policers' bank: %w", err)
-	}
-	info, err := n.objs.TwNicPolA.Info()
+	active, spare, err = datapath.Banks(n.objs.TwNicPol, n.objs.TwNicPolA, n.objs.TwNicPolB)
 	if err != nil {
-		return nil, nil, fmt.Errorf("inspecting the policers' bank: %w", err)
+		return nil, nil, fmt.Errorf("the policers' banks: %w", err)
 	}
-	if idA, _ := info.ID(); idA == id {
-		return n.objs.TwNicPolA, n.objs.TwNicPolB, nil
-	}
-	return n.objs.TwNicPolB, n.objs.TwNicPolA, nil
+	return active, spare, nil
 }
 
 // readPolicers returns a bank's policers, up to the first empty entry,

@@ -158,22 +158,9 @@ func TestPolicers(t *testing.T) {
 // gets empty ones when it is re-adopted, and keeps its table.
 func TestPolicersPinnedAndAdopted(t *testing.T) {
 	testutil.RequireRoot(t)
-	ns := fmt.Sprintf("twnp-%d", os.Getpid())
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	ip("-n", ns, "link", "add", "twnpw0", "type", "veth", "peer", "name", "twnpw1")
-	ip("-n", ns, "link", "add", "twnph0", "type", "veth", "peer", "name", "twnph1")
-	for _, l := range []string{"twnpw0", "twnpw1", "twnph0", "twnph1"} {
-		ip("-n", ns, "link", "set", l, "up")
-	}
+	ns := vethNetns(t, "twnp", "w", "h")
 	root := t.TempDir()
-	if err := exec.Command("mount", "-t", "bpf", "bpf", root).Run(); err != nil {
+	if err := exec.Command("mount", "-t", "bpf", "bpf", root).Run(); err != nil { // a bpffs of the test's own
 		t.Fatalf("mounting a bpffs at %s: %v", root, err)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", root).Run() })
