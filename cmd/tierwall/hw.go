@@ -173,19 +173,32 @@ func newNIC() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			pol, err := n.PolicerCounters()
+			if err != nil {
+				return err
+			}
 			if g.json {
 				type rule struct {
 					Match   string        `json:"match"`
 					Action  string        `json:"action"`
 					Counter tier.Counters `json:"counters"`
 				}
+				type policer struct {
+					Rule    string        `json:"rule"`
+					Matched tier.Counters `json:"matched"`
+					Dropped uint64        `json:"dropped_packets"`
+				}
 				out := struct {
 					Capacity int                         `json:"capacity"`
 					Rules    []rule                      `json:"rules"`
+					Policers []policer                   `json:"policers"`
 					Verdicts map[string]datapath.Counter `json:"verdicts"`
-				}{Capacity: n.Capacity(), Rules: []rule{}, Verdicts: st}
+				}{Capacity: n.Capacity(), Rules: []rule{}, Policers: []policer{}, Verdicts: st}
 				for _, e := range es {
 					out.Rules = append(out.Rules, rule{e.Rule.Match.String(), e.Rule.Action.String(), e.Counters})
+				}
+				for _, p := range pol {
+					out.Policers = append(out.Policers, policer{p.Rule.String(), p.Matched, p.Dropped})
 				}
 				return printJSON(out)
 			}
@@ -196,6 +209,17 @@ func newNIC() *cobra.Command {
 				fmt.Fprintf(w, "%s\t%s\t%d\t%d\n", e.Rule.Match, e.Rule.Action, e.Counters.Packets, e.Counters.Bytes)
 			}
 			w.Flush()
+			// The flow rules the daemon put on the card
+			// (docs/ARCHITECTURE.md, "Flow policers").
+			fmt.Printf("\n%d of %d flow policers\n", len(pol), n.PolicerCapacity())
+			if len(pol) > 0 {
+				w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "POLICER\tMATCHED\tDROPPED")
+				for _, p := range pol {
+					fmt.Fprintf(w, "%s\t%d\t%d\n", p.Rule, p.Matched.Packets, p.Dropped)
+				}
+				w.Flush()
+			}
 			fmt.Println()
 			for _, v := range nicstage.Verdicts {
 				fmt.Printf("%-12s %d packets\n", v, st[v].Packets)
