@@ -52,3 +52,37 @@ func TestEvalSpoofSmoke(t *testing.T) {
 		t.Log(log.String())
 	}
 }
+
+// The same pipeline with the emulated card as the daemon's hardware tier
+// (make eval-spoof --card): the flood's flow rule, which no client's
+// traffic matches, goes to the card's policers and the card drops the
+// flood before the host's port; the clients are untouched.
+func TestEvalSpoofSmokeCard(t *testing.T) {
+	testutil.RequireRoot(t)
+	var log bytes.Buffer
+	rows, err := spoof.Run(context.Background(), spoof.Params{Tierwall: bin, Only: "udp-spoof-9", Card: true,
+		Baseline: 6 * time.Second, Attack: 4 * time.Second, Clients: 8, ClientRate: 50, ConnRate: 10, Rate: 100_000, Log: &log})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1\n%s", len(rows), log.String())
+	}
+	r := rows[0]
+	if r.DetectIntervals < 0 || r.DroppedFrom3 < 0.95 {
+		t.Errorf("detected after %.1f intervals, %.1f%% dropped from the 3rd", r.DetectIntervals, 100*r.DroppedFrom3)
+	}
+	var onCard uint64
+	for _, fr := range r.FlowRules {
+		onCard += fr.NICDropped
+	}
+	if onCard == 0 {
+		t.Errorf("the card dropped nothing for the flow rules %+v", r.FlowRules)
+	}
+	if len(r.ClientsBanned) != 0 || len(r.BeforeFlood) != 0 {
+		t.Errorf("clients banned %v, before the flood %v", r.ClientsBanned, r.BeforeFlood)
+	}
+	if t.Failed() {
+		t.Log(log.String())
+	}
+}
