@@ -1166,6 +1166,13 @@ func (d *Daemon) measure(now time.Time, ctrs []datapath.Reading) error {
 			return fmt.Errorf("reading hardware counters: %w", err)
 		}
 	}
+	// While the card polices flow rules it may drop a banned source's
+	// packets before XDP counts them on the ban (a policer matches the
+	// destination, whatever the source): a ban not in the card's table
+	// then keeps the rate it had, as placement keeps the rate of a ban a
+	// table without counters holds, or its quiet counters would lift it
+	// while its flood goes on.
+	blind := d.flow.nic.policing()
 	// Meters are the store's, parallel to ps: no map lookup per ban.
 	for i, r := range ctrs {
 		if !r.Found {
@@ -1174,6 +1181,9 @@ func (d *Daemon) measure(now time.Time, ctrs []datapath.Reading) error {
 		m := &ms[i]
 		prev, seen := m.Packets, m.Read
 		m.Packets, m.Read = r.Packets, true
+		if blind && d.tierOf(ps[i]) != "hw" {
+			continue
+		}
 		if hw != nil && ps[i].IsSingleIP() {
 			if rate, ok := hw[ps[i].Addr()]; ok {
 				if seen && !first {

@@ -167,6 +167,9 @@ func (f *flowStage) police(now time.Time) {
 	f.metrics.flowPolicers.Set(float64(len(want)))
 }
 
+// policing reports whether the card holds any policer.
+func (n *nicPolicing) policing() bool { return n != nil && len(n.pushed) > 0 }
+
 // annotate names each rule's policer on the card, and what the card
 // dropped for it, in rs (the API's copy of the set).
 func (n *nicPolicing) annotate(rs []mitigate.Rule) {

@@ -220,3 +220,72 @@ func TestPolicersKeepXDPOrder(t *testing.T) {
 		t.Error("overlap: an IPv6 ::/16 rule may meet IPv4 rules; two /32s apart never do")
 	}
 }
+
+// A ban that only XDP holds, while the card polices: the card may drop
+// the source's packets first (a policer matches the destination), so the
+// ban's quiet counters do not lift it; once the card polices nothing,
+// the ban is judged on its counters again and lifts when quiet.
+func TestBansHeldWhileTheCardPolices(t *testing.T) {
+	hw := &policingTable{Table: tiertest.New(1)}
+	h, fdp := newFlowHarnessHW(t, false, hw)
+	h.d.cfg.Detectors.Rate.Enabled = true
+	h.d.buildDetectors()
+	atk := []netip.Addr{netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("198.51.100.8")}
+	fdp.send(5000, atk...)
+	h.step(t)
+	for range 2 {
+		fdp.hit(pfx(atk[0]), 6000)
+		fdp.hit(pfx(atk[1]), 5000)
+		h.step(t)
+	}
+	var xdpOnly netip.Addr
+	for _, a := range atk {
+		if _, ok := h.d.store.Get(pfx(a)); !ok {
+			t.Fatalf("setup: %s not banned; events %v", a, h.d.events)
+		}
+		if !hw.Has(a) {
+			xdpOnly = a
+		}
+	}
+	if !xdpOnly.IsValid() {
+		t.Fatal("setup: both bans in a table of one")
+	}
+	fr := mustFlowRule(t, "dst 192.0.2.0/24 proto udp drop")
+	if _, err := h.d.AddFlowRule(t.Context(), fr, "test", 0, false); err != nil {
+		t.Fatal(err)
+	}
+	// The flood goes on in XDP until the card has the rule.
+	fdp.hit(pfx(atk[1]), 5000)
+	fdp.hit(pfx(atk[0]), 5000)
+	h.step(t)
+	if len(hw.pol) != 1 {
+		t.Fatalf("policers %v, want the operator's rule on the card", hw.pol)
+	}
+	for range 8 { // hold is 3 s: the card drops it all, XDP's counters stand still
+		h.step(t)
+	}
+	if _, ok := h.d.store.Get(pfx(xdpOnly)); !ok {
+		t.Fatalf("ban on %s lifted while the card polices and may hide its traffic; events %v", xdpOnly, h.d.events)
+	}
+	if err := h.d.DeleteFlowRule(t.Context(), fr); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		h.step(t)
+	}
+	if len(hw.pol) != 0 {
+		t.Fatalf("policers %v after the rule went", hw.pol)
+	}
+	if _, ok := h.d.store.Get(pfx(xdpOnly)); ok {
+		t.Fatalf("ban on %s still in force 8 quiet intervals after the card stopped policing", xdpOnly)
+	}
+}
+
+func mustFlowRule(t *testing.T, s string) rule.FlowRule {
+	t.Helper()
+	r, err := rule.ParseFlowRule(strings.Fields(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
