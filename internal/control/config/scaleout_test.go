@@ -4,6 +4,7 @@ package config
 
 import (
 	"errors"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/control/scaleout"
+	"github.com/tierwall/tierwall/internal/control/telemetry"
 )
 
 const collectorYAML = `role: network
@@ -125,9 +127,9 @@ func TestScaleoutRefused(t *testing.T) {
 		{detectorYAML, "  mode: enforce\n", "  mode: enforce\n  listen: [\"0.0.0.0:6343\"]\n", "telemetry.listen"},
 		{detectorYAML, "  mode: enforce\n", "  mode: enforce\n  exporters: [{address: 192.0.2.1}]\n", "telemetry.exporters"},
 		{detectorYAML, "  thresholds:\n    all: {pps: 100000}\n", "", "telemetry.thresholds"},
-		// Uplinks by interface need counter samples, which only the
-		// collectors hear; a capacity in bits/s is accepted.
-		{detectorYAML, "  mode: enforce\n", "  mode: enforce\n  groups:\n    customers:\n      uplinks: [{exporter: edge1, if_index: 3}]\n", "telemetry.groups.customers.uplinks"},
+		// A detector configures no exporter: it names an uplink's by
+		// address (TestScaleoutDetectorUplinksByAddress).
+		{detectorYAML, "  mode: enforce\n", "  mode: enforce\n  groups:\n    customers:\n      uplinks: [{exporter: edge1, if_index: 3}]\n", "telemetry.groups.customers.uplinks[0].exporter"},
 		// Role network: network mode is all it runs, on no data plane.
 		{detectorYAML, "role: network\n", "role: network\ninterface: eth0\n", "interface"},
 		{detectorYAML, "role: network\n", "role: network\nhardware: {backend: auto}\n", "hardware.backend"},
@@ -147,6 +149,24 @@ func TestScaleoutRefused(t *testing.T) {
 	_, err := ParseFile("tierwall.yaml", []byte("role: network\n"))
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "telemetry.enabled:") {
 		t.Errorf("role network alone: %v", err)
+	}
+}
+
+// A detector's uplinks name their exporters by address: the collectors
+// report those exporters' interfaces over the bus.
+func TestScaleoutDetectorUplinksByAddress(t *testing.T) {
+	y := strings.Replace(detectorYAML, "  mode: enforce\n", "  mode: enforce\n  groups:\n    customers:\n      uplinks: [{exporter: 192.0.2.1, if_index: 3}, {exporter: \"::ffff:192.0.2.2\", if_index: 4}]\n      communities: [\"64500:666\"]\n", 1)
+	c, err := ParseFile("tierwall.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := c.TelemetryConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []telemetry.Uplink{{Exporter: netip.MustParseAddr("192.0.2.1"), IfIndex: 3}, {Exporter: netip.MustParseAddr("192.0.2.2"), IfIndex: 4}}
+	if got := tc.Action.Policies["customers"].Uplinks; !slices.Equal(got, want) {
+		t.Fatalf("uplinks %v, want %v", got, want)
 	}
 }
 

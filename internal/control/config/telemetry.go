@@ -199,13 +199,7 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 			return out, bad(f+".uplink_bps", g.UplinkBPS, "is negative")
 		}
 		p.UplinkBPS = g.UplinkBPS
-		if role == ScaleoutDetector && len(g.Uplinks) > 0 {
-			// The collectors keep their routers' counter samples: a
-			// detector would never learn the uplinks' speed, and a group
-			// without a capacity is never blackholed.
-			return out, bad(f+".uplinks", fmt.Sprintf("%d uplinks", len(g.Uplinks)), "need the routers' sFlow counter samples, which a scaleout detector does not hear: give the group's capacity as uplink_bps")
-		}
-		if p.Uplinks, err = telemetryUplinks(f+".uplinks", g.Uplinks, out.Decoder.Exporters); err != nil {
+		if p.Uplinks, err = telemetryUplinks(f+".uplinks", g.Uplinks, out.Decoder.Exporters, role == ScaleoutDetector); err != nil {
 			return out, err
 		}
 		out.Detector.Policies[name] = p
@@ -246,21 +240,34 @@ type TelemetryUplink struct {
 	IfIndex  uint32 `yaml:"if_index"`
 }
 
-// telemetryUplinks resolves a group's uplinks against the exporters.
-func telemetryUplinks(field string, ups []TelemetryUplink, exs []telemetry.ExporterConfig) ([]telemetry.Uplink, error) {
+// telemetryUplinks resolves a group's uplinks against the exporters. A
+// scale-out detector (byAddress) configures no exporter: its collectors
+// hear them and report their interfaces over the bus, so it names each
+// by address.
+func telemetryUplinks(field string, ups []TelemetryUplink, exs []telemetry.ExporterConfig, byAddress bool) ([]telemetry.Uplink, error) {
 	var out []telemetry.Uplink
 	for i, u := range ups {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		j := slices.IndexFunc(exs, func(e telemetry.ExporterConfig) bool {
-			return e.Name != "" && e.Name == u.Exporter || e.Address.String() == u.Exporter
-		})
-		if j < 0 {
-			return nil, bad(f+".exporter", u.Exporter, "is not the name or address of a configured exporter (telemetry.exporters)")
+		var addr netip.Addr
+		if byAddress {
+			a, err := netip.ParseAddr(u.Exporter)
+			if err != nil {
+				return nil, bad(f+".exporter", u.Exporter, "is not an IP address: a scaleout detector names an uplink's exporter by address (the names are its collectors')")
+			}
+			addr = a
+		} else {
+			j := slices.IndexFunc(exs, func(e telemetry.ExporterConfig) bool {
+				return e.Name != "" && e.Name == u.Exporter || e.Address.String() == u.Exporter
+			})
+			if j < 0 {
+				return nil, bad(f+".exporter", u.Exporter, "is not the name or address of a configured exporter (telemetry.exporters)")
+			}
+			addr = exs[j].Address
 		}
 		if u.IfIndex == 0 {
 			return nil, bad(f+".if_index", u.IfIndex, "is not an ifIndex (they start at 1)")
 		}
-		up := telemetry.Uplink{Exporter: exs[j].Address.Unmap(), IfIndex: u.IfIndex}
+		up := telemetry.Uplink{Exporter: addr.Unmap(), IfIndex: u.IfIndex}
 		if slices.Contains(out, up) {
 			return nil, bad(f, fmt.Sprintf("%s ifIndex %d", u.Exporter, u.IfIndex), "is named twice")
 		}

@@ -65,7 +65,7 @@ func (d *Daemon) openScaleout(tc telemetry.Config, sc config.Scaleout) error {
 			nc.Close()
 			return err
 		}
-		d.Metrics.Registry.MustRegister(scaleout.NewJudgeMetrics(so.judge))
+		d.Metrics.Registry.MustRegister(scaleout.NewJudgeMetrics(so.judge), telemetry.CapacityMetrics{Caps: so.judge.Capacities})
 		owned := "all"
 		if sc.Detector.Owned != nil {
 			owned = fmt.Sprint(sc.Detector.Owned)

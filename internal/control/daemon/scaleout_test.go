@@ -18,7 +18,9 @@ import (
 
 	"github.com/tierwall/tierwall/internal/control/bgp"
 	"github.com/tierwall/tierwall/internal/control/config"
+	"github.com/tierwall/tierwall/internal/control/config/community"
 	"github.com/tierwall/tierwall/internal/control/scaleout/natstest"
+	"github.com/tierwall/tierwall/internal/control/telemetry"
 	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
 	"github.com/tierwall/tierwall/internal/errdefs"
 )
@@ -285,4 +287,119 @@ bgp:
 			waitAnnounced(t, det, fs, func(g []string) bool { return len(g) == 0 })
 		})
 	}
+}
+
+// A scale-out detector blackholes on its uplinks' capacity as network
+// mode in one process does: the collector hears the router's counter
+// samples and reports the interfaces over the bus, and the detector,
+// which hears no router, derives the group's capacity from its uplink's
+// ifSpeed (1 Gbit/s) and puts a 4.5 Gbit/s flood's victim in RTBH with
+// the group's community beside the FlowSpec rule. When the uplink goes
+// down, the group has no capacity and the RTBH goes.
+func TestScaleoutDetectorBlackholesOverItsUplinks(t *testing.T) {
+	url := natstest.Start(t)
+	networkOnly(t)
+	common := "    nats: " + url + "\n    partitions: 2\n    stream: UP\n    subject: t.up\n"
+	ccfg, _ := loadYAML(t, networkYAML(t, `  listen: ["127.0.0.1:0"]
+  exporters: [{address: 127.0.0.1}]
+  scaleout:
+    role: collector
+    name: col-a
+`+common))
+	col, err := New(ccfg, "", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := col.shutdown(); err != nil {
+			t.Error(err)
+		}
+	}()
+	dcfg, _ := loadYAML(t, networkYAML(t, `  mode: enforce
+  thresholds: {all: {pps: 50000}}
+  groups:
+    customers:
+      uplinks: [{exporter: 127.0.0.1, if_index: 3}]
+      communities: ["64500:666"]
+  scaleout:
+    role: detector
+    name: det-a
+`+common)+`
+bgp:
+  asn: 65001
+  router_id: 10.0.0.1
+  listen_port: -1
+  neighbors: [{address: 198.51.100.1, asn: 65001, send: [rtbh, flowspec]}]
+  announce: {next_hop4: 192.0.2.254}
+`)
+	fs := &fakeSpeaker{changed: make(chan struct{}, 1),
+		neighbors: []bgp.Neighbor{{Address: peerRR, ASN: 65001, State: "established", Since: time.Now().Add(-time.Hour)}}}
+	old := newSpeaker
+	newSpeaker = func(config.BGP, *slog.Logger) (Speaker, error) { return fs, nil }
+	t.Cleanup(func() { newSpeaker = old })
+	det, err := New(dcfg, "", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := det.shutdown(); err != nil {
+			t.Error(err)
+		}
+	}()
+	capacity := func() telemetry.GroupUplinks {
+		cs := det.Telemetry(5).Capacities
+		if len(cs) != 1 {
+			t.Fatalf("capacities %+v", cs)
+		}
+		return cs[0]
+	}
+	if c := capacity(); c.Source != "unknown" || c.CapacityBPS != 0 {
+		t.Fatalf("before any report: %+v", c)
+	}
+	counters := func(status uint32) []byte {
+		sf := tt.SFlow{Agent: netip.MustParseAddr("127.0.0.1")}
+		sf.Interface(tt.IfCounters{Index: 3, Speed: 1e9, Status: status}, nil)
+		return sf.Bytes()
+	}
+	lo := col.Telemetry(0).Listen[0]
+	sendTo(t, lo, counters(3))
+	waitFor(t, "the uplink's speed at the detector", func() bool { c := capacity(); return c.Source == "ifspeed" && c.CapacityBPS == 1e9 })
+
+	victim := netip.MustParseAddr("198.51.100.7")
+	want := []string{"flowspec dst 198.51.100.7/32 proto udp dport 80 sport 11211 length 1400-1400 drop", "rtbh 198.51.100.7/32"}
+	stop := make(chan struct{})
+	flooding := make(chan struct{})
+	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(lo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go func() {
+		// The flood goes on while the test watches.
+		defer close(flooding)
+		for {
+			_, _ = conn.Write(floodSFlow(victim))
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { close(stop); <-flooding }()
+	waitAnnounced(t, det, fs, func(g []string) bool { return slices.Equal(g, want) })
+	det.tele.merged.mu.Lock()
+	for _, r := range fs.announced {
+		if strings.HasPrefix(r.String(), "rtbh") && (len(r.Communities) == 0 || !slices.ContainsFunc(r.Communities, func(c community.Standard) bool { return c.String() == "64500:666" })) {
+			t.Errorf("RTBH without the group's community: %+v", r)
+		}
+	}
+	det.tele.merged.mu.Unlock()
+	if v, ok := value(scrape(t, det), "tierwall_telemetry_uplink_capacity_bps", "group", "customers"); !ok || v != 1e9 {
+		t.Errorf("detector's capacity metric: %v %v", v, ok)
+	}
+	// The uplink goes down: the group has no capacity (0, never
+	// blackholed), and the RTBH is withdrawn; the FlowSpec rule stays.
+	sendTo(t, lo, counters(1))
+	waitAnnounced(t, det, fs, func(g []string) bool { return slices.Equal(g, want[:1]) })
 }

@@ -40,6 +40,9 @@ type PublisherConfig struct {
 	// decoder must never wait for the bus (the kernel would drop the
 	// routers' datagrams instead, uncounted by us).
 	Queue int
+	// InterfaceEvery (5s) is how often a collector reports its
+	// exporters' interfaces to the detectors (uplinks.go).
+	InterfaceEvery time.Duration
 }
 
 func (c *PublisherConfig) defaults() {
@@ -58,6 +61,9 @@ func (c *PublisherConfig) defaults() {
 	}
 	if c.TickLen <= 0 {
 		c.TickLen = 100 * time.Millisecond
+	}
+	if c.InterfaceEvery <= 0 {
+		c.InterfaceEvery = 5 * time.Second
 	}
 }
 
@@ -244,6 +250,8 @@ type Collector struct {
 	col  *telemetry.Collector
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	ifSent, ifErrs atomic.Uint64
 }
 
 // StartCollector listens and publishes until Close.
@@ -262,8 +270,10 @@ func StartCollector(ctx context.Context, nc *nats.Conn, cfg CollectorConfig, log
 		_ = c.pub.Close(ctx)
 		return nil, fmt.Errorf("scaleout collector: %w", err)
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.flush()
+	pc := c.pub.cfg
+	go c.reportInterfaces(nc, pc.Name, InterfacesSubject(pc.Stream.Subject), pc.InterfaceEvery, c.pub.log)
 	return c, nil
 }
 

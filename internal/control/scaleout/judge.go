@@ -4,6 +4,7 @@ package scaleout
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -39,6 +40,8 @@ type Judge struct {
 	cfg  JudgeConfig
 	det  *telemetry.Detector
 	cons *Consumer
+	ifs  *UplinkTable
+	sub  *nats.Subscription
 	stop chan struct{}
 	wg   sync.WaitGroup
 
@@ -51,9 +54,32 @@ type Judge struct {
 
 // StartJudge consumes cfg.Consumer's partitions and judges until Close.
 func StartJudge(ctx context.Context, nc *nats.Conn, cfg JudgeConfig, log *slog.Logger) (*Judge, error) {
-	j := &Judge{cfg: cfg, det: telemetry.NewDetector(cfg.Telemetry.Detector), stop: make(chan struct{}), action: cfg.Telemetry.Action}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg.Consumer.Stream.defaults()
+	j := &Judge{cfg: cfg, det: telemetry.NewDetector(cfg.Telemetry.Detector), stop: make(chan struct{}), action: cfg.Telemetry.Action,
+		ifs: NewUplinkTable(cfg.Telemetry.Action)}
+	// The collectors' interface reports (uplinks.go); subscribed first,
+	// so that the uplinks are known as early as the aggregates come.
+	sub, err := nc.Subscribe(InterfacesSubject(cfg.Consumer.Stream.Subject), func(m *nats.Msg) {
+		if err := j.ifs.Handle(m.Data, time.Now()); err != nil && j.ifs.Stats().Malformed == 1 {
+			log.Warn("scaleout: interface report refused", "err", err)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to interface reports: %w", err)
+	}
+	// A few reports every few seconds: what queues past this is a
+	// flood, dropped by the client (and counted by the server).
+	if err := sub.SetPendingLimits(256, 16<<20); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribing to interface reports: %w", err)
+	}
+	j.sub = sub
 	cons, err := Consume(ctx, nc, cfg.Consumer, j.det, log)
 	if err != nil {
+		_ = sub.Unsubscribe()
 		return nil, err
 	}
 	j.cons = cons
@@ -137,7 +163,8 @@ func (j *Judge) Tick(now time.Time) (telemetry.Change, bool) {
 		}
 	}
 	j.mu.Lock()
-	plan := telemetry.Plan(cur, j.action)
+	act, _ := telemetry.Capacities(j.action, j.ifs, now)
+	plan := telemetry.Plan(cur, act)
 	changed := j.replan || !reflect.DeepEqual(samePlan(plan), samePlan(j.plan))
 	j.plan, j.replan = plan, false
 	j.mu.Unlock()
@@ -162,6 +189,7 @@ func samePlan(p []telemetry.Upstream) []telemetry.Upstream {
 // restart.
 func (j *Judge) SetConfig(tc telemetry.Config) {
 	j.det.SetConfig(tc.Detector)
+	j.ifs.SetUplinks(tc.Action)
 	j.mu.Lock()
 	j.action, j.replan = tc.Action, true
 	j.mu.Unlock()
@@ -175,6 +203,7 @@ func (j *Judge) Status(n int) telemetry.Status {
 	j.mu.Lock()
 	st.Mode = j.action.Mode
 	st.Plan = append([]telemetry.Upstream{}, j.plan...)
+	_, st.Capacities = telemetry.Capacities(j.action, j.ifs, time.Now())
 	j.mu.Unlock()
 	if st.Attacks == nil {
 		st.Attacks = []telemetry.Attack{}
@@ -191,6 +220,19 @@ func (j *Judge) Detector() *telemetry.Detector { return j.det }
 // Consumer is the judge's consuming side (its counters and collectors).
 func (j *Judge) Consumer() *Consumer { return j.cons }
 
+// Uplinks is the judge's view of its groups' uplinks (their reports'
+// counters, and the source of its capacities).
+func (j *Judge) Uplinks() *UplinkTable { return j.ifs }
+
+// Capacities are the host groups' uplink capacities as the judge plans
+// with them now.
+func (j *Judge) Capacities() []telemetry.GroupUplinks {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, caps := telemetry.Capacities(j.action, j.ifs, time.Now())
+	return caps
+}
+
 // Quiet are the collectors last found quiet.
 func (j *Judge) Quiet() []string {
 	j.mu.Lock()
@@ -203,4 +245,5 @@ func (j *Judge) Close() {
 	close(j.stop)
 	j.wg.Wait()
 	j.cons.Close()
+	_ = j.sub.Unsubscribe()
 }

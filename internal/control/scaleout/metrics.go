@@ -33,13 +33,16 @@ var (
 	mConsAggs   = prometheus.NewDesc("tierwall_scaleout_consumed_aggregates_total", "Aggregates merged into the detector.", nil, nil)
 	mRefused    = prometheus.NewDesc("tierwall_scaleout_refused_total", "Messages or aggregates the detector refused, by reason.", []string{"reason"}, nil)
 	mCollectors = prometheus.NewDesc("tierwall_scaleout_collectors", "Collectors the detector heard from.", nil, nil)
+	mIfPub      = prometheus.NewDesc("tierwall_scaleout_published_interface_reports_total", "Interface reports (the exporters' sFlow counter samples) the collector published, by result.", []string{"result"}, nil)
+	mIfReports  = prometheus.NewDesc("tierwall_scaleout_interface_reports_total", "Interface reports the detector read from its collectors.", nil, nil)
+	mIfKept     = prometheus.NewDesc("tierwall_scaleout_reported_interfaces_total", "Interfaces in the reports read: uplinks of a host group (kept) or other (ignored).", []string{"kind"}, nil)
 	mQuiet      = prometheus.NewDesc("tierwall_scaleout_quiet_collectors", "Collectors silent for a second while others report: their routers' share is missing from every rate.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mPubAggs, mPubMsgs, mPubAcked, mPubDropped, mPubErrors, mDatagrams, mRecords, mOverflow,
-		mConsMsgs, mConsAggs, mRefused, mCollectors, mQuiet} {
+		mConsMsgs, mConsAggs, mRefused, mCollectors, mQuiet, mIfPub, mIfReports, mIfKept} {
 		ch <- d
 	}
 }
@@ -65,6 +68,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		c(mRecords, rs)
 		over, _ := m.col.Partial().Overflow()
 		c(mOverflow, over)
+		sent, failed := m.col.InterfaceReports()
+		c(mIfPub, sent, "sent")
+		c(mIfPub, failed, "failed")
 	}
 	if m.j != nil {
 		st := m.j.Consumer().Stats()
@@ -74,6 +80,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		c(mRefused, st.WrongTick, "wrong_tick")
 		c(mRefused, st.Misrouted, "misrouted")
 		c(mRefused, st.Invalid, "invalid")
+		us := m.j.Uplinks().Stats()
+		c(mRefused, us.Malformed, "malformed_interface_report")
+		c(mIfReports, us.Reports)
+		c(mIfKept, us.Interfaces, "uplink")
+		c(mIfKept, us.Other, "other")
 		ch <- prometheus.MustNewConstMetric(mCollectors, prometheus.GaugeValue, float64(len(m.j.Consumer().Collectors())))
 		ch <- prometheus.MustNewConstMetric(mQuiet, prometheus.GaugeValue, float64(len(m.j.Quiet())))
 	}

@@ -82,10 +82,10 @@ const (
 	// ifEvictAfter: an interface with no sample this long may make room
 	// for a new one (a router that renumbered its interfaces).
 	ifEvictAfter = 10 * time.Minute
-	// uplinkFresh: an uplink whose last sample is older is unknown to
+	// UplinkFresh: an uplink whose last sample is older is unknown to
 	// the capacity (agents poll every 20-30 s by default; some every
 	// few minutes).
-	uplinkFresh = 10 * time.Minute
+	UplinkFresh = 10 * time.Minute
 	// rateSlack: a rate above the interface's speed times this is not
 	// what the link carried but a counter that was cleared or garbage.
 	rateSlack = 1.5
@@ -279,7 +279,7 @@ type Uplink struct {
 // UplinkState is an uplink as the counter samples show it.
 type UplinkState struct {
 	Uplink
-	// Known: a counter sample came within uplinkFresh.
+	// Known: a counter sample came within UplinkFresh.
 	Known          bool    `json:"known"`
 	OperUp         bool    `json:"oper_up"`
 	SpeedBPS       uint64  `json:"speed_bps"`
@@ -289,37 +289,48 @@ type UplinkState struct {
 	OutUtilisation float64 `json:"out_utilisation"`
 }
 
+// UplinkSource gives the uplinks' states: the decoder of the routers'
+// own counter samples in one process (Decoder), or in a scale-out
+// detector what its collectors publish of theirs.
+type UplinkSource interface {
+	Uplinks(ups []Uplink, now time.Time) (float64, []UplinkState)
+}
+
 // Uplinks reads the uplinks' state, and the capacity their ifSpeed
-// says: the sum over those operationally up (a link that is down
-// carries nothing), when every one of them is known; else 0, unknown,
-// and the group is never blackholed on it. Reading a capacity from part
-// of the uplinks would make it smaller than it is, and a blackhole is
-// the victim's whole outage.
+// says (SumUplinks).
 func (d *Decoder) Uplinks(ups []Uplink, now time.Time) (float64, []UplinkState) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var sum float64
-	all := len(ups) > 0
 	out := make([]UplinkState, 0, len(ups))
 	for _, u := range ups {
 		st := UplinkState{Uplink: u}
 		if e := d.ex[u.Exporter.Unmap()]; e != nil {
-			if s := e.ifs[u.IfIndex]; s != nil && s.Samples > 0 && now.Sub(s.LastSample) < uplinkFresh {
+			if s := e.ifs[u.IfIndex]; s != nil && s.Samples > 0 && now.Sub(s.LastSample) < UplinkFresh {
 				st.Known, st.OperUp, st.SpeedBPS = true, s.OperUp, s.SpeedBPS
 				st.InBPS, st.InUtilisation, st.OutBPS, st.OutUtilisation = s.InBPS, s.InUtilisation, s.OutBPS, s.OutUtilisation
 			}
 		}
+		out = append(out, st)
+	}
+	return SumUplinks(out), out
+}
+
+// SumUplinks is the capacity the uplinks' ifSpeed says: the sum over
+// those operationally up (a link that is down carries nothing), when
+// every one of them is known; else 0, unknown, and the group is never
+// blackholed on it. Reading a capacity from part of the uplinks would
+// make it smaller than it is, and a blackhole is the victim's whole
+// outage.
+func SumUplinks(ups []UplinkState) float64 {
+	var sum float64
+	for _, st := range ups {
 		// An uplink up at an unknown speed is as unknown as a silent one.
 		if !st.Known || st.OperUp && st.SpeedBPS == 0 {
-			all = false
+			return 0
 		}
 		if st.OperUp {
 			sum += float64(st.SpeedBPS)
 		}
-		out = append(out, st)
 	}
-	if !all {
-		sum = 0
-	}
-	return sum, out
+	return sum
 }

@@ -258,7 +258,7 @@ func TestConfiguredCapacityWins(t *testing.T) {
 		t.Errorf("5 Gbit/s over the configured 1: %+v", ups)
 	}
 	// Stale samples: the derived capacity is unknown again.
-	if _, caps = s.capacities(act, t0.Add(uplinkFresh+time.Minute)); caps[1].Source != "unknown" || caps[1].CapacityBPS != 0 {
+	if _, caps = s.capacities(act, t0.Add(UplinkFresh+time.Minute)); caps[1].Source != "unknown" || caps[1].CapacityBPS != 0 {
 		t.Errorf("stale: %+v", caps[1])
 	}
 }

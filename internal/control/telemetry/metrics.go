@@ -100,6 +100,22 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// CapacityMetrics serves the host groups' uplink capacities
+// (tierwall_telemetry_uplink_capacity_bps) where no Service runs: a
+// scale-out detector, whose capacities come from its collectors'
+// interface reports.
+type CapacityMetrics struct{ Caps func() []GroupUplinks }
+
+// Describe implements prometheus.Collector.
+func (m CapacityMetrics) Describe(ch chan<- *prometheus.Desc) { ch <- mCapacity }
+
+// Collect implements prometheus.Collector.
+func (m CapacityMetrics) Collect(ch chan<- prometheus.Metric) {
+	for _, gu := range m.Caps() {
+		ch <- prometheus.MustNewConstMetric(mCapacity, prometheus.GaugeValue, gu.CapacityBPS, gu.Group)
+	}
+}
+
 // ExporterMetrics is the decoder's share of the metrics: one series per
 // configured exporter (datagrams, records, errors, gaps, templates, the
 // sampling rate, last seen, the interfaces of its counter samples) and the

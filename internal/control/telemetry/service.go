@@ -125,13 +125,18 @@ type GroupUplinks struct {
 	Uplinks       []UplinkState `json:"uplinks"`
 }
 
-// capacities is act with each group's uplink capacity derived from its
-// uplinks' ifSpeed where none is configured, and every group's
+// capacities is Capacities from the service's own decoder.
+func (s *Service) capacities(act ActionConfig, now time.Time) (ActionConfig, []GroupUplinks) {
+	return Capacities(act, s.dec, now)
+}
+
+// Capacities is act with each group's uplink capacity derived from its
+// uplinks' ifSpeed (src) where none is configured, and every group's
 // capacity for the operator. A configured uplink_bps wins: it is the
 // operator's word for what the links carry (a provider's committed rate
 // or policer, a LAG whose members hash unevenly, a sub-interface whose
 // ifSpeed is its parent's), and no datagram can change it.
-func (s *Service) capacities(act ActionConfig, now time.Time) (ActionConfig, []GroupUplinks) {
+func Capacities(act ActionConfig, src UplinkSource, now time.Time) (ActionConfig, []GroupUplinks) {
 	var out []GroupUplinks
 	var pol map[string]GroupPolicy
 	for _, name := range slices.Sorted(maps.Keys(act.Policies)) {
@@ -141,7 +146,7 @@ func (s *Service) capacities(act ActionConfig, now time.Time) (ActionConfig, []G
 		}
 		g := GroupUplinks{Group: name, CapacityBPS: p.UplinkBPS, Source: "configured", ConfiguredBPS: p.UplinkBPS, Uplinks: []UplinkState{}}
 		if len(p.Uplinks) > 0 {
-			g.DerivedBPS, g.Uplinks = s.dec.Uplinks(p.Uplinks, now)
+			g.DerivedBPS, g.Uplinks = src.Uplinks(p.Uplinks, now)
 		}
 		if p.UplinkBPS <= 0 {
 			g.CapacityBPS, g.Source = g.DerivedBPS, "ifspeed"
