@@ -5,7 +5,9 @@ go 1.26.0
 require (
 	github.com/cilium/ebpf v0.22.0
 	github.com/mdlayher/netlink v1.7.2
+	github.com/nats-io/jwt/v2 v2.7.4
 	github.com/nats-io/nats.go v1.55.0
+	github.com/nats-io/nkeys v0.4.16
 	github.com/netsampler/goflow2/v2 v2.2.6
 	github.com/osrg/gobgp/v4 v4.8.0
 	github.com/prometheus/client_golang v1.23.2
@@ -43,7 +45,6 @@ require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/mdlayher/socket v0.5.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/orcaman/concurrent-map/v2 v2.0.1 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.3 // indirect

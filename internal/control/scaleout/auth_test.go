@@ -3,18 +3,24 @@
 package scaleout
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/tierwall/tierwall/internal/control/scaleout/natstest"
 )
@@ -87,5 +93,97 @@ func TestConnectTLS(t *testing.T) {
 			nc.Close()
 			t.Errorf("%s: connected", name)
 		}
+	}
+}
+
+// operator writes what a NATS server in operator mode and one of its
+// users need: an operator, an account with JetStream signed by it, a
+// user of that account and its credentials file, and the server's
+// configuration (the account preloaded in a memory resolver); stranger
+// is the credentials of a user signed by an account the server does
+// not know.
+func operator(t *testing.T, dir string) (conf, creds, stranger string) {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	okp, err := nkeys.CreateOperator()
+	must(err)
+	opub, _ := okp.PublicKey()
+	oc := jwt.NewOperatorClaims(opub)
+	oc.Name = "tierwall-test"
+	ojwt, err := oc.Encode(okp)
+	must(err)
+	user := func(akp nkeys.KeyPair, name string) string {
+		ukp, err := nkeys.CreateUser()
+		must(err)
+		upub, _ := ukp.PublicKey()
+		uc := jwt.NewUserClaims(upub)
+		uc.Name = name
+		ujwt, err := uc.Encode(akp)
+		must(err)
+		seed, _ := ukp.Seed()
+		b, err := jwt.FormatUserConfig(ujwt, seed)
+		must(err)
+		p := filepath.Join(dir, name+".creds")
+		must(os.WriteFile(p, b, 0o600))
+		return p
+	}
+	account := func(name string, js bool) (nkeys.KeyPair, string, string) {
+		akp, err := nkeys.CreateAccount()
+		must(err)
+		apub, _ := akp.PublicKey()
+		ac := jwt.NewAccountClaims(apub)
+		ac.Name = name
+		if js {
+			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+		}
+		ajwt, err := ac.Encode(okp)
+		must(err)
+		return akp, apub, ajwt
+	}
+	akp, apub, ajwt := account("tierwall", true)
+	creds = user(akp, "collector")
+	other, _, _ := account("elsewhere", true)
+	stranger = user(other, "stranger")
+	// JetStream needs the server's system account.
+	_, spub, sjwt := account("SYS", false)
+	conf = filepath.Join(dir, "server.conf")
+	must(os.WriteFile(conf, []byte(fmt.Sprintf("operator: %q\nsystem_account: %s\nresolver: MEMORY\nresolver_preload: {\n  %s: %q\n  %s: %q\n}\n",
+		ojwt, spub, apub, ajwt, spub, sjwt)), 0o600))
+	return conf, creds, stranger
+}
+
+// A server in operator mode (JWTs, no user list) takes a collector with
+// its account's credentials file, JetStream included, and refuses one
+// without credentials or with a user of an account it does not know.
+func TestConnectOperatorCredentials(t *testing.T) {
+	conf, creds, stranger := operator(t, t.TempDir())
+	url := natstest.StartConfig(t, conf)
+	nc, err := Connect(url, "creds test", Auth{Credentials: creds})
+	if err != nil {
+		t.Fatalf("with the account's credentials: %v", err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureStream(ctx, js, StreamConfig{Name: "CREDS", Subject: "creds"}); err != nil {
+		t.Fatalf("JetStream in the account: %v", err)
+	}
+	for name, a := range map[string]Auth{"no credentials": {}, "another account's user": {Credentials: stranger}} {
+		if nc, err := Connect(url, "creds test", a); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		}
+	}
+	if _, err := Connect(url, "creds test", Auth{Credentials: filepath.Join(t.TempDir(), "missing.creds")}); err == nil {
+		t.Error("a missing credentials file: connected")
 	}
 }

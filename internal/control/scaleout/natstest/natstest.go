@@ -7,7 +7,9 @@ package natstest
 
 import (
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,8 +26,8 @@ import (
 // CI=true.
 func Start(t testing.TB) string {
 	t.Helper()
-	url := start(t)
-	waitFor(t, url, func() error {
+	url, logf := start(t)
+	waitFor(t, url, logf, func() error {
 		nc, err := nats.Connect(url)
 		if err == nil {
 			nc.Close()
@@ -40,8 +42,8 @@ func Start(t testing.TB) string {
 // to (PEM files). It returns once the port accepts connections.
 func StartTLS(t testing.TB, cert, key, clientCA string) string {
 	t.Helper()
-	url := start(t, "--tls", "--tlscert", cert, "--tlskey", key, "--tlsverify", "--tlscacert", clientCA)
-	waitFor(t, url, func() error {
+	url, logf := start(t, "--tls", "--tlscert", cert, "--tlskey", key, "--tlsverify", "--tlscacert", clientCA)
+	waitFor(t, url, logf, func() error {
 		c, err := net.Dial("tcp", strings.TrimPrefix(url, "nats://"))
 		if err == nil {
 			c.Close()
@@ -51,7 +53,24 @@ func StartTLS(t testing.TB, cert, key, clientCA string) string {
 	return url
 }
 
-func start(t testing.TB, args ...string) string {
+// StartConfig is Start with a configuration file (-c), for what the
+// command line cannot say (operator mode's JWTs and resolver). It
+// returns once the port accepts connections: whether a client may
+// connect is the test's question.
+func StartConfig(t testing.TB, conf string) string {
+	t.Helper()
+	url, logf := start(t, "-c", conf)
+	waitFor(t, url, logf, func() error {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "nats://"))
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	return url
+}
+
+func start(t testing.TB, args ...string) (url, logf string) {
 	testutil.RequireCommand(t, "nats-server")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -59,15 +78,18 @@ func start(t testing.TB, args ...string) string {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	cmd := exec.Command("nats-server", append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir()}, args...)...)
+	dir := t.TempDir()
+	// Its log, for the failure message of a server that never answers.
+	logf = filepath.Join(dir, "nats-server.log")
+	cmd := exec.Command("nats-server", append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", dir, "-l", logf}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting nats-server: %v", err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return "nats://127.0.0.1:" + strconv.Itoa(port)
+	return "nats://127.0.0.1:" + strconv.Itoa(port), logf
 }
 
-func waitFor(t testing.TB, url string, ready func() error) {
+func waitFor(t testing.TB, url, logf string, ready func() error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := ready()
@@ -75,7 +97,8 @@ func waitFor(t testing.TB, url string, ready func() error) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nats-server on %s: %v", url, err)
+			log, _ := os.ReadFile(logf)
+			t.Fatalf("nats-server on %s: %v; its log:\n%s", url, err, log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
