@@ -48,8 +48,8 @@ import (
 // applyRemote (lifts remote bans from the store), applyRemoteBans and
 // applyRemoteBan (the ban rails: guarded space, admit, the per-interval
 // limit, max_total, the circuit breaker over established sources),
-// applyRemoteRules (the flow stage's set, cutsOff, its slots), oursDst (the
-// host's addresses) and flowRulesForBGP. Moving those would only wire the
+// applyRemoteRules (the flow stage's set, the host rail's cutsOff, its
+// slots) and flowRulesForBGP. Moving those would only wire the
 // store, the rails and the flow set into the stage one function each. So
 // the remote-ban bookkeeping (remote, newBans, newShare, breaker) is
 // written by those *Daemon methods; the stage fills and resets it.
@@ -637,7 +637,7 @@ func (d *Daemon) applyRemoteBans(now time.Time, want map[netip.Prefix]remoteBan)
 			d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), why)
 			continue
 		}
-		if !d.oursDst(rb.flow.Dst) {
+		if !d.rail().oursDst(rb.flow.Dst) {
 			d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
 				fmt.Sprintf("its destination %s holds none of this host's addresses or protected prefixes", rb.flow.Dst))
 			continue
@@ -689,17 +689,6 @@ func (d *Daemon) applyRemoteBans(now time.Time, want map[netip.Prefix]remoteBan)
 		}
 		d.applyRemoteBan(now, p, rb.peer)
 	}
-}
-
-// oursDst reports whether a remote ban's destination is this host's: it
-// holds one of its addresses or overlaps a protected prefix.
-func (d *Daemon) oursDst(dst netip.Prefix) bool {
-	for _, m := range d.hostAddrs() {
-		if dst.Contains(m.Addr) {
-			return true
-		}
-	}
-	return slices.ContainsFunc(d.cfg.Rails.ProtectedPrefixes, dst.Overlaps)
 }
 
 // applyRemoteBan bans p for peer once the rails admitted it.
@@ -769,7 +758,7 @@ func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Ad
 	for _, fr := range slices.SortedFunc(maps.Keys(want), func(a, b rule.FlowRule) int { return strings.Compare(a.String(), b.String()) }) {
 		peer := want[fr]
 		what := fmt.Sprintf("remote flow rule %s from %s", fr, peer)
-		if why := d.cutsOff(fr); why != "" {
+		if why := d.rail().cutsOff(fr); why != "" {
 			d.bgp.refuse(now, "rail", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, why)
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,10 +78,23 @@ type hostSession struct {
 // gateway).
 func isOwnAddr(m ban.Managed) bool { return strings.HasPrefix(m.What, "address of") }
 
-// hostAddrs are this host's own addresses, each with what it is.
-func (d *Daemon) hostAddrs() []ban.Managed {
+// hostRail is the rail over this host's own sessions and addresses, as
+// the daemon knows them now: its addresses and gateways (guard.go) and
+// the configuration's neighbours, management ports and protected
+// prefixes. It is a value built per use (Daemon.rail), so a reload or a
+// new address is seen at the next check.
+type hostRail struct {
+	mgmt []ban.Managed
+	cfg  *config.Config
+}
+
+// rail is the host rail as of now.
+func (d *Daemon) rail() hostRail { return hostRail{mgmt: d.mgmt, cfg: d.cfg} }
+
+// addrs are this host's own addresses, each with what it is.
+func (h hostRail) addrs() []ban.Managed {
 	var out []ban.Managed
-	for _, m := range d.mgmt {
+	for _, m := range h.mgmt {
 		if isOwnAddr(m) {
 			out = append(out, m)
 		}
@@ -92,13 +106,13 @@ func (d *Daemon) hostAddrs() []ban.Managed {
 // like as they arrive: a session we dial comes back from the peer's port to
 // one of our local ports; one the peer dials comes from its ephemeral port
 // to our listening port.
-func (d *Daemon) hostSessions() []hostSession {
+func (h hostRail) sessions() []hostSession {
 	local := rule.PortRange{Lo: 1024, Hi: 65535}
 	if r, err := localPorts(); err == nil {
 		local = r
 	}
 	var out []hostSession
-	b := &d.cfg.BGP
+	b := &h.cfg.BGP
 	for _, n := range b.Neighbors {
 		peer := n.AddressAddr
 		if !peer.IsValid() {
@@ -111,7 +125,7 @@ func (d *Daemon) hostSessions() []hostSession {
 		dsts := []netip.Addr{n.LocalAddressAddr}
 		if !n.LocalAddressAddr.IsValid() {
 			dsts = dsts[:0]
-			for _, m := range d.hostAddrs() {
+			for _, m := range h.addrs() {
 				dsts = append(dsts, m.Addr)
 			}
 		}
@@ -129,8 +143,8 @@ func (d *Daemon) hostSessions() []hostSession {
 			}
 		}
 	}
-	for _, m := range d.hostAddrs() {
-		for _, p := range d.cfg.Rails.ManagementPorts {
+	for _, m := range h.addrs() {
+		for _, p := range h.cfg.Rails.ManagementPorts {
 			out = append(out, hostSession{what: fmt.Sprintf("management (TCP %d, rails.management_ports)", p), dst: m.Addr,
 				sport: farEphemeral, dport: rule.PortRange{Lo: p, Hi: p}})
 		}
@@ -184,11 +198,11 @@ func stops(fr rule.FlowRule) bool {
 
 // cutsSessions says which of this host's BGP or management sessions fr
 // would stop ("": none).
-func (d *Daemon) cutsSessions(fr rule.FlowRule) string {
+func (h hostRail) cutsSessions(fr rule.FlowRule) string {
 	if !stops(fr) {
 		return ""
 	}
-	for _, s := range d.hostSessions() {
+	for _, s := range h.sessions() {
 		if mayMatch(fr, s) {
 			return fmt.Sprintf("it can match this host's %s on %s (%s)", s.what, s.dst, actionText(fr))
 		}
@@ -198,11 +212,11 @@ func (d *Daemon) cutsSessions(fr rule.FlowRule) string {
 
 // hitsHost says which of this host's addresses fr would stop traffic to
 // ("": none).
-func (d *Daemon) hitsHost(fr rule.FlowRule) string {
+func (h hostRail) hitsHost(fr rule.FlowRule) string {
 	if !stops(fr) {
 		return ""
 	}
-	for _, m := range d.hostAddrs() {
+	for _, m := range h.addrs() {
 		if fr.Dst.Contains(m.Addr) {
 			return fmt.Sprintf("it stops traffic to this host's %s %s (%s)", m.What, m.Addr, actionText(fr))
 		}
@@ -223,14 +237,14 @@ func actionText(fr rule.FlowRule) string {
 // source-ban rails do not apply; what must not happen is a peer cutting
 // this host off: a rule that can stop the sessions that carry BGP or
 // manage the host, or every packet to one of its addresses.
-func (d *Daemon) cutsOff(fr rule.FlowRule) string {
-	if why := d.cutsSessions(fr); why != "" {
+func (h hostRail) cutsOff(fr rule.FlowRule) string {
+	if why := h.cutsSessions(fr); why != "" {
 		return why
 	}
 	if !stops(fr) {
 		return ""
 	}
-	for _, m := range d.mgmt {
+	for _, m := range h.mgmt {
 		if fr.Dst.Contains(m.Addr) && fr.Proto == 0 && fr.DstPorts.Any() && fr.SrcPorts.Any() && fr.TCPFlags.Mask == 0 &&
 			fr.Length.Any() && fr.Fragment == rule.FragAny {
 			return fmt.Sprintf("it would drop every packet to %s (%s)", m.Addr, m.What)
@@ -243,11 +257,11 @@ func (d *Daemon) cutsOff(fr rule.FlowRule) string {
 // stops traffic to this host's own addresses needs force, and none that
 // can stop its BGP or management sessions is taken, forced or not (the
 // operator would lose the host that could lift it).
-func (d *Daemon) checkOperatorFlowRule(fr rule.FlowRule, force bool) error {
-	if why := d.cutsSessions(fr); why != "" {
+func (h hostRail) checkOperatorFlowRule(fr rule.FlowRule, force bool) error {
+	if why := h.cutsSessions(fr); why != "" {
 		return fmt.Errorf("%w: flow rule %s: %s (never, not even by force)", apiv1.ErrBadRequest, fr, why)
 	}
-	if why := d.hitsHost(fr); why != "" && !force {
+	if why := h.hitsHost(fr); why != "" && !force {
 		return fmt.Errorf("%w: flow rule %s: %s; force to override", apiv1.ErrBadRequest, fr, why)
 	}
 	return nil
@@ -267,7 +281,7 @@ func (d *Daemon) checkOperatorFlowRule(fr rule.FlowRule, force bool) error {
 // rest of its mitigation goes ahead. Only cutsSessions, not hitsHost: a
 // flow rule for this host's own services is what the ladder is for.
 func (d *Daemon) spareHostSessions(now time.Time) {
-	f := &d.flow
+	f, h := &d.flow, d.rail()
 	for i := range f.dec.Apply {
 		m := &f.dec.Apply[i]
 		if m.Rung != detect.RungFlowRule {
@@ -275,7 +289,7 @@ func (d *Daemon) spareHostSessions(now time.Time) {
 		}
 		var kept []rule.FlowRule // a new slice: the detector may hold m.Rules
 		for _, r := range m.Rules {
-			if why := d.cutsSessions(r); why != "" {
+			if why := h.cutsSessions(r); why != "" {
 				d.event(now, "refused", netip.PrefixFrom(m.Victim, m.Victim.BitLen()), "ladder flow rule %s not installed: %s", r, why)
 				d.Metrics.refuse(railHostCutoff, 1)
 				continue
@@ -294,11 +308,22 @@ const railHostCutoff = "host_cutoff"
 // enforced now ("": it may): a peer's as cutsOff, the ladder's and the
 // operator's as cutsSessions (an operator's forced rule on one of this
 // host's addresses stays: force was given for it).
-func (d *Daemon) reloadedCutsOff(r mitigate.Rule) string {
+func (h hostRail) reloadedCutsOff(r mitigate.Rule) string {
 	if r.Origin == mitigate.Remote {
-		return d.cutsOff(r.FlowRule)
+		return h.cutsOff(r.FlowRule)
 	}
-	return d.cutsSessions(r.FlowRule)
+	return h.cutsSessions(r.FlowRule)
+}
+
+// oursDst reports whether a remote ban's destination is this host's: it
+// holds one of its addresses or overlaps a protected prefix.
+func (h hostRail) oursDst(dst netip.Prefix) bool {
+	for _, m := range h.addrs() {
+		if dst.Contains(m.Addr) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(h.cfg.Rails.ProtectedPrefixes, dst.Overlaps)
 }
 
 // dropCuttingSavedRules removes from the flow rules kept beside the state
@@ -316,9 +341,9 @@ func (d *Daemon) dropCuttingSavedRules(now time.Time) error {
 	if err != nil {
 		return nil //nolint:nilerr // openFlowRules reads the same file next and fails the start with it
 	}
-	dropped := 0
+	dropped, h := 0, d.rail()
 	for _, r := range set.Rules() {
-		why := d.reloadedCutsOff(r)
+		why := h.reloadedCutsOff(r)
 		if why == "" {
 			continue
 		}
@@ -351,9 +376,9 @@ func (d *Daemon) dropCuttingRules(now time.Time) {
 	if f.set == nil {
 		return
 	}
-	n := 0
+	n, h := 0, d.rail()
 	for _, r := range f.set.Rules() {
-		why := d.reloadedCutsOff(r)
+		why := h.reloadedCutsOff(r)
 		if why == "" {
 			continue
 		}

@@ -185,19 +185,19 @@ func TestDaemonLadderRuleCannotCutSessions(t *testing.T) {
 	fixedLocalPorts(t)
 	other, ofdp := newFlowHarness(t, false)
 	tcpFlood(t, other, ofdp, flowVictim)
-	if len(ofdp.rules) == 0 || ofdp.rules[0].Proto != 6 || other.d.cutsSessions(ofdp.rules[0]) != "" {
+	if len(ofdp.rules) == 0 || ofdp.rules[0].Proto != 6 || other.d.rail().cutsSessions(ofdp.rules[0]) != "" {
 		t.Fatalf("the flood at another address: rules %v, want the ladder's TCP rule (which cuts nothing there)", ofdp.rules)
 	}
 	ladder := ofdp.rules[0]
 
 	fixedManagement(t, ban.Managed{Addr: flowVictim, What: "address of eth0"})
 	h, fdp := newFlowHarness(t, false)
-	if why := h.d.cutsSessions(ladder); why == "" {
+	if why := h.d.rail().cutsSessions(ladder); why == "" {
 		t.Fatalf("the ladder's rule %s cuts nothing on this host: the test needs one that does", ladder)
 	}
 	tcpFlood(t, h, fdp, flowVictim)
 	for _, r := range fdp.rules {
-		if why := h.d.cutsSessions(r); why != "" {
+		if why := h.d.rail().cutsSessions(r); why != "" {
 			t.Errorf("the ladder installed %s: %s", r, why)
 		}
 	}

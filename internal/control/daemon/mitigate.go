@@ -556,7 +556,7 @@ func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 			err = fmt.Errorf("%w: this data plane has no flow rules", apiv1.ErrBadRequest)
 			return
 		}
-		if err = d.checkOperatorFlowRule(r, force); err != nil {
+		if err = d.rail().checkOperatorFlowRule(r, force); err != nil {
 			return
 		}
 		now := time.Now()
@@ -582,7 +582,7 @@ func (d *Daemon) AddFlowRule(ctx context.Context, r rule.FlowRule, reason string
 		f.pushed, f.dirty, f.saved = f.set.FlowRules(), false, false
 		d.Metrics.flowRules.Set(float64(len(f.pushed)))
 		d.publishFlows()
-		if why := d.hitsHost(r); why != "" {
+		if why := d.rail().hitsHost(r); why != "" {
 			d.event(now, "flowrule", r.Dst, "operator: %s: %s (forced: %s)", r, reason, why)
 		} else {
 			d.event(now, "flowrule", r.Dst, "operator: %s: %s", r, reason)
