@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/bgp"
 	"github.com/tierwall/tierwall/internal/control/config"
-	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -41,18 +39,12 @@ import (
 //
 // bgpStage owns the speaker and what the loop keeps about it: the
 // announcements (open, close, announce, setAnnounce), the received routes'
-// pass (received, note, refuse, endPass) and the status the API and the
-// collector read (status, speaker, loopRefused). What stays on *Daemon
-// works the ban store and the flow-rule set, with the stage's help:
-// syncBGP (the interval's step: the remote pass, then announce),
-// applyRemote (lifts remote bans from the store), applyRemoteBans and
-// applyRemoteBan (the ban rails: guarded space, admit, the per-interval
-// limit, max_total, the circuit breaker over established sources),
-// applyRemoteRules (the flow stage's set, the host rail's cutsOff, its
-// slots) and flowRulesForBGP. Moving those would only wire the
-// store, the rails and the flow set into the stage one function each. So
-// the remote-ban bookkeeping (remote, newBans, newShare, breaker) is
-// written by those *Daemon methods; the stage fills and resets it.
+// pass (received, note, refuse, endPass), their application as remote
+// bans and remote flow rules with its bookkeeping (remote.go: applyRemote
+// and the rails it applies, on the store, flow stage and data plane a
+// fleetHost lends it), and the status the API and the collector read
+// (status, speaker, loopRefused). What stays on *Daemon: syncBGP (the
+// interval's step: the remote pass, then announce) and flowRulesForBGP.
 
 // Speaker is the BGP speaker as the loop uses it: *bgp.Speaker, or a fake
 // in unit tests.
@@ -340,7 +332,7 @@ func (d *Daemon) syncBGP(now time.Time, overflow uint64) {
 		return
 	}
 	d.bgp.newBans, d.bgp.newShare = 0, 0
-	d.applyRemote(now)
+	d.bgp.applyRemote(now, d.fleetHost())
 	d.bgp.announce(now, overflow, d.store.Each, d.flowRulesForBGP(), d.store.Guarded)
 }
 
@@ -498,41 +490,6 @@ func routePrefix(r bgp.Route) netip.Prefix {
 	return r.Flow.Dst
 }
 
-// applyRemote makes the remote bans and remote flow rules equal what the
-// speaker reports enforceable: new ones through the rails, gone ones
-// lifted once their peer had time to send them again.
-func (d *Daemon) applyRemote(now time.Time) {
-	wantBans, wantRules, gone := d.bgp.received(now)
-	defer d.bgp.endPass()
-	monitor := d.cfg.Rails.MonitorOnly
-	for p, peer := range d.bgp.remote {
-		if b, ok := d.store.Get(p); !ok || b.Detector != remoteDetector {
-			delete(d.bgp.remote, p) // lifted another way (the operator)
-			continue
-		}
-		if _, still := wantBans[p]; still && !monitor {
-			delete(wantBans, p)
-			continue
-		}
-		if monitor || gone(peer) {
-			delete(d.bgp.remote, p)
-			d.store.Remove(p)
-			d.unblock(now, p)
-			d.dirty = true
-			d.Metrics.bgp.changes.WithLabelValues("lifted").Inc()
-			d.event(now, "bgp", p, "lifted remote ban from %s: the route was withdrawn", peer)
-		}
-	}
-	if monitor {
-		for _, rb := range wantBans {
-			d.bgp.note(rb.peer, rb.flow, monitorOnly)
-		}
-	} else {
-		d.applyRemoteBans(now, wantBans)
-	}
-	d.applyRemoteRules(now, wantRules, gone, monitor)
-}
-
 // received starts a pass over what the speaker received: the remote bans
 // (a source prefix) and remote flow rules it reports enforceable, by
 // peer, with those it refused reported; gone says whether a peer's route
@@ -615,179 +572,6 @@ func remotePeer(b ban.Ban) (netip.Addr, bool) {
 	a, err := netip.ParseAddr(s)
 	return a, err == nil
 }
-
-// applyRemoteBans bans the peers' new source prefixes through the same
-// rails as a detector's (ban.Store.Propose): guarded space and the widest
-// ban, then the per-interval limit, the total, and the circuit breaker
-// over the established sources the interval's remote bans would cover. A
-// peer's ban is also applied only when its route's destination is this
-// host's (one of its addresses or protected prefixes): a source ban drops
-// the source for every destination here, and a route about another host
-// of the fleet is not a reason to. A local ban of p stays the local one.
-// What the limits hold back waits, as a detection does, for a later
-// interval.
-func (d *Daemon) applyRemoteBans(now time.Time, want map[netip.Prefix]remoteBan) {
-	var fresh []netip.Prefix
-	for _, p := range slices.SortedFunc(maps.Keys(want), lessPrefixCmp) {
-		rb := want[p]
-		if _, ok := d.store.Get(p); ok {
-			continue
-		}
-		if why := d.store.Guarded(p); why != "" {
-			d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), why)
-			continue
-		}
-		if !d.rail().oursDst(rb.flow.Dst) {
-			d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
-				fmt.Sprintf("its destination %s holds none of this host's addresses or protected prefixes", rb.flow.Dst))
-			continue
-		}
-		fresh = append(fresh, p)
-	}
-	if len(fresh) == 0 {
-		return
-	}
-	r := &d.store.Rails
-	admit := len(fresh)
-	if n := r.MaxNewPerInterval; n > 0 {
-		admit = min(admit, max(n-d.bgp.newBans, 0))
-	}
-	if n := r.MaxTotal; n > 0 {
-		admit = min(admit, max(n-d.store.Len(), 0))
-	}
-	if r.MaxEstablishedShare > 0 && admit > 0 {
-		share := d.establishedShare(&detect.Traffic{})
-		total := d.bgp.newShare
-		for _, p := range fresh[:admit] {
-			total += share(p)
-		}
-		if total > r.MaxEstablishedShare {
-			if !d.bgp.breaker {
-				d.event(now, "breaker", netip.Prefix{}, "circuit breaker open for remote bans: %d would cover %.0f%% of the established sources (limit %.0f%%)",
-					len(fresh), 100*total, 100*r.MaxEstablishedShare)
-			}
-			d.bgp.breaker = true
-			for _, p := range fresh {
-				rb := want[p]
-				d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
-					fmt.Sprintf("circuit breaker: the remote bans would cover %.0f%% of the established sources (limit %.0f%%)", 100*total, 100*r.MaxEstablishedShare))
-			}
-			return
-		}
-		d.bgp.newShare = total
-	}
-	d.bgp.breaker = false
-	for i, p := range fresh {
-		rb := want[p]
-		if i >= admit {
-			if r.MaxTotal > 0 && d.store.Len() >= r.MaxTotal {
-				d.bgp.refuse(now, "full", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), fmt.Sprintf("%d bans, the rails' max_total", d.store.Len()))
-			} else {
-				d.bgp.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer), fmt.Sprintf("more than %d new remote bans this interval (rails.max_new_per_interval)", r.MaxNewPerInterval))
-			}
-			continue
-		}
-		d.applyRemoteBan(now, p, rb.peer)
-	}
-}
-
-// applyRemoteBan bans p for peer once the rails admitted it.
-func (d *Daemon) applyRemoteBan(now time.Time, p netip.Prefix, peer netip.Addr) {
-	if err := d.admit(p); err != nil {
-		d.event(now, "error", p, "remote ban from %s: %v", peer, err)
-		return
-	}
-	d.store.Put(ban.Ban{Prefix: p, Detector: remoteDetector, Reason: remoteReason + peer.String(), FirstSeen: now, LastSeen: now,
-		Manual: true})
-	if len(d.blockEach(now, []netip.Prefix{p})) == 0 {
-		return
-	}
-	d.bgp.remote[p] = peer
-	d.bgp.newBans++
-	d.dirty = true
-	d.Metrics.bgp.changes.WithLabelValues("applied").Inc()
-	d.event(now, "bgp", p, "applied remote ban from %s", peer)
-}
-
-// applyRemoteRules puts the peers' flow rules in the set (origin "bgp")
-// and takes out those gone; the set goes to the data plane as one.
-func (d *Daemon) applyRemoteRules(now time.Time, want map[rule.FlowRule]netip.Addr, gone func(netip.Addr) bool, monitor bool) {
-	f := &d.flow
-	if f.set == nil || f.fp == nil {
-		for fr, peer := range want {
-			d.bgp.refuse(now, "validation", fr.Dst, peer, bgp.Flow{FlowRule: fr}, fmt.Sprintf("remote flow rule %s from %s", fr, peer), "this data plane has no flow rules")
-		}
-	}
-	if f.set == nil {
-		return
-	}
-	for _, r := range f.set.Rules() {
-		if r.Origin != mitigate.Remote {
-			continue
-		}
-		if _, still := want[r.FlowRule]; still && !monitor {
-			delete(want, r.FlowRule)
-			continue
-		}
-		peer, _ := netip.ParseAddr(strings.TrimPrefix(r.Reason, remoteReason))
-		if monitor || gone(peer) {
-			_, _ = f.set.Remove(r.FlowRule) // it is there: Rules just listed it
-			f.dirty = true
-			d.Metrics.bgp.changes.WithLabelValues("lifted").Inc()
-			d.event(now, "bgp", r.Dst, "lifted remote flow rule %s from %s: the route was withdrawn", r.FlowRule, r.Reason)
-		}
-	}
-	if monitor || f.fp == nil {
-		if monitor {
-			for fr, peer := range want {
-				d.bgp.note(peer, bgp.Flow{FlowRule: fr}, monitorOnly)
-			}
-		}
-		d.flow.pushFlowRules(now)
-		return
-	}
-	remote := 0
-	for _, r := range f.set.Rules() {
-		if r.Origin == mitigate.Remote {
-			remote++
-		}
-	}
-	room := remoteFlowSlots(f.set.Cap())
-	// In a stable order, so that which rules the slots hold does not
-	// change from one pass to the next.
-	for _, fr := range slices.SortedFunc(maps.Keys(want), func(a, b rule.FlowRule) int { return strings.Compare(a.String(), b.String()) }) {
-		peer := want[fr]
-		what := fmt.Sprintf("remote flow rule %s from %s", fr, peer)
-		if why := d.rail().cutsOff(fr); why != "" {
-			d.bgp.refuse(now, "rail", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, why)
-			continue
-		}
-		if remote >= room {
-			d.bgp.refuse(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what,
-				fmt.Sprintf("peers' rules may take %d of the %d flow-rule slots; the rest are this host's own", room, f.set.Cap()))
-			continue
-		}
-		added, err := f.set.Add(mitigate.Rule{FlowRule: fr, Origin: mitigate.Remote, Reason: remoteReason + peer.String(), Added: now})
-		if err != nil {
-			d.bgp.refuse(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, err.Error())
-			continue
-		}
-		if added {
-			remote++
-			f.dirty = true
-			d.Metrics.bgp.changes.WithLabelValues("applied").Inc()
-			d.event(now, "bgp", fr.Dst, "applied remote flow rule %s from %s", fr, peer)
-		}
-	}
-	d.flow.pushFlowRules(now)
-}
-
-// remoteFlowSlots is how many of the flow-rule table's slots peers' rules
-// may take: half. The rest are kept for this host's own rules (the
-// operator's, the ladder's SYN cookies and rate limits), which a fleet's
-// rules must never crowd out: 100 remote rules once filled the 64-slot
-// table and the ladder's SYN-cookie rule failed with "table full".
-func remoteFlowSlots(capacity int) int { return capacity / 2 }
 
 // refuse counts and reports a received route not enforced, once
 // while the peer keeps sending it (applyRemote's pass collects the

@@ -44,12 +44,12 @@ func TestBGPRemoteBansPerIntervalLimit(t *testing.T) {
 	fixedManagement(t, ban.Managed{Addr: netip.MustParseAddr("192.0.2.1"), What: "address of eth0"})
 	h, fs := bgpHarness(t, cfg)
 	fs.received = slash8s(ownNet)
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if n := remoteBans(h.d); n != 50 {
 		t.Fatalf("%d remote bans after one pass, want the interval's 50", n)
 	}
-	h.d.applyRemote(h.now)
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if n := remoteBans(h.d); n != 50 {
 		t.Fatalf("%d remote bans after three passes of one interval, want 50", n)
 	}
@@ -84,7 +84,7 @@ func TestBGPRemoteBansCircuitBreaker(t *testing.T) {
 		h.step(t)
 	}
 	fs.received = slash8s(ownNet)
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if n := remoteBans(h.d); n != 0 {
 		t.Fatalf("%d remote bans applied over the regular clients, want the breaker to refuse them", n)
 	}
@@ -93,7 +93,7 @@ func TestBGPRemoteBansCircuitBreaker(t *testing.T) {
 	}
 	// A ban that covers no client passes.
 	fs.received = slash8s(ownNet)[:3]
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if n := remoteBans(h.d); n != 3 {
 		t.Fatalf("%d remote bans of 1-3.0.0.0/8, want 3", n)
 	}
@@ -112,7 +112,7 @@ func TestBGPRemoteBanDestinationMustBeOurs(t *testing.T) {
 		mk("203.0.113.2/32", "192.0.2.250/32"), // protected
 		mk("203.0.113.3/32", "192.0.2.64/26"),  // another host of the fleet
 	}
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	for src, want := range map[string]bool{"203.0.113.1/32": true, "203.0.113.2/32": true, "203.0.113.3/32": false} {
 		if _, got := h.d.store.Get(netip.MustParsePrefix(src)); got != want {
 			t.Errorf("remote ban of %s applied %v, want %v", src, got, want)
@@ -132,7 +132,7 @@ func TestBGPRemoteFlowRulesLeaveSlots(t *testing.T) {
 			DstPorts: rule.PortRange{Lo: 53, Hi: 53}, Action: rule.FlowDrop}
 		fs.received = append(fs.received, bgp.Remote{Peer: peerRR, Flow: bgp.Flow{FlowRule: fr}})
 	}
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	capacity := h.d.flow.set.Cap()
 	if n := len(fdp.rules); n != capacity/2 {
 		t.Fatalf("%d remote rules in the %d-slot table, want %d", n, capacity, capacity/2)
@@ -147,7 +147,7 @@ func TestBGPRemoteFlowRulesLeaveSlots(t *testing.T) {
 			t.Fatalf("local rule %d of %d: %v", i+1, capacity-capacity/2, err)
 		}
 	}
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	remote := 0
 	for _, r := range h.d.flow.set.Rules() {
 		if r.Origin == mitigate.Remote {
@@ -172,7 +172,7 @@ func TestBGPStatusShowsLoopRefusals(t *testing.T) {
 	guarded := bgp.Flow{Src: netip.PrefixFrom(selfAddr, 32), FlowRule: rule.FlowRule{Dst: ownNet, Action: rule.FlowDrop}}
 	good := bgp.Flow{Src: netip.MustParsePrefix("203.0.113.66/32"), FlowRule: rule.FlowRule{Dst: ownNet, Action: rule.FlowDrop}}
 	fs.received = []bgp.Remote{{Peer: peerRR, Flow: cut}, {Peer: peerRR, Flow: guarded}, {Peer: peerRR, Flow: good}}
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if _, ok := h.d.store.Get(good.Src); !ok {
 		t.Fatal("the good remote ban was not applied: the test's premise fails")
 	}

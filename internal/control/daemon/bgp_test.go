@@ -204,7 +204,7 @@ func TestBGPRemoteBanAppliedAndLifted(t *testing.T) {
 		// Half the Internet as one "source": past the rails' widest ban.
 		{Peer: peerRR, Flow: bgp.Flow{Src: netip.MustParsePrefix("0.0.0.0/1"), FlowRule: rule.FlowRule{Dst: ownNet, Action: rule.FlowDrop}}},
 	}
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	b, ok := h.d.store.Get(attacker)
 	if !ok || b.Detector != remoteDetector {
 		t.Fatalf("remote ban %+v, %v", b, ok)
@@ -232,7 +232,7 @@ func TestBGPRemoteBanAppliedAndLifted(t *testing.T) {
 	}
 	// The peer withdraws it.
 	fs.received = nil
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if _, ok := h.d.store.Get(attacker); ok {
 		t.Fatal("the remote ban outlived its route")
 	}
@@ -258,17 +258,17 @@ func TestBGPRemoteBanKeptUntilPeerSettles(t *testing.T) {
 	if h.d.bgp.remote[attacker] != peerRR {
 		t.Fatalf("the restarted daemon lost whose remote ban %s is: %v", attacker, h.d.bgp.remote)
 	}
-	h.d.applyRemote(h.now.Add(time.Second))
+	h.d.bgp.applyRemote(h.now.Add(time.Second), h.d.fleetHost())
 	if _, ok := h.d.store.Get(attacker); !ok {
 		t.Fatal("lifted before the peer came back")
 	}
 	// The peer comes up and sends nothing: lifted once it settled.
 	fs.neighbors[0].State, fs.neighbors[0].Since = "established", h.now.Add(time.Second)
-	h.d.applyRemote(h.now.Add(2 * time.Second))
+	h.d.bgp.applyRemote(h.now.Add(2*time.Second), h.d.fleetHost())
 	if _, ok := h.d.store.Get(attacker); !ok {
 		t.Fatal("lifted the moment the peer came up")
 	}
-	h.d.applyRemote(h.now.Add(time.Second + remoteSettle))
+	h.d.bgp.applyRemote(h.now.Add(time.Second+remoteSettle), h.d.fleetHost())
 	if _, ok := h.d.store.Get(attacker); ok {
 		t.Fatal("a remote ban its peer no longer sends was kept")
 	}
@@ -284,7 +284,7 @@ func TestBGPRemoteFlowRule(t *testing.T) {
 	fakeBGP(h.d, fs)
 	fr := rule.FlowRule{Dst: netip.MustParsePrefix("192.0.2.53/32"), Proto: 17, DstPorts: rule.PortRange{Lo: 53, Hi: 53}, Action: rule.FlowDrop}
 	fs.received = []bgp.Remote{{Peer: peerRR, Flow: bgp.Flow{FlowRule: fr}}}
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if !slices.Contains(fdp.rules, fr) {
 		t.Fatalf("data plane rules %v, want the remote rule", fdp.rules)
 	}
@@ -293,7 +293,7 @@ func TestBGPRemoteFlowRule(t *testing.T) {
 		t.Fatalf("set %+v", rs)
 	}
 	fs.received = nil
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if slices.Contains(fdp.rules, fr) {
 		t.Fatal("the remote rule outlived its route")
 	}
@@ -302,9 +302,9 @@ func TestBGPRemoteFlowRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.received = []bgp.Remote{{Peer: peerRR, Flow: bgp.Flow{FlowRule: fr}}}
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	fs.received = nil
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if rs := h.d.flow.set.Rules(); len(rs) != 1 || rs[0].Origin != mitigate.Operator {
 		t.Fatalf("the operator's rule was touched: %+v", rs)
 	}
@@ -343,7 +343,7 @@ func TestBGPRemoteFlowRuleCannotCutOff(t *testing.T) {
 	for _, fr := range []rule.FlowRule{dns, all, tcp, limit} {
 		fs.received = append(fs.received, bgp.Remote{Peer: peerRR, Flow: bgp.Flow{FlowRule: fr}})
 	}
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	for fr, want := range map[rule.FlowRule]bool{dns: true, all: false, tcp: false, limit: true} {
 		if got := slices.Contains(fdp.rules, fr); got != want {
 			t.Errorf("%s enforced %v, want %v", fr, got, want)
@@ -361,8 +361,8 @@ func TestBGPRemoteFlowRuleCannotCutOff(t *testing.T) {
 	if n := count(); n != 2 {
 		t.Fatalf("%d refusals reported, want 2 (drop-all, the BGP session)", n)
 	}
-	h.d.applyRemote(h.now)
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	if n := count(); n != 2 {
 		t.Fatalf("%d refusals reported after two more passes, want each once", n)
 	}

@@ -1284,7 +1284,7 @@ func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 		case <-d.bgp.changed():
 			// A peer's FlowSpec applies now, not at the next interval: a
 			// fleet's ban reaches this host's XDP in milliseconds.
-			d.applyRemote(time.Now())
+			d.bgp.applyRemote(time.Now(), d.fleetHost())
 		case <-reload:
 			old := d.cfg.Interval
 			d.reload(time.Now())

@@ -86,7 +86,7 @@ func TestBGPRemoteFlowRuleCannotCutSessions(t *testing.T) {
 	for fr := range want {
 		fs.received = append(fs.received, bgp.Remote{Peer: peerRR, Flow: bgp.Flow{FlowRule: fr}})
 	}
-	h.d.applyRemote(h.now)
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	for fr, enforced := range want {
 		if got := slices.Contains(fdp.rules, fr); got != enforced {
 			t.Errorf("%s: enforced %v, want %v", fr, got, enforced)
