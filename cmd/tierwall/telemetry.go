@@ -62,8 +62,13 @@ func newTelemetry() *cobra.Command {
 				if e.Configured > 0 {
 					rate += fmt.Sprintf(" (conf 1:%d)", e.Configured)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", e.Address, dash(e.Name), dash(strings.Join(ps, ",")),
-					e.Datagrams, e.Records, e.DecodeErrors, e.SequenceGaps, e.Resets, e.Templates, e.TemplatesRefused, rate, e.RateMismatches, seen)
+				lost := fmt.Sprint(e.SequenceGaps)
+				if e.LossScale > 1 {
+					// What the records are scaled by for it now.
+					lost += fmt.Sprintf(" (×%.2f)", e.LossScale)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%d\t%s\n", e.Address, dash(e.Name), dash(strings.Join(ps, ",")),
+					e.Datagrams, e.Records, e.DecodeErrors, lost, e.Resets, e.Templates, e.TemplatesRefused, rate, e.RateMismatches, seen)
 			}
 			if err := w.Flush(); err != nil {
 				return err

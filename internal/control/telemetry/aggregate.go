@@ -316,7 +316,7 @@ func (d *Detector) Rates(dst netip.Addr) map[Kind]Limits {
 	if s == nil {
 		return nil
 	}
-	d.catchUp(s, d.tick)
+	d.catchUp(s, d.now())
 	out := map[Kind]Limits{}
 	for k := range numKinds {
 		if l := d.rate(s, Kind(k)); l.PPS > 0 {

@@ -124,6 +124,7 @@ func (d *Decoder) Exporters() []ExporterStats {
 	out := make([]ExporterStats, 0, len(d.ex))
 	for _, e := range d.ex {
 		s := e.ExporterStats
+		s.LossScale = e.loss.scale(time.Now())
 		s.Protocols = slices.Clone(s.Protocols)
 		s.Templates = len(e.tmpl.m)
 		s.TemplatesRefused = e.tmpl.refused
@@ -168,9 +169,9 @@ func (d *Decoder) Decode(from netip.Addr, b []byte, now time.Time, emit func(*Re
 	case v == 0 && binary.BigEndian.Uint32(b) == 5:
 		return d.sflow(e, b, now, emit)
 	case v == 5:
-		return d.netflow5(e, b, emit)
+		return d.netflow5(e, b, now, emit)
 	case v == 9, v == 10:
-		return d.netflow(e, b, v, emit)
+		return d.netflow(e, b, v, now, emit)
 	default:
 		return fmt.Errorf("%w: version %d", ErrMalformed, v)
 	}
@@ -248,7 +249,8 @@ func (d *Decoder) sflow(e *exporter, b []byte, now time.Time, emit func(*Record)
 	var p sflow.Packet
 	derr := sflow.DecodeMessageVersion(bytes.NewBuffer(b), &p)
 	at := e.clock.at(time.Duration(p.Uptime)*time.Millisecond, now)
-	e.sequence(uint64(SFlow5)<<32|uint64(p.SubAgentId), p.SequenceNumber, 1, 1, d.cfg.MaxTemplates)
+	e.sequence(uint64(SFlow5)<<32|uint64(p.SubAgentId), p.SequenceNumber, 1, 1, 1, d.cfg.MaxTemplates, now)
+	scale := e.loss.scale(now)
 	for _, s := range p.Samples {
 		var rate uint32
 		var recs []sflow.FlowRecord
@@ -265,7 +267,7 @@ func (d *Decoder) sflow(e *exporter, b []byte, now time.Time, emit func(*Record)
 			continue
 		}
 		r := &d.rec
-		*r = Record{Exporter: e.Address, Proto: SFlow5, Packets: 1, Rate: d.rate(e, rate), At: at}
+		*r = Record{Exporter: e.Address, Proto: SFlow5, Packets: 1, Rate: d.rate(e, rate), At: at, LossScale: scale}
 		ok := false
 		for _, fr := range recs {
 			switch h := fr.Data.(type) {
@@ -311,7 +313,7 @@ func ipBase(h *sflow.SampledIPBase, r *Record) bool {
 	return true
 }
 
-func (d *Decoder) netflow5(e *exporter, b []byte, emit func(*Record)) error {
+func (d *Decoder) netflow5(e *exporter, b []byte, now time.Time, emit func(*Record)) error {
 	e.sawProtocol(NetFlow5)
 	// The count is checked against the length first: goflow2 allocates
 	// count records before reading them.
@@ -322,7 +324,8 @@ func (d *Decoder) netflow5(e *exporter, b []byte, emit func(*Record)) error {
 	if err := netflowlegacy.DecodeMessageVersion(bytes.NewBuffer(b), &p); err != nil {
 		return fmt.Errorf("%w: NetFlow v5: %w", ErrMalformed, err)
 	}
-	e.sequence(uint64(NetFlow5)<<32|uint64(p.EngineType)<<8|uint64(p.EngineId), p.FlowSequence, uint32(p.Count), uint32(p.Count), d.cfg.MaxTemplates)
+	e.sequence(uint64(NetFlow5)<<32|uint64(p.EngineType)<<8|uint64(p.EngineId), p.FlowSequence, uint32(p.Count), uint32(p.Count), uint32(p.Count), d.cfg.MaxTemplates, now)
+	scale := e.loss.scale(now)
 	// The top two bits are the sampling mode, the other 14 the interval.
 	said := uint32(p.SamplingInterval & 0x3fff)
 	for i := range p.Records {
@@ -331,7 +334,7 @@ func (d *Decoder) netflow5(e *exporter, b []byte, emit func(*Record)) error {
 		*r = Record{Exporter: e.Address, Proto: NetFlow5, Flow: true, Rate: d.rate(e, said),
 			Src: v4(uint32(x.SrcAddr)), Dst: v4(uint32(x.DstAddr)), IPProto: x.Proto,
 			SrcPort: x.SrcPort, DstPort: x.DstPort, TCPFlags: x.TCPFlags,
-			Packets: uint64(x.DPkts), Bytes: uint64(x.DOctets)}
+			Packets: uint64(x.DPkts), Bytes: uint64(x.DOctets), LossScale: scale}
 		if x.Last > x.First {
 			r.Duration = time.Duration(x.Last-x.First) * time.Millisecond
 		}
@@ -408,7 +411,7 @@ func addrOf(v any) netip.Addr {
 	return a
 }
 
-func (d *Decoder) netflow(e *exporter, b []byte, version uint16, emit func(*Record)) error {
+func (d *Decoder) netflow(e *exporter, b []byte, version uint16, now time.Time, emit func(*Record)) error {
 	if version == 9 && len(b) >= 4 {
 		// goflow2 reads a v9 header's count as the number of flowsets and
 		// stops after that many; RFC 3954 makes it the number of records,
@@ -428,6 +431,10 @@ func (d *Decoder) netflow(e *exporter, b []byte, version uint16, emit func(*Reco
 	}
 	e.sawProtocol(proto)
 	stream := uint64(proto)<<32 | uint64(domain)
+	// The loss measured up to this datagram: its own sequence number is
+	// checked after its records are counted (an IPFIX number counts
+	// them).
+	scale := e.loss.scale(now)
 	// Options first: a datagram that brings a new sampling rate applies it
 	// to its own records.
 	var data, opts uint32
@@ -451,7 +458,7 @@ func (d *Decoder) netflow(e *exporter, b []byte, version uint16, emit func(*Reco
 			data += uint32(len(s.Records))
 			for _, rec := range s.Records {
 				r := &d.rec
-				*r = Record{Exporter: e.Address, Proto: proto, Flow: true}
+				*r = Record{Exporter: e.Address, Proto: proto, Flow: true, LossScale: scale}
 				said := e.optRate[stream]
 				var first, last uint64
 				var haveFirst, haveLast bool
@@ -522,7 +529,7 @@ func (d *Decoder) netflow(e *exporter, b []byte, version uint16, emit func(*Reco
 	// records included), per source ID / observation domain.
 	switch {
 	case proto == NetFlow9:
-		e.sequence(stream, seq, 1, 1, d.cfg.MaxTemplates)
+		e.sequence(stream, seq, 1, 1, 1, d.cfg.MaxTemplates, now)
 	case raw:
 		// Records whose template is unknown cannot be counted: the next
 		// sequence number is not known either, and no loss is claimed.
@@ -530,7 +537,7 @@ func (d *Decoder) netflow(e *exporter, b []byte, version uint16, emit func(*Reco
 		delete(e.seqN, stream)
 		delete(e.seqAlt, stream)
 	default:
-		e.sequence(stream, seq, data, data-opts, d.cfg.MaxTemplates)
+		e.sequence(stream, seq, data, data-opts, data, d.cfg.MaxTemplates, now)
 	}
 	if derr != nil && !onlyNoTemplate(derr) {
 		return fmt.Errorf("%w: %s: %w", ErrMalformed, proto, derr)

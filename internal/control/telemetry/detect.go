@@ -274,6 +274,9 @@ type Detector struct {
 	dests     map[netip.Addr]*dest
 	totals    map[*detect.HostGroup]*dest // per group with a total policy, made on first use
 	tick      int64
+	// at is the latest time Add or Judge was given: how far into its
+	// tick a destination's sums are (filled).
+	at        time.Time
 	untracked uint64 // records to destinations past MaxDests
 	attacks   []*Attack
 	ended     []Attack // recent, newest last, at most maxEnded
@@ -340,6 +343,9 @@ func (d *Detector) Add(now time.Time, rs []Record) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	t := d.tickAt(now)
+	if now.After(d.at) {
+		d.at = now
+	}
 	for i := range rs {
 		r := &rs[i]
 		if d.cfg.Protects != nil && !d.cfg.Protects(r.Dst) {
@@ -367,7 +373,7 @@ func (d *Detector) Add(now time.Time, rs []Record) {
 
 func (d *Detector) count(s *dest, t int64, now time.Time, r *Record) {
 	d.catchUp(s, t)
-	w := float64(r.Rate)
+	w := float64(r.Rate) * max(r.LossScale, 1)
 	if !r.At.IsZero() {
 		// Sent ticks ago and held on the way: counted as decayed as
 		// if it had arrived then.
@@ -383,7 +389,7 @@ func (d *Detector) count(s *dest, t int64, now time.Time, r *Record) {
 	p, b := float64(r.Packets)*w, float64(r.Bytes)*w*8
 	f := 0.0
 	if r.Flow {
-		f = float64(r.Rate)
+		f = float64(r.Rate) * max(r.LossScale, 1)
 	}
 	if s.r.samples < d.cfg.MinSamples/4 && s.attack == nil {
 		s.first = now // quiet before: this record may be the flood's first
@@ -447,15 +453,40 @@ func (d *Detector) count(s *dest, t int64, now time.Time, r *Record) {
 	}
 }
 
-// perSec turns a decayed sum into a rate: a steady rate R adds R·Tick a
-// tick and sums to R·Tick/(1-decay).
-func (d *Detector) perSec(x float64) float64 {
-	return x * (1 - d.decay) / d.cfg.Tick.Seconds()
+// perSec turns s's decayed sum x into a rate. A steady rate R adds
+// R·Tick a tick and sums to R·Tick/(1-decay) at a tick's end; a fraction
+// φ into the next, the sum is decayed once and holds only φ of that
+// tick's share: R·Tick·(decay + φ(1-decay))/(1-decay). Judged just after
+// a tick begins (as the ticker judges), the end-of-tick reading is a
+// decay's share of R, two thirds at the defaults: a steady flood 1.4
+// times its threshold was never detected. So the sum is read for the
+// part of its tick elapsed at the latest time the detector was given.
+func (d *Detector) perSec(s *dest, x float64) float64 {
+	return x * (1 - d.decay) / d.cfg.Tick.Seconds() / d.filled(s)
+}
+
+// filled is decay + φ(1-decay), φ how far into s's tick d.at is (a
+// whole tick when d.at is not in it).
+func (d *Detector) filled(s *dest) float64 {
+	phi := 1.0
+	if !d.at.IsZero() && d.tickAt(d.at) == s.tick {
+		phi = min(max(float64(d.at.UnixNano()-s.tick*int64(d.cfg.Tick))/float64(d.cfg.Tick), 0), 1)
+	}
+	return d.decay + phi*(1-d.decay)
+}
+
+// now is the tick the detector's latest time is in: what a reading
+// between two Judges catches up to.
+func (d *Detector) now() int64 {
+	if d.at.IsZero() {
+		return d.tick
+	}
+	return max(d.tick, d.tickAt(d.at))
 }
 
 // Rate is a destination's current rates of one kind (for tests and top).
 func (d *Detector) rate(s *dest, k Kind) Limits {
-	return Limits{PPS: d.perSec(s.r.p[k]), BPS: d.perSec(s.r.b[k]), FlowsPS: d.perSec(s.r.f[k])}
+	return Limits{PPS: d.perSec(s, s.r.p[k]), BPS: d.perSec(s, s.r.b[k]), FlowsPS: d.perSec(s, s.r.f[k])}
 }
 
 // thresholds is what s is judged against: its group's policy where set,
@@ -511,6 +542,9 @@ func (d *Detector) Judge(now time.Time) (started, ended []Attack) {
 	defer d.mu.Unlock()
 	t := d.tickAt(now)
 	d.tick = t
+	if now.After(d.at) {
+		d.at = now
+	}
 	judge := func(s *dest, total bool) {
 		d.catchUp(s, t)
 		th, g := d.thresholds(s, total)
@@ -695,7 +729,7 @@ func (d *Detector) Top(n int) []Talker {
 	defer d.mu.Unlock()
 	ss := make([]*dest, 0, len(d.dests))
 	for _, s := range d.dests {
-		d.catchUp(s, d.tick)
+		d.catchUp(s, d.now())
 		ss = append(ss, s)
 	}
 	slices.SortFunc(ss, func(a, b *dest) int {

@@ -3,6 +3,7 @@
 package telemetry
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -242,5 +243,29 @@ func TestExporterClock(t *testing.T) {
 	}
 	if got := c.at(time.Second, now.Add(time.Second+3*time.Millisecond)); !got.Equal(now.Add(time.Second)) {
 		t.Errorf("after a reboot, the next datagram: %v, want %v", got, now.Add(time.Second))
+	}
+}
+
+// A steady flood a fifth over its threshold is detected, and benign
+// traffic a fifth under it is not: judged just after a tick begins, the
+// decayed sum holds only a decay's share of the last window (the new
+// tick has had no time to fill), and read as it was, a 60 kpps flood
+// against 50 kpps read 40 kpps and was never detected. The rate is read
+// for the part of the tick elapsed.
+func TestSteadyRateReadAtItsValue(t *testing.T) {
+	for _, c := range []struct {
+		pps  float64
+		want bool
+	}{{60_000, true}, {40_000, false}} {
+		d := NewDetector(DetectorConfig{Host: hostLimits(50_000)})
+		_, ok := feedSFlow(t, d, time.Unix(1700000000, 0), 5*time.Second, c.pps, 100, func(i int) Record {
+			return Record{Src: reflector, Dst: victim, IPProto: 17, SrcPort: 53, DstPort: 4444, MinLen: 1400, MaxLen: 1400}
+		})
+		if ok != c.want {
+			t.Errorf("%.0f pps against 50000: detected %v", c.pps, ok)
+		}
+		if r := d.Rates(victim)[KindAll].PPS; math.Abs(r-c.pps) > 0.15*c.pps {
+			t.Errorf("%.0f pps read %.0f", c.pps, r)
+		}
 	}
 }

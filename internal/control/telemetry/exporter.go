@@ -26,6 +26,9 @@ type ExporterStats struct {
 	// sequence numbers that went back (an exporter restart).
 	SequenceGaps uint64 `json:"sequence_gaps"`
 	Resets       uint64 `json:"sequence_resets"`
+	// LossScale is what its records are scaled by for the loss its
+	// sequence numbers show lately (lossMeter): 1 with none.
+	LossScale float64 `json:"loss_scale"`
 	// Templates held and refused (past the cap, or unusable).
 	Templates        int    `json:"templates"`
 	TemplatesRefused uint64 `json:"templates_refused"`
@@ -57,6 +60,7 @@ type exporter struct {
 	optRate map[uint64]uint32
 	warned  bool // the mismatch with the configuration was logged
 	clock   exporterClock
+	loss    lossMeter
 	// ifs is the interface table of its sFlow counter samples; ifScan
 	// when it was last searched for an entry to evict.
 	ifs    map[uint32]*ifState
@@ -125,16 +129,20 @@ func (c *exporterClock) at(uptime time.Duration, now time.Time) time.Time {
 const maxGap = 1 << 20
 
 // sequence checks a stream's sequence number, seq, of a message of n
-// data records (alt of them not options records), and remembers it.
+// data records (alt of them not options records), and remembers it;
+// unit is what the protocol's numbers count in this message (1: a
+// datagram; n: records), for the loss meter.
 // RFC 7011 makes an IPFIX sequence number the data records sent before
 // the message, options records included; exporters differ: softflowd 1.1
 // counts flow records only, and counts the message's own. A number that
 // follows the last message under any of these readings is no loss.
-func (e *exporter) sequence(stream uint64, seq, n, alt uint32, maxStreams int) {
+func (e *exporter) sequence(stream uint64, seq, n, alt, unit uint32, maxStreams int, now time.Time) {
 	last, ok := e.seq[stream]
 	if !ok && len(e.seq) >= maxStreams {
 		return
 	}
+	lost := uint32(0)
+	defer func() { e.loss.add(uint64(unit), uint64(lost), now) }()
 	e.seq[stream] = seq
 	lastN, lastAlt := e.seqN[stream], e.seqAlt[stream]
 	e.seqN[stream], e.seqAlt[stream] = n, alt
@@ -149,9 +157,62 @@ func (e *exporter) sequence(stream uint64, seq, n, alt uint32, maxStreams int) {
 	case d == 0:
 	case d < maxGap:
 		e.SequenceGaps += uint64(d)
+		lost = d
 	default:
 		e.Resets++
 	}
+}
+
+// Loss correction. Datagrams lost between an exporter and this
+// collector (a congested path, the socket's queue full during the very
+// flood to be detected) make every rate read low, by the share lost. The
+// sequence numbers say how many: the records of an exporter are scaled
+// up by what its sequence numbers show lost over the current and the
+// last lossWindow, once maxLossScale would not be passed: past half lost
+// the loss is counted and shown, and the rates are read as at half.
+// Whoever can forge the exporter's sequence numbers can forge its samples
+// too, which say more: the cap only bounds what a broken exporter does.
+const (
+	lossWindow   = time.Second
+	maxLossScale = 2.0
+	// lossMinUnits: fewer units than this over the two windows say
+	// nothing reliable of a share (one datagram lost of three is not a
+	// third of the traffic lost).
+	lossMinUnits = 16
+)
+
+// lossMeter counts an exporter's units (datagrams or records, as its
+// protocol's sequence numbers count) received and lost, over two windows.
+type lossMeter struct {
+	got, lost         uint64 // this window's
+	prevGot, prevLost uint64 // the last window's
+	since             time.Time
+}
+
+func (m *lossMeter) add(got, lost uint64, now time.Time) {
+	switch {
+	case now.Sub(m.since) >= 2*lossWindow:
+		// Quiet for a window or more: the last one held nothing.
+		m.prevGot, m.prevLost, m.got, m.lost, m.since = 0, 0, 0, 0, now
+	case now.Sub(m.since) >= lossWindow:
+		m.prevGot, m.prevLost, m.got, m.lost, m.since = m.got, m.lost, 0, 0, now
+	}
+	m.got += got
+	m.lost += lost
+}
+
+// scale is what a record's rate is multiplied by at now: sent over
+// received over the two windows, at most maxLossScale; 1 with too little
+// to say, or when they are over.
+func (m *lossMeter) scale(now time.Time) float64 {
+	got, lost := m.got+m.prevGot, m.lost+m.prevLost
+	if now.Sub(m.since) >= 2*lossWindow {
+		return 1
+	}
+	if got+lost < lossMinUnits || lost == 0 || got == 0 {
+		return 1
+	}
+	return min(float64(got+lost)/float64(got), maxLossScale)
 }
 
 func (e *exporter) sawProtocol(p Protocol) {

@@ -31,6 +31,7 @@ var (
 	mErrors   = prometheus.NewDesc("tierwall_telemetry_decode_errors_total", "Datagrams from the exporter that did not decode, whole or in part.", exLabels, nil)
 	mGaps     = prometheus.NewDesc("tierwall_telemetry_sequence_gaps_total", "Datagrams (sFlow, NetFlow v9) or records (NetFlow v5, IPFIX) the exporter's sequence numbers say were lost.", exLabels, nil)
 	mResets   = prometheus.NewDesc("tierwall_telemetry_sequence_resets_total", "Times the exporter's sequence numbers went back (a restart).", exLabels, nil)
+	mLossScl  = prometheus.NewDesc("tierwall_telemetry_loss_scale", "What the exporter's records are scaled by for the loss its sequence numbers showed over the last 1-2 s (1: none; at most 2).", exLabels, nil)
 	mTmpl     = prometheus.NewDesc("tierwall_telemetry_templates", "NetFlow v9 and IPFIX templates held for the exporter.", exLabels, nil)
 	mTmplRef  = prometheus.NewDesc("tierwall_telemetry_templates_refused_total", "Templates refused: past the per-exporter cap, or unusable.", exLabels, nil)
 	mNoTmpl   = prometheus.NewDesc("tierwall_telemetry_no_template_total", "Data sets that arrived before their template.", exLabels, nil)
@@ -125,7 +126,7 @@ type ExporterMetrics struct{ Dec *Decoder }
 
 // Describe implements prometheus.Collector.
 func (m ExporterMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mDatagram, mRecords, mCounters, mErrors, mGaps, mResets, mTmpl, mTmplRef, mNoTmpl, mRate, mMismatch, mLast, mUnknown,
+	for _, d := range []*prometheus.Desc{mDatagram, mRecords, mCounters, mErrors, mGaps, mResets, mLossScl, mTmpl, mTmplRef, mNoTmpl, mRate, mMismatch, mLast, mUnknown,
 		mIfRefused, mIfSpeed, mIfUp, mIfResets, mIfOctets, mIfPackets, mIfErrors, mIfDiscard, mIfBPS, mIfUtil} {
 		ch <- d
 	}
@@ -147,6 +148,7 @@ func (m ExporterMetrics) Collect(ch chan<- prometheus.Metric) {
 		c(mErrors, float64(e.DecodeErrors), a)
 		c(mGaps, float64(e.SequenceGaps), a)
 		c(mResets, float64(e.Resets), a)
+		g(mLossScl, e.LossScale, a)
 		g(mTmpl, float64(e.Templates), a)
 		c(mTmplRef, float64(e.TemplatesRefused), a)
 		c(mNoTmpl, float64(e.NoTemplate), a)

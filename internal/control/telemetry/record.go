@@ -61,6 +61,10 @@ type Record struct {
 	Fragment       bool
 	Packets, Bytes uint64
 	Rate           uint32
+	// LossScale corrects for the exporter's datagrams lost on the way,
+	// as its sequence numbers show them (lossMeter): the record stands
+	// for Packets·Rate·LossScale packets. 0 reads as 1.
+	LossScale float64
 	// MinLen and MaxLen are the IP packet lengths seen: the sample's own,
 	// a record's min/max elements, else its mean.
 	MinLen, MaxLen uint16

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package telemetry
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
+)
+
+// sflowAt decodes one sFlow datagram (sequence seq, one sample of a
+// 100-byte UDP packet at 1:100) arriving at now, and returns its record.
+func sflowAt(t *testing.T, d *Decoder, seq uint32, now time.Time) Record {
+	t.Helper()
+	s := tt.SFlow{Agent: router, Sequence: seq}
+	s.Flow(100, tt.Packet{Src: reflector, Dst: victim, Proto: 17, Length: 100})
+	var out []Record
+	if err := d.Decode(router, s.Bytes(), now, func(r *Record) { out = append(out, *r) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 1 {
+		t.Fatalf("%d records", len(out))
+	}
+	return out[0]
+}
+
+// The records of an exporter that loses datagrams on the way are scaled
+// by what its sequence numbers show lost: a fifth lost reads 1.25, more
+// than half lost is capped at 2, a restart is no loss, and the scale goes
+// back to 1 once the loss has been over for two windows.
+func TestLossCorrection(t *testing.T) {
+	d := newTestDecoder(t, DecoderConfig{})
+	at := t0
+	var r Record
+	seq := uint32(0)
+	// 100 datagrams sent over 0.5 s, every fifth lost.
+	for i := range 100 {
+		seq++
+		if i%5 == 4 {
+			continue
+		}
+		at = at.Add(5 * time.Millisecond)
+		r = sflowAt(t, d, seq, at)
+	}
+	if math.Abs(r.LossScale-1.25) > 0.02 {
+		t.Fatalf("a fifth lost: scale %v, want 1.25", r.LossScale)
+	}
+	// After two quiet windows, two of every three lost: capped.
+	at = at.Add(2 * lossWindow)
+	for i := range 90 {
+		seq++
+		if i%3 != 0 {
+			continue
+		}
+		at = at.Add(5 * time.Millisecond)
+		r = sflowAt(t, d, seq, at)
+	}
+	if r.LossScale != maxLossScale {
+		t.Fatalf("two thirds lost: scale %v, want the cap %v", r.LossScale, maxLossScale)
+	}
+	// Two quiet windows, then the exporter restarts (its sequence goes
+	// back): no loss.
+	at = at.Add(2 * lossWindow)
+	for i := range 20 {
+		at = at.Add(5 * time.Millisecond)
+		r = sflowAt(t, d, uint32(i+1), at)
+	}
+	if r.LossScale != 1 {
+		t.Fatalf("after a restart with nothing lost: scale %v", r.LossScale)
+	}
+	// 19 lost in the first phase (the 20th, seq 100, shows with the
+	// second's first datagram), 1 + 29·2 in the second.
+	if st := stats(t, d); st.Resets != 1 || st.SequenceGaps != 19+1+58 {
+		t.Errorf("resets %d gaps %d", st.Resets, st.SequenceGaps)
+	}
+}
+
+// What the correction is for: a 60 kpps flood whose exporter loses 30%
+// of its datagrams on the way reads 42 kpps uncorrected, under a 50 kpps
+// threshold; corrected by the sequence numbers it is detected.
+func TestLossCorrectedFloodDetected(t *testing.T) {
+	for _, corrected := range []bool{true, false} {
+		dec := newTestDecoder(t, DecoderConfig{})
+		det := NewDetector(DetectorConfig{Host: hostLimits(50_000)})
+		// 60 kpps at 1:100, six samples a datagram: 100 datagrams/s.
+		start := t0
+		next := start.Add(det.cfg.Tick)
+		detected := false
+		for i := range 300 {
+			now := start.Add(time.Duration(i) * 10 * time.Millisecond)
+			for !next.After(now) {
+				if s, _ := det.Judge(next); len(s) > 0 {
+					detected = true
+				}
+				next = next.Add(det.cfg.Tick)
+			}
+			if i%10 < 3 {
+				continue // lost on the way
+			}
+			s := tt.SFlow{Agent: router, Sequence: uint32(i + 1)}
+			for range 6 {
+				s.Flow(100, tt.Packet{Src: reflector, Dst: victim, Proto: 17, SrcPort: 53, DstPort: 4444, Length: 1400})
+			}
+			var rs []Record
+			if err := dec.Decode(router, s.Bytes(), now, func(r *Record) {
+				if !corrected {
+					r.LossScale = 0
+				}
+				rs = append(rs, *r)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			det.Add(now, rs)
+		}
+		if detected != corrected {
+			t.Errorf("corrected %v: detected %v", corrected, detected)
+		}
+	}
+}
