@@ -270,10 +270,10 @@ type Detector struct {
 	cfg   DetectorConfig
 	decay float64 // per tick
 
-	mu        sync.Mutex
-	dests     map[netip.Addr]*dest
-	totals    map[*detect.HostGroup]*dest // per group with a total policy, made on first use
-	tick      int64
+	mu     sync.Mutex
+	dests  map[netip.Addr]*dest
+	totals map[*detect.HostGroup]*dest // per group with a total policy, made on first use
+	tick   int64
 	// at is the latest time Add or Judge was given: how far into its
 	// tick a destination's sums are (filled).
 	at        time.Time
