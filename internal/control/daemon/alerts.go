@@ -59,6 +59,8 @@ type alerting struct {
 	// net are network mode's attacks while they are on, by network
 	// mode's ID (alertNetwork); only the loop touches them.
 	net map[string]*netAlert
+	// event is the daemon's, for what the sampler and the log refuse.
+	event func(now time.Time, kind string, p netip.Prefix, format string, args ...any)
 }
 
 // openAlerts opens the attack log in the state file's directory, takes
@@ -75,7 +77,7 @@ func (d *Daemon) openAlerts() error {
 		return fmt.Errorf("finding the daemon's network namespace: %w", err)
 	}
 	a := &alerting{cfg: c, log: lg, pkts: map[string][]alert.Packet{}, netns: ns, tracker: alert.Tracker{EndAfter: c.EndAfter,
-		GroupOf: func(v netip.Addr) string { return d.hostgroupOf(victimPrefix(v)) }}, net: map[string]*netAlert{}}
+		GroupOf: func(v netip.Addr) string { return d.hostgroupOf(victimPrefix(v)) }}, net: map[string]*netAlert{}, event: d.event}
 	a.notify = alert.NewNotifier(a.notifierConfig(), d.log)
 	if rs, err := lg.List(); err == nil {
 		for _, r := range rs {
@@ -142,9 +144,9 @@ func (a *alerting) within(f func() error) error {
 	return <-errc
 }
 
-// closeAlerts stops sampling and gives queued notifications a moment.
-func (d *Daemon) closeAlerts() {
-	a := d.alerts
+// close stops sampling and gives queued notifications a moment (nil:
+// alerting never opened).
+func (a *alerting) close() {
 	if a == nil {
 		return
 	}
@@ -171,11 +173,11 @@ func (d *Daemon) alertStep(now time.Time, tr *detect.Traffic, ds []detect.Detect
 		a.cfg, a.tracker.EndAfter = d.cfg.Alerts, d.cfg.Alerts.EndAfter
 		a.notify = alert.NewNotifier(a.notifierConfig(), d.log)
 	}
-	grew := d.takeSamples()
+	grew := a.takeSamples()
 	reports := a.tracker.Observe(now, d.observations(tr, ds), d.stillMitigated)
 	sent := map[string]bool{}
 	for _, r := range reports {
-		d.attachPcap(&r)
+		a.attachPcap(&r)
 		sent[r.ID] = true
 		if err := a.log.Append(r); err != nil {
 			d.event(now, "error", netip.Prefix{}, "attack log: %v", err)
@@ -190,13 +192,13 @@ func (d *Daemon) alertStep(now time.Time, tr *detect.Traffic, ds []detect.Detect
 	// count its packets before the next notification.
 	for _, r := range a.tracker.Active() {
 		if grew[r.ID] && !sent[r.ID] {
-			d.attachPcap(r)
+			a.attachPcap(r)
 			if err := a.log.Append(*r); err != nil {
 				d.event(now, "error", netip.Prefix{}, "attack log: %v", err)
 			}
 		}
 	}
-	d.setSampling(now)
+	a.setSampling(now)
 }
 
 func victimPrefix(a netip.Addr) netip.Prefix {
@@ -208,8 +210,7 @@ func victimPrefix(a netip.Addr) netip.Prefix {
 
 // setSampling turns the sampler on while an attack still wants packets
 // and off otherwise: a filter under no attack pays nothing for it.
-func (d *Daemon) setSampling(now time.Time) {
-	a := d.alerts
+func (a *alerting) setSampling(now time.Time) {
 	if a.sampler == nil {
 		return
 	}
@@ -229,7 +230,7 @@ func (d *Daemon) setSampling(now time.Time) {
 		every = uint32(a.cfg.SampleEvery)
 	}
 	if err := a.sampler.SetEvery(every); err != nil {
-		d.event(now, "error", netip.Prefix{}, "packet sampler: %v", err)
+		a.event(now, "error", netip.Prefix{}, "packet sampler: %v", err)
 		return
 	}
 	a.sampling = want
@@ -238,8 +239,7 @@ func (d *Daemon) setSampling(now time.Time) {
 // takeSamples drains the sampler and hands each packet to the attack on
 // its destination (or to a victimless one); it returns the attacks whose
 // pcap grew.
-func (d *Daemon) takeSamples() map[string]bool {
-	a := d.alerts
+func (a *alerting) takeSamples() map[string]bool {
 	grew := map[string]bool{}
 	if a.sampler == nil || !a.sampling {
 		return grew
@@ -248,7 +248,7 @@ func (d *Daemon) takeSamples() map[string]bool {
 	// dropped, and what is not read is overwritten by the next.
 	ss, err := a.sampler.Drain(2 * a.cfg.SamplePackets)
 	if err != nil {
-		d.event(time.Now(), "error", netip.Prefix{}, "packet sampler: %v", err)
+		a.event(time.Now(), "error", netip.Prefix{}, "packet sampler: %v", err)
 	}
 	active := a.tracker.Active()
 	byVictim := map[netip.Addr]*alert.Report{}
@@ -271,7 +271,7 @@ func (d *Daemon) takeSamples() map[string]bool {
 	}
 	for id := range grew {
 		if _, err := a.log.WritePackets(id, a.pkts[id]); err != nil {
-			d.event(time.Now(), "error", netip.Prefix{}, "attack pcap: %v", err)
+			a.event(time.Now(), "error", netip.Prefix{}, "attack pcap: %v", err)
 			delete(grew, id)
 		}
 	}
@@ -279,13 +279,13 @@ func (d *Daemon) takeSamples() map[string]bool {
 }
 
 // attachPcap names r's pcap in its report when it has packets.
-func (d *Daemon) attachPcap(r *alert.Report) {
-	n := len(d.alerts.pkts[r.ID])
+func (a *alerting) attachPcap(r *alert.Report) {
+	n := len(a.pkts[r.ID])
 	if n == 0 {
 		return
 	}
 	r.Packets = n
-	r.Pcap, _ = d.alerts.log.PcapPath(r.ID) // the tracker's IDs are valid
+	r.Pcap, _ = a.log.PcapPath(r.ID) // the tracker's IDs are valid
 }
 
 // frameDst is the destination address of an Ethernet frame (through

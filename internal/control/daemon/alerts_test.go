@@ -92,7 +92,7 @@ func TestAlertLifecycle(t *testing.T) {
 	h := newHarness(t, cfg, false)
 	smp := &fakeSampler{}
 	h.d.alerts.sampler = smp
-	t.Cleanup(h.d.closeAlerts)
+	t.Cleanup(h.d.alerts.close)
 	atk, victim := netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("192.0.2.1")
 	frame := pkt.Frame{Src: atk, Dst: victim, Proto: pkt.ProtoUDP, SrcPort: 1234, DstPort: 53, Payload: []byte("flood")}.Build()
 
@@ -250,7 +250,7 @@ func TestAlertRestoredAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, cfg, false)
-	t.Cleanup(h.d.closeAlerts)
+	t.Cleanup(h.d.alerts.close)
 	if n := len(h.d.alerts.tracker.Active()); n != 1 {
 		t.Fatalf("%d attacks tracked after the restart, want 1", n)
 	}
@@ -274,7 +274,7 @@ func TestAlertRestoredAfterRestart(t *testing.T) {
 // "peak 1081 pps".
 func TestAttackPeakIsTheVictimsRate(t *testing.T) {
 	h := newHarness(t, testConfig(t), false)
-	t.Cleanup(h.d.closeAlerts)
+	t.Cleanup(h.d.alerts.close)
 	atk := addrs(198, 51, 30)
 	h.dp.sendUnblocked(1050, atk)
 	h.dp.send(10, netip.MustParseAddr("203.0.113.1")) // a client, under every threshold
@@ -311,7 +311,7 @@ func TestNetworkAttackNotified(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, _ := bgpHarness(t, cfg)
-	t.Cleanup(h.d.closeAlerts)
+	t.Cleanup(h.d.alerts.close)
 	t.Cleanup(h.d.closeTelemetry)
 	// Network mode reports through the loop: serve it.
 	stop := make(chan struct{})
@@ -395,7 +395,7 @@ func TestNetworkAttackEndedAtRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, cfg, false)
-	t.Cleanup(h.d.closeAlerts)
+	t.Cleanup(h.d.alerts.close)
 	if n := len(h.d.alerts.tracker.Active()); n != 0 {
 		t.Errorf("%d attacks restored into host mode's tracker", n)
 	}

@@ -362,15 +362,15 @@ func TestOverflowKeepsClientsAndStaysBounded(t *testing.T) {
 		h.dp.overflow += 50_000
 		h.dp.send(10, addrs(172, byte(16+i), 1000)...)
 		h.step(t)
-		if i < maxMissed && len(h.d.hist) < 100+1000 {
-			t.Fatalf("overflow interval %d: %d sources tracked, the 100 clients dropped out", i, len(h.d.hist))
+		if i < maxMissed && len(h.d.src.hist) < 100+1000 {
+			t.Fatalf("overflow interval %d: %d sources tracked, the 100 clients dropped out", i, len(h.d.src.hist))
 		}
-		if len(h.d.hist) > 100+1000 {
-			t.Fatalf("overflow interval %d: %d sources tracked, state grows with the flood", i, len(h.d.hist))
+		if len(h.d.src.hist) > 100+1000 {
+			t.Fatalf("overflow interval %d: %d sources tracked, state grows with the flood", i, len(h.d.src.hist))
 		}
 	}
-	if len(h.d.hist) != 1000 {
-		t.Fatalf("%d sources tracked after the clients were gone for good", len(h.d.hist))
+	if len(h.d.src.hist) != 1000 {
+		t.Fatalf("%d sources tracked after the clients were gone for good", len(h.d.src.hist))
 	}
 	if !hasEvent(h.d, "overflow", "50000 packets") {
 		t.Fatalf("overflow not reported: %+v", h.d.events[len(h.d.events)-3:])

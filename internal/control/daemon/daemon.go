@@ -42,10 +42,6 @@ import (
 
 const maxEvents = 1000
 
-// establishedAfter is how many consecutive intervals make a source a
-// regular one for the circuit breaker.
-const establishedAfter = 5
-
 // Daemon is the running control loop.
 type Daemon struct {
 	cfg     *config.Config
@@ -72,11 +68,7 @@ type Daemon struct {
 	lastSnap     time.Time
 	lastOverflow uint64 // feature overflow counter at the last snapshot
 	lastAt       time.Time
-	hist         map[detect.Key]int32 // sources seen in the last interval (positions in hists), for the circuit breaker
-	histNext     map[detect.Key]int32 // the next interval's hist, being built by track (see there)
-	hists        []history            // what hist points to; freed entries are listed in histFree
-	histFree     []int32
-	histCap      [2]int             // keys hist and histNext were made for
+	src          sourceHistory      // the circuit breaker's view of the sources (history.go)
 	traffic      *detect.Traffic    // the interval's traffic, reused: see observe
 	readings     []datapath.Reading // the bans' counters, parallel to store.Prefixes(), reused
 	breaker      bool
@@ -204,7 +196,7 @@ func NewOver(cfg *config.Config, log *slog.Logger, dp DataPlane, now time.Time) 
 // tier (nil: XDP only) and reconciles them with the state file at now.
 func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlane, hw tier.Table, now time.Time) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: now, dp: dp, hw: hw,
-		hist: map[detect.Key]int32{}, histNext: map[detect.Key]int32{}}
+		src: newSourceHistory()}
 	d.Metrics = newMetrics(d)
 	d.heavy = d.newHeavyStage()
 	d.bgp = d.newBGPStage()
@@ -241,12 +233,12 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		return nil, err
 	}
 	if err := d.bgp.open(now, d.store.Each); err != nil {
-		d.closeAlerts()
+		d.alerts.close()
 		return nil, err
 	}
 	if err := d.openTelemetry(); err != nil {
 		d.bgp.close()
-		d.closeAlerts()
+		d.alerts.close()
 		return nil, err
 	}
 	return d, nil
@@ -636,7 +628,7 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 	// The port profile is the same traffic by port: the ladder names a
 	// port (reflection: UDP source port 53, 123, …) from it.
 	d.ports = (*detect.PortProfile)(snap.Ports)
-	d.track(snap.Start, tr)
+	d.src.track(snap.Start, tr)
 	return tr, nil
 }
 
@@ -668,7 +660,7 @@ func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.D
 	vs := d.flow.observeVictims(tr, d.ports)
 	d.Metrics.detections.WithLabelValues("victim").Add(float64(len(vs)))
 	ds = append(ds, vs...)
-	d.noteDetected(ds)
+	d.src.noteDetected(ds)
 	return ds
 }
 
@@ -829,7 +821,9 @@ func (d *Daemon) lift(now time.Time, p netip.Prefix, why string) {
 // refuses never sinks the others: they are retried one by one.
 func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 	d.store.SetClients(d.verifiedClients())
-	added, refused, breaker := d.store.Propose(now, ds, d.establishedShare(tr))
+	share, established := d.src.establishedShare()
+	d.log.Debug("interval", "sources", len(tr.Sources), "established", established)
+	added, refused, breaker := d.store.Propose(now, ds, share)
 	if breaker && !d.breaker {
 		d.event(now, "breaker", netip.Prefix{}, "circuit breaker open: %d new bans refused this interval", countBreaker(refused))
 	}
@@ -854,7 +848,7 @@ func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
 		b, _ := d.store.Get(p)
 		d.event(now, "ban", p, "%s: %s", b.Detector, b.Reason)
 		d.Metrics.bans.Inc()
-		if h := d.history(p.Addr()); h != nil && p.IsSingleIP() {
+		if h := d.src.get(p.Addr()); h != nil && p.IsSingleIP() {
 			d.Metrics.detectToDrop.Observe(applied.Sub(time.Unix(0, h.first)).Seconds())
 		}
 	}
@@ -942,92 +936,6 @@ func refusalKind(why string) string {
 	return why
 }
 
-// history is what the circuit breaker knows of a source: how many
-// consecutive intervals it has been seen, whether any detector named it on
-// its own, and its usual rate.
-type history struct {
-	run      int32
-	missed   int32 // intervals missed in a row while the buffers overflowed
-	detected bool
-	norm     float64 // pps, learned while it was not detected
-	pps      float64 // this interval
-	first    int64   // start of the interval it showed up in (Unix ns), for detection-to-drop latency
-}
-
-// history is what the breaker knows of a, nil if nothing.
-func (d *Daemon) history(a netip.Addr) *history {
-	if i, ok := d.hist[detect.KeyOf(a)]; ok {
-		return &d.hists[i]
-	}
-	return nil
-}
-
-// maxTracked bounds the sources the daemon keeps a history of. Past it, a
-// flood's new sources are not tracked (they cannot become regular clients
-// while it lasts); the clients known before it keep theirs. At ~70 bytes
-// a source (a 40-byte history and its map slot) this is ~18 MiB whatever
-// the number of sources.
-const maxTracked = 1 << 18
-
-// maxMissed is how many overflowing intervals an established source may
-// be missing from before it is forgotten.
-const maxMissed = 3
-
-// normJump is how far above its usual rate a source stops counting as a
-// regular client: a detector that names clients at their normal rate is
-// misconfigured; a source that jumped is attacking.
-const normJump = 3
-
-// noteDetected marks the sources a detector named on their own this
-// interval. They never become established: the breaker protects regular
-// clients from a detector gone wrong, not attackers that wait their turn
-// behind the per-interval ban limit.
-func (d *Daemon) noteDetected(ds []detect.Detection) {
-	for _, x := range ds {
-		if x.Prefix.IsSingleIP() {
-			if h := d.history(x.Prefix.Addr()); h != nil && (h.run < establishedAfter || h.pps > normJump*h.norm) {
-				h.detected = true
-			}
-		}
-	}
-}
-
-// establishedShare is the circuit breaker's measure: the share of the
-// regular clients that a prefix covers. A regular client has been seen in
-// each of the last establishedAfter intervals, was never named by a
-// detector before it was established, and sends at its usual rate.
-func (d *Daemon) establishedShare(tr *detect.Traffic) func(netip.Prefix) float64 {
-	var established []netip.Addr
-	for k, i := range d.hist {
-		if h := &d.hists[i]; h.run >= establishedAfter && !h.detected && h.pps <= normJump*max(h.norm, 1) {
-			established = append(established, k.Addr())
-		}
-	}
-	d.log.Debug("interval", "sources", len(tr.Sources), "established", len(established))
-	isEst := make(map[netip.Addr]bool, len(established))
-	for _, a := range established {
-		isEst[a] = true
-	}
-	return func(p netip.Prefix) float64 {
-		if len(established) == 0 {
-			return 0
-		}
-		if p.IsSingleIP() { // the common case: one lookup, not a scan
-			if isEst[p.Addr()] {
-				return 1 / float64(len(established))
-			}
-			return 0
-		}
-		n := 0
-		for _, a := range established {
-			if p.Contains(a) {
-				n++
-			}
-		}
-		return float64(n) / float64(len(established))
-	}
-}
-
 // counters reads the XDP counters of every ban, in the store's dense
 // order, into a slice kept across intervals.
 func (d *Daemon) counters() ([]datapath.Reading, error) {
@@ -1065,83 +973,6 @@ func (d *Daemon) detectors() []detect.Detector {
 		out = append(out, d.lists)
 	}
 	return out
-}
-
-// track keeps each source's history: when it showed up in passed traffic
-// (the interval's start: the earliest its first packet can have been), for
-// how many intervals in a row, and its usual rate. A source absent from an
-// interval is forgotten (see below for intervals that overflowed).
-func (d *Daemon) track(start time.Time, tr *detect.Traffic) {
-	update := func(h *history, s *detect.Source) {
-		h.run++
-		h.pps = tr.Rate(s.Packets)
-		switch {
-		case h.run == 1:
-			h.norm = h.pps
-		case h.run <= establishedAfter:
-			h.norm += (h.pps - h.norm) / float64(h.run) // mean while establishing
-		case !h.detected && h.pps <= normJump*h.norm:
-			h.norm = 0.95*h.norm + 0.05*h.pps // follows slow change, never a jump
-		}
-	}
-	// The sources already tracked, looked up in the interval (not each of
-	// the interval's sources in the history: a flood brings a million).
-	// The survivors and the new sources go to a second map, cleared and
-	// swapped every interval, rather than deleting the absent ones: a
-	// flood replaces most of the tracked sources every interval, and a
-	// map that many keys are deleted from fills with tombstones and grows
-	// again (measured: ~40 MB of garbage per interval at 1M sources).
-	//
-	// A source missing from an interval that overflowed may not have fit:
-	// an established client stays in the breaker's denominator through up
-	// to maxMissed such intervals (a flood of new keys must not push the
-	// regular clients out), so this state stays bounded by the buffers'
-	// capacity times maxMissed+1 whatever the attacker does.
-	// Sized once for what this interval can bring (at most maxTracked):
-	// a map grown key by key to a flood's size leaves garbage as large as
-	// itself behind, and RSS is what MemoryMax limits.
-	if need := min(len(d.hist)+len(tr.Sources), maxTracked); need > d.histCap[1] {
-		d.histCap[1] = need
-		d.histNext = make(map[detect.Key]int32, need)
-		d.hists = slices.Grow(d.hists, need-len(d.hists))
-	}
-	next := d.histNext
-	gone := 0
-	for k, i := range d.hist {
-		h := &d.hists[i]
-		if j := tr.SourceIndex(k); j >= 0 {
-			update(h, &tr.Sources[j])
-			h.missed = 0
-		} else if tr.Overflow > 0 && h.run >= establishedAfter && h.missed < maxMissed {
-			h.missed++
-		} else {
-			d.histFree = append(d.histFree, i)
-			gone++
-			continue
-		}
-		next[k] = i
-	}
-	// New sources, while there is room: the absent ones above still count
-	// against maxTracked this interval, as they always have.
-	for j := 0; j < len(tr.Sources) && len(next)+gone < maxTracked; j++ {
-		k := tr.SourceKey(j)
-		if _, ok := next[k]; ok {
-			continue
-		}
-		var i int32
-		if n := len(d.histFree); n > 0 {
-			i, d.histFree = d.histFree[n-1], d.histFree[:n-1]
-		} else {
-			i = int32(len(d.hists))
-			d.hists = append(d.hists, history{})
-		}
-		d.hists[i] = history{first: start.UnixNano()}
-		next[k] = i
-		update(&d.hists[i], &tr.Sources[j])
-	}
-	d.hist, d.histNext = next, d.hist
-	d.histCap[0], d.histCap[1] = d.histCap[1], d.histCap[0]
-	clear(d.histNext) // keeps its buckets for the next interval
 }
 
 // measure computes each ban's rate over the interval: from the growth of
@@ -1400,7 +1231,7 @@ func (d *Daemon) stop(now time.Time) error {
 	if err := d.flush(now); err != nil {
 		errs = append(errs, err)
 	}
-	d.closeAlerts()
+	d.alerts.close()
 	d.closeTelemetry()
 	d.bgp.close()
 	d.dp.Close()

@@ -12,7 +12,6 @@ import (
 
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/bgp"
-	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -48,7 +47,10 @@ type fleetHost struct {
 // stage for one pass.
 func (d *Daemon) fleetHost() fleetHost {
 	return fleetHost{store: d.store, flow: &d.flow, rail: d.rail(), admit: d.admit, block: d.blockEach, unblock: d.unblock,
-		share:   func() func(netip.Prefix) float64 { return d.establishedShare(&detect.Traffic{}) },
+		share: func() func(netip.Prefix) float64 {
+			share, _ := d.src.establishedShare()
+			return share
+		},
 		changed: func() { d.dirty = true }}
 }
 
