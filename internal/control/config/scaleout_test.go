@@ -156,14 +156,7 @@ func TestScaleoutRefused(t *testing.T) {
 // report those exporters' interfaces over the bus.
 func TestScaleoutDetectorUplinksByAddress(t *testing.T) {
 	y := strings.Replace(detectorYAML, "  mode: enforce\n", "  mode: enforce\n  groups:\n    customers:\n      uplinks: [{exporter: 192.0.2.1, if_index: 3}, {exporter: \"::ffff:192.0.2.2\", if_index: 4}]\n      communities: [\"64500:666\"]\n", 1)
-	c, err := ParseFile("tierwall.yaml", []byte(y))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := c.TelemetryConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc := telemetryOf(t, y)
 	want := []telemetry.Uplink{{Exporter: netip.MustParseAddr("192.0.2.1"), IfIndex: 3}, {Exporter: netip.MustParseAddr("192.0.2.2"), IfIndex: 4}}
 	if got := tc.Action.Policies["customers"].Uplinks; !slices.Equal(got, want) {
 		t.Fatalf("uplinks %v, want %v", got, want)

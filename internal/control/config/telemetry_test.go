@@ -34,8 +34,10 @@ telemetry:
   flowspec: {action: drop}
 `
 
-func TestTelemetryParse(t *testing.T) {
-	c, err := ParseFile("tierwall.yaml", []byte(telemetryYAML))
+// telemetryOf parses y and returns its network mode's configuration.
+func telemetryOf(t *testing.T, y string) telemetry.Config {
+	t.Helper()
+	c, err := ParseFile("tierwall.yaml", []byte(y))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +45,11 @@ func TestTelemetryParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tc
+}
+
+func TestTelemetryParse(t *testing.T) {
+	tc := telemetryOf(t, telemetryYAML)
 	k53, _ := telemetry.ParseKind("amp:53")
 	k123, _ := telemetry.ParseKind("amp:123")
 	th := tc.Detector.Host

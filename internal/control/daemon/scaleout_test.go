@@ -172,6 +172,55 @@ func TestNetworkRoleRunsWithoutInterface(t *testing.T) {
 	}
 }
 
+// scaleoutBGP is a detector daemon's speaker section: one route
+// reflector taking RTBH and FlowSpec.
+const scaleoutBGP = `
+bgp:
+  asn: 65001
+  router_id: 10.0.0.1
+  listen_port: -1
+  neighbors: [{address: 198.51.100.1, asn: 65001, send: [rtbh, flowspec]}]
+  announce: {next_hop4: 192.0.2.254}
+`
+
+// startScaleout starts a daemon of daemonYAML's role for the test's
+// life (stopped cleanly at its end).
+func startScaleout(t *testing.T, daemonYAML string) *Daemon {
+	t.Helper()
+	cfg, _ := loadYAML(t, daemonYAML)
+	d, err := New(cfg, "", quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.shutdown(); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
+// collectorYAML is a scale-out collector's file hearing 127.0.0.1, on
+// the bus common names.
+func collectorYAML(t *testing.T, common string) string {
+	return networkYAML(t, `  listen: ["127.0.0.1:0"]
+  exporters: [{address: 127.0.0.1}]
+  scaleout:
+    role: collector
+    name: col-a
+`+common)
+}
+
+// fakeSpeakerUp makes New's speakers fs, whose route reflector is up.
+func fakeSpeakerUp(t *testing.T) *fakeSpeaker {
+	fs := &fakeSpeaker{changed: make(chan struct{}, 1),
+		neighbors: []bgp.Neighbor{{Address: peerRR, ASN: 65001, State: "established", Since: time.Now().Add(-time.Hour)}}}
+	old := newSpeaker
+	newSpeaker = func(config.BGP, *slog.Logger) (Speaker, error) { return fs, nil }
+	t.Cleanup(func() { newSpeaker = old })
+	return fs
+}
+
 // The scale-out roles under `tierwall run`: a collector daemon (role
 // network, no interface) publishes its router's flood to a real NATS
 // server and judges nothing; a detector daemon owning the victim's
@@ -185,21 +234,7 @@ func TestScaleoutRolesDetectAndAnnounce(t *testing.T) {
 			networkOnly(t)
 			stream := "T" + strconv.FormatBool(monitorOnly)
 			common := "    nats: " + url + "\n    partitions: 4\n    stream: " + stream + "\n    subject: t." + stream + "\n"
-			ccfg, _ := loadYAML(t, networkYAML(t, `  listen: ["127.0.0.1:0"]
-  exporters: [{address: 127.0.0.1}]
-  scaleout:
-    role: collector
-    name: col-a
-`+common))
-			col, err := New(ccfg, "", quietLog())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := col.shutdown(); err != nil {
-					t.Error(err)
-				}
-			}()
+			col := startScaleout(t, collectorYAML(t, common))
 			if col.tele.merged != nil || col.tele.so == nil || col.tele.so.col == nil {
 				t.Fatalf("collector: merged %v, role %+v", col.tele.merged, col.tele.so)
 			}
@@ -209,32 +244,12 @@ func TestScaleoutRolesDetectAndAnnounce(t *testing.T) {
   scaleout:
     role: detector
     name: det-a
-`+common) + `
-bgp:
-  asn: 65001
-  router_id: 10.0.0.1
-  listen_port: -1
-  neighbors: [{address: 198.51.100.1, asn: 65001, send: [rtbh, flowspec]}]
-  announce: {next_hop4: 192.0.2.254}
-`
+`+common) + scaleoutBGP
 			if monitorOnly {
 				dy += "rails: {monitor_only: true}\n"
 			}
-			dcfg, _ := loadYAML(t, dy)
-			fs := &fakeSpeaker{changed: make(chan struct{}, 1),
-				neighbors: []bgp.Neighbor{{Address: peerRR, ASN: 65001, State: "established", Since: time.Now().Add(-time.Hour)}}}
-			old := newSpeaker
-			newSpeaker = func(config.BGP, *slog.Logger) (Speaker, error) { return fs, nil }
-			t.Cleanup(func() { newSpeaker = old })
-			det, err := New(dcfg, "", quietLog())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := det.shutdown(); err != nil {
-					t.Error(err)
-				}
-			}()
+			fs := fakeSpeakerUp(t)
+			det := startScaleout(t, dy)
 			if det.tele.merged == nil || det.tele.so == nil || det.tele.so.judge == nil {
 				t.Fatalf("detector: merged %v, role %+v", det.tele.merged, det.tele.so)
 			}
@@ -300,22 +315,9 @@ func TestScaleoutDetectorBlackholesOverItsUplinks(t *testing.T) {
 	url := natstest.Start(t)
 	networkOnly(t)
 	common := "    nats: " + url + "\n    partitions: 2\n    stream: UP\n    subject: t.up\n"
-	ccfg, _ := loadYAML(t, networkYAML(t, `  listen: ["127.0.0.1:0"]
-  exporters: [{address: 127.0.0.1}]
-  scaleout:
-    role: collector
-    name: col-a
-`+common))
-	col, err := New(ccfg, "", quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := col.shutdown(); err != nil {
-			t.Error(err)
-		}
-	}()
-	dcfg, _ := loadYAML(t, networkYAML(t, `  mode: enforce
+	col := startScaleout(t, collectorYAML(t, common))
+	fs := fakeSpeakerUp(t)
+	det := startScaleout(t, networkYAML(t, `  mode: enforce
   thresholds: {all: {pps: 50000}}
   groups:
     customers:
@@ -324,28 +326,7 @@ func TestScaleoutDetectorBlackholesOverItsUplinks(t *testing.T) {
   scaleout:
     role: detector
     name: det-a
-`+common)+`
-bgp:
-  asn: 65001
-  router_id: 10.0.0.1
-  listen_port: -1
-  neighbors: [{address: 198.51.100.1, asn: 65001, send: [rtbh, flowspec]}]
-  announce: {next_hop4: 192.0.2.254}
-`)
-	fs := &fakeSpeaker{changed: make(chan struct{}, 1),
-		neighbors: []bgp.Neighbor{{Address: peerRR, ASN: 65001, State: "established", Since: time.Now().Add(-time.Hour)}}}
-	old := newSpeaker
-	newSpeaker = func(config.BGP, *slog.Logger) (Speaker, error) { return fs, nil }
-	t.Cleanup(func() { newSpeaker = old })
-	det, err := New(dcfg, "", quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := det.shutdown(); err != nil {
-			t.Error(err)
-		}
-	}()
+`+common)+scaleoutBGP)
 	capacity := func() telemetry.GroupUplinks {
 		cs := det.Telemetry(5).Capacities
 		if len(cs) != 1 {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,18 +42,12 @@ type InterfaceReport struct {
 }
 
 // ReportedInterface is an interface as the collector's last counter
-// sample showed it. AgeMS is how long ago that sample arrived, so that a
-// detector dates it on its own clock.
+// sample showed it (UplinkState's fields; Known is the detector's to
+// say). AgeMS is how long ago that sample arrived, so that a detector
+// dates it on its own clock.
 type ReportedInterface struct {
-	Exporter       netip.Addr `json:"exporter"`
-	IfIndex        uint32     `json:"if_index"`
-	OperUp         bool       `json:"oper_up"`
-	SpeedBPS       uint64     `json:"speed_bps"`
-	InBPS          float64    `json:"in_bps"`
-	InUtilisation  float64    `json:"in_utilisation"`
-	OutBPS         float64    `json:"out_bps"`
-	OutUtilisation float64    `json:"out_utilisation"`
-	AgeMS          int64      `json:"age_ms"`
+	telemetry.UplinkState
+	AgeMS int64 `json:"age_ms"`
 }
 
 // maxReportInterfaces bounds one message's interfaces (about 250 bytes
@@ -72,9 +65,10 @@ func reports(name string, exs []telemetry.ExporterStats, now time.Time, per int)
 			if x.Samples == 0 {
 				continue
 			}
-			cur.Interfaces = append(cur.Interfaces, ReportedInterface{Exporter: e.Address, IfIndex: x.IfIndex, OperUp: x.OperUp,
-				SpeedBPS: x.SpeedBPS, InBPS: x.InBPS, InUtilisation: x.InUtilisation, OutBPS: x.OutBPS,
-				OutUtilisation: x.OutUtilisation, AgeMS: max(0, now.Sub(x.LastSample).Milliseconds())})
+			cur.Interfaces = append(cur.Interfaces, ReportedInterface{AgeMS: max(0, now.Sub(x.LastSample).Milliseconds()),
+				UplinkState: telemetry.UplinkState{Uplink: telemetry.Uplink{Exporter: e.Address, IfIndex: x.IfIndex},
+					Known: true, OperUp: x.OperUp, SpeedBPS: x.SpeedBPS, InBPS: x.InBPS, InUtilisation: x.InUtilisation,
+					OutBPS: x.OutBPS, OutUtilisation: x.OutUtilisation}})
 			if len(cur.Interfaces) == per {
 				out = append(out, cur)
 				cur = InterfaceReport{Collector: name}
@@ -201,8 +195,9 @@ func (t *UplinkTable) Handle(data []byte, now time.Time) error {
 		if h, ok := t.heard[u]; ok && !last.After(h.last) {
 			continue
 		}
-		t.heard[u] = heardUplink{last: last, st: telemetry.UplinkState{Uplink: u, Known: true, OperUp: x.OperUp, SpeedBPS: x.SpeedBPS,
-			InBPS: x.InBPS, InUtilisation: x.InUtilisation, OutBPS: x.OutBPS, OutUtilisation: x.OutUtilisation}}
+		st := x.UplinkState
+		st.Uplink, st.Known = u, true
+		t.heard[u] = heardUplink{last: last, st: st}
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func report(t *testing.T, tab *UplinkTable, at time.Time, r InterfaceReport) err
 }
 
 func up(u telemetry.Uplink, speed uint64, ageMS int64) ReportedInterface {
-	return ReportedInterface{Exporter: u.Exporter, IfIndex: u.IfIndex, OperUp: true, SpeedBPS: speed, InBPS: 1e8, InUtilisation: 0.1, AgeMS: ageMS}
+	return ReportedInterface{UplinkState: telemetry.UplinkState{Uplink: u, OperUp: true, SpeedBPS: speed, InBPS: 1e8, InUtilisation: 0.1}, AgeMS: ageMS}
 }
 
 // The table keeps the groups' uplinks only, the newest sample of each
@@ -44,7 +44,7 @@ func TestUplinkTable(t *testing.T) {
 	if c, st := tab.Uplinks(ups, t0); c != 0 || st[0].Known || st[1].Known {
 		t.Fatalf("before any report: %v %+v", c, st)
 	}
-	other := ReportedInterface{Exporter: routers[2], IfIndex: 1, SpeedBPS: 1e9, OperUp: true}
+	other := up(telemetry.Uplink{Exporter: routers[2], IfIndex: 1}, 1e9, 0)
 	if err := report(t, tab, t0, InterfaceReport{Collector: "col-a", Interfaces: []ReportedInterface{up(upA, 10e9, 2000), other}}); err != nil {
 		t.Fatal(err)
 	}

@@ -42,15 +42,7 @@ func Start(t testing.TB) string {
 // to (PEM files). It returns once the port accepts connections.
 func StartTLS(t testing.TB, cert, key, clientCA string) string {
 	t.Helper()
-	url, logf := start(t, "--tls", "--tlscert", cert, "--tlskey", key, "--tlsverify", "--tlscacert", clientCA)
-	waitFor(t, url, logf, func() error {
-		c, err := net.Dial("tcp", strings.TrimPrefix(url, "nats://"))
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
-	return url
+	return startListening(t, "--tls", "--tlscert", cert, "--tlskey", key, "--tlsverify", "--tlscacert", clientCA)
 }
 
 // StartConfig is Start with a configuration file (-c), for what the
@@ -59,7 +51,14 @@ func StartTLS(t testing.TB, cert, key, clientCA string) string {
 // connect is the test's question.
 func StartConfig(t testing.TB, conf string) string {
 	t.Helper()
-	url, logf := start(t, "-c", conf)
+	return startListening(t, "-c", conf)
+}
+
+// startListening starts the server with args and waits for its port
+// alone: a client would need what the test is about.
+func startListening(t testing.TB, args ...string) string {
+	t.Helper()
+	url, logf := start(t, args...)
 	waitFor(t, url, logf, func() error {
 		c, err := net.Dial("tcp", strings.TrimPrefix(url, "nats://"))
 		if err == nil {
