@@ -12,10 +12,13 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"runtime"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/tier/nicstage"
+	"golang.org/x/sys/unix"
 )
 
 // The traffic generator's kernel side (bpf/testbed/xdp_gen.c): BPF_PROG_TEST_RUN
@@ -277,11 +280,14 @@ func (g *Generator) Send(frame []byte, n uint32, exact bool) (uint64, error) {
 			reps = uint32(max(1, fn/high-4*sd(high)))
 		}
 	}
-	_, err = g.objs.TwGen.Run(&ebpf.RunOptions{
-		Data:    frame,
-		Repeat:  reps,
-		Flags:   bpfTestXDPLiveFrames,
-		Context: &xdpMDLive{Data: 0, DataEnd: uint32(len(frame)), IngressIfindex: uint32(g.ifindex)},
+	err = onOneCPU(func() error {
+		_, err := g.objs.TwGen.Run(&ebpf.RunOptions{
+			Data:    frame,
+			Repeat:  reps,
+			Flags:   bpfTestXDPLiveFrames,
+			Context: &xdpMDLive{Data: 0, DataEnd: uint32(len(frame)), IngressIfindex: uint32(g.ifindex)},
+		})
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("live-frames run: %w", err)
@@ -388,3 +394,32 @@ func (g *Generator) state() ([]trafgenTwGenState, error) {
 
 // Close releases the generator.
 func (g *Generator) Close() error { return g.objs.Close() }
+
+// onOneCPU runs f with the calling thread pinned to the CPU it is on.
+// The generator's stop is per CPU (a shared counter would cost every
+// frame an atomic): a live-frames run may yield between batches and, on
+// a busy machine, resume on another CPU, whose own stop would let it
+// send up to n more (a capped flood of 200,000 frames sent 200,672 while
+// CI ran VMs beside it). Pinned, the kernel time-slices the run instead.
+func onOneCPU(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var was unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		return fmt.Errorf("reading the thread's CPU affinity: %w", err)
+	}
+	var cpu uint32
+	if _, _, errno := unix.Syscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+		return fmt.Errorf("getcpu: %w", errno)
+	}
+	var one unix.CPUSet
+	one.Set(int(cpu))
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return fmt.Errorf("pinning the generator to CPU %d: %w", cpu, err)
+	}
+	err := f()
+	if rerr := unix.SchedSetaffinity(0, &was); rerr != nil && err == nil {
+		err = fmt.Errorf("restoring the thread's CPU affinity: %w", rerr)
+	}
+	return err
+}

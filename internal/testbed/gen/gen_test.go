@@ -5,9 +5,11 @@ package gen
 import (
 	"bytes"
 	"net/netip"
+	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/tierwall/tierwall/internal/pkt"
 	"github.com/tierwall/tierwall/internal/testutil"
@@ -53,5 +55,43 @@ func TestGenRewritesRecycledPage(t *testing.T) {
 		if want := f.Build(); !bytes.Equal(out, want) {
 			t.Fatalf("frame from a rewritten page:\n got %x\nwant %x", out, want)
 		}
+	}
+}
+
+// A live-frames run's stop is per CPU, so the run must stay on one: in
+// it the thread may run on one CPU only, the one it started on, and
+// afterwards it may run where it could before.
+func TestRunsStayOnOneCPU(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU: nothing to migrate to")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var before unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &before); err != nil {
+		t.Fatal(err)
+	}
+	if before.Count() < 2 {
+		t.Skipf("the test may run on %d CPU", before.Count())
+	}
+	err := onOneCPU(func() error {
+		var in unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &in); err != nil {
+			return err
+		}
+		if in.Count() != 1 {
+			t.Errorf("inside the run the thread may use %d CPUs, want 1", in.Count())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("affinity after the run %v, want %v back", after, before)
 	}
 }
