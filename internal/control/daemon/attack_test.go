@@ -95,7 +95,7 @@ func TestBreakerTripsOnMisconfiguredDetector(t *testing.T) {
 		h.dp.send(10, clients...)
 		h.step(t)
 	}
-	h.d.rate.Static.PPS = 5 // below every client
+	h.d.det.rate.Static.PPS = 5 // below every client
 	h.dp.send(10, clients...)
 	h.step(t)
 	if !h.d.breaker || h.d.store.Len() != 0 {
@@ -146,7 +146,7 @@ func TestAttackFromStartAndBaselinePersistence(t *testing.T) {
 		h.dp.send(10, clients...)
 		h.step(t)
 	}
-	l, ok := h.d.rate.Learned()
+	l, ok := h.d.det.rate.Learned()
 	if !ok || l != cfg.Detectors.Rate.MinPPS {
 		t.Fatalf("learned %v (%v), want the floor %v from clients at 10 pps", l, ok, cfg.Detectors.Rate.MinPPS)
 	}
@@ -162,7 +162,7 @@ func TestAttackFromStartAndBaselinePersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	h2.d = d2
-	if l2, ok := d2.rate.Learned(); !ok || l2 != l {
+	if l2, ok := d2.det.rate.Learned(); !ok || l2 != l {
 		t.Fatalf("restored %v (%v), want %v", l2, ok, l)
 	}
 	h2.dp.send(500, addrs(203, 0, 20)...)

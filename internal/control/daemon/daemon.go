@@ -28,7 +28,6 @@ import (
 	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/control/kernel"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
-	"github.com/tierwall/tierwall/internal/control/placement"
 	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/netnsx"
 	"github.com/tierwall/tierwall/internal/rule"
@@ -39,8 +38,6 @@ import (
 	"github.com/tierwall/tierwall/internal/tier/nicstage"
 	"github.com/tierwall/tierwall/internal/tier/ntuple"
 )
-
-const maxEvents = 1000
 
 // Daemon is the running control loop.
 type Daemon struct {
@@ -55,15 +52,11 @@ type Daemon struct {
 	kernelFeatures []kernel.Feature
 
 	dp    DataPlane
-	hw    tier.Table // owned by off: the daemon only reads its capabilities
-	off   *placement.Offloader
+	card  cardTier // the NIC's table and placement over it (card.go)
 	store *ban.Store
 
-	rate    *detect.Rate
-	entropy *detect.Entropy
-	lists   *detect.List
+	det detectorSet // the per-source detectors (detectors.go)
 
-	events       []apiv1.Event
 	lastTop      []detect.Talker
 	lastSnap     time.Time
 	lastOverflow uint64 // feature overflow counter at the last snapshot
@@ -74,7 +67,6 @@ type Daemon struct {
 	breaker      bool
 	tierCounts   map[string]int // bans per tier, for the metrics collector (under mu)
 	started      time.Time
-	hwUpdates    uint64 // hardware updates placement applied
 	lastSave     time.Time
 	steps        uint64
 	dirty        bool
@@ -84,12 +76,13 @@ type Daemon struct {
 	tele         telemetryState      // network mode (telemetry.go)
 	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
 	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
-	detections   []apiv1.Detection   // the last intervals' heaviest detections, for the API (under mu)
 
 	owner  *Ownership    // the data plane's owner lock, released at shutdown
 	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
 	mgmtAt time.Time
 	alerts *alerting // attack tracking, log and notifications (alerts.go)
+
+	*journal // events and detections, for the API (journal.go)
 
 	Metrics *Metrics
 	reqs    chan func()
@@ -195,17 +188,16 @@ func NewOver(cfg *config.Config, log *slog.Logger, dp DataPlane, now time.Time) 
 // newDaemon builds the loop over a data plane and an optional hardware
 // tier (nil: XDP only) and reconciles them with the state file at now.
 func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlane, hw tier.Table, now time.Time) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: now, dp: dp, hw: hw,
+	d := &Daemon{cfg: cfg, cfgPath: cfgPath, log: log, reqs: make(chan func()), started: now, dp: dp, journal: &journal{},
 		src: newSourceHistory()}
 	d.Metrics = newMetrics(d)
+	if hw != nil { // before the flow stage, which polices on the card
+		d.card = newCardTier(cfg, hw, d.Metrics.countHW(hw))
+	}
 	d.heavy = d.newHeavyStage()
 	d.bgp = d.newBGPStage()
 	d.flow = d.newFlowStage()
-	if hw != nil {
-		d.off = &placement.Offloader{Table: d.Metrics.countHW(hw), Params: placement.Params{K: cfg.Hardware.Capacity, MaxRate: cfg.Hardware.MaxRate,
-			Interval: cfg.Interval, UpdateLatency: cfg.Hardware.Latency}}
-	}
-	d.buildDetectors()
+	d.det = newDetectorSet(cfg)
 	d.store = ban.NewStore(rails(cfg), cfg.Bans.TTL)
 	d.store.RefreshEvery = refreshEvery
 	d.store.PrefixLift = prefixLift
@@ -225,7 +217,7 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 	if err := d.reconcile(now); err != nil {
 		return nil, err
 	}
-	d.restoreBaselines()
+	d.det.restore(d.store.Baselines)
 	if err := d.drainFeatures(); err != nil {
 		return nil, err
 	}
@@ -255,23 +247,6 @@ func rails(cfg *config.Config) ban.Rails {
 // prefixLift is the share of its peak rate under which an automatic
 // prefix ban counts as quiet (ban.Store.PrefixLift).
 const prefixLift = 0.25
-
-func (d *Daemon) buildDetectors() {
-	c := d.cfg.Detectors
-	d.rate, d.entropy, d.lists = nil, nil, nil
-	if c.Rate.Enabled {
-		d.rate = &detect.Rate{Static: detect.Thresholds{PPS: c.Rate.PPS, BPS: c.Rate.BPS, SYNPPS: c.Rate.SYNPPS, PerProto: c.Rate.PerProto},
-			LearnIntervals: c.Rate.LearnIntervals, Margin: c.Rate.Margin, MinPPS: c.Rate.MinPPS,
-			Ceiling: c.Rate.CeilingPPS, Quantile: c.Rate.Quantile}
-	}
-	if c.Entropy.Enabled {
-		d.entropy = &detect.Entropy{History: c.Entropy.History, K: c.Entropy.K, MinPPS: c.Entropy.MinPPS,
-			Prefix4: c.Entropy.Prefix4, Prefix6: c.Entropy.Prefix6, SourceMinPPS: d.cfg.EntropySourceFloor()}
-	}
-	if c.Lists.Enabled {
-		d.lists = &detect.List{Paths: c.Lists.Paths}
-	}
-}
 
 // openHardware opens the configured NIC tier; nil means XDP-only.
 func openHardware(cfg *config.Config, log *slog.Logger) (tier.Table, error) {
@@ -310,12 +285,7 @@ func InNetns(name string, f func() error) error { return netnsx.Do(name, -1, f) 
 
 func (d *Daemon) event(now time.Time, kind string, p netip.Prefix, format string, args ...any) {
 	e := apiv1.Event{Time: now, Kind: kind, Prefix: p, Detail: fmt.Sprintf(format, args...), HostGroup: d.hostgroupOf(p)}
-	d.mu.Lock()
-	d.events = append(d.events, e)
-	if len(d.events) > maxEvents {
-		d.events = d.events[len(d.events)-maxEvents:]
-	}
-	d.mu.Unlock()
+	d.journal.add(e)
 	lvl := slog.LevelInfo
 	switch kind {
 	case "error", "breaker":
@@ -416,10 +386,8 @@ func (d *Daemon) reconcile(now time.Time) error {
 			ms[i].Packets, ms[i].Read = r.Packets, true
 		}
 	}
-	if d.off != nil {
-		if _, err := d.off.Measure(context.Background(), now, nil); err != nil {
-			return err
-		}
+	if _, err := d.card.rates(now, nil, nil); err != nil {
+		return err
 	}
 	d.dirty = true
 	d.countTiers()
@@ -500,11 +468,8 @@ func (d *Daemon) flush(now time.Time) error {
 const refreshEvery = 30 * time.Second
 
 func (d *Daemon) unblock(now time.Time, p netip.Prefix) {
-	if d.off != nil && p.IsSingleIP() {
-		if err := d.off.Evict(context.Background(), p.Addr()); err != nil {
-			d.event(now, "error", p, "removing from hardware: %v", err)
-		}
-		d.off.Forget(p.Addr())
+	if err := d.card.evict(p); err != nil {
+		d.event(now, "error", p, "removing from hardware: %v", err)
 	}
 	if err := d.dp.Unblock(p); err != nil && !errors.Is(err, datapath.ErrNoRule) {
 		d.event(now, "error", p, "unblocking: %v", err)
@@ -518,13 +483,11 @@ func (d *Daemon) unbanThreshold() float64 {
 	if d.cfg.Bans.UnbanPPS > 0 {
 		return d.cfg.Bans.UnbanPPS
 	}
-	if d.rate != nil {
-		if l, ok := d.rate.Learned(); ok {
-			return l
-		}
-		if d.rate.Static.PPS > 0 {
-			return d.rate.Static.PPS
-		}
+	if l, ok := d.det.learnedPPS(); ok {
+		return l
+	}
+	if d.det.rate != nil && d.det.rate.Static.PPS > 0 {
+		return d.det.rate.Static.PPS
 	}
 	return 100
 }
@@ -548,7 +511,10 @@ func (d *Daemon) Step(now time.Time) (err error) {
 	c.mark("observe")
 	ds := d.detect(tr, d.heavy.takeDetections(now))
 	d.recordDetections(now, ds)
-	d.keepBaselines()
+	if d.store.Baselines == nil {
+		d.store.Baselines = map[string]float64{}
+	}
+	d.dirty = d.det.keep(d.store.Baselines) || d.dirty
 	c.mark("detect")
 	d.heavy.followLearned(now)
 	d.syncLists(now, ds)
@@ -575,7 +541,7 @@ func (d *Daemon) Step(now time.Time) (err error) {
 	c.mark("monitor")
 	d.syncBGP(now, d.lastOverflow)
 	c.mark("bgp")
-	if d.off != nil {
+	if d.card.present() {
 		if err := d.place(now); err != nil {
 			d.event(now, "error", netip.Prefix{}, "placement: %v", err)
 		}
@@ -635,18 +601,18 @@ func (d *Daemon) observe() (*detect.Traffic, error) {
 // detect runs every enabled detector over the interval; heavy are the
 // data plane's catches since the last one, judged with the rest.
 func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.Detection {
-	if d.entropy != nil {
+	if d.det.entropy != nil {
 		// The entropy baseline learns only intervals without an attack
 		// (the victim detector's, still on from the last interval) and
 		// complete ones.
-		d.entropy.Hold = tr.Overflow > 0 || d.flow.victims != nil && d.flow.victims.Attacks() > 0
-		defer func() { d.Metrics.entropyLearned.Set(float64(d.entropy.Learned())) }()
+		d.det.entropy.Hold = tr.Overflow > 0 || d.flow.victims != nil && d.flow.victims.Attacks() > 0
+		defer func() { d.Metrics.entropyLearned.Set(float64(d.det.entropy.Learned())) }()
 	}
 	if d.flow.victims != nil {
 		d.Metrics.attacksOn.Set(float64(d.flow.victims.Attacks()))
 	}
 	var ds []detect.Detection
-	for _, det := range d.detectors() {
+	for _, det := range d.det.all() {
 		out := det.Detect(tr)
 		d.Metrics.detections.WithLabelValues(det.Name()).Add(float64(len(out)))
 		ds = append(ds, out...)
@@ -654,7 +620,14 @@ func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.D
 	ds = detect.AggregateIPv6(ds, d.cfg.Bans.AggregateIPv6, d.cfg.Bans.AggregateMin)
 	// Already per source or per IPv6 prefix, as the data plane counted.
 	ds = append(ds, heavy...)
-	ds = d.spareKnownGood(ds)
+	if v := d.flow.victims; v != nil {
+		var spared int
+		var example string
+		if ds, spared, example = spareKnownGood(&v.Good, ds); spared > 0 {
+			d.event(d.lastAt, "refused", netip.Prefix{}, "%d detections spared known-good clients, e.g. %s", spared, example)
+			d.Metrics.refuse("known_good", spared)
+		}
+	}
 	// The victim detector's source rungs are already aggregated as it
 	// chose them: a prefix free of known-good clients.
 	vs := d.flow.observeVictims(tr, d.ports)
@@ -662,117 +635,6 @@ func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.D
 	ds = append(ds, vs...)
 	d.src.noteDetected(ds)
 	return ds
-}
-
-// spareKnownGood takes out every automatic detection of a known-good
-// client, or of a prefix holding one. Known-good is the kernel's word
-// that the source completed a handshake with this host, and its address
-// is what a spoofer aiming a ban at it sends from: spoofed at 10× its
-// rate, a verified client was banned (issue 32). The per-source
-// detectors' thresholds are learned from those same clients, too: in the
-// lab's spoofed-flood run the rate detector banned 64 of 64 HTTP clients
-// whose rate rose from ~100 to ~120 pps once the flood was dropped. A
-// member that really floods passes (the data plane's flow rules match no
-// source, so its flood's signature cannot be dropped alone); every spared
-// detection is counted (tierwall_bans_refused_total{rail="known_good"})
-// and logged. Threat lists are the operator's word and are not filtered.
-func (d *Daemon) spareKnownGood(ds []detect.Detection) []detect.Detection {
-	v := d.flow.victims
-	if v == nil || v.Good.Len() == 0 {
-		return ds
-	}
-	spared := 0
-	var example string
-	out := ds[:0]
-	for _, x := range ds {
-		if x.Detector != "list" {
-			hit := false
-			if x.Prefix.IsSingleIP() {
-				hit = v.Good.Contains(x.Prefix.Addr())
-			} else {
-				free, _ := v.Good.PrefixFree(x.Prefix)
-				hit = !free
-			}
-			if hit {
-				if spared == 0 {
-					example = fmt.Sprintf("%s (%s: %s)", x.Prefix, x.Detector, x.Reason)
-				}
-				spared++
-				continue
-			}
-		}
-		out = append(out, x)
-	}
-	if spared > 0 {
-		d.event(d.lastAt, "refused", netip.Prefix{}, "%d detections spared known-good clients, e.g. %s", spared, example)
-		d.Metrics.refuse("known_good", spared)
-	}
-	return out
-}
-
-// baselineRate is the state file's key for the rate detector's learned
-// threshold; baselineEntropy prefixes the entropy detector's numbers.
-const (
-	baselineRate    = "rate_pps"
-	baselineEntropy = "entropy_"
-)
-
-// restoreBaselines gives the detectors what they learned before this start
-// or reload, so an attack running now cannot teach them.
-func (d *Daemon) restoreBaselines() {
-	if v, ok := d.store.Baselines[baselineRate]; ok && d.rate != nil {
-		d.rate.Restore(v)
-	}
-	if d.entropy != nil {
-		st := map[string]float64{}
-		for k, v := range d.store.Baselines {
-			if name, ok := strings.CutPrefix(k, baselineEntropy); ok {
-				st[name] = v
-			}
-		}
-		d.entropy.Restore(st)
-	}
-}
-
-// keepBaselines records newly learned values for the state file. The
-// entropy detector's change every interval it learns: they reach the disk
-// with the next periodic save (refreshEvery), the one it becomes ready in
-// at once.
-func (d *Daemon) keepBaselines() {
-	if d.store.Baselines == nil {
-		d.store.Baselines = map[string]float64{}
-	}
-	if d.rate != nil {
-		if l, ok := d.rate.Learned(); ok && d.store.Baselines[baselineRate] != l {
-			d.store.Baselines[baselineRate] = l
-			d.dirty = true
-		}
-	}
-	if d.entropy != nil {
-		_, _, _, ready := d.entropy.Baseline()
-		_, had := d.store.Baselines[baselineEntropy+"n"]
-		wasReady := had && d.store.Baselines[baselineEntropy+"n"] >= float64(d.entropy.History)
-		for k, v := range d.entropy.State() {
-			d.store.Baselines[baselineEntropy+k] = v
-		}
-		if ready && !wasReady {
-			d.dirty = true
-		}
-	}
-}
-
-// verifiedClients are the known-good members, for the breaker over all
-// active bans; the list is rebuilt only when the set changed.
-func (d *Daemon) verifiedClients() []netip.Addr {
-	v := d.flow.victims
-	if v == nil {
-		return nil
-	}
-	if d.flow.clientsVersion != v.Good.Version() || d.flow.clients == nil {
-		d.flow.clients = v.Good.AppendMembers(d.flow.clients[:0])
-		d.flow.clientsVersion = v.Good.Version()
-	}
-	return d.flow.clients
 }
 
 // countBreaker counts the refusals of the breakers.
@@ -788,22 +650,14 @@ func countBreaker(rs []ban.Refusal) int {
 
 // syncLists lifts list bans whose prefix left every threat list.
 func (d *Daemon) syncLists(now time.Time, ds []detect.Detection) {
-	if d.lists == nil {
+	if d.det.lists == nil {
 		return
 	}
-	if err := d.lists.Err(); err != nil {
+	if err := d.det.lists.Err(); err != nil {
 		d.event(now, "error", netip.Prefix{}, "threat list: %v (keeping the last good contents)", err)
 	}
-	listed := map[netip.Prefix]bool{}
-	for _, x := range ds {
-		if x.Detector == "list" {
-			listed[x.Prefix] = true
-		}
-	}
-	for _, p := range d.store.ListBans("list") {
-		if !listed[p] {
-			d.lift(now, p, "no longer in any threat list")
-		}
+	for _, p := range delisted(d.store.ListBans("list"), ds) {
+		d.lift(now, p, "no longer in any threat list")
 	}
 }
 
@@ -820,7 +674,7 @@ func (d *Daemon) lift(now time.Time, p netip.Prefix, why string) {
 // XDP. The batch is all or nothing for the data plane, but one entry it
 // refuses never sinks the others: they are retried one by one.
 func (d *Daemon) ban(now time.Time, tr *detect.Traffic, ds []detect.Detection) {
-	d.store.SetClients(d.verifiedClients())
+	d.store.SetClients(d.flow.verifiedClients())
 	share, established := d.src.establishedShare()
 	d.log.Debug("interval", "sources", len(tr.Sources), "established", established)
 	added, refused, breaker := d.store.Propose(now, ds, share)
@@ -961,20 +815,6 @@ func (d *Daemon) monitor(now time.Time) {
 	}
 }
 
-func (d *Daemon) detectors() []detect.Detector {
-	var out []detect.Detector
-	if d.rate != nil {
-		out = append(out, d.rate)
-	}
-	if d.entropy != nil {
-		out = append(out, d.entropy)
-	}
-	if d.lists != nil {
-		out = append(out, d.lists)
-	}
-	return out
-}
-
 // measure computes each ban's rate over the interval: from the growth of
 // its XDP counter, and for sources placement manages, from placement's
 // reading of both tiers (it owns the hardware table, and for a table
@@ -984,18 +824,9 @@ func (d *Daemon) measure(now time.Time, ctrs []datapath.Reading) error {
 	first := d.lastAt.IsZero()
 	d.lastAt = now
 	ps, ms := d.store.Prefixes(), d.store.Meters()
-	var hw map[netip.Addr]float64
-	if d.off != nil {
-		c := make([]placement.Counted, 0, len(ctrs))
-		for i, r := range ctrs {
-			if r.Found && ps[i].IsSingleIP() {
-				c = append(c, placement.Counted{Src: ps[i].Addr(), Packets: r.Packets})
-			}
-		}
-		var err error
-		if hw, err = d.off.Measure(context.Background(), now, c); err != nil {
-			return fmt.Errorf("reading hardware counters: %w", err)
-		}
+	hw, err := d.card.rates(now, ps, ctrs)
+	if err != nil {
+		return err
 	}
 	// While the card polices flow rules it may drop a banned source's
 	// packets before XDP counts them on the ban (a policer matches the
@@ -1012,7 +843,7 @@ func (d *Daemon) measure(now time.Time, ctrs []datapath.Reading) error {
 		m := &ms[i]
 		prev, seen := m.Packets, m.Read
 		m.Packets, m.Read = r.Packets, true
-		if blind && d.tierOf(ps[i]) != "hw" {
+		if blind && d.card.tierOf(ps[i]) != "hw" {
 			continue
 		}
 		if hw != nil && ps[i].IsSingleIP() {
@@ -1033,14 +864,13 @@ func (d *Daemon) measure(now time.Time, ctrs []datapath.Reading) error {
 // place runs Listing 1 over the rates measure read and records each
 // source's tier.
 func (d *Daemon) place(now time.Time) error {
-	rep, err := d.off.Place(context.Background())
+	rep, err := d.card.place()
 	if err != nil {
 		return err
 	}
 	for _, e := range rep.Failed {
 		d.event(now, "error", netip.Prefix{}, "hardware update: %v", e)
 	}
-	d.hwUpdates += uint64(rep.Applied)
 	if n := rep.Plan.Updates(); n > 0 {
 		d.Metrics.placementUpdates.Add(float64(rep.Applied))
 		d.Metrics.hwLatency.Observe(rep.Latency.Seconds())
@@ -1057,22 +887,10 @@ func (d *Daemon) summarize(tr *detect.Traffic) {
 	d.countTiers()
 }
 
-// tierOf is where the ban on p is enforced, as the offloader knows it
-// (the one owner of what is in hardware): "hw" or "xdp".
-func (d *Daemon) tierOf(p netip.Prefix) string {
-	if d.off != nil && p.IsSingleIP() && d.off.InHardware(p.Addr()) {
-		return "hw"
-	}
-	return "xdp"
-}
-
 // countTiers publishes bans per tier for the metrics collector: the
 // sources in the NIC's table (only bans are offloaded), the rest in XDP.
 func (d *Daemon) countTiers() {
-	hw := 0
-	if d.off != nil {
-		hw = d.off.Occupancy()
-	}
+	hw := d.card.occupancy()
 	tc := map[string]int{"hw": hw, "xdp": d.store.Len() - hw}
 	d.mu.Lock()
 	d.tierCounts = tc
@@ -1083,7 +901,7 @@ func (d *Daemon) countTiers() {
 func (d *Daemon) Run(ctx context.Context, reload <-chan struct{}) error {
 	tick := time.NewTicker(d.cfg.Interval)
 	defer tick.Stop()
-	d.log.Info("tierwall running", "interface", d.cfg.Interface, "interval", d.cfg.Interval, "hardware", d.hwName(), "bans", d.store.Len())
+	d.log.Info("tierwall running", "interface", d.cfg.Interface, "interval", d.cfg.Interval, "hardware", d.card.name(), "bans", d.store.Len())
 	// Type=notify: New attached the filter and the API listens (run.go
 	// serves it before Run). The watchdog is fed from this loop, so a
 	// wedged interval or request is what gets the daemon restarted.
@@ -1134,14 +952,6 @@ func (d *Daemon) notify(state string) {
 	}
 }
 
-func (d *Daemon) hwName() string {
-	if d.hw == nil {
-		return "none (XDP only)"
-	}
-	c := d.hw.Caps()
-	return fmt.Sprintf("%s on %s, K=%d", c.Backend, c.Iface, c.Capacity)
-}
-
 // reload re-reads the configuration; a bad one is logged and the last good
 // one stays. Changes that need new attachments (interface, hardware, API)
 // are reported and wait for a restart.
@@ -1190,15 +1000,15 @@ func (d *Daemon) reload(now time.Time) {
 	d.dropCuttingRules(now) // rails.management_ports may have grown
 	d.reloadTelemetry(now)  // network mode's policy now, not at the next interval
 	if detChanged {
-		d.buildDetectors()
-		d.restoreBaselines() // a reload never relearns (an attack may be running)
+		d.det = newDetectorSet(c)
+		d.det.restore(d.store.Baselines) // a reload never relearns (an attack may be running)
 	}
 	d.wireHostGroups()
 	if err := d.heavy.open(d.dp, d.protected()); err != nil {
 		d.event(now, "error", netip.Prefix{}, "reload: %v", err)
 	}
-	if d.off != nil {
-		d.off.Params.MaxRate = c.Hardware.MaxRate
+	if d.card.present() {
+		d.card.off.Params.MaxRate = c.Hardware.MaxRate
 	}
 	summary, restart := reloadSummary(changed)
 	result := reloadApplied
@@ -1217,8 +1027,8 @@ func (d *Daemon) shutdown() error { return d.stop(time.Now()) }
 // stop is shutdown at now (tests give their clock).
 func (d *Daemon) stop(now time.Time) error {
 	var errs []error
-	if d.off != nil {
-		if err := d.off.Flush(context.Background()); err != nil {
+	if d.card.present() {
+		if err := d.card.off.Flush(context.Background()); err != nil {
 			errs = append(errs, fmt.Errorf("removing hardware rules: %w", err))
 		}
 		// The flow rules stay in XDP; the card's copies of them go
@@ -1226,7 +1036,7 @@ func (d *Daemon) stop(now time.Time) error {
 		if err := d.flow.unpolice(); err != nil {
 			errs = append(errs, fmt.Errorf("removing the card's flow policers: %w", err))
 		}
-		d.hw.Close()
+		d.card.table.Close()
 	}
 	if err := d.flush(now); err != nil {
 		errs = append(errs, err)

@@ -215,8 +215,8 @@ func TestIntervalDetectsBansPlacesAndSaves(t *testing.T) {
 	if _, ok := h.dp.blocked[pfx(client)]; ok {
 		t.Fatal("client blocked")
 	}
-	if b, ok := h.d.store.Get(pfx(atk)); !ok || b.Detector != "rate" || h.d.tierOf(b.Prefix) != "xdp" {
-		t.Fatalf("ban %+v %v in %s", b, ok, h.d.tierOf(b.Prefix))
+	if b, ok := h.d.store.Get(pfx(atk)); !ok || b.Detector != "rate" || h.d.card.tierOf(b.Prefix) != "xdp" {
+		t.Fatalf("ban %+v %v in %s", b, ok, h.d.card.tierOf(b.Prefix))
 	}
 	// Two more intervals of drops in XDP: rated, then placed in hardware.
 	for i := 0; i < 2; i++ {
@@ -226,8 +226,8 @@ func TestIntervalDetectsBansPlacesAndSaves(t *testing.T) {
 	if !h.hw.Has(atk) {
 		t.Fatalf("attacker not placed in hardware: %v", h.hw.Rules)
 	}
-	if b, _ := h.d.store.Get(pfx(atk)); h.d.tierOf(b.Prefix) != "hw" || b.Rate != 5000 {
-		t.Fatalf("ban after placement %+v in %s", b, h.d.tierOf(b.Prefix))
+	if b, _ := h.d.store.Get(pfx(atk)); h.d.card.tierOf(b.Prefix) != "hw" || b.Rate != 5000 {
+		t.Fatalf("ban after placement %+v in %s", b, h.d.card.tierOf(b.Prefix))
 	}
 	raw, err := stateText(h.d.cfg.StateFile)
 	if err != nil || !contains(string(raw), "198.51.100.7/32") {
@@ -279,7 +279,7 @@ func TestIntervalHardwareRefusal(t *testing.T) {
 	if h.hw.Has(atk) {
 		t.Fatal("rule in hardware despite the refusal")
 	}
-	if b, _ := h.d.store.Get(pfx(atk)); h.d.tierOf(b.Prefix) != "xdp" || h.dp.blocked[pfx(atk)] == nil {
+	if b, _ := h.d.store.Get(pfx(atk)); h.d.card.tierOf(b.Prefix) != "xdp" || h.dp.blocked[pfx(atk)] == nil {
 		t.Fatalf("ban %+v, in XDP %v", b, h.dp.blocked[pfx(atk)] != nil)
 	}
 	if !hasEvent(h.d, "error", "hardware update") {

@@ -148,7 +148,7 @@ func TestDaemonKeepsEntropyBaseline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, ready := d2.entropy.Baseline(); !ready {
+	if _, _, _, ready := d2.det.entropy.Baseline(); !ready {
 		t.Fatalf("restarted daemon's entropy baseline not ready; state %v", d2.store.Baselines)
 	}
 }

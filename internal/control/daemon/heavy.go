@@ -75,13 +75,8 @@ type heavyStage struct {
 // detector, ban store, events and metrics.
 func (d *Daemon) newHeavyStage() heavyStage {
 	return heavyStage{
-		cfg: func() *config.Config { return d.cfg },
-		learned: func() (float64, bool) {
-			if d.rate == nil {
-				return 0, false
-			}
-			return d.rate.Learned()
-		},
+		cfg:     func() *config.Config { return d.cfg },
+		learned: func() (float64, bool) { return d.det.learnedPPS() },
 		banned: func(p netip.Prefix) bool {
 			_, ok := d.store.Get(p)
 			return ok

@@ -223,7 +223,7 @@ func TestHeavyFollowsTheLearnedRate(t *testing.T) {
 	if fh.cfg.PacketsPerSec != cfg.Detectors.Heavy.PPS {
 		t.Fatalf("before learning: %d pps, want the static %d", fh.cfg.PacketsPerSec, cfg.Detectors.Heavy.PPS)
 	}
-	h.d.rate.Restore(2000)
+	h.d.det.rate.Restore(2000)
 	h.step(t)
 	if fh.cfg.PacketsPerSec != 6000 {
 		t.Fatalf("after learning 2000 pps: %d pps, want 6000", fh.cfg.PacketsPerSec)

@@ -17,8 +17,8 @@ func (d *Daemon) wireHostGroups() {
 		h = nil
 	}
 	d.hostgroups = h
-	if d.rate != nil {
-		d.rate.Groups = h
+	if d.det.rate != nil {
+		d.det.rate.Groups = h
 	}
 	if d.flow.victims != nil {
 		d.flow.victims.Groups = h

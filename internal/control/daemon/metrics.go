@@ -180,8 +180,8 @@ func (d *Daemon) stepDone(now, began time.Time, err error) {
 	if err == nil {
 		m.lastInterval.Set(float64(now.UnixNano()) / 1e9)
 	}
-	if d.off != nil {
-		n := d.off.Occupancy()
+	if d.card.present() {
+		n := d.card.occupancy()
 		m.mu.Lock()
 		m.hwEntries = n
 		m.mu.Unlock()
@@ -311,8 +311,8 @@ func (c *bpfCollector) Collect(ch chan<- prometheus.Metric) {
 	// every packet's verdict (the emulated NIC stage) reports those; one
 	// with per-rule counters only (tc flower), their sums.
 	m := c.d.Metrics
-	if c.d.hw != nil {
-		if vt, isV := c.d.hw.(tier.Verdicts); isV {
+	if c.d.card.present() {
+		if vt, isV := c.d.card.table.(tier.Verdicts); isV {
 			if st, err := vt.Verdicts(); err == nil {
 				for v, n := range st {
 					ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(n.Packets), "nic", v)
@@ -321,7 +321,7 @@ func (c *bpfCollector) Collect(ch chan<- prometheus.Metric) {
 			} else {
 				ok = 0
 			}
-		} else if c.d.hw.Caps().Counters {
+		} else if c.d.card.table.Caps().Counters {
 			m.mu.Lock()
 			for _, v := range []string{"hit_drop", "hit_forward"} {
 				n := m.hwTotal[v]
@@ -334,7 +334,7 @@ func (c *bpfCollector) Collect(ch chan<- prometheus.Metric) {
 		entries := m.hwEntries
 		m.mu.Unlock()
 		ch <- prometheus.MustNewConstMetric(descEntries, prometheus.GaugeValue, float64(entries), "nic")
-		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(c.d.hw.Caps().Capacity), "nic")
+		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(c.d.card.table.Caps().Capacity), "nic")
 	}
 	c.d.mu.Lock()
 	tiers := map[string]int{"xdp": 0, "nic": 0}

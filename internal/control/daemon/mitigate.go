@@ -82,7 +82,7 @@ func (d *Daemon) newFlowStage() flowStage {
 		event:           d.event,
 		metrics:         d.Metrics,
 		dp:              d.dp,
-		nic:             newNICPolicing(d.hw),
+		nic:             newNICPolicing(d.card.table),
 		log:             d.log,
 		publish:         d.publishFlows,
 		verifyHandshake: d.verifyHandshake,
@@ -729,4 +729,18 @@ func (f *flowStage) syncSynproxy(now time.Time, rs []rule.FlowRule) {
 	}
 	s.targets = targets
 	f.event(now, "mitigation", netip.Prefix{}, "SYN cookies in XDP for %d targets, SYNPROXY behind them", len(targets))
+}
+
+// verifiedClients are the known-good members, for the breaker over all
+// active bans; the list is rebuilt only when the set changed.
+func (f *flowStage) verifiedClients() []netip.Addr {
+	v := f.victims
+	if v == nil {
+		return nil
+	}
+	if f.clientsVersion != v.Good.Version() || f.clients == nil {
+		f.clients = v.Good.AppendMembers(f.clients[:0])
+		f.clientsVersion = v.Good.Version()
+	}
+	return f.clients
 }

@@ -64,7 +64,7 @@ func (d *Daemon) OperatorBan(ctx context.Context, p netip.Prefix, o ban.Operator
 			err = d.save(now)
 		}
 		m, _ := d.store.Meter(p)
-		res = apiv1.BanResult{RuleView: apiv1.RuleView{Ban: b, Packets: m.Packets, Tier: d.tierOf(p)}, Result: r}
+		res = apiv1.BanResult{RuleView: apiv1.RuleView{Ban: b, Packets: m.Packets, Tier: d.card.tierOf(p)}, Result: r}
 	})
 	return res, errors.Join(derr, err)
 }

@@ -229,7 +229,7 @@ func TestBansHeldWhileTheCardPolices(t *testing.T) {
 	hw := &policingTable{Table: tiertest.New(1)}
 	h, fdp := newFlowHarnessHW(t, false, hw)
 	h.d.cfg.Detectors.Rate.Enabled = true
-	h.d.buildDetectors()
+	h.d.det = newDetectorSet(h.d.cfg)
 	atk := []netip.Addr{netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("198.51.100.8")}
 	fdp.send(5000, atk...)
 	h.step(t)

@@ -3,14 +3,12 @@
 package daemon
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/tierwall/tierwall/internal/control/apiv1"
@@ -32,18 +30,16 @@ import (
 
 func (d *Daemon) Status(ctx context.Context) (s apiv1.Status, err error) {
 	err = d.Do(ctx, func() {
-		s = apiv1.Status{Interface: d.cfg.Interface, Interval: d.cfg.Interval.String(), Hardware: d.hwName(), Started: d.started,
+		s = apiv1.Status{Interface: d.cfg.Interface, Interval: d.cfg.Interval.String(), Hardware: d.card.name(), Started: d.started,
 			Intervals: d.steps, Bans: d.store.Len(), MonitorOnly: d.cfg.Rails.MonitorOnly,
 			Breaker: d.breaker, UnbanPPS: apiv1.RoundRate(d.unbanThreshold())}
 		if !d.lastSnap.IsZero() {
 			t := d.lastSnap
 			s.LastRun = &t
 		}
-		if d.rate != nil {
-			if l, ok := d.rate.Learned(); ok {
-				l = apiv1.RoundRate(l)
-				s.LearnedPPS = &l
-			}
+		if l, ok := d.det.learnedPPS(); ok {
+			l = apiv1.RoundRate(l)
+			s.LearnedPPS = &l
 		}
 	})
 	return s, err
@@ -72,7 +68,7 @@ func (d *Daemon) Rules(ctx context.Context, q apiv1.ListQuery) (out []apiv1.Rule
 				continue
 			}
 			m, _ := d.store.Meter(b.Prefix)
-			out = append(out, apiv1.RuleView{Ban: b, Packets: m.Packets, Tier: d.tierOf(b.Prefix)})
+			out = append(out, apiv1.RuleView{Ban: b, Packets: m.Packets, Tier: d.card.tierOf(b.Prefix)})
 		}
 	})
 	slices.SortStableFunc(out, func(a, b apiv1.RuleView) int { return a.FirstSeen.Compare(b.FirstSeen) })
@@ -240,103 +236,6 @@ func (d *Daemon) SetAllow(ctx context.Context, p netip.Prefix, add bool) (err er
 	return errors.Join(derr, err)
 }
 
-// Events returns the recent events, oldest first; kinds filters (empty:
-// all), and an unknown kind is the caller's mistake, not an empty list.
-func (d *Daemon) Events(kinds []string, q apiv1.ListQuery) ([]apiv1.Event, error) {
-	want := map[string]bool{}
-	for _, k := range kinds {
-		if !slices.Contains(apiv1.EventKinds, k) {
-			return nil, fmt.Errorf("%w: unknown event kind %q (kinds: %s)", apiv1.ErrBadRequest, k, strings.Join(apiv1.EventKinds, ", "))
-		}
-		want[k] = true
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := []apiv1.Event{}
-	for _, e := range apply(apiv1.ListQuery{Since: q.Since}, d.events, func(e *apiv1.Event) time.Time { return e.Time }) {
-		if len(want) == 0 || want[e.Kind] {
-			out = append(out, e)
-		}
-	}
-	return apply(apiv1.ListQuery{Limit: q.Limit}, out, func(e *apiv1.Event) time.Time { return e.Time }), nil
-}
-
-const (
-	// maxDetections bounds the detections kept for the API.
-	maxDetections = 1000
-	// detectionsPerInterval is how many of an interval's detections are
-	// kept, the heaviest: a flood can name a million sources, and the
-	// record of it must not cost as much as the bans.
-	detectionsPerInterval = 100
-)
-
-// byRate is a min-heap of detections by rate: the heaviest n survive.
-type byRate []detect.Detection
-
-func (h byRate) Len() int           { return len(h) }
-func (h byRate) Less(i, j int) bool { return h[i].Rate < h[j].Rate }
-func (h byRate) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *byRate) Push(x any)        { *h = append(*h, x.(detect.Detection)) }
-func (h *byRate) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// recordDetections keeps the interval's heaviest detections for the API.
-func (d *Daemon) recordDetections(now time.Time, ds []detect.Detection) {
-	if len(ds) == 0 {
-		return
-	}
-	keep := ds
-	if len(ds) > detectionsPerInterval {
-		h := make(byRate, 0, detectionsPerInterval)
-		for _, x := range ds {
-			switch {
-			case len(h) < detectionsPerInterval:
-				heap.Push(&h, x)
-			case x.Rate > h[0].Rate:
-				h[0] = x
-				heap.Fix(&h, 0)
-			}
-		}
-		keep = h
-	}
-	recs := make([]apiv1.Detection, len(keep))
-	for i, x := range keep {
-		recs[i] = apiv1.Detection{Time: now, Prefix: x.Prefix, Detector: x.Detector, Reason: x.Reason, Rate: apiv1.RoundRate(x.Rate)}
-	}
-	slices.SortStableFunc(recs, func(a, b apiv1.Detection) int { return -cmpFloat(a.Rate, b.Rate) })
-	d.mu.Lock()
-	d.detections = append(d.detections, recs...)
-	if len(d.detections) > maxDetections {
-		d.detections = slices.Clone(d.detections[len(d.detections)-maxDetections:])
-	}
-	d.mu.Unlock()
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// Detections returns the recent detections, oldest first.
-func (d *Daemon) Detections(q apiv1.ListQuery) []apiv1.Detection {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := slices.Clone(apply(q, d.detections, func(x *apiv1.Detection) time.Time { return x.Time }))
-	if out == nil {
-		out = []apiv1.Detection{}
-	}
-	return out
-}
-
 // Top is the heaviest sources of the last interval that passed the filter.
 func (d *Daemon) Top(ctx context.Context) (out []detect.Talker, err error) {
 	err = d.Do(ctx, func() {
@@ -357,16 +256,14 @@ func (d *Daemon) Tiers(ctx context.Context) (t apiv1.Tiers, err error) {
 		if t.XDP, err = d.dp.Stats(); err != nil {
 			return
 		}
-		if d.hw != nil {
-			c := d.hw.Caps()
-			t.Hardware = &apiv1.HWTier{Backend: c.Backend, Iface: c.Iface, Capacity: c.Capacity, Occupancy: d.off.Occupancy(), Counters: c.Counters,
-				UpdateLatency: d.off.Latency().String(), MaxRate: d.off.Params.MaxRate, Updates: d.hwUpdates, Verdicts: map[string]tier.Counters{}}
-			if vt, ok := d.hw.(tier.Verdicts); ok {
+		if d.card.present() {
+			t.Hardware = d.card.view()
+			if vt, ok := d.card.table.(tier.Verdicts); ok {
 				if t.Hardware.Verdicts, err = vt.Verdicts(); err != nil {
 					err = fmt.Errorf("reading the hardware tier's counters: %w", err)
 					return
 				}
-			} else if c.Counters {
+			} else if t.Hardware.Counters {
 				m := d.Metrics
 				m.mu.Lock()
 				for _, v := range []string{"hit_drop", "hit_forward"} {

@@ -77,11 +77,8 @@ func (d *Daemon) OperatorUnbans(ctx context.Context, ps []netip.Prefix, all bool
 			return
 		}
 		for _, p := range ps {
-			if d.off != nil && p.IsSingleIP() {
-				if e := d.off.Evict(context.Background(), p.Addr()); e != nil {
-					d.event(now, "error", p, "removing from hardware: %v", e)
-				}
-				d.off.Forget(p.Addr())
+			if e := d.card.evict(p); e != nil {
+				d.event(now, "error", p, "removing from hardware: %v", e)
 			}
 			d.store.Remove(p)
 		}
