@@ -62,7 +62,11 @@ func newTelemetry() *cobra.Command {
 				if e.Configured > 0 {
 					rate += fmt.Sprintf(" (conf 1:%d)", e.Configured)
 				}
-				lost := fmt.Sprint(e.SequenceGaps)
+				// Late datagrams filled some gaps: they were not lost.
+				lost := fmt.Sprint(e.SequenceGaps - min(e.Reordered, e.SequenceGaps))
+				if e.Reordered > 0 {
+					lost += fmt.Sprintf(" (+%d late)", e.Reordered)
+				}
 				if e.LossScale > 1 {
 					// What the records are scaled by for it now.
 					lost += fmt.Sprintf(" (×%.2f)", e.LossScale)

@@ -104,7 +104,7 @@ func NewDecoder(cfg DecoderConfig, log *slog.Logger) (*Decoder, error) {
 			return nil, fmt.Errorf("exporter %s: sampling rate %d over %d", a, c.SamplingRate, cfg.MaxRate)
 		}
 		d.ex[a] = &exporter{ExporterStats: ExporterStats{Address: a, Name: c.Name, Configured: c.SamplingRate},
-			tmpl: newTemplates(cfg.MaxTemplates), seq: map[uint64]uint32{}, seqN: map[uint64]uint32{}, seqAlt: map[uint64]uint32{}, optRate: map[uint64]uint32{}, ifs: map[uint32]*ifState{}}
+			tmpl: newTemplates(cfg.MaxTemplates), seq: map[uint64]uint32{}, seqN: map[uint64]uint32{}, seqAlt: map[uint64]uint32{}, seqGaps: map[uint64]*recentGaps{}, optRate: map[uint64]uint32{}, ifs: map[uint32]*ifState{}}
 	}
 	return d, nil
 }
@@ -536,6 +536,7 @@ func (d *Decoder) netflow(e *exporter, b []byte, version uint16, now time.Time, 
 		delete(e.seq, stream)
 		delete(e.seqN, stream)
 		delete(e.seqAlt, stream)
+		delete(e.seqGaps, stream)
 	default:
 		e.sequence(stream, seq, data, data-opts, data, d.cfg.MaxTemplates, now)
 	}

@@ -26,6 +26,9 @@ type ExporterStats struct {
 	// sequence numbers that went back (an exporter restart).
 	SequenceGaps uint64 `json:"sequence_gaps"`
 	Resets       uint64 `json:"sequence_resets"`
+	// Reordered of the SequenceGaps came after all, behind a later
+	// datagram (reorderWindow): late, not lost.
+	Reordered uint64 `json:"sequence_reordered"`
 	// LossScale is what its records are scaled by for the loss its
 	// sequence numbers show lately (lossMeter): 1 with none.
 	LossScale float64 `json:"loss_scale"`
@@ -55,6 +58,9 @@ type exporter struct {
 	// sub-agent, NetFlow source ID, IPFIX observation domain (bounded
 	// with the templates' cap: a stream is what a template is per).
 	seq, seqN, seqAlt map[uint64]uint32
+	// seqGaps are a stream's recent gaps, which a late datagram may
+	// still fill (reorderWindow).
+	seqGaps map[uint64]*recentGaps
 	// optRate is the sampling rate the v9/IPFIX options said, per
 	// observation domain (0: none said).
 	optRate map[uint64]uint32
@@ -128,6 +134,60 @@ func (c *exporterClock) at(uptime time.Duration, now time.Time) time.Time {
 // reset so that one datagram cannot add billions of lost records.
 const maxGap = 1 << 20
 
+// reorderWindow is how many messages behind the newest a datagram may
+// arrive and count as late rather than as a restart: one that overtook
+// another on the way (a router's ECMP, a collector's socket per CPU)
+// would else count as a gap and then a reset, and the next in-order
+// datagram as a gap again, reading reordering as twice its rate of loss.
+// A late datagram must fall in a gap counted lost (recentGaps), so a
+// restarted exporter, or a duplicate, is not taken for one.
+const reorderWindow = 64
+
+// seqRange is sequence numbers [from, to), modulo 2^32; empty when
+// from == to.
+type seqRange struct{ from, to uint32 }
+
+// recentGaps are the last gaps of a stream, oldest overwritten first.
+type recentGaps struct {
+	r    [4]seqRange
+	next int
+}
+
+// add records a gap.
+func (g *recentGaps) add(from, to uint32) {
+	g.r[g.next] = seqRange{from, to}
+	g.next = (g.next + 1) % len(g.r)
+}
+
+// fill takes [seq, seq+n) out of the gap holding seq and says how many
+// of its units the gap held (0: none; seq is no gap's).
+func (g *recentGaps) fill(seq, n uint32) uint32 {
+	for i := range g.r {
+		x := &g.r[i]
+		if seq-x.from >= x.to-x.from { // outside, or an empty range
+			continue
+		}
+		k := min(n, x.to-seq)
+		switch {
+		case seq == x.from:
+			x.from += k
+		case seq+k == x.to:
+			x.to = seq
+		default: // the middle: the part after it is kept if a slot is free
+			after := seqRange{seq + k, x.to}
+			x.to = seq
+			for j := range g.r {
+				if g.r[j].from == g.r[j].to {
+					g.r[j] = after
+					break
+				}
+			}
+		}
+		return k
+	}
+	return 0
+}
+
 // sequence checks a stream's sequence number, seq, of a message of n
 // data records (alt of them not options records), and remembers it;
 // unit is what the protocol's numbers count in this message (1: a
@@ -141,26 +201,46 @@ func (e *exporter) sequence(stream uint64, seq, n, alt, unit uint32, maxStreams 
 	if !ok && len(e.seq) >= maxStreams {
 		return
 	}
-	lost := uint32(0)
-	defer func() { e.loss.add(uint64(unit), uint64(lost), now) }()
-	e.seq[stream] = seq
 	lastN, lastAlt := e.seqN[stream], e.seqAlt[stream]
-	e.seqN[stream], e.seqAlt[stream] = n, alt
 	if !ok {
+		e.seq[stream], e.seqN[stream], e.seqAlt[stream] = seq, n, alt
+		e.loss.add(uint64(unit), 0, now)
 		return
 	}
-	d := uint32(maxGap)
-	for _, want := range []uint32{last + lastN, last + lastAlt, last + alt, last + n} {
-		d = min(d, seq-want) // modulo 2^32: behind is a huge distance
+	d, behind, from := uint32(maxGap), uint32(maxGap), last
+	for _, want := range [...]uint32{last + lastN, last + lastAlt, last + alt, last + n} {
+		if seq-want < d { // modulo 2^32: behind is a huge distance
+			d, from = seq-want, want
+		}
+		behind = min(behind, want-seq) // and ahead is
 	}
+	gaps := e.seqGaps[stream]
+	if d >= maxGap && behind <= reorderWindow*max(unit, 1) && gaps != nil {
+		if k := gaps.fill(seq, max(unit, 1)); k > 0 {
+			// Late: it fills a gap already counted lost. The stream's
+			// newest number stays.
+			e.Reordered += uint64(k)
+			e.loss.late(uint64(unit), uint64(k), now)
+			return
+		}
+	}
+	e.seq[stream], e.seqN[stream], e.seqAlt[stream] = seq, n, alt
+	lost := uint32(0)
 	switch {
 	case d == 0:
 	case d < maxGap:
 		e.SequenceGaps += uint64(d)
 		lost = d
+		if gaps == nil {
+			gaps = &recentGaps{}
+			e.seqGaps[stream] = gaps
+		}
+		gaps.add(from, seq)
 	default:
 		e.Resets++
+		delete(e.seqGaps, stream)
 	}
+	e.loss.add(uint64(unit), uint64(lost), now)
 }
 
 // Loss correction. Datagrams lost between an exporter and this
@@ -199,6 +279,15 @@ func (m *lossMeter) add(got, lost uint64, now time.Time) {
 	}
 	m.got += got
 	m.lost += lost
+}
+
+// late counts got units received, back of which a gap had counted lost:
+// taken from this window's loss first, then the last one's.
+func (m *lossMeter) late(got, back uint64, now time.Time) {
+	m.add(got, 0, now)
+	cur := min(back, m.lost)
+	m.lost -= cur
+	m.prevLost -= min(back-cur, m.prevLost)
 }
 
 // scale is what a record's rate is multiplied by at now: sent over

@@ -119,3 +119,41 @@ func TestLossCorrectedFloodDetected(t *testing.T) {
 		}
 	}
 }
+
+// Datagrams that overtake one another on the way are late, not lost:
+// every tenth swapped with the next reads no loss (it read as twice its
+// rate before: a gap, a reset, a gap again), and a restart a few
+// datagrams behind, with nothing missing, is still a reset.
+func TestReorderedIsNotLoss(t *testing.T) {
+	d := newTestDecoder(t, DecoderConfig{})
+	at := t0
+	var r Record
+	swaps := 0
+	for seq := uint32(1); seq <= 200; seq++ {
+		order := []uint32{seq}
+		if seq%10 == 0 && seq < 200 {
+			order = []uint32{seq + 1, seq}
+			seq++
+			swaps++
+		}
+		for _, s := range order {
+			at = at.Add(5 * time.Millisecond)
+			r = sflowAt(t, d, s, at)
+		}
+	}
+	if r.LossScale != 1 {
+		t.Errorf("reordered only: scale %v, want 1", r.LossScale)
+	}
+	st := stats(t, d)
+	if st.Resets != 0 || st.SequenceGaps != uint64(swaps) || st.Reordered != uint64(swaps) {
+		t.Errorf("%d swaps: resets %d, gaps %d, reordered %d; want 0 and %d late", swaps, st.Resets, st.SequenceGaps, st.Reordered, swaps)
+	}
+	// The exporter restarts: 20 datagrams behind, nothing missing.
+	for s := uint32(180); s < 190; s++ {
+		at = at.Add(5 * time.Millisecond)
+		r = sflowAt(t, d, s, at)
+	}
+	if st := stats(t, d); st.Resets != 1 || st.Reordered != uint64(swaps) {
+		t.Errorf("a restart 20 behind: resets %d, reordered %d", st.Resets, st.Reordered)
+	}
+}

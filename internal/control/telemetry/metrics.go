@@ -30,6 +30,7 @@ var (
 	mCounters = prometheus.NewDesc("tierwall_telemetry_counter_samples_total", "sFlow counter samples received from the exporter.", exLabels, nil)
 	mErrors   = prometheus.NewDesc("tierwall_telemetry_decode_errors_total", "Datagrams from the exporter that did not decode, whole or in part.", exLabels, nil)
 	mGaps     = prometheus.NewDesc("tierwall_telemetry_sequence_gaps_total", "Datagrams (sFlow, NetFlow v9) or records (NetFlow v5, IPFIX) the exporter's sequence numbers say were lost.", exLabels, nil)
+	mReorder  = prometheus.NewDesc("tierwall_telemetry_sequence_reordered_total", "Of the sequence gaps, datagrams or records that came after all, behind a later one: late, not lost.", exLabels, nil)
 	mResets   = prometheus.NewDesc("tierwall_telemetry_sequence_resets_total", "Times the exporter's sequence numbers went back (a restart).", exLabels, nil)
 	mLossScl  = prometheus.NewDesc("tierwall_telemetry_loss_scale", "What the exporter's records are scaled by for the loss its sequence numbers showed over the last 1-2 s (1: none; at most 2).", exLabels, nil)
 	mTmpl     = prometheus.NewDesc("tierwall_telemetry_templates", "NetFlow v9 and IPFIX templates held for the exporter.", exLabels, nil)
@@ -126,7 +127,7 @@ type ExporterMetrics struct{ Dec *Decoder }
 
 // Describe implements prometheus.Collector.
 func (m ExporterMetrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mDatagram, mRecords, mCounters, mErrors, mGaps, mResets, mLossScl, mTmpl, mTmplRef, mNoTmpl, mRate, mMismatch, mLast, mUnknown,
+	for _, d := range []*prometheus.Desc{mDatagram, mRecords, mCounters, mErrors, mGaps, mReorder, mResets, mLossScl, mTmpl, mTmplRef, mNoTmpl, mRate, mMismatch, mLast, mUnknown,
 		mIfRefused, mIfSpeed, mIfUp, mIfResets, mIfOctets, mIfPackets, mIfErrors, mIfDiscard, mIfBPS, mIfUtil} {
 		ch <- d
 	}
@@ -147,6 +148,7 @@ func (m ExporterMetrics) Collect(ch chan<- prometheus.Metric) {
 		c(mCounters, float64(e.Counters), a)
 		c(mErrors, float64(e.DecodeErrors), a)
 		c(mGaps, float64(e.SequenceGaps), a)
+		c(mReorder, float64(e.Reordered), a)
 		c(mResets, float64(e.Resets), a)
 		g(mLossScl, e.LossScale, a)
 		g(mTmpl, float64(e.Templates), a)
