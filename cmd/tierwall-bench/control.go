@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -161,7 +163,7 @@ type millionResult struct {
 // millionChild runs in a process of its own (tierwall-bench -million-child):
 // intervals of 1M new sources of 2 packets each (a spoofed flood over a
 // /12), then prints its times and peak RSS (VmHWM).
-func millionChild(intervals int) {
+func millionChild(intervals int, memProfile string) {
 	dir, err := os.MkdirTemp("", "tierwall-bench-")
 	if err != nil {
 		fail(err)
@@ -190,6 +192,11 @@ func millionChild(intervals int) {
 			fail(err)
 		}
 		res.MS = append(res.MS, float64(time.Since(t).Microseconds())/1000)
+	}
+	if memProfile != "" {
+		if err := writeHeapProfile(memProfile); err != nil {
+			fail(err)
+		}
 	}
 	raw, _ := os.ReadFile("/proc/self/status")
 	for _, l := range strings.Split(string(raw), "\n") {
@@ -224,4 +231,18 @@ func benchMillion(b *bytes.Buffer, intervals int) {
 	m := med(ms)
 	rss := float64(r.PeakRSS) / 1e6
 	fmt.Fprintf(b, "| sources per interval | median ms | min–max ms | peak RSS | target (< 1 s, ≤ 256 MB) |\n|---:|---:|---|---:|---|\n| %d | %.0f | %s | %.0f MB | %s |\n", 1<<20, m, span(ms), rss, verdict(m < 1000 && rss <= 256))
+}
+
+// writeHeapProfile writes the live heap, after a collection, to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

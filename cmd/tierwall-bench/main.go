@@ -36,6 +36,7 @@ func main() {
 	slowRuns := flag.Int("slow-drop-runs", 10, "samples of the daemon and of FastNetMon in the detect-drop comparison")
 	fnmAvg := flag.String("fastnetmon-averages", "5,1,0", "FastNetMon's average_calculation_time values in the detect-drop comparison (seconds)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process here")
+	memProfile := flag.String("memprofile", "", "with -million-child: write a heap profile of the child here after its last interval")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -48,7 +49,7 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	if *child > 0 {
-		millionChild(*child)
+		millionChild(*child, *memProfile)
 		return
 	}
 	// Not in the child: it runs while its parent holds the testbed.

@@ -156,11 +156,12 @@ func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]Flow, drainStats
 	return b.drain(buf, sz, seed)
 }
 
-// drainBufs are a drain's index, keys, flows and port profile, kept for
-// the next: the largest interval's, so a steady flood allocates nothing.
+// drainBufs are a drain's index, key positions, flows and port profile,
+// kept for the next: the largest interval's, so a steady flood allocates
+// nothing.
 type drainBufs struct {
 	tbl   []int32
-	keys  []filterTwFeatKey
+	at    []int32 // flows[j]'s key is buf[at[j]].Key until the drain ends
 	flows []Flow
 	ports PortProfile
 }
@@ -191,20 +192,27 @@ func (b *drainBufs) drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]F
 	for i := range tbl {
 		tbl[i] = -1
 	}
-	keys := grow(b.keys, total)
+	// A merged key is compared with the slot it was first read from, not
+	// with a copy: the slots are zeroed only once every region is read
+	// (a copy of the keys cost 36 bytes a key, 19 MB of the daemon's
+	// resident memory at a flood's 2^19 keys an interval).
+	at := grow(b.at, total)
 	flows := grow(b.flows, total)
-	defer func() { b.tbl, b.keys, b.flows = tbl, keys, flows }()
+	defer func() { b.tbl, b.at, b.flows = tbl, at, flows }()
 	var st drainStats
 	var spill map[filterTwFeatKey]int32
-	add := func(k *filterTwFeatKey) int32 {
-		keys = append(keys, *k)
+	add := func(pos int, k *filterTwFeatKey) int32 {
+		at = append(at, int32(pos))
 		flows = append(flows, flowOf(k))
 		return int32(len(flows) - 1)
 	}
+	read := make([]int, ncpu) // slots read per region, zeroed at the end
 	for cpu := 0; cpu < ncpu; cpu++ {
 		left := hdrs[cpu].Packets
-		region := buf[cpu*slots : (cpu+1)*slots]
-		for i := 0; i < len(region) && left > 0; i++ {
+		base := cpu * slots
+		region := buf[base : base+slots]
+		i := 0
+		for ; i < len(region) && left > 0; i++ {
 			e := &region[i]
 			if e.Key.Family == 0 {
 				continue
@@ -214,37 +222,40 @@ func (b *drainBufs) drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]F
 			// hold it: runs only grow during a drain, so one that was
 			// too long for a key stays too long, and the key is in
 			// spill.
-			at := int32(-1)
+			j := int32(-1)
 			p := featHash(&e.Key, seed) & mask
 			for n := 0; n < mergeProbe; n++ {
 				st.probes++
-				if j := tbl[p]; j < 0 {
-					at = add(&e.Key)
-					tbl[p] = at
+				if k := tbl[p]; k < 0 {
+					j = add(base+i, &e.Key)
+					tbl[p] = j
 					break
-				} else if keys[j] == e.Key {
-					at = j
+				} else if buf[at[k]].Key == e.Key {
+					j = k
 					break
 				}
 				p = (p + 1) & mask
 			}
-			if at < 0 {
+			if j < 0 {
 				var ok bool
-				if at, ok = spill[e.Key]; !ok {
+				if j, ok = spill[e.Key]; !ok {
 					if spill == nil {
 						spill = map[filterTwFeatKey]int32{}
 					}
-					at = add(&e.Key)
-					spill[e.Key] = at
+					j = add(base+i, &e.Key)
+					spill[e.Key] = j
 					st.fallback++
 				}
 			}
-			f := &flows[at]
+			f := &flows[j]
 			f.Packets += e.Packets
 			f.Bytes += e.Bytes
 			f.SYNs += e.Syns
-			*e = filterTwFeatSlot{}
 		}
+		read[cpu] = i
+	}
+	for cpu := 0; cpu < ncpu; cpu++ {
+		clear(buf[cpu*slots : cpu*slots+read[cpu]])
 		hdrs[cpu] = filterTwFeatSlot{}
 	}
 	return flows, st

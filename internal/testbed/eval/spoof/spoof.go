@@ -160,6 +160,10 @@ type Row struct {
 	EntropyWarmup  int     `json:"entropy_warmup_detections,omitempty"`
 	BaselineRPS    float64 `json:"baseline_rps"`
 	AttackRPS      float64 `json:"attack_rps"`
+	// AttackRPSFrom3 is the clients' rate from the third interval on,
+	// once the daemon has decided: what the defence's steady state leaves
+	// them, apart from the intervals before its decision.
+	AttackRPSFrom3 float64 `json:"attack_rps_from_third_interval"`
 	// HostCPUBefore and HostCPUDuring are the host CPU's busy share (%)
 	// with the clients alone and during the flood: the headroom the
 	// clients' paced load leaves, and what the flood took of it.
@@ -370,9 +374,9 @@ func Run(ctx context.Context, p Params) (_ []Row, err error) {
 		if err != nil {
 			return rows, fmt.Errorf("%s: %w", sc.Name, err)
 		}
-		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps (%.0f%% reached XDP), detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s (host CPU %.0f%% → %.0f%%), %d client bans, daemon peak RSS %d MB; %s\n",
-			sc.Name, r.SentMpps, 100*r.ReachedXDP, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, r.HostCPUBefore, r.HostCPUDuring, len(r.ClientsBanned), r.DaemonMaxRSSMB, strings.Join(r.Mitigations, "; "))
-		fmt.Fprintf(p.Log, "  XDP verdicts during the flood: %v; first flow rule seen in XDP after %.1f intervals; the 3rd interval's sample %.2f s early\n", r.Verdicts, r.RuleInXDP, r.Sample3Lag)
+		fmt.Fprintf(p.Log, "eval-spoof: %-18s sent %.2f Mpps (%.0f%% reached XDP), detected after %.1f intervals, %.1f%% dropped from the 3rd interval, HTTP %.0f → %.0f req/s (host CPU %.0f%% → %.0f%%), %d client bans, daemon peak RSS %d MB (its own pages %d MB); %s\n",
+			sc.Name, r.SentMpps, 100*r.ReachedXDP, r.DetectIntervals, 100*r.DroppedFrom3, r.BaselineRPS, r.AttackRPS, r.HostCPUBefore, r.HostCPUDuring, len(r.ClientsBanned), r.DaemonMaxRSSMB, r.DaemonMaxAnonMB, strings.Join(r.Mitigations, "; "))
+		fmt.Fprintf(p.Log, "  XDP verdicts during the flood: %v; first flow rule seen in XDP after %.1f intervals; the 3rd interval's sample %.2f s early; HTTP from the 3rd interval %.0f req/s (%.0f%%)\n", r.Verdicts, r.RuleInXDP, r.Sample3Lag, r.AttackRPSFrom3, 100*r.AttackRPSFrom3/max(r.BaselineRPS, 1))
 		if sc.PreACKs > 0 {
 			fmt.Fprintf(p.Log, "  of the %d sources, on the known-good list after their spoofed ACKs: %d, at the end: %d\n", sc.Sources, r.KnownGoodGained[0], r.KnownGoodGained[1])
 		}
@@ -536,6 +540,8 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	// The host's TCP counters from the third interval on: before the
 	// daemon's first decision the flood meets only the kernel.
 	var tcp3 map[string]uint64
+	var okAt3 uint64
+	var at3 time.Time
 	tcp3done := make(chan struct{})
 	go func() {
 		defer close(tcp3done)
@@ -546,6 +552,7 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 		}
 		select {
 		case <-time.After(time.Until(start.Add(3 * p.Interval))):
+			okAt3, at3 = load.OK.Load(), time.Now()
 			tcp3, _ = tcpStats()
 		case <-actx.Done():
 		}
@@ -622,6 +629,9 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 		return row, fmt.Errorf("daemon flow rules: %w", err)
 	}
 	<-tcp3done
+	if !at3.IsZero() && end.After(at3) {
+		row.AttackRPSFrom3 = float64(okAtEnd-okAt3) / end.Sub(at3).Seconds()
+	}
 	if tcp3 != nil {
 		row.KernelCookiesFrom3 = tcp1["TcpExt:SyncookiesSent"] - tcp3["TcpExt:SyncookiesSent"]
 	}
