@@ -57,25 +57,22 @@ type Daemon struct {
 
 	det detectorSet // the per-source detectors (detectors.go)
 
-	lastTop      []detect.Talker
-	lastSnap     time.Time
-	lastOverflow uint64 // feature overflow counter at the last snapshot
-	lastAt       time.Time
-	src          sourceHistory      // the circuit breaker's view of the sources (history.go)
-	traffic      *detect.Traffic    // the interval's traffic, reused: see observe
-	readings     []datapath.Reading // the bans' counters, parallel to store.Prefixes(), reused
-	breaker      bool
-	tierCounts   map[string]int // bans per tier, for the metrics collector (under mu)
-	started      time.Time
-	lastSave     time.Time
-	steps        uint64
-	dirty        bool
-	flow         flowStage
-	heavy        heavyStage          // the XDP heavy-hitter detector (heavy.go)
-	bgp          bgpStage            // the BGP speaker (bgp.go)
-	tele         telemetryState      // network mode (telemetry.go)
-	ports        *detect.PortProfile // the interval's port profile (nil: the data plane keeps none)
-	flowView     []mitigate.Rule     // the flow rules with counters, for the API and metrics (under mu)
+	lastSnap   time.Time
+	lastAt     time.Time
+	src        sourceHistory      // the circuit breaker's view of the sources (history.go)
+	obs        observer           // the interval's traffic from the feature snapshot (observe.go)
+	readings   []datapath.Reading // the bans' counters, parallel to store.Prefixes(), reused
+	breaker    bool
+	tierCounts map[string]int // bans per tier, for the metrics collector (under mu)
+	started    time.Time
+	lastSave   time.Time
+	steps      uint64
+	dirty      bool
+	flow       flowStage
+	heavy      heavyStage      // the XDP heavy-hitter detector (heavy.go)
+	bgp        bgpStage        // the BGP speaker (bgp.go)
+	tele       telemetryState  // network mode (telemetry.go)
+	flowView   []mitigate.Rule // the flow rules with counters, for the API and metrics (under mu)
 
 	owner  *Ownership    // the data plane's owner lock, released at shutdown
 	mgmt   []ban.Managed // this host's addresses and gateways: never banned (guard.go)
@@ -218,8 +215,11 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		return nil, err
 	}
 	d.det.restore(d.store.Baselines)
-	if err := d.drainFeatures(); err != nil {
+	if snap, err := d.obs.discard(d.dp); err != nil {
 		return nil, err
+	} else if n := packets(snap); n > 0 {
+		d.log.Info("discarded the feature counts from before the start", "packets", n, "flows", len(snap.Flows),
+			"since", snap.Start.Format(time.RFC3339))
 	}
 	if err := d.openAlerts(); err != nil {
 		return nil, err
@@ -411,29 +411,6 @@ func adoptedExpiry(ttl time.Duration) string {
 	return fmt.Sprintf("expires in %v (bans.ttl)", ttl)
 }
 
-// drainFeatures empties the feature buffers at start. What they hold was
-// counted before this daemon ran, over a time nobody measured: pinned
-// buffers keep counting while no daemon reads them, and the first
-// interval took all of it as one interval's (3 s of ping -f, 20 s before
-// the start, banned its source for 37017 pps). Only the overflow counter
-// is kept, as the baseline of the first interval's.
-func (d *Daemon) drainFeatures() error {
-	snap, err := d.dp.Snapshot()
-	if err != nil {
-		return fmt.Errorf("draining the feature buffers at start: %w", err)
-	}
-	d.lastOverflow = snap.Overflow
-	var pkts uint64
-	for i := range snap.Flows {
-		pkts += snap.Flows[i].Packets
-	}
-	if pkts > 0 {
-		d.log.Info("discarded the feature counts from before the start", "packets", pkts, "flows", len(snap.Flows),
-			"since", snap.Start.Format(time.RFC3339))
-	}
-	return nil
-}
-
 // save writes the state file when bans changed, and at least every
 // refreshEvery otherwise, so refreshed expiries and rates reach the disk
 // without rewriting a large file every interval.
@@ -539,7 +516,7 @@ func (d *Daemon) Step(now time.Time) (err error) {
 	}
 	d.monitor(now)
 	c.mark("monitor")
-	d.syncBGP(now, d.lastOverflow)
+	d.syncBGP(now, d.obs.overflow)
 	c.mark("bgp")
 	if d.card.present() {
 		if err := d.place(now); err != nil {
@@ -556,44 +533,14 @@ func (d *Daemon) Step(now time.Time) (err error) {
 
 // observe takes the interval's feature snapshot as per-source traffic.
 func (d *Daemon) observe() (*detect.Traffic, error) {
-	snap, err := d.dp.Snapshot()
+	tr, snap, err := d.obs.take(d.dp, d.cfg.Interval)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
+		return nil, err
 	}
 	d.Metrics.mergeFallback.Add(float64(snap.MergeFallback))
-	dt := snap.End.Sub(snap.Start)
-	if dt <= 0 {
-		dt = d.cfg.Interval
+	if tr.Overflow > 0 {
+		d.event(snap.End, "overflow", netip.Prefix{}, "feature buffers full: %d packets of this interval not counted (raise capacity.features)", tr.Overflow)
 	}
-	// One Traffic reused every interval: its tables keep their memory, so
-	// a steady flood allocates nothing per interval and the heap stays at
-	// one interval's worth instead of growing to two before each GC (the
-	// peak RSS is what counts under MemoryMax). Reset drops tables far
-	// larger than the interval needs, so a flood's do not outlive it.
-	if d.traffic == nil {
-		d.traffic = detect.NewTrafficSized(dt, len(snap.Flows))
-	} else {
-		d.traffic.Reset(dt, len(snap.Flows))
-	}
-	tr := d.traffic
-	for i := range snap.Flows {
-		f := &snap.Flows[i]
-		tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
-	}
-	// Packets the feature buffers could not hold: the interval is partial,
-	// and sources missing from it may simply not have fit.
-	overflow := snap.Overflow - d.lastOverflow
-	if snap.Overflow < d.lastOverflow {
-		overflow = 0 // the counter restarted (re-attach); drainFeatures took the first reading
-	}
-	d.lastOverflow = snap.Overflow
-	tr.Overflow = overflow
-	if overflow > 0 {
-		d.event(snap.End, "overflow", netip.Prefix{}, "feature buffers full: %d packets of this interval not counted (raise capacity.features)", overflow)
-	}
-	// The port profile is the same traffic by port: the ladder names a
-	// port (reflection: UDP source port 53, 123, …) from it.
-	d.ports = (*detect.PortProfile)(snap.Ports)
 	d.src.track(snap.Start, tr)
 	return tr, nil
 }
@@ -630,7 +577,7 @@ func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.D
 	}
 	// The victim detector's source rungs are already aggregated as it
 	// chose them: a prefix free of known-good clients.
-	vs := d.flow.observeVictims(tr, d.ports)
+	vs := d.flow.observeVictims(tr, d.obs.ports)
 	d.Metrics.detections.WithLabelValues("victim").Add(float64(len(vs)))
 	ds = append(ds, vs...)
 	d.src.noteDetected(ds)
@@ -880,10 +827,7 @@ func (d *Daemon) place(now time.Time) error {
 }
 
 func (d *Daemon) summarize(tr *detect.Traffic) {
-	top := tr.Top(100)
-	d.mu.Lock()
-	d.lastTop = top
-	d.mu.Unlock()
+	d.obs.top = tr.Top(100) // read by the API on this goroutine (Top)
 	d.countTiers()
 }
 

@@ -239,7 +239,7 @@ func (d *Daemon) SetAllow(ctx context.Context, p netip.Prefix, add bool) (err er
 // Top is the heaviest sources of the last interval that passed the filter.
 func (d *Daemon) Top(ctx context.Context) (out []detect.Talker, err error) {
 	err = d.Do(ctx, func() {
-		for _, t := range d.lastTop {
+		for _, t := range d.obs.top {
 			_, t.Banned = d.store.Get(netip.PrefixFrom(t.Src, t.Src.BitLen()))
 			t.PPS, t.BPS, t.SYNPS = apiv1.RoundRate(t.PPS), math.Round(t.BPS), apiv1.RoundRate(t.SYNPS)
 			out = append(out, t)
