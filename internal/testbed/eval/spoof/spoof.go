@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -160,6 +161,12 @@ type Row struct {
 	EntropyWarmup  int     `json:"entropy_warmup_detections,omitempty"`
 	BaselineRPS    float64 `json:"baseline_rps"`
 	AttackRPS      float64 `json:"attack_rps"`
+	// IdealRPS is the clients' rate under the same flood with the ideal
+	// filter on the host's port instead of the defence (idealPhase; 0:
+	// the scenario has none), IdealReachedXDP the share of that flood
+	// that reached it.
+	IdealRPS        float64 `json:"ideal_rps,omitempty"`
+	IdealReachedXDP float64 `json:"ideal_reached_xdp,omitempty"`
 	// AttackRPSFrom3 is the clients' rate from the third interval on,
 	// once the daemon has decided: what the defence's steady state leaves
 	// them, apart from the intervals before its decision.
@@ -421,6 +428,16 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 		return row, err
 	}
 	defer func() { err = errors.Join(err, closeNIC()) }()
+	env, err := newSpoofEnv(p, sc, clients)
+	if err != nil {
+		return row, err
+	}
+	if idealFor(sc) {
+		// Before the daemon: the ideal filter takes the host's port.
+		if err := idealPhase(ctx, p, sc, &row, env); err != nil {
+			return row, fmt.Errorf("ideal filter: %w", err)
+		}
+	}
 	dir, err := os.MkdirTemp("", "tierwall-spoof")
 	if err != nil {
 		return row, err
@@ -445,33 +462,16 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	defer rcancel()
 	go rss.watch(rctx)
 
-	url := hostURL(sc)
+	env.client, env.host = dmn.Client, host
 	exch := &exchanger{}
-	reflection := len(sc.SrcPorts) > 0
-	if reflection {
+	if len(sc.SrcPorts) > 0 {
 		stop, err := exch.start(ctx, sc.SrcPorts)
 		if err != nil {
 			return row, err
 		}
 		defer stop()
 	}
-
-	hostMAC, err := lab.MAC(lab.NSHost, lab.IfHost)
-	if err != nil {
-		return row, err
-	}
-	inetMAC, err := lab.MAC(lab.NSInet, lab.IfInet)
-	if err != nil {
-		return row, err
-	}
-	fl := &spoofFlooder{sc: sc, inetMAC: inetMAC, hostMAC: hostMAC, background: p.Background}
-	flood := fl.run
-	floodRate := p.floodRate(sc)
-	others := clients
-	if sc.SpoofClient {
-		others = clients[1:] // the first is watched apart
-	}
-	warmFrom, err := spoofReference(ctx, p, sc, &row, spoofEnv{url: url, others: others, watched: clients[:1], flood: flood, floodRate: floodRate, client: dmn.Client, host: host})
+	warmFrom, err := spoofReference(ctx, p, sc, &row, env)
 	if err != nil {
 		return row, err
 	}
@@ -483,7 +483,7 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 		// The spoofed ACKs, then two intervals for the daemon to learn
 		// from them, if it would.
 		attackFrom = time.Now()
-		if err := spoofACKs(sc, inetMAC, hostMAC); err != nil {
+		if err := spoofACKs(sc, env.inetMAC, env.hostMAC); err != nil {
 			return row, err
 		}
 		time.Sleep(2 * p.Interval)
@@ -505,11 +505,11 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
 	loadDone := make(chan struct{})
-	go func() { load.Run(actx, lab.NSInet, url, others); close(loadDone) }()
+	go func() { load.Run(actx, lab.NSInet, env.url, env.others); close(loadDone) }()
 	var watched *demo.Load
 	if sc.SpoofClient {
 		watched = &demo.Load{Rate: p.clientRate(sc)}
-		go watched.Run(actx, lab.NSInet, url, clients[:1])
+		go watched.Run(actx, lab.NSInet, env.url, clients[:1])
 	}
 
 	// The flood; XDP's counters sampled so the share from the third
@@ -537,26 +537,11 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 			close(begun)
 		})
 	}
-	// The host's TCP counters from the third interval on: before the
-	// daemon's first decision the flood meets only the kernel.
-	var tcp3 map[string]uint64
-	var okAt3 uint64
-	var at3 time.Time
-	tcp3done := make(chan struct{})
-	go func() {
-		defer close(tcp3done)
-		select {
-		case <-begun:
-		case <-actx.Done():
-			return
-		}
-		select {
-		case <-time.After(time.Until(start.Add(3 * p.Interval))):
-			okAt3, at3 = load.OK.Load(), time.Now()
-			tcp3, _ = tcpStats()
-		case <-actx.Done():
-		}
-	}()
+	// The host's TCP counters and the clients' count at the third
+	// interval: before the daemon's first decision the flood meets only
+	// the kernel.
+	third := &atThird{done: make(chan struct{})}
+	go third.take(actx, begun, func() time.Time { return start.Add(3 * p.Interval) }, load)
 	if sc.Warmup > 0 {
 		if text, err := dmn.Client.Metrics(ctx); err == nil {
 			row.EntropyLearned, row.AttacksOn = gauge(text, "tierwall_entropy_learned_intervals"), gauge(text, "tierwall_victim_attacks_on")
@@ -574,14 +559,14 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	var sent uint64
 	var gerr error
 	if sc.FirstFor > 0 {
-		sent, gerr = flood(actx, lab.IfInet, sc.FirstFor, sc.FirstRate, began)
+		sent, gerr = env.flood(actx, lab.IfInet, sc.FirstFor, sc.FirstRate, began)
 		if gerr == nil {
 			var more uint64
-			more, gerr = flood(actx, lab.IfInet, p.Attack-sc.FirstFor, floodRate, nil)
+			more, gerr = env.flood(actx, lab.IfInet, p.Attack-sc.FirstFor, env.floodRate, nil)
 			sent += more
 		}
 	} else {
-		sent, gerr = flood(actx, lab.IfInet, p.Attack, floodRate, began)
+		sent, gerr = env.flood(actx, lab.IfInet, p.Attack, env.floodRate, began)
 	}
 	end := time.Now()
 	okAtEnd := load.OK.Load()
@@ -628,12 +613,12 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	if err := dmn.Client.Do(ctx, "GET", "/v1/flowrules", nil, &row.FlowRules); err != nil {
 		return row, fmt.Errorf("daemon flow rules: %w", err)
 	}
-	<-tcp3done
-	if !at3.IsZero() && end.After(at3) {
-		row.AttackRPSFrom3 = float64(okAtEnd-okAt3) / end.Sub(at3).Seconds()
+	<-third.done
+	if !third.at.IsZero() && end.After(third.at) {
+		row.AttackRPSFrom3 = float64(okAtEnd-third.ok) / end.Sub(third.at).Seconds()
 	}
-	if tcp3 != nil {
-		row.KernelCookiesFrom3 = tcp1["TcpExt:SyncookiesSent"] - tcp3["TcpExt:SyncookiesSent"]
+	if third.tcp != nil {
+		row.KernelCookiesFrom3 = tcp1["TcpExt:SyncookiesSent"] - third.tcp["TcpExt:SyncookiesSent"]
 	}
 	row.PassiveOpens = tcp1["Tcp:PassiveOpens"] - tcp0["Tcp:PassiveOpens"]
 	row.KernelCookies = tcp1["TcpExt:SyncookiesSent"] - tcp0["TcpExt:SyncookiesSent"]
@@ -662,16 +647,60 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	return row, nil
 }
 
+// atThird is what is read at the flood's third interval: the host's TCP
+// counters and the clients' completed requests, and when.
+type atThird struct {
+	tcp  map[string]uint64
+	ok   uint64
+	at   time.Time
+	done chan struct{}
+}
+
+// take waits for the flood to begin, then for when (known once it has
+// begun), and reads; it gives up with ctx.
+func (a *atThird) take(ctx context.Context, begun <-chan struct{}, when func() time.Time, load *demo.Load) {
+	defer close(a.done)
+	select {
+	case <-begun:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-time.After(time.Until(when())):
+		a.ok, a.at = load.OK.Load(), time.Now()
+		a.tcp, _ = tcpStats()
+	case <-ctx.Done():
+	}
+}
+
 // spoofEnv is what a scenario's phases share: the clients' URL, the
 // clients run together and the one watched apart (SpoofClient), the
 // flood and its rate, the daemon's API and the host's data plane.
 type spoofEnv struct {
-	url             string
-	others, watched []netip.Addr
-	flood           func(ctx context.Context, iface string, dur time.Duration, rate uint64, began func(time.Time)) (uint64, error)
-	floodRate       uint64
-	client          *api.Client
-	host            *datapath.Datapath
+	url              string
+	others, watched  []netip.Addr
+	inetMAC, hostMAC net.HardwareAddr
+	flood            func(ctx context.Context, iface string, dur time.Duration, rate uint64, began func(time.Time)) (uint64, error)
+	floodRate        uint64
+	client           *api.Client
+	host             *datapath.Datapath
+}
+
+// newSpoofEnv is what a scenario's phases share before its daemon runs.
+func newSpoofEnv(p Params, sc Scenario, clients []netip.Addr) (spoofEnv, error) {
+	e := spoofEnv{url: hostURL(sc), others: clients, watched: clients[:1], floodRate: p.floodRate(sc)}
+	if sc.SpoofClient {
+		e.others = clients[1:] // the first is watched apart
+	}
+	var err error
+	if e.hostMAC, err = lab.MAC(lab.NSHost, lab.IfHost); err != nil {
+		return e, err
+	}
+	if e.inetMAC, err = lab.MAC(lab.NSInet, lab.IfInet); err != nil {
+		return e, err
+	}
+	e.flood = (&spoofFlooder{sc: sc, inetMAC: e.inetMAC, hostMAC: e.hostMAC, background: p.Background}).run
+	return e, nil
 }
 
 // spoofReference is a scenario's reference phase: the clients alone at

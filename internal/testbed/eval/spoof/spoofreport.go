@@ -63,9 +63,10 @@ func Report(dir, md string, rows []Row, p Params, took time.Duration, now time.T
 		b.WriteString("- With the card, the card's drops (its table's and its policers', verdict `hit_drop`) count as the defence's beside XDP's, in *dropped* and in *reached XDP* (then: reached the card's match stage or XDP).\n")
 	}
 	b.WriteString("- *Dropped from the 3rd interval* is XDP's drop verdicts (bans, prefixes, flow rules; in a SYN flood also the packets a syn-cookie rule handed to the SYN proxy, which answers or drops them in XDP) from three intervals after the start to the end, over the flood's packets that reached XDP in that time (every packet XDP saw, less the clients' at their reference rate). *Reached XDP* is the share of the flood's packets sent then that got to the host's XDP at all: the rest was lost in the host port's receive ring (a veth's 256 entries; a real NIC counts these as missed) while the host's NAPI was behind.\n")
-	b.WriteString("- *HTTP* is completed requests/s of the legitimate clients. *Before* is the reference: the same flood sent into a sink veth inside the internet namespace, so the generator's CPU is taken as during the attack but nothing reaches the host. *Host CPU* is CPU 1's busy share in the reference and during the flood. *Client bans* are bans the daemon ever applied that cover a client. *Passed from the 3rd interval* is what XDP passed to the host's stack from sources not known good (verdict `pass`: matched no rule, or admitted under a rate limit) from the third interval on. *False positives* are mitigations the daemon applied while only the clients were sending.\n\n")
+	b.WriteString("- *HTTP* is completed requests/s of the legitimate clients. *Before* is the reference: the same flood sent into a sink veth inside the internet namespace, so the generator's CPU is taken as during the attack but nothing reaches the host. *Host CPU* is CPU 1's busy share in the reference and during the flood. *Client bans* are bans the daemon ever applied that cover a client. *Passed from the 3rd interval* is what XDP passed to the host's stack from sources not known good (verdict `pass`: matched no rule, or admitted under a rate limit) from the third interval on. *False positives* are mitigations the daemon applied while only the clients were sending.\n")
+	b.WriteString("- *From the 3rd interval* is the clients' rate once the daemon has decided (the flood's third interval to its end): what the defence's steady state leaves them, apart from the intervals before its decision. *Ideal filter* is their rate under the same flood, run before the daemon starts, with the defence replaced on the host's port by an oracle (`bpf/testbed/xdp_oracle.c`, `gen.Oracle`): it knows the flood by its UDP destination port, which no client uses, and drops it from the first packet at the least an XDP program costs. No filter behind the host's receive ring can give the clients more; what the ideal filter's clients lose against the reference is the ring's and the host CPU's, not the defence's. Scenarios whose flood has no such signature (reflection, SYN) have none.\n\n")
 	b.WriteString("## Results\n\n")
-	b.WriteString("| scenario | sources | sent Mpps | detected (intervals) | dropped from 3rd interval | reached XDP | passed from 3rd interval | HTTP req/s before → during | host CPU before → during | client bans | false positives | daemon peak RSS MB | what the daemon chose |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| scenario | sources | sent Mpps | detected (intervals) | dropped from 3rd interval | reached XDP | passed from 3rd interval | HTTP req/s before → during | from the 3rd interval | ideal filter | host CPU before → during | client bans | false positives | daemon peak RSS MB | what the daemon chose |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range rows {
 		src := r.Scenario.Spoof.String()
 		switch {
@@ -84,8 +85,8 @@ func Report(dir, md string, rows []Row, p Params, took time.Duration, now time.T
 		if len(r.BeforeFlood) > 0 {
 			chose += "; before the flood: " + strings.Join(r.BeforeFlood, "; ")
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %.1f%% | %.0f%% | %d | %.0f → %.0f (%.0f%%) | %.0f%% → %.0f%% | %d | %d | %d | %s |\n", r.Scenario.Name, src, r.SentMpps, det, 100*r.DroppedFrom3, 100*r.ReachedXDP, r.PassedFrom3,
-			r.BaselineRPS, r.AttackRPS, 100*r.AttackRPS/max(r.BaselineRPS, 1), r.HostCPUBefore, r.HostCPUDuring, len(r.ClientsBanned), len(r.BeforeFlood), r.DaemonMaxRSSMB, strings.ReplaceAll(chose, "|", "/"))
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %.1f%% | %.0f%% | %d | %.0f → %.0f (%.0f%%) | %.0f (%.0f%%) | %s | %.0f%% → %.0f%% | %d | %d | %d | %s |\n", r.Scenario.Name, src, r.SentMpps, det, 100*r.DroppedFrom3, 100*r.ReachedXDP, r.PassedFrom3,
+			r.BaselineRPS, r.AttackRPS, 100*r.AttackRPS/max(r.BaselineRPS, 1), r.AttackRPSFrom3, 100*r.AttackRPSFrom3/max(r.BaselineRPS, 1), idealText(r), r.HostCPUBefore, r.HostCPUDuring, len(r.ClientsBanned), len(r.BeforeFlood), r.DaemonMaxRSSMB, strings.ReplaceAll(chose, "|", "/"))
 	}
 	var late []string
 	for _, r := range rows {
@@ -118,8 +119,8 @@ func Report(dir, md string, rows []Row, p Params, took time.Duration, now time.T
 		if r.DetectIntervals >= 0 {
 			det = fmt.Sprintf("%.1f intervals", r.DetectIntervals)
 		}
-		fmt.Fprintf(&b, "| %s: detected ≤ 2 intervals, ≥ 95%% dropped in XDP from the 3rd, clients ≥ 90%% of their rate, 0 clients banned or limited | %s, %.1f%%, %.0f%%, %d banned, %d false positives | %s |\n",
-			r.Scenario.Name, det, 100*r.DroppedFrom3, 100*r.AttackRPS/max(r.BaselineRPS, 1), len(r.ClientsBanned), len(r.BeforeFlood), yes(ok))
+		fmt.Fprintf(&b, "| %s: detected ≤ 2 intervals, ≥ 95%% dropped in XDP from the 3rd, clients ≥ 90%% of their rate, 0 clients banned or limited | %s, %.1f%%, %.0f%%%s, %d banned, %d false positives | %s |\n",
+			r.Scenario.Name, det, 100*r.DroppedFrom3, 100*r.AttackRPS/max(r.BaselineRPS, 1), idealNote(r), len(r.ClientsBanned), len(r.BeforeFlood), yes(ok))
 	}
 	for _, r := range rows {
 		switch {
@@ -240,4 +241,22 @@ func nicText(card bool) string {
 		return "the emulated NIC is in hybrid mode and is the daemon's hardware tier (`hardware.backend: emulated`): the daemon places the top source bans in its table and the flow rules that the card can take (`internal/control/daemon/police.go`: no verified client uses their shape, no SYN cookies) in its policers, where they drop before the host's port; the rest is the host's XDP."
 	}
 	return "the emulated NIC forwards everything, so every drop is the host's XDP."
+}
+
+// idealText is the clients' rate under the ideal filter, and its share of
+// the reference, for the results table.
+func idealText(r Row) string {
+	if r.IdealRPS == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f (%.0f%%)", r.IdealRPS, 100*r.IdealRPS/max(r.BaselineRPS, 1))
+}
+
+// idealNote says, beside a clients' share, what the ideal filter left
+// them and what the defence left them of that.
+func idealNote(r Row) string {
+	if r.IdealRPS == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the ideal filter %.0f%%: the defence left them %.0f%% of what it did)", 100*r.IdealRPS/max(r.BaselineRPS, 1), 100*r.AttackRPS/r.IdealRPS)
 }
