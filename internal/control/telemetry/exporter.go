@@ -160,8 +160,11 @@ func (g *recentGaps) add(from, to uint32) {
 }
 
 // fill takes [seq, seq+n) out of the gap holding seq and says how many
-// of its units the gap held (0: none; seq is no gap's).
+// of its units the gap held (0: none; seq is no gap's, or g is nil).
 func (g *recentGaps) fill(seq, n uint32) uint32 {
+	if g == nil {
+		return 0
+	}
 	for i := range g.r {
 		x := &g.r[i]
 		if seq-x.from >= x.to-x.from { // outside, or an empty range
@@ -215,8 +218,13 @@ func (e *exporter) sequence(stream uint64, seq, n, alt, unit uint32, maxStreams 
 		behind = min(behind, want-seq) // and ahead is
 	}
 	gaps := e.seqGaps[stream]
-	if d >= maxGap && behind <= reorderWindow*max(unit, 1) && gaps != nil {
-		if k := gaps.fill(seq, max(unit, 1)); k > 0 {
+	if d >= maxGap && behind <= reorderWindow*max(unit, 1) {
+		if unit == 0 {
+			// A late message without data records (templates only)
+			// fills nothing and says nothing of a restart.
+			return
+		}
+		if k := gaps.fill(seq, unit); k > 0 {
 			// Late: it fills a gap already counted lost. The stream's
 			// newest number stays.
 			e.Reordered += uint64(k)

@@ -157,3 +157,28 @@ func TestReorderedIsNotLoss(t *testing.T) {
 		t.Errorf("a restart 20 behind: resets %d, reordered %d", st.Resets, st.Reordered)
 	}
 }
+
+// A gap filled from its middle keeps both ends; a number filled once,
+// or outside every gap, fills nothing; a message longer than what is
+// left of its gap fills only that.
+func TestRecentGapsFill(t *testing.T) {
+	var g recentGaps
+	g.add(10, 20)
+	for _, c := range []struct{ seq, n, want uint32 }{
+		{15, 2, 2}, // the middle: [10,15) and [17,20) left
+		{15, 1, 0}, // filled already
+		{10, 5, 5}, // the first part whole
+		{19, 5, 1}, // the last number, of five asked
+		{17, 2, 2},
+		{18, 1, 0},
+		{30, 1, 0},
+	} {
+		if got := g.fill(c.seq, c.n); got != c.want {
+			t.Errorf("fill(%d, %d) = %d, want %d", c.seq, c.n, got, c.want)
+		}
+	}
+	var none *recentGaps
+	if none.fill(1, 1) != 0 {
+		t.Error("a stream without gaps filled one")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/testbed/demo"
 	"github.com/tierwall/tierwall/internal/testbed/eval/evalkit"
 	"github.com/tierwall/tierwall/internal/testbed/gen"
@@ -31,8 +32,18 @@ func idealFor(sc Scenario) bool {
 // filter: on the lab, the 256-entry veth ring that the flood and the
 // clients share, and the host CPU's NAPI.
 func idealPhase(ctx context.Context, p Params, sc Scenario, row *Row, e spoofEnv) (err error) {
+	// The last scenario's filter stays attached after its daemon (as
+	// tierwall's does): it leaves the port to the oracle, and the next
+	// daemon attaches afresh (startSpoofDaemon removes the pins anyway).
 	var o *gen.Oracle
-	if err := evalkit.InNS(lab.NSHost, -1, func() error { var e error; o, e = gen.NewOracle(lab.IfHost, sc.DstPort); return e }); err != nil {
+	if err := evalkit.InNS(lab.NSHost, -1, func() error {
+		if err := datapath.Detach(lab.IfHost, ""); err != nil && !errors.Is(err, datapath.ErrNotAttached) {
+			return fmt.Errorf("detaching the last scenario's filter: %w", err)
+		}
+		var err error
+		o, err = gen.NewOracle(lab.IfHost, sc.DstPort)
+		return err
+	}); err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, o.Close()) }()
