@@ -3,6 +3,7 @@
 package daemon
 
 import (
+	"cmp"
 	"container/heap"
 	"fmt"
 	"slices"
@@ -103,23 +104,13 @@ func (j *journal) recordDetections(now time.Time, ds []detect.Detection) {
 	for i, x := range keep {
 		recs[i] = apiv1.Detection{Time: now, Prefix: x.Prefix, Detector: x.Detector, Reason: x.Reason, Rate: apiv1.RoundRate(x.Rate)}
 	}
-	slices.SortStableFunc(recs, func(a, b apiv1.Detection) int { return -cmpFloat(a.Rate, b.Rate) })
+	slices.SortStableFunc(recs, func(a, b apiv1.Detection) int { return cmp.Compare(b.Rate, a.Rate) })
 	j.mu.Lock()
 	j.detections = append(j.detections, recs...)
 	if len(j.detections) > maxDetections {
 		j.detections = slices.Clone(j.detections[len(j.detections)-maxDetections:])
 	}
 	j.mu.Unlock()
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Detections returns the recent detections, oldest first.

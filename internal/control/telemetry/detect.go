@@ -3,6 +3,7 @@
 package telemetry
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"net/netip"
@@ -733,7 +734,7 @@ func (d *Detector) Top(n int) []Talker {
 		ss = append(ss, s)
 	}
 	slices.SortFunc(ss, func(a, b *dest) int {
-		if c := -cmpFloat(a.r.p[KindAll], b.r.p[KindAll]); c != 0 {
+		if c := cmp.Compare(b.r.p[KindAll], a.r.p[KindAll]); c != 0 {
 			return c
 		}
 		return a.addr.Compare(b.addr)
@@ -759,16 +760,6 @@ func (d *Detector) Untracked() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.untracked
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // UnmarshalText reads what MarshalText wrote (the API's clients).
