@@ -46,6 +46,20 @@ func Parse(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
+// ParseList parses each of ss with Parse; at the first that is neither
+// an address nor a prefix it stops, with that one's index.
+func ParseList(ss []string) (_ []netip.Prefix, bad int, _ error) {
+	out := make([]netip.Prefix, 0, len(ss))
+	for i, s := range ss {
+		p, err := Parse(s)
+		if err != nil {
+			return nil, i, err
+		}
+		out = append(out, p)
+	}
+	return out, 0, nil
+}
+
 // ParseAll parses every argument; the first bad one fails the whole set.
 func ParseAll(args []string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(args))

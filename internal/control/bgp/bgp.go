@@ -15,7 +15,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/tierwall/tierwall/internal/control/config/community"
+	"github.com/tierwall/tierwall/internal/control/bgp/community"
 	"github.com/tierwall/tierwall/internal/enum"
 	"github.com/tierwall/tierwall/internal/rule"
 )

@@ -11,7 +11,7 @@ import (
 
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 
-	"github.com/tierwall/tierwall/internal/control/config/community"
+	"github.com/tierwall/tierwall/internal/control/bgp/community"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 

@@ -19,8 +19,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
 
-	"github.com/tierwall/tierwall/internal/control/config"
-	"github.com/tierwall/tierwall/internal/control/config/community"
+	"github.com/tierwall/tierwall/internal/control/bgp/community"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -64,7 +63,7 @@ var flowFamilies = []bgp.Family{bgp.RF_FS_IPv4_UC, bgp.RF_FS_IPv6_UC}
 // neighbours, what we announce to them and what they send us. It is safe
 // for concurrent use.
 type Speaker struct {
-	cfg     config.BGP
+	cfg     Config
 	log     *slog.Logger
 	enc     encoder
 	changed chan struct{}
@@ -95,7 +94,7 @@ type announcedRoute struct {
 
 // peerState is a neighbour as the speaker last saw it.
 type peerState struct {
-	cfg      *config.BGPNeighbor
+	cfg      *NeighborConfig
 	state    bgp.FSMState
 	since    time.Time
 	families []string
@@ -123,9 +122,9 @@ type remoteEntry struct {
 	reason   string // why it cannot be enforced, before max_rules
 }
 
-// New prepares a speaker for cfg, which config.Config.Validate has
+// New prepares a speaker for cfg, which Config.Resolve has
 // checked; it refuses (rule.ErrInvalid) what it cannot use.
-func New(cfg config.BGP, log *slog.Logger) (*Speaker, error) {
+func New(cfg Config, log *slog.Logger) (*Speaker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -189,7 +188,7 @@ func New(cfg config.BGP, log *slog.Logger) (*Speaker, error) {
 
 // newEncoder is the wire form of the announce policy a: next hops and
 // communities.
-func newEncoder(asn uint32, a config.BGPAnnounce) (encoder, error) {
+func newEncoder(asn uint32, a AnnounceConfig) (encoder, error) {
 	e := encoder{asn: asn, nextHop4: a.NextHop4Addr, nextHop6: a.NextHop6Addr}
 	std, err := community.ParseStandards(a.Communities)
 	if err != nil {
@@ -208,7 +207,7 @@ func newEncoder(asn uint32, a config.BGPAnnounce) (encoder, error) {
 // communities (validated by package config); the next Announce re-sends
 // every route whose attributes they change. A policy that does not
 // encode is refused and the running one kept.
-func (s *Speaker) SetAnnounce(a config.BGPAnnounce) error {
+func (s *Speaker) SetAnnounce(a AnnounceConfig) error {
 	enc, err := newEncoder(s.cfg.ASN, a)
 	if err != nil {
 		return err
@@ -221,7 +220,7 @@ func (s *Speaker) SetAnnounce(a config.BGPAnnounce) error {
 
 // neighborFamilies is what n negotiates: unicast only to be sent RTBH,
 // FlowSpec to be sent it or to receive it.
-func neighborFamilies(n *config.BGPNeighbor) []bgp.Family {
+func neighborFamilies(n *NeighborConfig) []bgp.Family {
 	var fs []bgp.Family
 	if n.Sends("rtbh") {
 		fs = append(fs, bgp.RF_IPv4_UC, bgp.RF_IPv6_UC)
@@ -248,7 +247,7 @@ func familyName(f bgp.Family) string {
 
 func seconds(d time.Duration) uint64 { return uint64((d + time.Second - 1) / time.Second) }
 
-func (s *Speaker) apiPeer(n *config.BGPNeighbor) *api.Peer {
+func (s *Speaker) apiPeer(n *NeighborConfig) *api.Peer {
 	p := &api.Peer{
 		Conf: &api.PeerConf{
 			NeighborAddress: n.AddressAddr.String(),

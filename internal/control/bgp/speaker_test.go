@@ -19,8 +19,7 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
 
-	"github.com/tierwall/tierwall/internal/control/config"
-	"github.com/tierwall/tierwall/internal/control/config/community"
+	"github.com/tierwall/tierwall/internal/control/bgp/community"
 	"github.com/tierwall/tierwall/internal/rule"
 )
 
@@ -84,8 +83,8 @@ func newRouterAS(t *testing.T, addr, id string, asn uint32) *router {
 	return &router{srv: srv, addr: addr, port: port, asn: asn}
 }
 
-func (r *router) neighbor(send []string, receive bool) config.BGPNeighbor {
-	return config.BGPNeighbor{Address: r.addr, ASN: r.asn, Port: uint16(r.port), LocalAddress: "127.0.0.1", Send: send, Receive: receive, HoldTime: 9 * time.Second}
+func (r *router) neighbor(send []string, receive bool) NeighborConfig {
+	return NeighborConfig{Address: r.addr, ASN: r.asn, Port: uint16(r.port), LocalAddress: "127.0.0.1", Send: send, Receive: receive, HoldTime: 9 * time.Second}
 }
 
 // rib is the router's Loc-RIB of one family, by NLRI string.
@@ -137,30 +136,27 @@ func (r *router) withdraw(t *testing.T, p *apiutil.Path) {
 	}
 }
 
-func validated(t *testing.T, c config.BGP) config.BGP {
+func validated(t *testing.T, c Config) Config {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Interface = "lo"
-	cfg.BGP = c
-	if err := cfg.Validate(); err != nil {
+	if err := c.Resolve(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	return cfg.BGP
+	return c
 }
 
-func baseConfig(neighbors ...config.BGPNeighbor) config.BGP {
-	return config.BGP{
+func baseConfig(neighbors ...NeighborConfig) Config {
+	return Config{
 		ASN: speakerAS, RouterID: "192.0.2.100", ListenPort: -1,
 		Neighbors: neighbors,
-		Announce: config.BGPAnnounce{
+		Announce: AnnounceConfig{
 			NextHop4: "192.0.2.1", NextHop6: "2001:db8:ffff::1",
 			Communities: []string{"65001:666"},
 		},
-		Accept: config.BGPAccept{OwnPrefixes: []string{"198.51.100.0/24", "2001:db8:100::/48"}},
+		Accept: AcceptConfig{OwnPrefixes: []string{"198.51.100.0/24", "2001:db8:100::/48"}},
 	}
 }
 
-func startSpeaker(t *testing.T, c config.BGP) *Speaker {
+func startSpeaker(t *testing.T, c Config) *Speaker {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := New(validated(t, c), log)
@@ -631,7 +627,7 @@ func TestStopIdempotent(t *testing.T) {
 }
 
 func TestNewRefuses(t *testing.T) {
-	if _, err := New(config.BGP{}, nil); !errors.Is(err, rule.ErrInvalid) {
+	if _, err := New(Config{}, nil); !errors.Is(err, rule.ErrInvalid) {
 		t.Errorf("asn 0: %v, want rule.ErrInvalid", err)
 	}
 	c := validated(t, baseConfig())
@@ -822,18 +818,18 @@ func TestCommunitiesPerNeighbourAndRoute(t *testing.T) {
 		return n == 3
 	})
 	check(b, bgp.RF_IPv4_UC, "203.0.113.9", want{[]string{"65535:666", "65535:65281"}, []string{"65000:667:1"}})
-	if err := s.SetAnnounce(config.BGPAnnounce{LargeCommunities: []string{"1:2"}}); !errors.Is(err, community.ErrSyntax) {
+	if err := s.SetAnnounce(AnnounceConfig{LargeCommunities: []string{"1:2"}}); !errors.Is(err, community.ErrSyntax) {
 		t.Errorf("SetAnnounce of a bad large community: %v", err)
 	}
 }
 
 // New refuses communities it cannot encode, whatever let them through.
 func TestNewRefusesBadCommunities(t *testing.T) {
-	for _, c := range []config.BGP{
-		{ASN: speakerAS, RouterID: "192.0.2.100", Announce: config.BGPAnnounce{LargeCommunities: []string{"65000:666"}}},
-		{ASN: speakerAS, RouterID: "192.0.2.100", Announce: config.BGPAnnounce{Communities: []string{"65000:666:1"}}},
-		{ASN: speakerAS, RouterID: "192.0.2.100", Neighbors: []config.BGPNeighbor{{Address: "127.0.0.2", ASN: 1, Communities: []string{"x"}}}},
-		{ASN: speakerAS, RouterID: "192.0.2.100", Neighbors: []config.BGPNeighbor{{Address: "127.0.0.2", ASN: 1, LargeCommunities: []string{"1:2:3:4"}}}},
+	for _, c := range []Config{
+		{ASN: speakerAS, RouterID: "192.0.2.100", Announce: AnnounceConfig{LargeCommunities: []string{"65000:666"}}},
+		{ASN: speakerAS, RouterID: "192.0.2.100", Announce: AnnounceConfig{Communities: []string{"65000:666:1"}}},
+		{ASN: speakerAS, RouterID: "192.0.2.100", Neighbors: []NeighborConfig{{Address: "127.0.0.2", ASN: 1, Communities: []string{"x"}}}},
+		{ASN: speakerAS, RouterID: "192.0.2.100", Neighbors: []NeighborConfig{{Address: "127.0.0.2", ASN: 1, LargeCommunities: []string{"1:2:3:4"}}}},
 	} {
 		if _, err := New(c, nil); !errors.Is(err, rule.ErrInvalid) || !errors.Is(err, community.ErrSyntax) {
 			t.Errorf("%+v: %v, want rule.ErrInvalid and community.ErrSyntax", c, err)

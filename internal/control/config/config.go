@@ -559,7 +559,7 @@ func (c *Config) Validate() error {
 		// entry that expired first would let the flood through meanwhile.
 		return bad("detectors.heavy.ttl", h.TTL, fmt.Sprintf("is under two intervals (%v): the daemon judges a catch within two", 2*c.Interval))
 	}
-	if err := c.BGP.validate(); err != nil {
+	if err := validateBGP(&c.BGP); err != nil {
 		return err
 	}
 	if err := c.Alerts.validate(); err != nil {
@@ -588,13 +588,9 @@ func (c *Config) Validate() error {
 }
 
 func prefixes(field string, ss []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for i, s := range ss {
-		p, err := rule.Parse(s)
-		if err != nil {
-			return nil, bad(fmt.Sprintf("%s[%d]", field, i), s, "is not an address or prefix: "+err.Error())
-		}
-		out = append(out, p)
+	out, i, err := rule.ParseList(ss)
+	if err != nil {
+		return nil, bad(fmt.Sprintf("%s[%d]", field, i), ss[i], "is not an address or prefix: "+err.Error())
 	}
 	return out, nil
 }

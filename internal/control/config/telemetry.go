@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierwall/tierwall/internal/control/bgp"
 	"github.com/tierwall/tierwall/internal/control/telemetry"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -203,7 +204,7 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 			return out, err
 		}
 		out.Detector.Policies[name] = p
-		if err := checkCommunities(f, g.Communities, g.LargeCommunities); err != nil {
+		if err := fromBGP(bgp.CheckCommunities(f, g.Communities, g.LargeCommunities)); err != nil {
 			return out, err
 		}
 		if len(g.Communities)+len(g.LargeCommunities) > 0 {

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/control/bgp"
+	"github.com/tierwall/tierwall/internal/control/bgp/community"
 	"github.com/tierwall/tierwall/internal/control/config"
-	"github.com/tierwall/tierwall/internal/control/config/community"
 	"github.com/tierwall/tierwall/internal/control/telemetry"
 	tt "github.com/tierwall/tierwall/internal/control/telemetry/telemetrytest"
 	"github.com/tierwall/tierwall/internal/rule"
