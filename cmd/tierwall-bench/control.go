@@ -138,8 +138,8 @@ type memDP struct {
 	at    time.Time
 }
 
-func (m *memDP) Snapshot() (*datapath.Snapshot, error) {
-	return &datapath.Snapshot{Start: m.at.Add(-time.Second), End: m.at, Flows: m.flows}, nil
+func (m *memDP) Drain(sink datapath.FlowSink) (*datapath.Snapshot, error) {
+	return (&datapath.Snapshot{Start: m.at.Add(-time.Second), End: m.at, Flows: m.flows}).Emit(sink), nil
 }
 func (m *memDP) Block(...netip.Prefix) error       { return nil }
 func (m *memDP) Unblock(...netip.Prefix) error     { return nil }

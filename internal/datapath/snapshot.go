@@ -28,7 +28,9 @@ type Flow struct {
 type Snapshot struct {
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
-	Flows []Flow    `json:"flows"`
+	// Flows are the interval's flows as a list (Snapshot); Drain hands
+	// them to its FlowSink instead and leaves this nil.
+	Flows []Flow `json:"flows"`
 	// Overflow is the total of packets never counted because a buffer was
 	// full, since attach (not per snapshot).
 	Overflow uint64 `json:"overflow_packets_total"`
@@ -41,16 +43,42 @@ type Snapshot struct {
 	Ports *PortProfile `json:"-"`
 }
 
-// Snapshot swaps the feature buffers and returns the one that was being
-// filled. Its Flows and Ports are this Datapath's working memory, valid
-// until the next Snapshot: a flood's interval is up to 2^18 keys a CPU,
-// and fresh slices every interval were 60 MiB of garbage that the heap
-// doubled before each collection (the daemon's peak RSS went over its
-// 256 MB figure under spoofed floods, issue 32). The swap is one update of the tw_feat map-in-map slot; the kernel
-// returns from it only after an RCU grace period, when no XDP program can
-// still hold the old buffer, so what is read is a consistent interval and
-// the filter never waits. The drained buffer becomes the next spare.
+// A FlowSink receives a snapshot's flows while the drain holds them in
+// the feature buffer: Start once, with the snapshot (its times set) and
+// the number of flows, then Flow for each flow, merged over the CPUs.
+// The *Flow is valid only during the call: the daemon adds it to its
+// interval's tables and keeps nothing, so a flood's 2^19 keys cost no
+// list of 80-byte Flows between the drain and the detectors (42 MB of
+// the daemon's resident memory at that size, issue 32).
+type FlowSink interface {
+	Start(s *Snapshot, flows int)
+	Flow(f *Flow)
+}
+
+// Snapshot is Drain with the flows kept as a list in s.Flows: the
+// Datapath's working memory, valid until the next Snapshot or Drain.
 func (d *Datapath) Snapshot() (*Snapshot, error) {
+	l := &d.drained.list
+	s, err := d.Drain(l)
+	if err != nil {
+		return nil, err
+	}
+	s.Flows = l.flows
+	return s, nil
+}
+
+// Drain swaps the feature buffers and hands the flows of the one that
+// was being filled to sink; the returned Snapshot has no Flows. Its Ports
+// are this Datapath's working memory, valid until the next Drain: a
+// flood's interval is up to 2^18 keys a CPU, and fresh slices every
+// interval were 60 MiB of garbage that the heap doubled before each
+// collection (the daemon's peak RSS went over its 256 MB figure under
+// spoofed floods, issue 32). The swap is one update of the tw_feat
+// map-in-map slot; the kernel returns from it only after an RCU grace
+// period, when no XDP program can still hold the old buffer, so what is
+// read is a consistent interval and the filter never waits. The drained
+// buffer becomes the next spare.
+func (d *Datapath) Drain(sink FlowSink) (*Snapshot, error) {
 	lk, err := d.lock()
 	if err != nil {
 		return nil, err
@@ -87,10 +115,6 @@ func (d *Datapath) Snapshot() (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ds drainStats
-	s.Flows, ds = d.drained.drain(buf, d.sizes, &cfg.FeatSeed)
-	s.MergeFallback = ds.fallback
-	s.Ports = d.drained.drainPorts(buf, d.sizes)
 	var fs []filterTwFeatStats
 	if err := d.maps.TwFstats.Lookup(uint32(0), &fs); err != nil {
 		return nil, fmt.Errorf("reading feature stats: %w", err)
@@ -98,6 +122,8 @@ func (d *Datapath) Snapshot() (*Snapshot, error) {
 	for _, v := range fs {
 		s.Overflow += v.Overflow
 	}
+	s.MergeFallback = d.drained.drain(buf, d.sizes, &cfg.FeatSeed, s, sink).fallback
+	s.Ports = d.drained.drainPorts(buf, d.sizes)
 	return s, nil
 }
 
@@ -149,22 +175,30 @@ type drainStats struct {
 
 // drain reads and empties a quiescent feature buffer in place: each CPU
 // region is scanned (only until its header's key count is reached), used
-// slots are merged by key across CPUs and zeroed, then the headers are
-// reset for the buffer's next turn.
+// slots are merged by key across CPUs into the slot where the key was
+// first read, each merged flow is handed to sink, and then the slots read
+// and the headers are zeroed for the buffer's next turn.
 func drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]Flow, drainStats) {
 	var b drainBufs
-	return b.drain(buf, sz, seed)
+	st := b.drain(buf, sz, seed, &Snapshot{}, &b.list)
+	return b.list.flows, st
 }
 
-// drainBufs are a drain's index, key positions, flows and port profile,
-// kept for the next: the largest interval's, so a steady flood allocates
-// nothing.
+// drainBufs are a drain's index, key positions, port profile and the
+// list Snapshot fills, kept for the next: the largest interval's, so a
+// steady flood allocates nothing.
 type drainBufs struct {
 	tbl   []int32
-	at    []int32 // flows[j]'s key is buf[at[j]].Key until the drain ends
-	flows []Flow
+	at    []int32 // flow j's key and merged counts are buf[at[j]]'s until the drain ends
 	ports PortProfile
+	list  flowList
 }
+
+// flowList is the FlowSink that keeps the flows as a list (Snapshot).
+type flowList struct{ flows []Flow }
+
+func (l *flowList) Start(_ *Snapshot, n int) { l.flows = grow(l.flows, n) }
+func (l *flowList) Flow(f *Flow)             { l.flows = append(l.flows, *f) }
 
 // grow returns s emptied with room for n, reusing its array when it has
 // it and it is not far larger than n (a flood's arrays do not outlive it).
@@ -175,7 +209,7 @@ func grow[T any](s []T, n int) []T {
 	return s[:0]
 }
 
-func (b *drainBufs) drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]Flow, drainStats) {
+func (b *drainBufs) drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed, s *Snapshot, sink FlowSink) drainStats {
 	ncpu, slots := int(sz.ncpu), int(sz.featSlots)
 	hdrs := buf[ncpu*slots:]
 	total := 0
@@ -192,19 +226,17 @@ func (b *drainBufs) drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]F
 	for i := range tbl {
 		tbl[i] = -1
 	}
-	// A merged key is compared with the slot it was first read from, not
-	// with a copy: the slots are zeroed only once every region is read
-	// (a copy of the keys cost 36 bytes a key, 19 MB of the daemon's
-	// resident memory at a flood's 2^19 keys an interval).
+	// A key is merged into the slot it was first read from: no copy of
+	// the keys (36 bytes a key, 19 MB of the daemon's resident memory at a
+	// flood's 2^19 keys an interval) and no list of flows (80 bytes a
+	// key); the slots are zeroed only once every flow has been handed on.
 	at := grow(b.at, total)
-	flows := grow(b.flows, total)
-	defer func() { b.tbl, b.at, b.flows = tbl, at, flows }()
+	defer func() { b.tbl, b.at = tbl, at }()
 	var st drainStats
 	var spill map[filterTwFeatKey]int32
-	add := func(pos int, k *filterTwFeatKey) int32 {
+	add := func(pos int) int32 {
 		at = append(at, int32(pos))
-		flows = append(flows, flowOf(k))
-		return int32(len(flows) - 1)
+		return int32(len(at) - 1)
 	}
 	read := make([]int, ncpu) // slots read per region, zeroed at the end
 	for cpu := 0; cpu < ncpu; cpu++ {
@@ -227,8 +259,8 @@ func (b *drainBufs) drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]F
 			for n := 0; n < mergeProbe; n++ {
 				st.probes++
 				if k := tbl[p]; k < 0 {
-					j = add(base+i, &e.Key)
-					tbl[p] = j
+					tbl[p] = add(base + i)
+					j = -2 // first seen: e is the flow's slot
 					break
 				} else if buf[at[k]].Key == e.Key {
 					j = k
@@ -236,29 +268,39 @@ func (b *drainBufs) drain(buf []filterTwFeatSlot, sz sizes, seed *featSeed) ([]F
 				}
 				p = (p + 1) & mask
 			}
-			if j < 0 {
+			if j == -1 {
 				var ok bool
 				if j, ok = spill[e.Key]; !ok {
 					if spill == nil {
 						spill = map[filterTwFeatKey]int32{}
 					}
-					j = add(base+i, &e.Key)
-					spill[e.Key] = j
+					spill[e.Key] = add(base + i)
 					st.fallback++
+					j = -2
 				}
 			}
-			f := &flows[j]
-			f.Packets += e.Packets
-			f.Bytes += e.Bytes
-			f.SYNs += e.Syns
+			if j >= 0 {
+				f := &buf[at[j]]
+				f.Packets += e.Packets
+				f.Bytes += e.Bytes
+				f.Syns += e.Syns
+			}
 		}
 		read[cpu] = i
+	}
+	sink.Start(s, len(at))
+	var f Flow
+	for _, pos := range at {
+		e := &buf[pos]
+		f = flowOf(&e.Key)
+		f.Packets, f.Bytes, f.SYNs = e.Packets, e.Bytes, e.Syns
+		sink.Flow(&f)
 	}
 	for cpu := 0; cpu < ncpu; cpu++ {
 		clear(buf[cpu*slots : cpu*slots+read[cpu]])
 		hdrs[cpu] = filterTwFeatSlot{}
 	}
-	return flows, st
+	return st
 }
 
 // flowOf decodes a key. The data plane already records an IPv4-mapped
@@ -282,4 +324,15 @@ func flowOf(k *filterTwFeatKey) Flow {
 		}
 	}
 	return f
+}
+
+// Emit hands s.Flows to sink as Drain hands a buffer's: for data planes
+// that hold an interval's flows as a list (the tests' fakes, replays).
+func (s *Snapshot) Emit(sink FlowSink) *Snapshot {
+	sink.Start(s, len(s.Flows))
+	for i := range s.Flows {
+		f := s.Flows[i]
+		sink.Flow(&f)
+	}
+	return s
 }

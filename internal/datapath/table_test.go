@@ -778,3 +778,68 @@ func TestFlowOfUnmaps(t *testing.T) {
 		}
 	}
 }
+
+// sumSink is a FlowSink that keeps only totals.
+type sumSink struct {
+	started, flows int
+	packets, bytes uint64
+	syns           uint64
+	srcs           map[netip.Addr]int
+}
+
+func (s *sumSink) Start(_ *Snapshot, n int) { s.started = n }
+func (s *sumSink) Flow(f *Flow) {
+	s.flows++
+	s.packets, s.bytes, s.syns = s.packets+f.Packets, s.bytes+f.Bytes, s.syns+f.SYNs
+	if s.srcs != nil {
+		s.srcs[f.Src]++
+	}
+}
+
+func TestDrainKeepsNoListOfFlows(t *testing.T) {
+	// Pure Go: a drain into a FlowSink merges every key over the CPUs and
+	// hands it on once, and what it allocates is its merge index and key
+	// positions (about 20 bytes a key), not a list of 80-byte Flows: the
+	// daemon's resident memory under a flood of 2^19 keys an interval
+	// (issue 32).
+	const n, slots = 1 << 16, 1 << 18
+	sz := sizes{ncpu: 2, featSlots: slots}
+	seed := featSeed{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	buf := make([]filterTwFeatSlot, sz.featEntries())
+	for cpu := 0; cpu < 2; cpu++ {
+		for i := 0; i < n; i++ {
+			k := filterTwFeatKey{Family: 6, Proto: pkt.ProtoUDP, Src: [16]byte{0xfd, 0, byte(i >> 16), byte(i >> 8), byte(i)}, Dst: [16]byte{0xfd, 0x70, 15: 1}}
+			p := featHash(&k, &seed) & (slots - 1)
+			for buf[cpu*slots+int(p)].Key.Family != 0 {
+				p = (p + 1) & (slots - 1)
+			}
+			buf[cpu*slots+int(p)] = filterTwFeatSlot{Key: k, Packets: uint64(cpu + 1), Bytes: 100, Syns: 0}
+		}
+		buf[2*slots+cpu].Packets = n
+	}
+	var b drainBufs
+	sink := &sumSink{srcs: make(map[netip.Addr]int, n)}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.drain(buf, sz, &seed, &Snapshot{}, sink)
+	runtime.ReadMemStats(&after)
+	if sink.started != n || sink.flows != n || len(sink.srcs) != n {
+		t.Fatalf("sink started for %d flows, got %d flows from %d sources; want %d, each once", sink.started, sink.flows, len(sink.srcs), n)
+	}
+	if sink.packets != 3*n || sink.bytes != 200*n {
+		t.Fatalf("%d packets, %d bytes; want %d and %d (each key merged from both CPUs)", sink.packets, sink.bytes, 3*n, 200*n)
+	}
+	// The sink's own map is sized before the drain; what the drain adds
+	// is its index (a power of two above 2 × the 2n keys counted, 4 bytes
+	// each: 32n bytes) and its positions (4 bytes a key counted: 8n). A
+	// list of the flows would add 80 bytes a key counted (160n).
+	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(64*n); got > limit {
+		t.Errorf("a drain of %d keys allocated %d bytes, over %d: a list of flows is kept", n, got, limit)
+	}
+	for i := range buf {
+		if buf[i] != (filterTwFeatSlot{}) {
+			t.Fatalf("slot %d not cleared", i)
+		}
+	}
+}

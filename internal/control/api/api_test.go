@@ -31,14 +31,14 @@ type memDP struct {
 	at      time.Time
 }
 
-func (m *memDP) Snapshot() (*datapath.Snapshot, error) {
+func (m *memDP) Drain(sink datapath.FlowSink) (*datapath.Snapshot, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// 1.3 s: rates with long fractions, as real intervals give.
 	m.at = m.at.Add(1300 * time.Millisecond)
 	s := &datapath.Snapshot{Start: m.at.Add(-1300 * time.Millisecond), End: m.at, Flows: m.flows}
 	m.flows = nil
-	return s, nil
+	return s.Emit(sink), nil
 }
 
 func (m *memDP) Block(ps ...netip.Prefix) error {

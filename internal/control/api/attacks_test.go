@@ -23,9 +23,9 @@ import (
 // idleDP is a data plane with no traffic and no rules.
 type idleDP struct{}
 
-func (idleDP) Snapshot() (*datapath.Snapshot, error) {
+func (idleDP) Drain(sink datapath.FlowSink) (*datapath.Snapshot, error) {
 	now := time.Now()
-	return &datapath.Snapshot{Start: now.Add(-time.Second), End: now}, nil
+	return (&datapath.Snapshot{Start: now.Add(-time.Second), End: now}).Emit(sink), nil
 }
 func (idleDP) Block(...netip.Prefix) error                               { return nil }
 func (idleDP) Unblock(...netip.Prefix) error                             { return nil }

@@ -28,9 +28,9 @@ type ruleDP struct {
 	unblocks int // Unblock calls
 }
 
-func (m *ruleDP) Snapshot() (*datapath.Snapshot, error) {
+func (m *ruleDP) Drain(sink datapath.FlowSink) (*datapath.Snapshot, error) {
 	now := time.Now()
-	return &datapath.Snapshot{Start: now.Add(-time.Second), End: now}, nil
+	return (&datapath.Snapshot{Start: now.Add(-time.Second), End: now}).Emit(sink), nil
 }
 func (m *ruleDP) change(set map[netip.Prefix]bool, on bool, ps []netip.Prefix) error {
 	m.mu.Lock()

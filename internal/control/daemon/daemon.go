@@ -89,7 +89,9 @@ type Daemon struct {
 // DataPlane is the XDP filter as the control loop uses it:
 // *datapath.Datapath in production, a fake in unit tests.
 type DataPlane interface {
-	Snapshot() (*datapath.Snapshot, error)
+	// Drain ends the interval: the feature buffers' flows go to sink
+	// (datapath.Datapath.Drain).
+	Drain(sink datapath.FlowSink) (*datapath.Snapshot, error)
 	Block(ps ...netip.Prefix) error
 	Unblock(ps ...netip.Prefix) error
 	Allow(ps ...netip.Prefix) error
@@ -215,10 +217,10 @@ func newDaemon(cfg *config.Config, cfgPath string, log *slog.Logger, dp DataPlan
 		return nil, err
 	}
 	d.det.restore(d.store.Baselines)
-	if snap, err := d.obs.discard(d.dp); err != nil {
+	if snap, n, err := d.obs.discard(d.dp); err != nil {
 		return nil, err
-	} else if n := packets(snap); n > 0 {
-		d.log.Info("discarded the feature counts from before the start", "packets", n, "flows", len(snap.Flows),
+	} else if n.packets > 0 {
+		d.log.Info("discarded the feature counts from before the start", "packets", n.packets, "flows", n.flows,
 			"since", snap.Start.Format(time.RFC3339))
 	}
 	if err := d.openAlerts(); err != nil {

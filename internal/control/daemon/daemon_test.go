@@ -41,10 +41,10 @@ func newFakeDP(t0 time.Time) *fakeDP {
 	return &fakeDP{blocked: map[netip.Prefix]*datapath.Counter{}, allowed: map[netip.Prefix]bool{}, at: t0}
 }
 
-func (f *fakeDP) Snapshot() (*datapath.Snapshot, error) {
+func (f *fakeDP) Drain(sink datapath.FlowSink) (*datapath.Snapshot, error) {
 	s := &datapath.Snapshot{Start: f.at.Add(-time.Second), End: f.at, Flows: f.flows, Overflow: f.overflow}
 	f.flows = nil
-	return s, nil
+	return s.Emit(sink), nil
 }
 
 func (f *fakeDP) Block(ps ...netip.Prefix) error {

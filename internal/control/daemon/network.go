@@ -25,7 +25,9 @@ type noDataPlane struct{}
 // errNoDataPlane is a usage error (the API's 400), not a failure.
 var errNoDataPlane = errdefs.Invalid("role network has no data plane: it acts upstream only (telemetry:, bgp:)")
 
-func (noDataPlane) Snapshot() (*datapath.Snapshot, error) { return &datapath.Snapshot{}, nil }
+func (noDataPlane) Drain(sink datapath.FlowSink) (*datapath.Snapshot, error) {
+	return (&datapath.Snapshot{}).Emit(sink), nil
+}
 func (noDataPlane) Block(ps ...netip.Prefix) error {
 	if len(ps) == 0 {
 		return nil

@@ -28,6 +28,9 @@ type observer struct {
 	overflow uint64
 	// top is the last interval's heaviest sources, for the API.
 	top []detect.Talker
+	// interval is the length to count rates over when a snapshot's own
+	// is unknown.
+	interval time.Duration
 }
 
 // discard empties the feature buffers at start. What they hold was
@@ -36,15 +39,22 @@ type observer struct {
 // interval took all of it as one interval's (3 s of ping -f, 20 s before
 // the start, banned its source for 37017 pps). Only the overflow counter
 // is kept, as the baseline of the first interval's. It returns the
-// snapshot, for the log to say what was discarded.
-func (o *observer) discard(dp DataPlane) (*datapath.Snapshot, error) {
-	snap, err := dp.Snapshot()
+// snapshot and what it held, for the log to say what was discarded.
+func (o *observer) discard(dp DataPlane) (*datapath.Snapshot, discarded, error) {
+	var n discarded
+	snap, err := dp.Drain(&n)
 	if err != nil {
-		return nil, fmt.Errorf("draining the feature buffers at start: %w", err)
+		return nil, n, fmt.Errorf("draining the feature buffers at start: %w", err)
 	}
 	o.overflow = snap.Overflow
-	return snap, nil
+	return snap, n, nil
 }
+
+// discarded counts what a drain at start threw away.
+type discarded struct{ flows, packets uint64 }
+
+func (n *discarded) Start(*datapath.Snapshot, int) {}
+func (n *discarded) Flow(f *datapath.Flow)         { n.flows++; n.packets += f.Packets }
 
 // take reads the interval's snapshot into the traffic (interval: the
 // length to count rates over when the snapshot's own is unknown). The
@@ -52,24 +62,12 @@ func (o *observer) discard(dp DataPlane) (*datapath.Snapshot, error) {
 // not hold: the interval is partial, and sources missing from it may
 // simply not have fit.
 func (o *observer) take(dp DataPlane, interval time.Duration) (*detect.Traffic, *datapath.Snapshot, error) {
-	snap, err := dp.Snapshot()
+	o.interval = interval
+	snap, err := dp.Drain(o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot: %w", err)
 	}
-	dt := snap.End.Sub(snap.Start)
-	if dt <= 0 {
-		dt = interval
-	}
-	if o.traffic == nil {
-		o.traffic = detect.NewTrafficSized(dt, len(snap.Flows))
-	} else {
-		o.traffic.Reset(dt, len(snap.Flows))
-	}
 	tr := o.traffic
-	for i := range snap.Flows {
-		f := &snap.Flows[i]
-		tr.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
-	}
 	if snap.Overflow >= o.overflow {
 		tr.Overflow = snap.Overflow - o.overflow
 	} // else the counter restarted (re-attach): discard took the first reading
@@ -78,11 +76,22 @@ func (o *observer) take(dp DataPlane, interval time.Duration) (*detect.Traffic, 
 	return tr, snap, nil
 }
 
-// packets is what a snapshot counted, over all its flows.
-func packets(snap *datapath.Snapshot) uint64 {
-	var n uint64
-	for i := range snap.Flows {
-		n += snap.Flows[i].Packets
+// Start empties the traffic for the snapshot's n flows (the observer is
+// the drain's FlowSink: each flow goes into the traffic as the drain
+// reads it, and no list of them is kept).
+func (o *observer) Start(s *datapath.Snapshot, n int) {
+	dt := s.End.Sub(s.Start)
+	if dt <= 0 {
+		dt = o.interval
 	}
-	return n
+	if o.traffic == nil {
+		o.traffic = detect.NewTrafficSized(dt, n)
+	} else {
+		o.traffic.Reset(dt, n)
+	}
+}
+
+// Flow adds one flow of the snapshot to the traffic.
+func (o *observer) Flow(f *datapath.Flow) {
+	o.traffic.Add(f.Src, f.Dst, f.Proto, f.Packets, f.Bytes, f.SYNs)
 }
