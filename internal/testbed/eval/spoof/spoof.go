@@ -202,6 +202,12 @@ type Row struct {
 	// not known good from the third interval on (verdict pass: matched
 	// no rule, or admitted under a rate limit).
 	PassedFrom3 uint64 `json:"passed_from_third_interval"`
+	// SYNsToStack and SYNsToStackFrom3 are the attack SYNs that reached
+	// the host's stack (TCP SYNs from outside the clients' networks,
+	// counted in its prerouting hook: host.go's synCounter), over the
+	// flood and from its third interval; SYN floods only.
+	SYNsToStack      uint64 `json:"attack_syns_to_stack,omitempty"`
+	SYNsToStackFrom3 uint64 `json:"attack_syns_to_stack_from_third_interval"`
 	// EgressInternet is what the host sent to addresses outside the lab
 	// (the SYN-ACKs answering spoofed SYNs), dropped at the NIC's
 	// transmit side as the internet would take them.
@@ -400,8 +406,8 @@ func Run(ctx context.Context, p Params) (_ []Row, err error) {
 			fmt.Fprintf(p.Log, "  flow rule %s: matched %d, dropped %d, known-good %d\n", fr.FlowRule, fr.Counters.Packets, fr.Counters.Dropped, fr.Counters.PassedKnownGood)
 		}
 		if len(sc.SrcPorts) > 0 || sc.SYN {
-			fmt.Fprintf(p.Log, "  exchanges answered %v before, %v during; passive opens %d for %d client connections, kernel SYN cookies %d (%d from the 3rd interval); passed to the stack from the 3rd interval %d; sent to the internet %d\n",
-				r.ExchBase, r.ExchAttack, r.PassiveOpens, r.ClientConns, r.KernelCookies, r.KernelCookiesFrom3, r.PassedFrom3, r.EgressInternet)
+			fmt.Fprintf(p.Log, "  exchanges answered %v before, %v during; passive opens %d for %d client connections, kernel SYN cookies %d (%d from the 3rd interval); XDP passed to the stack from the 3rd interval %d; attack SYNs that reached the stack %d (%d from the 3rd interval); sent to the internet %d\n",
+				r.ExchBase, r.ExchAttack, r.PassiveOpens, r.ClientConns, r.KernelCookies, r.KernelCookiesFrom3, r.PassedFrom3, r.SYNsToStack, r.SYNsToStackFrom3, r.EgressInternet)
 		}
 		for i, b := range r.ClientsBanned {
 			if i == 3 {
@@ -497,6 +503,17 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	if err != nil {
 		return row, err
 	}
+	var syns0 uint64
+	if sc.SYN {
+		removeSYNs, err := countStackSYNs()
+		if err != nil {
+			return row, err
+		}
+		defer removeSYNs()
+		if syns0, err = stackSYNs(); err != nil {
+			return row, err
+		}
+	}
 	v0, err := host.Stats()
 	if err != nil {
 		return row, err
@@ -540,7 +557,7 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	// The host's TCP counters and the clients' count at the third
 	// interval: before the daemon's first decision the flood meets only
 	// the kernel.
-	third := &atThird{done: make(chan struct{})}
+	third := &atThird{done: make(chan struct{}), syns: sc.SYN}
 	go third.take(actx, begun, func() time.Time { return start.Add(3 * p.Interval) }, load)
 	if sc.Warmup > 0 {
 		if text, err := dmn.Client.Metrics(ctx); err == nil {
@@ -620,6 +637,16 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	if third.tcp != nil {
 		row.KernelCookiesFrom3 = tcp1["TcpExt:SyncookiesSent"] - third.tcp["TcpExt:SyncookiesSent"]
 	}
+	if sc.SYN {
+		syns1, err := stackSYNs()
+		if err != nil {
+			return row, err
+		}
+		if third.synErr != nil {
+			return row, third.synErr
+		}
+		row.SYNsToStack, row.SYNsToStackFrom3 = syns1-syns0, syns1-third.stackSYNs
+	}
 	row.PassiveOpens = tcp1["Tcp:PassiveOpens"] - tcp0["Tcp:PassiveOpens"]
 	row.KernelCookies = tcp1["TcpExt:SyncookiesSent"] - tcp0["TcpExt:SyncookiesSent"]
 	if sc.SYN {
@@ -654,6 +681,10 @@ type atThird struct {
 	ok   uint64
 	at   time.Time
 	done chan struct{}
+	// syns: also read the attack SYNs that reached the stack (stackSYNs).
+	syns      bool
+	stackSYNs uint64
+	synErr    error
 }
 
 // take waits for the flood to begin, then for when (known once it has
@@ -669,6 +700,9 @@ func (a *atThird) take(ctx context.Context, begun <-chan struct{}, when func() t
 	case <-time.After(time.Until(when())):
 		a.ok, a.at = load.OK.Load(), time.Now()
 		a.tcp, _ = tcpStats()
+		if a.syns {
+			a.stackSYNs, a.synErr = stackSYNs()
+		}
 	case <-ctx.Done():
 	}
 }

@@ -126,8 +126,8 @@ func Report(dir, md string, rows []Row, p Params, took time.Duration, now time.T
 		switch {
 		case r.Scenario.PreACKs > 0:
 			ok := r.KnownGoodGained == [2]int{} && r.DroppedFrom3 >= 0.95
-			fmt.Fprintf(&b, "| %s: %d spoofed ACKs from each of %d addresses buy none of them known-good; the SYN flood from them then ≥ 95%% dropped | %d then %d of them on the known-good list; %.1f%% dropped from the 3rd interval, %d passed to the stack from sources not known good | %s |\n",
-				r.Scenario.Name, r.Scenario.PreACKs, r.Scenario.Sources, r.KnownGoodGained[0], r.KnownGoodGained[1], 100*r.DroppedFrom3, r.PassedFrom3, yes(ok))
+			fmt.Fprintf(&b, "| %s: %d spoofed ACKs from each of %d addresses buy none of them known-good; the SYN flood from them then ≥ 95%% dropped | %d then %d of them on the known-good list; %.1f%% dropped from the 3rd interval, %d attack SYNs reached the host's stack from it | %s |\n",
+				r.Scenario.Name, r.Scenario.PreACKs, r.Scenario.Sources, r.KnownGoodGained[0], r.KnownGoodGained[1], 100*r.DroppedFrom3, r.SYNsToStackFrom3, yes(ok))
 			continue
 		case r.Scenario.SpoofClient:
 			ok := r.WatchedAttackRPS >= 0.9*r.WatchedBaseRPS && len(r.ClientsBanned) == 0
@@ -164,20 +164,21 @@ func Report(dir, md string, rows []Row, p Params, took time.Duration, now time.T
 			fmt.Fprintf(&b, "| %s: stopped by a port rule, the host's own DNS and NTP exchanges still answered | %.1f%% dropped; exchanges answered %d/%d before, %d/%d during | %s |\n",
 				r.Scenario.Name, 100*r.DroppedFrom3, r.ExchBase[0], r.ExchBase[1], r.ExchAttack[0], r.ExchAttack[1], yes(ok))
 		case r.Scenario.SYN:
-			// An attack SYN reaches the stack only through XDP's pass
-			// verdict (known-good sources are the clients): from the
-			// 3rd interval there must be none, and the stack must open
-			// no connection the clients did not ask for.
+			// The attack SYNs that reached the stack are counted in its
+			// prerouting hook (SYNs from outside the clients'
+			// networks): from the 3rd interval there must be none, and
+			// the stack must open no connection the clients did not
+			// ask for.
 			// The stack's count starts before the flood's clients do:
 			// each reference client may have one connection in flight
 			// then, which the stack opens after the snapshot.
-			ok := r.PassiveOpens <= r.ClientConns+uint64(p.Clients) && r.PassedFrom3 == 0 && r.AttackRPS >= 0.9*r.BaselineRPS && len(r.BeforeFlood) == 0
+			ok := r.PassiveOpens <= r.ClientConns+uint64(p.Clients) && r.SYNsToStackFrom3 == 0 && r.AttackRPS >= 0.9*r.BaselineRPS && len(r.BeforeFlood) == 0
 			rate := "at the generator's full rate"
 			if r.Scenario.Rate != 0 {
 				rate = fmt.Sprintf("at %d Kpps", r.Scenario.Rate/1000)
 			}
-			fmt.Fprintf(&b, "| %s (%s): no attack SYN reaches the host's TCP stack (from the 3rd interval: before the first decision only the kernel meets it); new client connections ≥ 90%% of their rate | %d packets passed to the stack from sources not known good from the 3rd interval; %d passive opens for %d client connections (and up to %d in flight from before); the kernel's own SYN cookies %d in all, %d from the 3rd interval (the clients' SYNs meeting a backlog the flood filled before the decision); %d SYN-ACKs to spoofed sources left for the internet; %.0f%% of the connection rate | %s |\n",
-				r.Scenario.Name, rate, r.PassedFrom3, r.PassiveOpens, r.ClientConns, p.Clients, r.KernelCookies, r.KernelCookiesFrom3, r.EgressInternet, 100*r.AttackRPS/max(r.BaselineRPS, 1), yes(ok))
+			fmt.Fprintf(&b, "| %s (%s): no attack SYN reaches the host's TCP stack (from the 3rd interval: before the first decision only the kernel meets it); new client connections ≥ 90%% of their rate | %d attack SYNs reached the host's stack from the 3rd interval (%d in all; XDP passed it %d packets of sources not known good then, the lab's IPv6 router solicitations and MLD reports among them); %d passive opens for %d client connections (and up to %d in flight from before); the kernel's own SYN cookies %d in all, %d from the 3rd interval (the clients' SYNs meeting a backlog the flood filled before the decision); %d SYN-ACKs to spoofed sources left for the internet; %.0f%% of the connection rate | %s |\n",
+				r.Scenario.Name, rate, r.SYNsToStackFrom3, r.SYNsToStack, r.PassedFrom3, r.PassiveOpens, r.ClientConns, p.Clients, r.KernelCookies, r.KernelCookiesFrom3, r.EgressInternet, 100*r.AttackRPS/max(r.BaselineRPS, 1), yes(ok))
 		}
 	}
 	var peak, anon uint64
