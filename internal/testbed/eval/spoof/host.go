@@ -214,7 +214,9 @@ table inet %[1]s {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("counting the attack SYNs that reach the host's stack: nft: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	return func() { _ = exec.Command("ip", "netns", "exec", lab.NSHost, "nft", "delete", "table", "inet", synTable).Run() }, nil
+	return func() {
+		_ = exec.Command("ip", "netns", "exec", lab.NSHost, "nft", "delete", "table", "inet", synTable).Run()
+	}, nil
 }
 
 // stackSYNs reads the counter countStackSYNs set up.
