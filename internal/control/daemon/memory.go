@@ -40,8 +40,9 @@ const (
 	// restart with 500K bans to the unit's limit.
 	banHeapBytes = 1400
 	// trafficKeyBytes is one (source, destination, protocol) key of an
-	// interval: the snapshot's flow and the detectors' tables (~165 B
-	// measured), with the drain's slack.
+	// interval: the detectors' tables and the drain's index (~165 B
+	// measured when the drain also kept an 80-byte flow a key, which it
+	// no longer does), with slack.
 	trafficKeyBytes = 256
 	// kernelBase and kernelPerCPU are the BPF maps MappedBytes leaves
 	// out: prefix tries, allow and known-good lists, the per-CPU rule

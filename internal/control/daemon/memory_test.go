@@ -5,6 +5,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -203,5 +204,37 @@ func TestMemoryBudgetCountsTheStateFile(t *testing.T) {
 	err := applyMemoryBudget(cfg, quietLog())
 	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "2000000 bans of the state file") {
 		t.Fatalf("2M bans in the state file: %v, want refused naming the state file", err)
+	}
+}
+
+func TestFloodTablesReleasedOnce(t *testing.T) {
+	// When a flood ends, the interval's tables sized for it go, and the
+	// memory goes back at once: once per flood, not every interval, and
+	// never while it lasts.
+	var released int
+	defer func(f func()) { releaseMemory = f }(releaseMemory)
+	releaseMemory = func() { released++ }
+	h := newHarness(t, testConfig(t), false)
+	flood := make([]netip.Addr, 1<<17)
+	for i := range flood {
+		flood[i] = netip.AddrFrom4([4]byte{10, 128 + byte(i>>16), byte(i >> 8), byte(i)})
+	}
+	client := netip.MustParseAddr("192.0.2.77")
+	for wave := 1; wave <= 2; wave++ {
+		for range 3 {
+			h.dp.send(1, flood...)
+			h.dp.send(10, client)
+			h.step(t)
+		}
+		if released != wave-1 {
+			t.Fatalf("wave %d: memory released %d times during the flood, want %d", wave, released, wave-1)
+		}
+		for range 3 {
+			h.dp.send(10, client)
+			h.step(t)
+		}
+		if released != wave {
+			t.Fatalf("wave %d: memory released %d times after the flood, want %d (once as its tables went)", wave, released, wave)
+		}
 	}
 }
