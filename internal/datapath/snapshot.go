@@ -330,9 +330,11 @@ func flowOf(k *filterTwFeatKey) Flow {
 // that hold an interval's flows as a list (the tests' fakes, replays).
 func (s *Snapshot) Emit(sink FlowSink) *Snapshot {
 	sink.Start(s, len(s.Flows))
+	// The list's own elements: a copy per flow escapes to the heap
+	// through the interface (80 bytes a flow, 400 MB over the bench's
+	// five intervals of a million sources).
 	for i := range s.Flows {
-		f := s.Flows[i]
-		sink.Flow(&f)
+		sink.Flow(&s.Flows[i])
 	}
 	return s
 }

@@ -843,3 +843,17 @@ func TestDrainKeepsNoListOfFlows(t *testing.T) {
 		}
 	}
 }
+
+func TestEmitAllocatesNothing(t *testing.T) {
+	// Emit hands a list's flows on as Drain does a buffer's: the fakes
+	// and the bench's million-source interval go through it, and a copy
+	// per flow escaping through the interface cost 80 bytes a flow.
+	s := &Snapshot{Flows: make([]Flow, 1000)}
+	sink := &sumSink{}
+	if n := testing.AllocsPerRun(10, func() { s.Emit(sink) }); n != 0 {
+		t.Errorf("Emit of %d flows: %.0f allocations, want 0", len(s.Flows), n)
+	}
+	if sink.flows != 11*1000 {
+		t.Errorf("%d flows handed on over 11 runs, want %d", sink.flows, 11*1000)
+	}
+}
