@@ -56,11 +56,16 @@ func PinNIC() error {
 // a real machine: a threaded NAPI at normal priority waits out a
 // running task's slice while its 256-entry veth ring overflows.
 func PinNAPIFirst(ns, iface string, cpu int) error {
+	return PinNAPIAt(ns, iface, cpu, 50)
+}
+
+// PinNAPIAt is PinNAPIFirst at SCHED_FIFO priority prio.
+func PinNAPIAt(ns, iface string, cpu, prio int) error {
 	if err := PinNAPI(ns, iface, cpu); err != nil {
 		return err
 	}
 	return forComm("napi/"+iface, func(pid int) error {
-		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: 50}
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
 		return unix.SchedSetAttr(pid, &attr, 0)
 	})
 }

@@ -5,6 +5,7 @@ package evalkit
 import (
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 )
 
@@ -27,4 +28,32 @@ func ShIn(stdin string, args ...string) error {
 		return fmt.Errorf("%s: %v: %.300s", strings.Join(args, " "), err, out)
 	}
 	return nil
+}
+
+// VethStat sums the counters of iface (a veth, in namespace ns) that
+// ethtool -S names prefix<queue>suffix, as rx_queue_0_xdp_tx_errors:
+// veth counts per queue. It fails when no counter has that name.
+func VethStat(ns, iface, prefix, suffix string) (uint64, error) {
+	out, err := exec.Command("ip", "netns", "exec", ns, "ethtool", "-S", iface).Output()
+	if err != nil {
+		return 0, fmt.Errorf("ethtool -S %s in %s: %w", iface, ns, err)
+	}
+	var n uint64
+	found := false
+	for _, l := range strings.Split(string(out), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
+		if !ok || !strings.HasPrefix(k, prefix) || !strings.HasSuffix(k, suffix) {
+			continue
+		}
+		x, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("ethtool -S %s: %q: %w", iface, l, err)
+		}
+		n += x
+		found = true
+	}
+	if !found {
+		return 0, fmt.Errorf("ethtool -S %s in %s: no %s*%s counter", iface, ns, prefix, suffix)
+	}
+	return n, nil
 }

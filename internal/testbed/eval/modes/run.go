@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -212,28 +211,7 @@ func measure(ctx context.Context, m Mechanism, n int, d trafgen.Dist, slots int,
 // put in its peer's ring: what the generator sent less what the ring,
 // full while the receiver's NAPI was not running, refused.
 func vethXmit(ns, iface string) (uint64, error) {
-	out, err := exec.Command("ip", "netns", "exec", ns, "ethtool", "-S", iface).Output()
-	if err != nil {
-		return 0, fmt.Errorf("ethtool -S %s in %s: %w", iface, ns, err)
-	}
-	var n uint64
-	found := false
-	for _, l := range strings.Split(string(out), "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
-		if !ok || !strings.HasPrefix(k, "tx_queue_") || !strings.HasSuffix(k, "_xdp_xmit") {
-			continue
-		}
-		x, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("ethtool -S %s: %q: %w", iface, l, err)
-		}
-		n += x
-		found = true
-	}
-	if !found {
-		return 0, fmt.Errorf("ethtool -S %s in %s: no tx_queue_*_xdp_xmit counter", iface, ns)
-	}
-	return n, nil
+	return evalkit.VethStat(ns, iface, "tx_queue_", "_xdp_xmit")
 }
 
 // medianOf runs f n times (at least once) and returns the run with the

@@ -219,6 +219,13 @@ table inet %[1]s {
 	}, nil
 }
 
+// txRefused is how many of the host's XDP_TX frames its port found the
+// ring to the card full for (veth's rx_queue_*_xdp_tx_errors): SYN-ACKs
+// a NIC's full transmit ring would have refused.
+func txRefused() (uint64, error) {
+	return evalkit.VethStat(lab.NSHost, lab.IfHost, "rx_queue_", "_xdp_tx_errors")
+}
+
 // stackSYNs reads the counter countStackSYNs set up.
 func stackSYNs() (uint64, error) {
 	out, err := exec.Command("ip", "netns", "exec", lab.NSHost, "nft", "-j", "list", "counter", "inet", synTable, synCounter).Output()

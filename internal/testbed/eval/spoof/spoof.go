@@ -212,6 +212,10 @@ type Row struct {
 	// (the SYN-ACKs answering spoofed SYNs), dropped at the NIC's
 	// transmit side as the internet would take them.
 	EgressInternet uint64 `json:"egress_internet,omitempty"`
+	// TxRefused is what the host's XDP_TX (the cookie SYN-ACKs) found
+	// the ring to the card full for, over the flood: a NIC's transmit
+	// ring overflowing, counted by the host port (veth's xdp_tx_errors).
+	TxRefused      uint64 `json:"xdp_tx_refused,omitempty"`
 	DaemonMaxRSSMB uint64 `json:"daemon_max_rss_mb"`
 	// DaemonMaxAnonMB is the largest RssAnon: the daemon's own pages (Go
 	// heap, stacks), what grows with the sources; the rest of its RSS is
@@ -406,8 +410,8 @@ func Run(ctx context.Context, p Params) (_ []Row, err error) {
 			fmt.Fprintf(p.Log, "  flow rule %s: matched %d, dropped %d, known-good %d\n", fr.FlowRule, fr.Counters.Packets, fr.Counters.Dropped, fr.Counters.PassedKnownGood)
 		}
 		if len(sc.SrcPorts) > 0 || sc.SYN {
-			fmt.Fprintf(p.Log, "  exchanges answered %v before, %v during; passive opens %d for %d client connections, kernel SYN cookies %d (%d from the 3rd interval); XDP passed to the stack from the 3rd interval %d; attack SYNs that reached the stack %d (%d from the 3rd interval); sent to the internet %d\n",
-				r.ExchBase, r.ExchAttack, r.PassiveOpens, r.ClientConns, r.KernelCookies, r.KernelCookiesFrom3, r.PassedFrom3, r.SYNsToStack, r.SYNsToStackFrom3, r.EgressInternet)
+			fmt.Fprintf(p.Log, "  exchanges answered %v before, %v during; passive opens %d for %d client connections, kernel SYN cookies %d (%d from the 3rd interval); XDP passed to the stack from the 3rd interval %d; attack SYNs that reached the stack %d (%d from the 3rd interval); sent to the internet %d, refused by the full ring to the card %d\n",
+				r.ExchBase, r.ExchAttack, r.PassiveOpens, r.ClientConns, r.KernelCookies, r.KernelCookiesFrom3, r.PassedFrom3, r.SYNsToStack, r.SYNsToStackFrom3, r.EgressInternet, r.TxRefused)
 		}
 		for i, b := range r.ClientsBanned {
 			if i == 3 {
@@ -503,7 +507,7 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 	if err != nil {
 		return row, err
 	}
-	var syns0 uint64
+	var syns0, tx0 uint64
 	if sc.SYN {
 		removeSYNs, err := countStackSYNs()
 		if err != nil {
@@ -511,6 +515,9 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 		}
 		defer removeSYNs()
 		if syns0, err = stackSYNs(); err != nil {
+			return row, err
+		}
+		if tx0, err = txRefused(); err != nil {
 			return row, err
 		}
 	}
@@ -646,6 +653,11 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 			return row, third.synErr
 		}
 		row.SYNsToStack, row.SYNsToStackFrom3 = syns1-syns0, syns1-third.stackSYNs
+		tx1, err := txRefused()
+		if err != nil {
+			return row, err
+		}
+		row.TxRefused = tx1 - tx0
 	}
 	row.PassiveOpens = tcp1["Tcp:PassiveOpens"] - tcp0["Tcp:PassiveOpens"]
 	row.KernelCookies = tcp1["TcpExt:SyncookiesSent"] - tcp0["TcpExt:SyncookiesSent"]
