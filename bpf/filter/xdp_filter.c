@@ -157,7 +157,7 @@ int tw_filter(struct xdp_md *ctx)
 
 	r = TW_R_PASS;
 	if (cfg->frule_n) {
-		r = tw_flow_rules(ctx, &p, len, cpu, cfg->good_pps);
+		r = tw_flow_rules(ctx, &p, len, cpu, cfg);
 		if (tw_action(r) == XDP_DROP)
 			return tw_exit(ctx, r, len);
 	}

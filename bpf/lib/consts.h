@@ -14,8 +14,9 @@ enum tw_layout {
 	 * buffers; 6: the heavy-hitter detector and provisional drops; 7:
 	 * exact rules' counters in their slots, shared by the CPUs; 8: the
 	 * heavy hitter counts in jiffies, samples, and marks its catches; 9:
-	 * known-good members carry a token bucket, the config its rate */
-	TW_LAYOUT_VERSION = 9,
+	 * known-good members carry a token bucket, the config its rate; 10:
+	 * the known-good sieve */
+	TW_LAYOUT_VERSION = 10,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy

@@ -46,7 +46,8 @@ struct tw_fview {
 	__u8 sent6; /* arrived as IPv6 */
 	__u8 src4;  /* the source is IPv4 (or IPv4-mapped) */
 	__u8 _pad[2];
-	__u32 good_pps; /* tw_config.good_pps */
+	__u32 good_pps;  /* tw_config.good_pps */
+	__u32 good_seed; /* the known-good sieve's hash seed (goodsieve.h) */
 };
 
 /* The destination is taken from the header as sent, not from tw_unmap

@@ -20,6 +20,7 @@
 #include "maps.h"
 #include "parse.h"
 #include "fmatch.h"
+#include "goodsieve.h"
 
 /* A known-good member's burst outside the host's connections: 100 ms of
  * its rate, at least one packet. */
@@ -129,6 +130,8 @@ static __always_inline int tw_known_good(struct xdp_md *ctx,
 {
 	if (tw_udp_answer(ctx, v))
 		return 1;
+	if (!tw_good_maybe(v->src, v->src4, v->good_seed))
+		return 0;
 	/* Keys copied to the stack: v is a global function's argument,
 	 * which 6.1's verifier does not take as a map key. */
 	struct tw_good *g;
@@ -242,11 +245,12 @@ __noinline int tw_frule_decide(struct xdp_md *ctx, const struct tw_fview *v,
  * the proxy decides and counts the packet. */
 static __always_inline int tw_flow_rules(struct xdp_md *ctx,
 					 const struct tw_pkt *p, __u32 len,
-					 __u32 cpu, __u32 good_pps)
+					 __u32 cpu, const struct tw_config *cfg)
 {
 	struct tw_fview v = {};
 	tw_fview_init(&v, p);
-	v.good_pps = good_pps;
+	v.good_pps = cfg->good_pps;
+	v.good_seed = cfg->seed ^ TW_GOOD_SIEVE_SALT;
 	int r = tw_frule_decide(ctx, &v, cpu, len);
 	if (r == TW_R_SYNPROXY_MISSING)
 		/* No proxy loaded, the call falls through: fail open to

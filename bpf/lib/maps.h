@@ -27,6 +27,8 @@ volatile const __u32 tw_nr_cpus = 1;
  * keys a region takes before counting overflow. */
 volatile const __u32 tw_feat_slots = 1;
 volatile const __u32 tw_feat_cap = 1;
+/* Bits in the known-good sieve (tw_good_sieve), a power of two. */
+volatile const __u32 tw_good_sieve_bits = 64;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -225,6 +227,21 @@ struct {
 	__type(value, struct tw_good);
 	__uint(max_entries, 1);
 } tw_good6 SEC(".maps");
+
+/* The known-good sieve (goodsieve.h): one bit per hashed member address,
+ * both families, tw_good_sieve_bits / 64 words. User space sets a bit
+ * before it adds a member and clears it only when no member left hashes
+ * there, so a clear bit proves a source is no member and a bypass rule
+ * skips the LRU lookup: a flood of spoofed sources missed it on every
+ * packet, a random bucket of a 1 MB table each time. Mmapable: user
+ * space sets bits with atomic ORs, no syscall per member. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+} tw_good_sieve SEC(".maps");
 
 /* Tail-call targets: TW_JMP_SYNPROXY is the SYN proxy (bpf/synproxy/xdp_synproxy.c,
  * loaded by internal/synproxy/xdp). An empty slot makes the call fall

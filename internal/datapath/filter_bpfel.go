@@ -277,7 +277,7 @@ const (
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 9
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 10
 )
 
 type filterTwLpm4Key struct {
@@ -386,6 +386,7 @@ const (
 	filterMapTwFstats         = "tw_fstats"
 	filterMapTwGood4          = "tw_good4"
 	filterMapTwGood6          = "tw_good6"
+	filterMapTwGoodSieve      = "tw_good_sieve"
 	filterMapTwHhCfg          = "tw_hh_cfg"
 	filterMapTwHhCpu          = "tw_hh_cpu"
 	filterMapTwHhCtr          = "tw_hh_ctr"
@@ -410,6 +411,7 @@ const (
 	filterVarTwEx6Slots       = "tw_ex6_slots"
 	filterVarTwFeatCap        = "tw_feat_cap"
 	filterVarTwFeatSlots      = "tw_feat_slots"
+	filterVarTwGoodSieveBits  = "tw_good_sieve_bits"
 	filterVarTwHhBtfAnchor    = "tw_hh_btf_anchor"
 	filterVarTwHotLimitAnchor = "tw_hot_limit_anchor"
 	filterVarTwNrCpus         = "tw_nr_cpus"
@@ -465,43 +467,44 @@ type filterProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type filterMapSpecs struct {
-	TwAllow4   *ebpf.MapSpec `ebpf:"tw_allow4"`
-	TwAllow6   *ebpf.MapSpec `ebpf:"tw_allow6"`
-	TwAllowCtr *ebpf.MapSpec `ebpf:"tw_allow_ctr"`
-	TwCfg      *ebpf.MapSpec `ebpf:"tw_cfg"`
-	TwClock    *ebpf.MapSpec `ebpf:"tw_clock"`
-	TwEx4      *ebpf.MapSpec `ebpf:"tw_ex4"`
-	TwEx6      *ebpf.MapSpec `ebpf:"tw_ex6"`
-	TwExHot    *ebpf.MapSpec `ebpf:"tw_ex_hot"`
-	TwFeat     *ebpf.MapSpec `ebpf:"tw_feat"`
-	TwFeatA    *ebpf.MapSpec `ebpf:"tw_feat_a"`
-	TwFeatB    *ebpf.MapSpec `ebpf:"tw_feat_b"`
-	TwFruleCtr *ebpf.MapSpec `ebpf:"tw_frule_ctr"`
-	TwFruleTb  *ebpf.MapSpec `ebpf:"tw_frule_tb"`
-	TwFrules   *ebpf.MapSpec `ebpf:"tw_frules"`
-	TwFrulesA  *ebpf.MapSpec `ebpf:"tw_frules_a"`
-	TwFrulesB  *ebpf.MapSpec `ebpf:"tw_frules_b"`
-	TwFstats   *ebpf.MapSpec `ebpf:"tw_fstats"`
-	TwGood4    *ebpf.MapSpec `ebpf:"tw_good4"`
-	TwGood6    *ebpf.MapSpec `ebpf:"tw_good6"`
-	TwHhCfg    *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
-	TwHhCpu    *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
-	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
-	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
-	TwHhLive   *ebpf.MapSpec `ebpf:"tw_hh_live"`
-	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
-	TwHhSketch *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
-	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
-	TwPfx4     *ebpf.MapSpec `ebpf:"tw_pfx4"`
-	TwPfx6     *ebpf.MapSpec `ebpf:"tw_pfx6"`
-	TwPfxCtr   *ebpf.MapSpec `ebpf:"tw_pfx_ctr"`
-	TwProtect4 *ebpf.MapSpec `ebpf:"tw_protect4"`
-	TwProtect6 *ebpf.MapSpec `ebpf:"tw_protect6"`
-	TwProv4    *ebpf.MapSpec `ebpf:"tw_prov4"`
-	TwProv6    *ebpf.MapSpec `ebpf:"tw_prov6"`
-	TwSample   *ebpf.MapSpec `ebpf:"tw_sample"`
-	TwSampleRb *ebpf.MapSpec `ebpf:"tw_sample_rb"`
-	TwVerdicts *ebpf.MapSpec `ebpf:"tw_verdicts"`
+	TwAllow4    *ebpf.MapSpec `ebpf:"tw_allow4"`
+	TwAllow6    *ebpf.MapSpec `ebpf:"tw_allow6"`
+	TwAllowCtr  *ebpf.MapSpec `ebpf:"tw_allow_ctr"`
+	TwCfg       *ebpf.MapSpec `ebpf:"tw_cfg"`
+	TwClock     *ebpf.MapSpec `ebpf:"tw_clock"`
+	TwEx4       *ebpf.MapSpec `ebpf:"tw_ex4"`
+	TwEx6       *ebpf.MapSpec `ebpf:"tw_ex6"`
+	TwExHot     *ebpf.MapSpec `ebpf:"tw_ex_hot"`
+	TwFeat      *ebpf.MapSpec `ebpf:"tw_feat"`
+	TwFeatA     *ebpf.MapSpec `ebpf:"tw_feat_a"`
+	TwFeatB     *ebpf.MapSpec `ebpf:"tw_feat_b"`
+	TwFruleCtr  *ebpf.MapSpec `ebpf:"tw_frule_ctr"`
+	TwFruleTb   *ebpf.MapSpec `ebpf:"tw_frule_tb"`
+	TwFrules    *ebpf.MapSpec `ebpf:"tw_frules"`
+	TwFrulesA   *ebpf.MapSpec `ebpf:"tw_frules_a"`
+	TwFrulesB   *ebpf.MapSpec `ebpf:"tw_frules_b"`
+	TwFstats    *ebpf.MapSpec `ebpf:"tw_fstats"`
+	TwGood4     *ebpf.MapSpec `ebpf:"tw_good4"`
+	TwGood6     *ebpf.MapSpec `ebpf:"tw_good6"`
+	TwGoodSieve *ebpf.MapSpec `ebpf:"tw_good_sieve"`
+	TwHhCfg     *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
+	TwHhCpu     *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
+	TwHhCtr     *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
+	TwHhEvents  *ebpf.MapSpec `ebpf:"tw_hh_events"`
+	TwHhLive    *ebpf.MapSpec `ebpf:"tw_hh_live"`
+	TwHhShared  *ebpf.MapSpec `ebpf:"tw_hh_shared"`
+	TwHhSketch  *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
+	TwJmp       *ebpf.MapSpec `ebpf:"tw_jmp"`
+	TwPfx4      *ebpf.MapSpec `ebpf:"tw_pfx4"`
+	TwPfx6      *ebpf.MapSpec `ebpf:"tw_pfx6"`
+	TwPfxCtr    *ebpf.MapSpec `ebpf:"tw_pfx_ctr"`
+	TwProtect4  *ebpf.MapSpec `ebpf:"tw_protect4"`
+	TwProtect6  *ebpf.MapSpec `ebpf:"tw_protect6"`
+	TwProv4     *ebpf.MapSpec `ebpf:"tw_prov4"`
+	TwProv6     *ebpf.MapSpec `ebpf:"tw_prov6"`
+	TwSample    *ebpf.MapSpec `ebpf:"tw_sample"`
+	TwSampleRb  *ebpf.MapSpec `ebpf:"tw_sample_rb"`
+	TwVerdicts  *ebpf.MapSpec `ebpf:"tw_verdicts"`
 }
 
 // filterVariableSpecs contains global variables before they are loaded into the kernel.
@@ -513,6 +516,7 @@ type filterVariableSpecs struct {
 	TwEx6Slots       *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
 	TwFeatCap        *ebpf.VariableSpec `ebpf:"tw_feat_cap"`
 	TwFeatSlots      *ebpf.VariableSpec `ebpf:"tw_feat_slots"`
+	TwGoodSieveBits  *ebpf.VariableSpec `ebpf:"tw_good_sieve_bits"`
 	TwHhBtfAnchor    *ebpf.VariableSpec `ebpf:"tw_hh_btf_anchor"`
 	TwHotLimitAnchor *ebpf.VariableSpec `ebpf:"tw_hot_limit_anchor"`
 	TwNrCpus         *ebpf.VariableSpec `ebpf:"tw_nr_cpus"`
@@ -539,43 +543,44 @@ func (o *filterObjects) Close() error {
 //
 // It can be passed to loadFilterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type filterMaps struct {
-	TwAllow4   *ebpf.Map `ebpf:"tw_allow4"`
-	TwAllow6   *ebpf.Map `ebpf:"tw_allow6"`
-	TwAllowCtr *ebpf.Map `ebpf:"tw_allow_ctr"`
-	TwCfg      *ebpf.Map `ebpf:"tw_cfg"`
-	TwClock    *ebpf.Map `ebpf:"tw_clock"`
-	TwEx4      *ebpf.Map `ebpf:"tw_ex4"`
-	TwEx6      *ebpf.Map `ebpf:"tw_ex6"`
-	TwExHot    *ebpf.Map `ebpf:"tw_ex_hot"`
-	TwFeat     *ebpf.Map `ebpf:"tw_feat"`
-	TwFeatA    *ebpf.Map `ebpf:"tw_feat_a"`
-	TwFeatB    *ebpf.Map `ebpf:"tw_feat_b"`
-	TwFruleCtr *ebpf.Map `ebpf:"tw_frule_ctr"`
-	TwFruleTb  *ebpf.Map `ebpf:"tw_frule_tb"`
-	TwFrules   *ebpf.Map `ebpf:"tw_frules"`
-	TwFrulesA  *ebpf.Map `ebpf:"tw_frules_a"`
-	TwFrulesB  *ebpf.Map `ebpf:"tw_frules_b"`
-	TwFstats   *ebpf.Map `ebpf:"tw_fstats"`
-	TwGood4    *ebpf.Map `ebpf:"tw_good4"`
-	TwGood6    *ebpf.Map `ebpf:"tw_good6"`
-	TwHhCfg    *ebpf.Map `ebpf:"tw_hh_cfg"`
-	TwHhCpu    *ebpf.Map `ebpf:"tw_hh_cpu"`
-	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
-	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
-	TwHhLive   *ebpf.Map `ebpf:"tw_hh_live"`
-	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
-	TwHhSketch *ebpf.Map `ebpf:"tw_hh_sketch"`
-	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
-	TwPfx4     *ebpf.Map `ebpf:"tw_pfx4"`
-	TwPfx6     *ebpf.Map `ebpf:"tw_pfx6"`
-	TwPfxCtr   *ebpf.Map `ebpf:"tw_pfx_ctr"`
-	TwProtect4 *ebpf.Map `ebpf:"tw_protect4"`
-	TwProtect6 *ebpf.Map `ebpf:"tw_protect6"`
-	TwProv4    *ebpf.Map `ebpf:"tw_prov4"`
-	TwProv6    *ebpf.Map `ebpf:"tw_prov6"`
-	TwSample   *ebpf.Map `ebpf:"tw_sample"`
-	TwSampleRb *ebpf.Map `ebpf:"tw_sample_rb"`
-	TwVerdicts *ebpf.Map `ebpf:"tw_verdicts"`
+	TwAllow4    *ebpf.Map `ebpf:"tw_allow4"`
+	TwAllow6    *ebpf.Map `ebpf:"tw_allow6"`
+	TwAllowCtr  *ebpf.Map `ebpf:"tw_allow_ctr"`
+	TwCfg       *ebpf.Map `ebpf:"tw_cfg"`
+	TwClock     *ebpf.Map `ebpf:"tw_clock"`
+	TwEx4       *ebpf.Map `ebpf:"tw_ex4"`
+	TwEx6       *ebpf.Map `ebpf:"tw_ex6"`
+	TwExHot     *ebpf.Map `ebpf:"tw_ex_hot"`
+	TwFeat      *ebpf.Map `ebpf:"tw_feat"`
+	TwFeatA     *ebpf.Map `ebpf:"tw_feat_a"`
+	TwFeatB     *ebpf.Map `ebpf:"tw_feat_b"`
+	TwFruleCtr  *ebpf.Map `ebpf:"tw_frule_ctr"`
+	TwFruleTb   *ebpf.Map `ebpf:"tw_frule_tb"`
+	TwFrules    *ebpf.Map `ebpf:"tw_frules"`
+	TwFrulesA   *ebpf.Map `ebpf:"tw_frules_a"`
+	TwFrulesB   *ebpf.Map `ebpf:"tw_frules_b"`
+	TwFstats    *ebpf.Map `ebpf:"tw_fstats"`
+	TwGood4     *ebpf.Map `ebpf:"tw_good4"`
+	TwGood6     *ebpf.Map `ebpf:"tw_good6"`
+	TwGoodSieve *ebpf.Map `ebpf:"tw_good_sieve"`
+	TwHhCfg     *ebpf.Map `ebpf:"tw_hh_cfg"`
+	TwHhCpu     *ebpf.Map `ebpf:"tw_hh_cpu"`
+	TwHhCtr     *ebpf.Map `ebpf:"tw_hh_ctr"`
+	TwHhEvents  *ebpf.Map `ebpf:"tw_hh_events"`
+	TwHhLive    *ebpf.Map `ebpf:"tw_hh_live"`
+	TwHhShared  *ebpf.Map `ebpf:"tw_hh_shared"`
+	TwHhSketch  *ebpf.Map `ebpf:"tw_hh_sketch"`
+	TwJmp       *ebpf.Map `ebpf:"tw_jmp"`
+	TwPfx4      *ebpf.Map `ebpf:"tw_pfx4"`
+	TwPfx6      *ebpf.Map `ebpf:"tw_pfx6"`
+	TwPfxCtr    *ebpf.Map `ebpf:"tw_pfx_ctr"`
+	TwProtect4  *ebpf.Map `ebpf:"tw_protect4"`
+	TwProtect6  *ebpf.Map `ebpf:"tw_protect6"`
+	TwProv4     *ebpf.Map `ebpf:"tw_prov4"`
+	TwProv6     *ebpf.Map `ebpf:"tw_prov6"`
+	TwSample    *ebpf.Map `ebpf:"tw_sample"`
+	TwSampleRb  *ebpf.Map `ebpf:"tw_sample_rb"`
+	TwVerdicts  *ebpf.Map `ebpf:"tw_verdicts"`
 }
 
 func (m *filterMaps) Close() error {
@@ -599,6 +604,7 @@ func (m *filterMaps) Close() error {
 		m.TwFstats,
 		m.TwGood4,
 		m.TwGood6,
+		m.TwGoodSieve,
 		m.TwHhCfg,
 		m.TwHhCpu,
 		m.TwHhCtr,
@@ -629,6 +635,7 @@ type filterVariables struct {
 	TwEx6Slots       *ebpf.Variable `ebpf:"tw_ex6_slots"`
 	TwFeatCap        *ebpf.Variable `ebpf:"tw_feat_cap"`
 	TwFeatSlots      *ebpf.Variable `ebpf:"tw_feat_slots"`
+	TwGoodSieveBits  *ebpf.Variable `ebpf:"tw_good_sieve_bits"`
 	TwHhBtfAnchor    *ebpf.Variable `ebpf:"tw_hh_btf_anchor"`
 	TwHotLimitAnchor *ebpf.Variable `ebpf:"tw_hot_limit_anchor"`
 	TwNrCpus         *ebpf.Variable `ebpf:"tw_nr_cpus"`

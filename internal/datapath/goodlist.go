@@ -81,6 +81,10 @@ func (d *Datapath) AddKnownGood(addrs []netip.Addr) error {
 		return err
 	}
 	defer lk.Unlock()
+	// The sieve first: a member is never on a list without its bit.
+	if err := d.sieveAdd(v4, v6); err != nil {
+		return fmt.Errorf("adding known-good sources: %w", err)
+	}
 	now := monoNow()
 	if len(v4) > 0 {
 		vals := make([]filterTwGood, len(v4))
@@ -127,7 +131,8 @@ func (d *Datapath) RemoveKnownGood(addrs []netip.Addr) error {
 			return fmt.Errorf("removing known-good %s: %w", netip.AddrFrom16(k), err)
 		}
 	}
-	return nil
+	// Then the sieve, to what the members left need.
+	return d.sieveRebuild()
 }
 
 // KnownGood lists the known-good sources, IPv4 first, in no set order.

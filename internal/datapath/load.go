@@ -91,6 +91,7 @@ type sizes struct {
 	feat           uint32 // feature keys per CPU region
 	featSlots      uint32 // slots per CPU region: a power of two >= 2x feat
 	good           uint32 // known-good entries per family
+	sieveBits      uint32 // the known-good sieve's bits (goodsieve.go)
 	prov           uint32 // provisional entries per family
 	ncpu           uint32
 }
@@ -148,6 +149,7 @@ func (o Options) sizes(ncpu int) (sizes, error) {
 	}
 	s.slots4, s.slots6 = tableSlots(s.exact4), tableSlots(s.exact6)
 	s.featSlots = featSlots(s.feat)
+	s.sieveBits = sieveBits(s.good)
 	if (uint64(s.featSlots)+1+portSlots)*uint64(s.ncpu) >= 1<<32 {
 		return s, fmt.Errorf("%w: feature capacity %d too large for %d CPUs", ErrInvalid, s.feat, s.ncpu)
 	}
@@ -173,6 +175,7 @@ func (s sizes) apply(spec *ebpf.CollectionSpec) error {
 	m["tw_frule_tb"].MaxEntries = uint32(frulesIDs) * s.ncpu
 	m["tw_good4"].MaxEntries = s.good
 	m["tw_good6"].MaxEntries = s.good
+	m["tw_good_sieve"].MaxEntries = s.sieveBits / 64
 	m["tw_prov4"].MaxEntries = s.prov
 	m["tw_hh_sketch"].MaxEntries = uint32(filterTwHhLimitTW_HH_LINES) * s.ncpu
 	m["tw_prov6"].MaxEntries = s.prov
@@ -180,7 +183,7 @@ func (s sizes) apply(spec *ebpf.CollectionSpec) error {
 	m["tw_protect6"].MaxEntries = protectCapacity
 	for name, v := range map[string]uint32{"tw_ex4_slots": s.slots4, "tw_ex6_slots": s.slots6,
 		"tw_pfx_cap": s.pfx, "tw_allow_cap": s.allow, "tw_nr_cpus": s.ncpu,
-		"tw_feat_slots": s.featSlots, "tw_feat_cap": s.feat} {
+		"tw_feat_slots": s.featSlots, "tw_feat_cap": s.feat, "tw_good_sieve_bits": s.sieveBits} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
 		}
@@ -221,6 +224,9 @@ type Datapath struct {
 	drained drainBufs
 	// the heavy-hitter report reader, opened on first use (heavy.go)
 	heavyEvents *HeavyEvents
+	// the known-good sieve mapped into this process (goodsieve.go)
+	sieve    []uint64
+	sieveRaw []byte
 }
 
 // Close releases this process's handles. Pinned state, and so the filter,
@@ -233,6 +239,7 @@ func (d *Datapath) Close() error {
 		d.prog.Close()
 	}
 	d.unmapFeatures()
+	d.unmapSieve()
 	d.ex4.unmap()
 	d.ex6.unmap()
 	return d.maps.Close()
@@ -470,10 +477,11 @@ func pinnedSizes(pinned map[string]*ebpf.Map, cfg filterTwConfig) sizes {
 		exact4: cfg.Exact4Cap, exact6: cfg.Exact6Cap,
 		slots4: pinned["tw_ex4"].MaxEntries(), slots6: pinned["tw_ex6"].MaxEntries(),
 		pfx: pinned["tw_pfx4"].MaxEntries(), allow: pinned["tw_allow4"].MaxEntries(),
-		feat: cfg.FeatCap,
-		good: pinned["tw_good4"].MaxEntries(),
-		prov: pinned["tw_prov4"].MaxEntries(),
-		ncpu: ncpu,
+		feat:      cfg.FeatCap,
+		good:      pinned["tw_good4"].MaxEntries(),
+		sieveBits: pinned["tw_good_sieve"].MaxEntries() * 64,
+		prov:      pinned["tw_prov4"].MaxEntries(),
+		ncpu:      ncpu,
 		// featEntries = ncpu * (featSlots + 1 + portSlots)
 		featSlots: pinned["tw_feat_a"].MaxEntries()/ncpu - 1 - portSlots,
 	}
@@ -721,7 +729,7 @@ func (d *Datapath) lock() (*bpffs.FileLock, error) { return bpffs.Lock(d.Dir) }
 
 // MappedBytes is the data plane's memory a daemon with these options maps
 // to read it in place (the two feature buffers, the exact tables and
-// their hot entries), at the most: what a memory budget for the daemon
+// their hot entries, the known-good sieve), at the most: what a memory budget for the daemon
 // must leave room for besides its heap. It is fixed by the capacities and
 // the number of CPUs, whatever the traffic.
 func (o Options) MappedBytes() (uint64, error) {
@@ -737,5 +745,6 @@ func (o Options) MappedBytes() (uint64, error) {
 	n += uint64(s.slots4) * uint64(unsafe.Sizeof(filterTwExact4{}))
 	n += uint64(s.slots6) * uint64(unsafe.Sizeof(filterTwExact6{}))
 	n += 2 * uint64(hotSlots) * uint64(s.ncpu) * uint64(unsafe.Sizeof(filterTwHot{}))
+	n += uint64(s.sieveBits) / 8
 	return n, nil
 }

@@ -279,6 +279,7 @@ const (
 	benchpartsMapTwFstats         = "tw_fstats"
 	benchpartsMapTwGood4          = "tw_good4"
 	benchpartsMapTwGood6          = "tw_good6"
+	benchpartsMapTwGoodSieve      = "tw_good_sieve"
 	benchpartsMapTwHhCfg          = "tw_hh_cfg"
 	benchpartsMapTwHhCpu          = "tw_hh_cpu"
 	benchpartsMapTwHhCtr          = "tw_hh_ctr"
@@ -311,6 +312,7 @@ const (
 	benchpartsVarTwEx6Slots       = "tw_ex6_slots"
 	benchpartsVarTwFeatCap        = "tw_feat_cap"
 	benchpartsVarTwFeatSlots      = "tw_feat_slots"
+	benchpartsVarTwGoodSieveBits  = "tw_good_sieve_bits"
 	benchpartsVarTwHotLimitAnchor = "tw_hot_limit_anchor"
 	benchpartsVarTwNrCpus         = "tw_nr_cpus"
 	benchpartsVarTwPfxCap         = "tw_pfx_cap"
@@ -374,41 +376,42 @@ type benchpartsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchpartsMapSpecs struct {
-	TwAllow4   *ebpf.MapSpec `ebpf:"tw_allow4"`
-	TwAllow6   *ebpf.MapSpec `ebpf:"tw_allow6"`
-	TwAllowCtr *ebpf.MapSpec `ebpf:"tw_allow_ctr"`
-	TwCfg      *ebpf.MapSpec `ebpf:"tw_cfg"`
-	TwClock    *ebpf.MapSpec `ebpf:"tw_clock"`
-	TwEx4      *ebpf.MapSpec `ebpf:"tw_ex4"`
-	TwEx6      *ebpf.MapSpec `ebpf:"tw_ex6"`
-	TwExHot    *ebpf.MapSpec `ebpf:"tw_ex_hot"`
-	TwFeat     *ebpf.MapSpec `ebpf:"tw_feat"`
-	TwFeatA    *ebpf.MapSpec `ebpf:"tw_feat_a"`
-	TwFeatB    *ebpf.MapSpec `ebpf:"tw_feat_b"`
-	TwFruleCtr *ebpf.MapSpec `ebpf:"tw_frule_ctr"`
-	TwFruleTb  *ebpf.MapSpec `ebpf:"tw_frule_tb"`
-	TwFrules   *ebpf.MapSpec `ebpf:"tw_frules"`
-	TwFrulesA  *ebpf.MapSpec `ebpf:"tw_frules_a"`
-	TwFrulesB  *ebpf.MapSpec `ebpf:"tw_frules_b"`
-	TwFstats   *ebpf.MapSpec `ebpf:"tw_fstats"`
-	TwGood4    *ebpf.MapSpec `ebpf:"tw_good4"`
-	TwGood6    *ebpf.MapSpec `ebpf:"tw_good6"`
-	TwHhCfg    *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
-	TwHhCpu    *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
-	TwHhCtr    *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
-	TwHhEvents *ebpf.MapSpec `ebpf:"tw_hh_events"`
-	TwHhLive   *ebpf.MapSpec `ebpf:"tw_hh_live"`
-	TwHhShared *ebpf.MapSpec `ebpf:"tw_hh_shared"`
-	TwHhSketch *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
-	TwJmp      *ebpf.MapSpec `ebpf:"tw_jmp"`
-	TwPfx4     *ebpf.MapSpec `ebpf:"tw_pfx4"`
-	TwPfx6     *ebpf.MapSpec `ebpf:"tw_pfx6"`
-	TwPfxCtr   *ebpf.MapSpec `ebpf:"tw_pfx_ctr"`
-	TwProtect4 *ebpf.MapSpec `ebpf:"tw_protect4"`
-	TwProtect6 *ebpf.MapSpec `ebpf:"tw_protect6"`
-	TwProv4    *ebpf.MapSpec `ebpf:"tw_prov4"`
-	TwProv6    *ebpf.MapSpec `ebpf:"tw_prov6"`
-	TwVerdicts *ebpf.MapSpec `ebpf:"tw_verdicts"`
+	TwAllow4    *ebpf.MapSpec `ebpf:"tw_allow4"`
+	TwAllow6    *ebpf.MapSpec `ebpf:"tw_allow6"`
+	TwAllowCtr  *ebpf.MapSpec `ebpf:"tw_allow_ctr"`
+	TwCfg       *ebpf.MapSpec `ebpf:"tw_cfg"`
+	TwClock     *ebpf.MapSpec `ebpf:"tw_clock"`
+	TwEx4       *ebpf.MapSpec `ebpf:"tw_ex4"`
+	TwEx6       *ebpf.MapSpec `ebpf:"tw_ex6"`
+	TwExHot     *ebpf.MapSpec `ebpf:"tw_ex_hot"`
+	TwFeat      *ebpf.MapSpec `ebpf:"tw_feat"`
+	TwFeatA     *ebpf.MapSpec `ebpf:"tw_feat_a"`
+	TwFeatB     *ebpf.MapSpec `ebpf:"tw_feat_b"`
+	TwFruleCtr  *ebpf.MapSpec `ebpf:"tw_frule_ctr"`
+	TwFruleTb   *ebpf.MapSpec `ebpf:"tw_frule_tb"`
+	TwFrules    *ebpf.MapSpec `ebpf:"tw_frules"`
+	TwFrulesA   *ebpf.MapSpec `ebpf:"tw_frules_a"`
+	TwFrulesB   *ebpf.MapSpec `ebpf:"tw_frules_b"`
+	TwFstats    *ebpf.MapSpec `ebpf:"tw_fstats"`
+	TwGood4     *ebpf.MapSpec `ebpf:"tw_good4"`
+	TwGood6     *ebpf.MapSpec `ebpf:"tw_good6"`
+	TwGoodSieve *ebpf.MapSpec `ebpf:"tw_good_sieve"`
+	TwHhCfg     *ebpf.MapSpec `ebpf:"tw_hh_cfg"`
+	TwHhCpu     *ebpf.MapSpec `ebpf:"tw_hh_cpu"`
+	TwHhCtr     *ebpf.MapSpec `ebpf:"tw_hh_ctr"`
+	TwHhEvents  *ebpf.MapSpec `ebpf:"tw_hh_events"`
+	TwHhLive    *ebpf.MapSpec `ebpf:"tw_hh_live"`
+	TwHhShared  *ebpf.MapSpec `ebpf:"tw_hh_shared"`
+	TwHhSketch  *ebpf.MapSpec `ebpf:"tw_hh_sketch"`
+	TwJmp       *ebpf.MapSpec `ebpf:"tw_jmp"`
+	TwPfx4      *ebpf.MapSpec `ebpf:"tw_pfx4"`
+	TwPfx6      *ebpf.MapSpec `ebpf:"tw_pfx6"`
+	TwPfxCtr    *ebpf.MapSpec `ebpf:"tw_pfx_ctr"`
+	TwProtect4  *ebpf.MapSpec `ebpf:"tw_protect4"`
+	TwProtect6  *ebpf.MapSpec `ebpf:"tw_protect6"`
+	TwProv4     *ebpf.MapSpec `ebpf:"tw_prov4"`
+	TwProv6     *ebpf.MapSpec `ebpf:"tw_prov6"`
+	TwVerdicts  *ebpf.MapSpec `ebpf:"tw_verdicts"`
 }
 
 // benchpartsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -421,6 +424,7 @@ type benchpartsVariableSpecs struct {
 	TwEx6Slots       *ebpf.VariableSpec `ebpf:"tw_ex6_slots"`
 	TwFeatCap        *ebpf.VariableSpec `ebpf:"tw_feat_cap"`
 	TwFeatSlots      *ebpf.VariableSpec `ebpf:"tw_feat_slots"`
+	TwGoodSieveBits  *ebpf.VariableSpec `ebpf:"tw_good_sieve_bits"`
 	TwHotLimitAnchor *ebpf.VariableSpec `ebpf:"tw_hot_limit_anchor"`
 	TwNrCpus         *ebpf.VariableSpec `ebpf:"tw_nr_cpus"`
 	TwPfxCap         *ebpf.VariableSpec `ebpf:"tw_pfx_cap"`
@@ -446,41 +450,42 @@ func (o *benchpartsObjects) Close() error {
 //
 // It can be passed to loadBenchpartsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchpartsMaps struct {
-	TwAllow4   *ebpf.Map `ebpf:"tw_allow4"`
-	TwAllow6   *ebpf.Map `ebpf:"tw_allow6"`
-	TwAllowCtr *ebpf.Map `ebpf:"tw_allow_ctr"`
-	TwCfg      *ebpf.Map `ebpf:"tw_cfg"`
-	TwClock    *ebpf.Map `ebpf:"tw_clock"`
-	TwEx4      *ebpf.Map `ebpf:"tw_ex4"`
-	TwEx6      *ebpf.Map `ebpf:"tw_ex6"`
-	TwExHot    *ebpf.Map `ebpf:"tw_ex_hot"`
-	TwFeat     *ebpf.Map `ebpf:"tw_feat"`
-	TwFeatA    *ebpf.Map `ebpf:"tw_feat_a"`
-	TwFeatB    *ebpf.Map `ebpf:"tw_feat_b"`
-	TwFruleCtr *ebpf.Map `ebpf:"tw_frule_ctr"`
-	TwFruleTb  *ebpf.Map `ebpf:"tw_frule_tb"`
-	TwFrules   *ebpf.Map `ebpf:"tw_frules"`
-	TwFrulesA  *ebpf.Map `ebpf:"tw_frules_a"`
-	TwFrulesB  *ebpf.Map `ebpf:"tw_frules_b"`
-	TwFstats   *ebpf.Map `ebpf:"tw_fstats"`
-	TwGood4    *ebpf.Map `ebpf:"tw_good4"`
-	TwGood6    *ebpf.Map `ebpf:"tw_good6"`
-	TwHhCfg    *ebpf.Map `ebpf:"tw_hh_cfg"`
-	TwHhCpu    *ebpf.Map `ebpf:"tw_hh_cpu"`
-	TwHhCtr    *ebpf.Map `ebpf:"tw_hh_ctr"`
-	TwHhEvents *ebpf.Map `ebpf:"tw_hh_events"`
-	TwHhLive   *ebpf.Map `ebpf:"tw_hh_live"`
-	TwHhShared *ebpf.Map `ebpf:"tw_hh_shared"`
-	TwHhSketch *ebpf.Map `ebpf:"tw_hh_sketch"`
-	TwJmp      *ebpf.Map `ebpf:"tw_jmp"`
-	TwPfx4     *ebpf.Map `ebpf:"tw_pfx4"`
-	TwPfx6     *ebpf.Map `ebpf:"tw_pfx6"`
-	TwPfxCtr   *ebpf.Map `ebpf:"tw_pfx_ctr"`
-	TwProtect4 *ebpf.Map `ebpf:"tw_protect4"`
-	TwProtect6 *ebpf.Map `ebpf:"tw_protect6"`
-	TwProv4    *ebpf.Map `ebpf:"tw_prov4"`
-	TwProv6    *ebpf.Map `ebpf:"tw_prov6"`
-	TwVerdicts *ebpf.Map `ebpf:"tw_verdicts"`
+	TwAllow4    *ebpf.Map `ebpf:"tw_allow4"`
+	TwAllow6    *ebpf.Map `ebpf:"tw_allow6"`
+	TwAllowCtr  *ebpf.Map `ebpf:"tw_allow_ctr"`
+	TwCfg       *ebpf.Map `ebpf:"tw_cfg"`
+	TwClock     *ebpf.Map `ebpf:"tw_clock"`
+	TwEx4       *ebpf.Map `ebpf:"tw_ex4"`
+	TwEx6       *ebpf.Map `ebpf:"tw_ex6"`
+	TwExHot     *ebpf.Map `ebpf:"tw_ex_hot"`
+	TwFeat      *ebpf.Map `ebpf:"tw_feat"`
+	TwFeatA     *ebpf.Map `ebpf:"tw_feat_a"`
+	TwFeatB     *ebpf.Map `ebpf:"tw_feat_b"`
+	TwFruleCtr  *ebpf.Map `ebpf:"tw_frule_ctr"`
+	TwFruleTb   *ebpf.Map `ebpf:"tw_frule_tb"`
+	TwFrules    *ebpf.Map `ebpf:"tw_frules"`
+	TwFrulesA   *ebpf.Map `ebpf:"tw_frules_a"`
+	TwFrulesB   *ebpf.Map `ebpf:"tw_frules_b"`
+	TwFstats    *ebpf.Map `ebpf:"tw_fstats"`
+	TwGood4     *ebpf.Map `ebpf:"tw_good4"`
+	TwGood6     *ebpf.Map `ebpf:"tw_good6"`
+	TwGoodSieve *ebpf.Map `ebpf:"tw_good_sieve"`
+	TwHhCfg     *ebpf.Map `ebpf:"tw_hh_cfg"`
+	TwHhCpu     *ebpf.Map `ebpf:"tw_hh_cpu"`
+	TwHhCtr     *ebpf.Map `ebpf:"tw_hh_ctr"`
+	TwHhEvents  *ebpf.Map `ebpf:"tw_hh_events"`
+	TwHhLive    *ebpf.Map `ebpf:"tw_hh_live"`
+	TwHhShared  *ebpf.Map `ebpf:"tw_hh_shared"`
+	TwHhSketch  *ebpf.Map `ebpf:"tw_hh_sketch"`
+	TwJmp       *ebpf.Map `ebpf:"tw_jmp"`
+	TwPfx4      *ebpf.Map `ebpf:"tw_pfx4"`
+	TwPfx6      *ebpf.Map `ebpf:"tw_pfx6"`
+	TwPfxCtr    *ebpf.Map `ebpf:"tw_pfx_ctr"`
+	TwProtect4  *ebpf.Map `ebpf:"tw_protect4"`
+	TwProtect6  *ebpf.Map `ebpf:"tw_protect6"`
+	TwProv4     *ebpf.Map `ebpf:"tw_prov4"`
+	TwProv6     *ebpf.Map `ebpf:"tw_prov6"`
+	TwVerdicts  *ebpf.Map `ebpf:"tw_verdicts"`
 }
 
 func (m *benchpartsMaps) Close() error {
@@ -504,6 +509,7 @@ func (m *benchpartsMaps) Close() error {
 		m.TwFstats,
 		m.TwGood4,
 		m.TwGood6,
+		m.TwGoodSieve,
 		m.TwHhCfg,
 		m.TwHhCpu,
 		m.TwHhCtr,
@@ -533,6 +539,7 @@ type benchpartsVariables struct {
 	TwEx6Slots       *ebpf.Variable `ebpf:"tw_ex6_slots"`
 	TwFeatCap        *ebpf.Variable `ebpf:"tw_feat_cap"`
 	TwFeatSlots      *ebpf.Variable `ebpf:"tw_feat_slots"`
+	TwGoodSieveBits  *ebpf.Variable `ebpf:"tw_good_sieve_bits"`
 	TwHotLimitAnchor *ebpf.Variable `ebpf:"tw_hot_limit_anchor"`
 	TwNrCpus         *ebpf.Variable `ebpf:"tw_nr_cpus"`
 	TwPfxCap         *ebpf.Variable `ebpf:"tw_pfx_cap"`
