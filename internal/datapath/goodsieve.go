@@ -73,7 +73,7 @@ func (d *Datapath) goodSieve() ([]uint64, error) {
 // unmapSieve releases goodSieve's mapping.
 func (d *Datapath) unmapSieve() {
 	if d.sieveRaw != nil {
-		unix.Munmap(d.sieveRaw)
+		_ = unix.Munmap(d.sieveRaw)
 		d.sieve, d.sieveRaw = nil, nil
 	}
 }
