@@ -36,12 +36,11 @@ func setSieveBit(t *testing.T, d *Datapath, a netip.Addr, on bool) {
 	}
 }
 
-// The data plane reads the bit user space computes for a member (same
-// hash, salt and size), and a clear bit is taken as proof: with its bit
-// cleared behind the list's back a member meets the bypass rule as a
-// stranger does, and passes again once it is set. Both families, and a
-// member sending as an IPv4-mapped IPv6 source.
-func TestGoodSieveGatesTheLookup(t *testing.T) {
+// sieveTestDatapath has a drop rule with the bypass on 198.18.2.0/24 and
+// the members' own rate out of the way (TestKnownGoodSpoofedMember tests
+// it).
+func sieveTestDatapath(t *testing.T) *Datapath {
+	t.Helper()
 	d := loadTestDatapathWith(t, Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 4096, KnownGoodCapacity: 256})
 	if err := d.SetFlowRules(mustFlowRules(t, []string{"dst 198.18.2.0/24 proto udp drop bypass-known-good"})); err != nil {
 		t.Fatal(err)
@@ -49,6 +48,16 @@ func TestGoodSieveGatesTheLookup(t *testing.T) {
 	if err := d.SetKnownGoodRate(1 << 31); err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// The data plane reads the bit user space computes for a member (same
+// hash, salt and size), and a clear bit is taken as proof: with its bit
+// cleared behind the list's back a member meets the bypass rule as a
+// stranger does, and passes again once it is set. Both families, and a
+// member sending as an IPv4-mapped IPv6 source.
+func TestGoodSieveGatesTheLookup(t *testing.T) {
+	d := sieveTestDatapath(t)
 	v4, v6 := netip.MustParseAddr("10.7.7.7"), netip.MustParseAddr("2001:db8:600d::7")
 	if err := d.AddKnownGood([]netip.Addr{netip.MustParseAddr("::ffff:10.7.7.7"), v6}); err != nil {
 		t.Fatal(err)
@@ -86,13 +95,7 @@ func TestGoodSieveGatesTheLookup(t *testing.T) {
 // left: theirs all set (they keep passing), the removed ones' cleared
 // unless a remaining member shares them (they meet the rule).
 func TestGoodSieveRemoveKeepsTheRest(t *testing.T) {
-	d := loadTestDatapathWith(t, Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 4096, KnownGoodCapacity: 256})
-	if err := d.SetFlowRules(mustFlowRules(t, []string{"dst 198.18.2.0/24 proto udp drop bypass-known-good"})); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.SetKnownGoodRate(1 << 31); err != nil {
-		t.Fatal(err)
-	}
+	d := sieveTestDatapath(t)
 	var members []netip.Addr
 	for i := range 200 {
 		members = append(members, netip.AddrFrom4([4]byte{10, 7, byte(i >> 8), byte(i)}))
