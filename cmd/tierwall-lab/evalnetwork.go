@@ -44,6 +44,9 @@ func newEvalNetwork() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if only == "ingest" {
+				return printJSON(res.Ingest)
+			}
 			if only != "" {
 				return printJSON(res.Cells)
 			}
@@ -51,7 +54,7 @@ func newEvalNetwork() *cobra.Command {
 		},
 	}
 	c.Flags().StringVar(&out, "out", "docs/eval", "directory for network.json (docs/EVALUATION-NETWORK.md goes next to it)")
-	c.Flags().StringVar(&only, "only", "", "run only the floods whose name contains this, print them (writes nothing)")
+	c.Flags().StringVar(&only, "only", "", "run only the floods whose name contains this, print them (writes nothing); \"ingest\": the ingest ladder alone")
 	c.Flags().StringVar(&fnm, "fastnetmon", "/usr/sbin/fastnetmon", "the FastNetMon binary")
 	c.Flags().IntVar(&repeat, "repeat", 3, "repetitions of every flood")
 	c.Flags().DurationVar(&flood, "flood", 2500*time.Millisecond, "length of each sFlow flood (NetFlow and IPFIX floods last 1.5 s more)")

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -342,6 +343,81 @@ func TestCollectorOverUDP(t *testing.T) {
 	}
 	if st := d.Exporters()[0]; st.Datagrams != 2 || st.DecodeErrors != 1 {
 		t.Errorf("%+v", st)
+	}
+}
+
+// Bursts are read in batches (recvmmsg) on sockets of both families:
+// every datagram is decoded once, from the exporter that sent it, and a
+// jumbo datagram whole.
+func TestCollectorReadsBursts(t *testing.T) {
+	lo4, lo6 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")
+	d, err := NewDecoder(DecoderConfig{Exporters: []ExporterConfig{{Address: lo4}, {Address: lo6}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	per := map[netip.Addr]int{}
+	c, err := Listen([]string{"127.0.0.1:0", "[::1]:0"}, d, func(_ time.Time, rs []Record) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range rs {
+			per[r.Exporter]++
+		}
+	}, nil)
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	defer c.Close()
+	if os.Geteuid() == 0 {
+		for _, conn := range c.conns {
+			if got, err := setReadBuffer(conn, readBuffer); err != nil || got < readBuffer {
+				t.Errorf("receive buffer %d (%v), want %d: root forces it past rmem_max", got, err, readBuffer)
+			}
+		}
+	}
+	const burst, jumboSamples = 400, 100
+	for i, agent := range []netip.Addr{lo4, lo6} {
+		conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(c.Addrs()[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		s := tt.SFlow{Agent: agent}
+		s.Flow(512, tt.Packet{Src: reflector, Dst: victim, Proto: 17, SrcPort: 123, Length: 468})
+		for j := 0; j < burst; j++ {
+			if _, err := conn.Write(s.Bytes()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		jumbo := tt.SFlow{Agent: agent}
+		for j := 0; j < jumboSamples; j++ {
+			jumbo.Flow(512, tt.Packet{Src: reflector, Dst: victim, Proto: 17, SrcPort: 123, Length: 468})
+		}
+		if b := jumbo.Bytes(); len(b) < 9000 {
+			t.Fatalf("jumbo datagram of %d bytes", len(b))
+		}
+		if _, err := conn.Write(jumbo.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := burst + jumboSamples
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		a, b := per[lo4], per[lo6]
+		mu.Unlock()
+		if a == want && b == want {
+			break
+		}
+		if a > want || b > want || time.Now().After(deadline) {
+			t.Fatalf("records from 127.0.0.1 %d, from ::1 %d; want %d each", a, b, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, st := range d.Exporters() {
+		if st.Datagrams != burst+1 || st.DecodeErrors != 0 {
+			t.Errorf("%v: %d datagrams, %d decode errors; want %d, 0", st.Address, st.Datagrams, st.DecodeErrors, burst+1)
+		}
 	}
 }
 

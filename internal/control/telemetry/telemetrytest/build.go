@@ -332,3 +332,58 @@ func (m *NF) Bytes() []byte {
 	b = u32(b, m.Domain)
 	return append(b, body...)
 }
+
+// FlowRecord is an sFlow flow record of the format with body (padded).
+func FlowRecord(format uint32, body []byte) []byte {
+	body = pad4(body)
+	return append(u32(u32(nil, format), uint32(len(body))), body...)
+}
+
+// HeaderRecord is a sampled header record (format 1) of p's frame.
+func HeaderRecord(p Packet) []byte {
+	h := p.Frame()
+	body := u32(nil, 1) // Ethernet
+	body = u32(body, uint32(p.Length)+14+4)
+	body = u32(body, 4) // stripped FCS
+	body = u32(body, uint32(len(h)))
+	return FlowRecord(1, append(body, h...))
+}
+
+// IPRecord is a sampled IPv4 (format 3) or IPv6 (format 4) record of p.
+func IPRecord(p Packet) []byte {
+	body := u32(u32(nil, uint32(p.Length)), uint32(p.Proto))
+	format := uint32(3)
+	if p.Dst.Is4() {
+		s, d := p.Src.As4(), p.Dst.As4()
+		body = append(append(body, s[:]...), d[:]...)
+	} else {
+		format = 4
+		s, d := p.Src.As16(), p.Dst.As16()
+		body = append(append(body, s[:]...), d[:]...)
+	}
+	body = u32(u32(u32(body, uint32(p.SrcPort)), uint32(p.DstPort)), uint32(p.TCPFlags))
+	return FlowRecord(format, u32(body, 0)) // tos or priority
+}
+
+// Sample adds a flow sample (format 1, or 3 when expanded) at the
+// sampling rate holding records as they are.
+func (s *SFlow) Sample(expanded bool, rate uint32, records ...[]byte) {
+	seq := uint32(len(s.samples)) + 1
+	var sm []byte
+	format := uint32(1)
+	if expanded {
+		format = 3
+		sm = u32(u32(u32(nil, seq), 0), 3) // source ID type, index
+		sm = u32(u32(u32(sm, rate), rate*seq), 0)
+		sm = u32(u32(u32(u32(sm, 0), 3), 0), 4) // input, output formats and values
+	} else {
+		sm = u32(u32(nil, seq), 3)
+		sm = u32(u32(u32(sm, rate), rate*seq), 0)
+		sm = u32(u32(sm, 3), 4)
+	}
+	sm = u32(sm, uint32(len(records)))
+	for _, r := range records {
+		sm = append(sm, r...)
+	}
+	s.samples = append(s.samples, append(u32(u32(nil, format), uint32(len(sm))), sm...))
+}
