@@ -28,7 +28,7 @@ func main() {
 	rounds := flag.Int("rounds", 7, "interleaved rounds per cell")
 	repeat := flag.Int("repeat", 2_000_000, "packets per program per round")
 	sizes := flag.String("rules", "1,1024,16384,131072,1048576", "exact rule counts")
-	only := flag.String("sections", "filter,heavy,bypass,snapshot,placement,detection,detect-drop,control", "sections to run")
+	only := flag.String("sections", "filter,heavy,bypass,snapshot,placement,detection,detect-drop,control,telemetry", "sections to run")
 	child := flag.Int("million-child", 0, "internal: run this many 1M-source intervals and report (a process of its own, for its RSS)")
 	tierwallBin := flag.String("tierwall", "bin/tierwall", "tierwall binary for the daemon benchmark")
 	detRuns := flag.Int("detection-runs", 20, "sources per interval setting in the detection benchmark")
@@ -101,6 +101,9 @@ func main() {
 		benchBans(&b, *rounds)
 		benchPersist(&b)
 		benchMillion(&b, *rounds)
+	}
+	if want["telemetry"] {
+		benchTelemetry(&b, *rounds)
 	}
 
 	if *out == "" {

@@ -85,6 +85,32 @@ func checkOnline(out io.Writer, cfg *config.Config) []error {
 			}
 		}
 	}
+	if cfg.Telemetry.Enabled {
+		// The telemetry sockets bind where the file says: an address
+		// this host does not have fails at start. The ports are not
+		// tried: the daemon being checked may be running and hold them.
+		if tc, err := cfg.TelemetryConfig(); err == nil {
+			var local map[netip.Addr]bool
+			for i, l := range tc.Listen {
+				field := fmt.Sprintf("telemetry.listen[%d]", i)
+				ap, err := netip.ParseAddrPort(l)
+				if err != nil {
+					fail(field, "%s: not address:port: %v", l, err)
+					continue
+				}
+				if a := ap.Addr().Unmap(); !a.IsUnspecified() {
+					if local == nil {
+						local = localAddrs()
+					}
+					if !local[a] {
+						fail(field, "%s is not an address of this host", a)
+						continue
+					}
+				}
+				fmt.Fprintf(out, "online: telemetry listens on %s (UDP), an address of this host\n", ap)
+			}
+		}
+	}
 	if cfg.BGP.Enabled() {
 		var local map[netip.Addr]bool
 		for i, n := range cfg.BGP.Neighbors {

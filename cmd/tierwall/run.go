@@ -39,8 +39,9 @@ every error (file:line: field: what is wrong) when not, including what this
 binary was built without (probe.dpi.engine: ndpi). It needs neither root nor BPF,
 and touches nothing. With --online it also checks this host (in this network
 namespace): the interface exists, every flow collector resolves and has a
-route, every BGP peer has a route and each local_address is this host's; it
-opens no session and sends nothing.`,
+route, every BGP peer has a route and each local_address is this host's, and
+each telemetry listen address is this host's; it opens no session and sends
+nothing.`,
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			if online && !check {

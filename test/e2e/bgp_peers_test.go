@@ -78,7 +78,7 @@ func inHostNS(t *testing.T, name string, body func(t *testing.T, p *bgppeer.Pair
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", p.Host, os.Args[0],
 		"-test.run", "^"+t.Name()+"$", "-test.v", "-test.count=1", "-test.timeout=4m")
-	cmd.Env = append(os.Environ(), bgpPairEnv+"="+string(env))
+	cmd.Env = append(os.Environ(), bgpPairEnv+"="+string(env), "TIERWALL_BIN="+bin)
 	out, err := cmd.CombinedOutput()
 	// The re-run's own report, indented under this test.
 	sc := bufio.NewScanner(bytes.NewReader(out))

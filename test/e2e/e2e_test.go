@@ -54,7 +54,9 @@ var bin string
 
 func TestMain(m *testing.M) {
 	if os.Getenv(bgpPairEnv) != "" {
-		// A BGP test re-run inside its namespace: it needs no binary.
+		// A BGP test re-run inside its namespace: the binary, if it
+		// needs one, is its parent's (TIERWALL_BIN).
+		bin = os.Getenv("TIERWALL_BIN")
 		os.Exit(m.Run())
 	}
 	if b := os.Getenv("TIERWALL_BIN"); b != "" {

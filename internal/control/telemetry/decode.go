@@ -52,6 +52,9 @@ type DecoderConfig struct {
 	// per exporter (1024), MaxInterfacesTotal over all exporters (16384).
 	MaxInterfaces      int
 	MaxInterfacesTotal int
+	// NoFastPath sends every sFlow datagram through goflow2 (the fast
+	// path's reference in its tests and in make bench).
+	NoFastPath bool
 }
 
 // Decoder turns datagrams into Records. It is safe for concurrent use
@@ -65,10 +68,7 @@ type Decoder struct {
 	unknown uint64
 	lastUnk netip.Addr
 	rec     Record // reused: emit must not keep it
-	// noFastPath sends every sFlow datagram to goflow2 (the tests that
-	// hold the fast path to it).
-	noFastPath bool
-	ifTotal    int // interfaces held over all exporters
+	ifTotal int    // interfaces held over all exporters
 }
 
 // NewDecoder checks the configuration and returns a decoder.
@@ -245,7 +245,7 @@ func sflowGuard(b []byte) error {
 
 func (d *Decoder) sflow(e *exporter, b []byte, now time.Time, emit func(*Record)) error {
 	e.sawProtocol(SFlow5)
-	if h, ok := walkSFlow(b, nil); ok && !d.noFastPath {
+	if h, ok := walkSFlow(b, nil); ok && !d.cfg.NoFastPath {
 		at := e.clock.at(time.Duration(h.uptime)*time.Millisecond, now)
 		e.sequence(uint64(SFlow5)<<32|uint64(h.subAgent), h.seq, 1, 1, 1, d.cfg.MaxTemplates, now)
 		v := sflowVisitor{d: d, e: e, emit: emit, base: Record{Exporter: e.Address, Proto: SFlow5, Packets: 1, At: at, LossScale: e.loss.scale(now)}}

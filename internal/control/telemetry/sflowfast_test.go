@@ -28,8 +28,7 @@ func agreeOn(t *testing.T, prev, b []byte) bool {
 	t.Helper()
 	var out [2]sflowOutcome
 	for i, slow := range []bool{false, true} {
-		d := newTestDecoder(t, DecoderConfig{Exporters: []ExporterConfig{{Address: router, SamplingRate: 100}}})
-		d.noFastPath = slow
+		d := newTestDecoder(t, DecoderConfig{Exporters: []ExporterConfig{{Address: router, SamplingRate: 100}}, NoFastPath: slow})
 		if prev != nil {
 			_ = d.Decode(router, slices.Clone(prev), t0, func(*Record) {})
 		}

@@ -16,8 +16,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,6 +116,9 @@ type IngestStep struct {
 	Sent    uint64  `json:"sent"`
 	Secs    float64 `json:"secs"`
 	Dropped uint64  `json:"dropped"` // the socket's drops (/proc/net/udp)
+	// CPU is the seconds of CPU the tool used over the step, its queue
+	// drained included (/proc/PID/stat, in 10 ms ticks).
+	CPU float64 `json:"cpu_secs"`
 }
 
 // Ingest is one tool's ingest ladder.
@@ -139,19 +144,36 @@ func (n Ingest) NoLoss() float64 {
 	return best
 }
 
-// Overload is the datagrams/s processed (sent less dropped) at the step
-// offered the most, if it lost any (0: no loss there).
-func (n Ingest) Overload() float64 {
+// Top is the datagrams/s processed (sent less dropped) at the step
+// offered the most, as fast as the sender went, and what was dropped
+// there.
+func (n Ingest) Top() (rate float64, dropped uint64) {
+	top := n.top()
+	if top == nil || top.Secs <= 0 {
+		return 0, 0
+	}
+	return float64(top.Sent-min(top.Dropped, top.Sent)) / top.Secs, top.Dropped
+}
+
+func (n Ingest) top() *IngestStep {
 	var top *IngestStep
 	for i := range n.Steps {
 		if top == nil || n.Steps[i].Offered > top.Offered {
 			top = &n.Steps[i]
 		}
 	}
-	if top == nil || top.Dropped == 0 || top.Secs <= 0 {
+	return top
+}
+
+// PerCPUSecond is the datagrams processed per second of the tool's CPU
+// at the step offered the most: what one core would take if the sender
+// could offer more (the loopback sender tops out near the tools' rates).
+func (n Ingest) PerCPUSecond() float64 {
+	top := n.top()
+	if top == nil || top.CPU <= 0 {
 		return 0
 	}
-	return float64(top.Sent-min(top.Dropped, top.Sent)) / top.Secs
+	return float64(top.Sent-min(top.Dropped, top.Sent)) / top.CPU
 }
 
 // realtime puts the calling thread (locked to it) at SCHED_FIFO, so
@@ -346,7 +368,7 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	}
 	defer tx.close()
 	if p.Only == ingestOnly {
-		return res, ingest(ctx, p, &res, tw, fnm, twAddr, fnmSFlow)
+		return res, ingest(ctx, p, &res, dir, tw, fnm, twAddr, fnmSFlow)
 	}
 	dropsTW0, dropsFNM0 := evalkit.UDPDrops(twAddr.Port()), evalkit.UDPDrops(fnmSFlow.Port())+evalkit.UDPDrops(fnmNetFlow.Port())
 	if err := runCells(ctx, p, tx, cells, &res); err != nil {
@@ -395,38 +417,79 @@ func Run(ctx context.Context, p Params) (Result, error) {
 	mTW.HWM, mFNM.HWM = rss(tw.Cmd.Process.Pid, "VmHWM"), rss(fnm.Cmd.Process.Pid, "VmHWM")
 	res.Memory = []Memory{mTW, mFNM}
 
-	return res, ingest(ctx, p, &res, tw, fnm, twAddr, fnmSFlow)
+	return res, ingest(ctx, p, &res, dir, tw, fnm, twAddr, fnmSFlow)
 }
 
 // ingestOnly is the --only that runs the ingest ladder alone.
 const ingestOnly = "ingest"
 
 // ingest offers the same replayed feed to each tool in turn, interleaved
-// by rate.
-func ingest(ctx context.Context, p Params, res *Result, tw *tierwallProc, fnm *fnmProc, twAddr, fnmSFlow netip.AddrPort) error {
+// by rate: tierwall, FastNetMon as shipped, and a second FastNetMon
+// whose socket has tierwall's receive buffer (started with
+// net.core.rmem_default raised; FastNetMon has no option of its own for
+// it), so that the buffer each ships with is told apart from what each
+// core does.
+func ingest(ctx context.Context, p Params, res *Result, dir string, tw *tierwallProc, fnm *fnmProc, twAddr, fnmSFlow netip.AddrPort) error {
 	ingTW, ingFNM := Ingest{Tool: "tierwall", RcvBuf: evalkit.RcvBuf(twAddr.Port())}, Ingest{Tool: "FastNetMon", RcvBuf: evalkit.RcvBuf(fnmSFlow.Port())}
+	ports, err := evalkit.FreeUDPPorts(2)
+	if err != nil {
+		return err
+	}
+	eqSFlow := netip.AddrPortFrom(evalkit.Loopback, ports[0])
+	fnmEq, err := startWithRcvBuf(ingTW.RcvBuf, func() (*fnmProc, error) {
+		return startFastNetMon(ctx, p, filepath.Join(dir, "equal-buffer"), eqSFlow, netip.AddrPortFrom(evalkit.Loopback, ports[1]))
+	})
+	if err != nil {
+		return err
+	}
+	defer fnmEq.Stop()
+	time.Sleep(3 * time.Second) // FastNetMon starts its threads
+	ingEq := Ingest{Tool: FNMEqualBuffer, RcvBuf: evalkit.RcvBuf(eqSFlow.Port())}
 	feed := ingestFeed(512)
+	tools := []struct {
+		ing  *Ingest
+		addr netip.AddrPort
+		pid  int
+	}{{&ingTW, twAddr, tw.Cmd.Process.Pid}, {&ingFNM, fnmSFlow, fnm.Cmd.Process.Pid}, {&ingEq, eqSFlow, fnmEq.Cmd.Process.Pid}}
 	// The last rate is as fast as the sender goes: what each processes
 	// when overloaded.
-	for _, rate := range []float64{5e3, 10e3, 15e3, 20e3, 30e3, 40e3, 50e3, 60e3, 70e3, 80e3, 100e3, 120e3, 160e3, 240e3, evalkit.FlatOut} {
-		for _, t := range []struct {
-			ing  *Ingest
-			addr netip.AddrPort
-		}{{&ingTW, twAddr}, {&ingFNM, fnmSFlow}} {
+	for _, rate := range []float64{5e3, 10e3, 15e3, 20e3, 30e3, 40e3, 50e3, 60e3, 70e3, 80e3, 100e3, 120e3, 160e3, 240e3, 320e3, 480e3, evalkit.FlatOut} {
+		for _, t := range tools {
 			if n := len(t.ing.Steps); rate != evalkit.FlatOut && n >= 2 && t.ing.Steps[n-1].Dropped > 0 && t.ing.Steps[n-2].Dropped > 0 {
 				continue // past its limit twice: no need to go on
 			}
-			s, err := ingestStep(ctx, t.addr, feed, rate, 2*time.Second)
+			s, err := ingestStep(ctx, t.addr, t.pid, feed, rate, 2*time.Second)
 			if err != nil {
 				return err
 			}
 			t.ing.Steps = append(t.ing.Steps, s)
-			fmt.Fprintf(p.Log, "eval-network: ingest %s at %.0f/s: sent %d in %.2f s, dropped %d\n", t.ing.Tool, rate, s.Sent, s.Secs, s.Dropped)
+			fmt.Fprintf(p.Log, "eval-network: ingest %s at %.0f/s: sent %d in %.2f s, dropped %d, CPU %.2f s\n", t.ing.Tool, rate, s.Sent, s.Secs, s.Dropped, s.CPU)
 		}
 	}
-	res.Ingest = []Ingest{ingTW, ingFNM}
+	res.Ingest = []Ingest{ingTW, ingFNM, ingEq}
 	res.LoadAfter = evalkit.LoadAvg()
 	return ctx.Err()
+}
+
+// FNMEqualBuffer names the FastNetMon started with tierwall's receive
+// buffer.
+const FNMEqualBuffer = "FastNetMon, tierwall's buffer"
+
+// startWithRcvBuf runs start with net.core.rmem_default at size bytes,
+// the buffer every socket opened meanwhile gets, and puts it back.
+func startWithRcvBuf[T any](size int, start func() (T, error)) (T, error) {
+	const path = "/proc/sys/net/core/rmem_default"
+	old, err := os.ReadFile(path)
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("reading net.core.rmem_default: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(size)), 0o644); err != nil {
+		var zero T
+		return zero, fmt.Errorf("raising net.core.rmem_default: %w", err)
+	}
+	defer os.WriteFile(path, old, 0o644) //nolint:errcheck // best effort: the value it had
+	return start()
 }
 
 // runCells plays the benign mix throughout and the floods one after the
@@ -623,7 +686,7 @@ func falsePositives(tw []twAttack, fnm []fastnetmon.Ban) (a, b []string) {
 
 // ingestStep offers rate datagrams/s of feed to addr for d, then waits
 // for the socket's queue to drain and reads its drops.
-func ingestStep(ctx context.Context, addr netip.AddrPort, feed [][]byte, rate float64, d time.Duration) (IngestStep, error) {
+func ingestStep(ctx context.Context, addr netip.AddrPort, pid int, feed [][]byte, rate float64, d time.Duration) (IngestStep, error) {
 	s := IngestStep{Offered: rate}
 	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: evalkit.Loopback.AsSlice()})
 	if err != nil {
@@ -640,7 +703,7 @@ func ingestStep(ctx context.Context, addr netip.AddrPort, feed [][]byte, rate fl
 	for i := range batch {
 		batch[i] = ipv4.Message{Buffers: make([][]byte, 1), Addr: net.UDPAddrFromAddrPort(addr)}
 	}
-	before := evalkit.UDPDrops(addr.Port())
+	before, cpu0 := evalkit.UDPDrops(addr.Port()), evalkit.ProcCPU(pid)
 	t0 := time.Now()
 	per := rate / 1000
 	due := 0.0
@@ -671,5 +734,6 @@ func ingestStep(ctx context.Context, addr netip.AddrPort, feed [][]byte, rate fl
 	}
 	time.Sleep(200 * time.Millisecond)
 	s.Dropped = evalkit.UDPDrops(addr.Port()) - before
+	s.CPU = evalkit.ProcCPU(pid) - cpu0
 	return s, nil
 }
