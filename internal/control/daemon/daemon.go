@@ -555,7 +555,19 @@ func (d *Daemon) detect(tr *detect.Traffic, heavy []detect.Detection) []detect.D
 		// (the victim detector's, still on from the last interval) and
 		// complete ones.
 		d.det.entropy.Hold = tr.Overflow > 0 || d.flow.victims != nil && d.flow.victims.Attacks() > 0
-		defer func() { d.Metrics.entropyLearned.Set(float64(d.det.entropy.Learned())) }()
+		defer func() {
+			e := d.det.entropy
+			d.Metrics.entropyLearned.Set(float64(e.Learned()))
+			pps, hs, hd := e.Last()
+			bp, bs, bd, _ := e.Baseline()
+			for _, x := range []struct {
+				signal    string
+				now, base float64
+			}{{"pps", pps, bp}, {"src", hs, bs}, {"dst", hd, bd}} {
+				d.Metrics.entropy.WithLabelValues(x.signal, "interval").Set(x.now)
+				d.Metrics.entropy.WithLabelValues(x.signal, "baseline").Set(x.base)
+			}
+		}()
 	}
 	if d.flow.victims != nil {
 		d.Metrics.attacksOn.Set(float64(d.flow.victims.Attacks()))

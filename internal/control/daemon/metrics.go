@@ -32,8 +32,9 @@ type Metrics struct {
 	detectToDrop     prometheus.Histogram
 	hwLatency        prometheus.Histogram
 	victimsAttacked  prometheus.Gauge
-	attacksOn        prometheus.Gauge // victims with an attack on (tracked until withdrawn)
-	entropyLearned   prometheus.Gauge // intervals the entropy detector learned
+	attacksOn        prometheus.Gauge     // victims with an attack on (tracked until withdrawn)
+	entropyLearned   prometheus.Gauge     // intervals the entropy detector learned
+	entropy          *prometheus.GaugeVec // its last interval and its baseline, by signal
 	mitigations      *prometheus.CounterVec
 	flowRules        prometheus.Gauge
 	flowPolicers     prometheus.Gauge
@@ -72,6 +73,8 @@ func newMetrics(d *Daemon) *Metrics {
 		Help: "Victims with an attack on, from its detection to its withdrawal: while any is on, the entropy detector learns nothing."})
 	m.entropyLearned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_entropy_learned_intervals",
 		Help: "Intervals the entropy detector learned its baseline from; it judges from detectors.entropy.history on."})
+	m.entropy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tierwall_entropy",
+		Help: "The entropy detector's numbers: of=interval is the last interval's, of=baseline the mean it judges against; signal pps is the packet rate, src and dst the normalized entropies of sources and destinations (0: one carries all, 1: all alike)."}, []string{"signal", "of"})
 	m.victimsAttacked = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_victims_under_attack", Help: "Destinations the per-victim detector judged attacked in the last interval."})
 	m.mitigations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_mitigations_total", Help: "Mitigations the ladder chose, by rung."}, []string{"rung"})
 	m.flowRules = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_flow_rules", Help: "Flow rules in the data plane."})
@@ -94,7 +97,7 @@ func newMetrics(d *Daemon) *Metrics {
 		m.refused.WithLabelValues(r)
 	}
 	m.Registry.MustRegister(m.detections, m.bans, m.unbans, m.refused, m.mergeFallback, m.placementUpdates, m.detectToDrop, m.hwLatency,
-		m.victimsAttacked, m.attacksOn, m.entropyLearned, m.mitigations, m.flowRules, m.flowPolicers, m.knownGood, m.loopDuration, m.stageDuration, m.lastInterval, build,
+		m.victimsAttacked, m.attacksOn, m.entropyLearned, m.entropy, m.mitigations, m.flowRules, m.flowPolicers, m.knownGood, m.loopDuration, m.stageDuration, m.lastInterval, build,
 		&bpfCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.heavy = newHeavyMetrics(m.Registry)
 	m.bgp = newBGPMetrics(m.Registry, d)

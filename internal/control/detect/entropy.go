@@ -170,6 +170,10 @@ func (e *Entropy) Baseline() (pps, hsrc, hdst float64, ready bool) {
 // clean so far, they are judged by the mean of those before them.
 func (e *Entropy) learned() int { return e.n + len(e.pending) }
 
+// Last is the last interval's numbers as judged: its packet rate and
+// its sources' and destinations' normalized entropies.
+func (e *Entropy) Last() (pps, hsrc, hdst float64) { return e.vol, e.lastHsrc, e.lastHdst }
+
 // Learned is how many intervals the baseline was learned from.
 func (e *Entropy) Learned() int { return e.learned() }
 
