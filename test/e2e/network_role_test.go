@@ -84,31 +84,9 @@ bgp:
 		// 6 samples at 1:10000 every 100 ms: 600 kpps of 1400-byte
 		// memcached answers, 6.7 Gbit/s, over the group's 1 Gbit/s.
 		victim := netip.MustParseAddr("198.51.100.7")
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for seq := uint32(1); ; seq++ {
-				sf := tt.SFlow{Agent: netip.MustParseAddr("127.0.0.1"), Sequence: seq}
-				for range 6 {
-					sf.Flow(10000, tt.Packet{Src: netip.MustParseAddr("203.0.113.9"), Dst: victim, Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400})
-				}
-				_, _ = conn.Write(sf.Bytes())
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		}()
-		defer func() {
-			select {
-			case <-stop:
-			default:
-				close(stop)
-			}
-			<-done
-		}()
+		stop := tt.Feed(conn, netip.MustParseAddr("127.0.0.1"), 10000,
+			tt.Packet{Src: netip.MustParseAddr("203.0.113.9"), Dst: victim, Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400}, 100*time.Millisecond)
+		defer stop()
 		nlri := "dst 198.51.100.7/32 proto =17 dport =80 sport =11211 len =1400"
 		expectAt(t, ctx, peer, bgppeer.Route{Family: bgppeer.IPv4FlowSpec, NLRI: nlri, Communities: flowComms,
 			ExtCommunities: []string{bgppeer.TrafficRate(0)}}, false)
@@ -134,8 +112,7 @@ bgp:
 			t.Errorf("telemetry top: exit %d, no victim in\n%s", code, out)
 		}
 
-		close(stop)
-		<-done
+		stop()
 		expectGone(t, ctx, peer, bgppeer.IPv4FlowSpec, nlri)
 		expectGone(t, ctx, peer, bgppeer.IPv4Unicast, wantRTBH4.NLRI)
 	})

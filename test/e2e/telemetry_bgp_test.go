@@ -69,21 +69,9 @@ func TestTelemetryFloodToGobgpd(t *testing.T) {
 		defer conn.Close()
 		// 6 samples at 1:10000 every 100 ms: 600 kpps of 1400-byte
 		// memcached answers, 6.7 Gbit/s.
-		stop := make(chan struct{})
-		go func() {
-			for seq := uint32(1); ; seq++ {
-				sf := tt.SFlow{Agent: netip.MustParseAddr("127.0.0.1"), Sequence: seq}
-				for i := 0; i < 6; i++ {
-					sf.Flow(10000, tt.Packet{Src: netip.MustParseAddr("203.0.113.9"), Dst: victim, Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400})
-				}
-				_, _ = conn.Write(sf.Bytes())
-				select {
-				case <-stop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		}()
+		stop := tt.Feed(conn, netip.MustParseAddr("127.0.0.1"), 10000,
+			tt.Packet{Src: netip.MustParseAddr("203.0.113.9"), Dst: victim, Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400}, 100*time.Millisecond)
+		defer stop()
 		start := time.Now()
 		nlri := "dst 198.51.100.7/32 proto =17 dport =80 sport =11211 len =1400"
 		expectAt(t, ctx, peer, bgppeer.Route{Family: bgppeer.IPv4FlowSpec, NLRI: nlri, Communities: flowComms,
@@ -91,7 +79,7 @@ func TestTelemetryFloodToGobgpd(t *testing.T) {
 		t.Logf("FlowSpec at gobgpd %v after the first datagram", time.Since(start).Round(time.Millisecond))
 		expectAt(t, ctx, peer, wantRTBH4, false)
 		t.Logf("RTBH at gobgpd %v after the first datagram", time.Since(start).Round(time.Millisecond))
-		close(stop)
+		stop()
 		quiet := time.Now()
 		expectGone(t, ctx, peer, bgppeer.IPv4FlowSpec, nlri)
 		expectGone(t, ctx, peer, bgppeer.IPv4Unicast, wantRTBH4.NLRI)

@@ -253,31 +253,9 @@ func floodToPeer(t *testing.T, p *bgppeer.Pair, name string, start func(context.
 	defer conn.Close()
 	// 6 samples at 1:10000 every 100 ms: 600 kpps of 1400-byte
 	// memcached answers, 6.7 Gbit/s against 1 Gbit/s of uplinks.
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for seq := uint32(1); ; seq++ {
-			sf := tt.SFlow{Agent: netip.MustParseAddr("127.0.0.1"), Sequence: seq}
-			for range 6 {
-				sf.Flow(10000, tt.Packet{Src: netip.MustParseAddr("203.0.113.9"), Dst: netip.MustParseAddr("198.51.100.7"),
-					Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400})
-			}
-			_, _ = conn.Write(sf.Bytes())
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		<-stopped
-	}()
+	stop := tt.Feed(conn, netip.MustParseAddr("127.0.0.1"), 10000, tt.Packet{Src: netip.MustParseAddr("203.0.113.9"),
+		Dst: netip.MustParseAddr("198.51.100.7"), Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400}, 100*time.Millisecond)
+	defer stop()
 	begin := time.Now()
 	nlri := "dst 198.51.100.7/32 proto =17 dport =80 sport =11211 len =1400"
 	wantFS := bgppeer.Route{Family: bgppeer.IPv4FlowSpec, NLRI: nlri, Communities: fsComms, LargeCommunities: fsLarge,
@@ -304,8 +282,7 @@ func floodToPeer(t *testing.T, p *bgppeer.Pair, name string, start func(context.
 		t.Errorf("after the loop's step: %v, %v", rs, err)
 	}
 
-	close(stop)
-	<-stopped
+	stop()
 	quiet := time.Now()
 	for _, want := range []bgppeer.Route{wantFS, wantRTBH} {
 		if rs, err := bgppeer.WaitRoutes(ctx, peer, want.Family, 20*time.Second, func(rs []bgppeer.Route) bool {
