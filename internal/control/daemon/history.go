@@ -3,6 +3,8 @@
 package daemon
 
 import (
+	"hash/maphash"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"time"
@@ -28,11 +30,34 @@ type sourceHistory struct {
 	hists []history            // what hist points to; freed entries are listed in free
 	free  []int32
 	made  [2]int // keys hist and next were made for
+	// seen and seenNext are the few-packet sources of the last interval
+	// and of this one, a bit each (hashed with seed): see track.
+	seed           maphash.Seed
+	seen, seenNext []uint64
+	cand           []int32 // track's scratch: the interval's sources it may add
 }
 
 func newSourceHistory() sourceHistory {
-	return sourceHistory{hist: map[detect.Key]int32{}, next: map[detect.Key]int32{}}
+	return sourceHistory{hist: map[detect.Key]int32{}, next: map[detect.Key]int32{}, seed: maphash.MakeSeed(),
+		seen: make([]uint64, probationBits/64), seenNext: make([]uint64, probationBits/64)}
 }
+
+// A source that sent at most fewPackets in an interval is tracked only
+// from its second interval in a row: a spoofed flood's sources send one
+// or two packets each, once, and tracking each of them cost the daemon
+// two maps and a slice the size of the flood (about 40 MB of its peak
+// RSS at 1M sources an interval). Its first interval is remembered in
+// two bits of a set of probationBits (a Bloom filter: 2 MiB in the two
+// sets); bits other sources set admit one an interval early, which costs
+// a slot, no more: about 5% of a flood of 1M new sources an interval,
+// 0.3% of one of 250K.
+// A client that sends so little becomes regular an interval later; one
+// that sends more is tracked from its first interval, as a flood's heavy
+// sources must be (detection-to-drop latency, noteDetected).
+const (
+	fewPackets    = 2
+	probationBits = 1 << 23
+)
 
 // history is what the circuit breaker knows of a source: how many
 // consecutive intervals it has been seen, whether any detector named it on
@@ -153,7 +178,26 @@ func (s *sourceHistory) track(start time.Time, tr *detect.Traffic) {
 	// Sized once for what this interval can bring (at most maxTracked):
 	// a map grown key by key to a flood's size leaves garbage as large as
 	// itself behind, and RSS is what MemoryMax limits.
-	if need := min(len(s.hist)+len(tr.Sources), maxTracked); need > s.made[1] {
+	// The interval's sources that may be added: those past probation.
+	s.cand = s.cand[:0]
+	for j := range tr.Sources {
+		if tr.Sources[j].Packets > fewPackets {
+			s.cand = append(s.cand, int32(j))
+			continue
+		}
+		h := maphash.Comparable(s.seed, tr.SourceKey(j))
+		b1, b2 := (h>>32)%probationBits, (h&(1<<32-1))%probationBits
+		s.seenNext[b1/64] |= 1 << (b1 % 64)
+		s.seenNext[b2/64] |= 1 << (b2 % 64)
+		if s.seen[b1/64]&(1<<(b1%64)) != 0 && s.seen[b2/64]&(1<<(b2%64)) != 0 {
+			s.cand = append(s.cand, int32(j))
+		}
+	}
+	s.seen, s.seenNext = s.seenNext, s.seen
+	clear(s.seenNext)
+	// Rounded up to a power of two: a count that creeps up interval by
+	// interval would make a new map each time, and leave the last behind.
+	if need := min(1<<bits.Len(uint(len(s.hist)+len(s.cand))), maxTracked); need > s.made[1] {
 		s.made[1] = need
 		s.next = make(map[detect.Key]int32, need)
 		s.hists = slices.Grow(s.hists, need-len(s.hists))
@@ -176,8 +220,11 @@ func (s *sourceHistory) track(start time.Time, tr *detect.Traffic) {
 	}
 	// New sources, while there is room: the absent ones above still count
 	// against maxTracked this interval, as they always have.
-	for j := 0; j < len(tr.Sources) && len(next)+gone < maxTracked; j++ {
-		k := tr.SourceKey(j)
+	for _, j := range s.cand {
+		if len(next)+gone >= maxTracked {
+			break
+		}
+		k := tr.SourceKey(int(j))
 		if _, ok := next[k]; ok {
 			continue
 		}
