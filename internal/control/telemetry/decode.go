@@ -128,7 +128,9 @@ func (d *Decoder) Exporters() []ExporterStats {
 	for _, e := range d.ex {
 		s := e.ExporterStats
 		s.LossScale = e.loss.scale(time.Now())
-		s.Protocols = slices.Clone(s.Protocols)
+		// [] before its first datagram, never null: the API's schema
+		// says an array, and a configured router may be silent.
+		s.Protocols = append([]Protocol{}, s.Protocols...)
 		s.Templates = len(e.tmpl.m)
 		s.TemplatesRefused = e.tmpl.refused
 		s.Interfaces = e.interfaces()

@@ -3,7 +3,9 @@
 package telemetry
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/netip"
@@ -343,6 +345,20 @@ func TestCollectorOverUDP(t *testing.T) {
 	}
 	if st := d.Exporters()[0]; st.Datagrams != 2 || st.DecodeErrors != 1 {
 		t.Errorf("%+v", st)
+	}
+}
+
+// An exporter configured but silent is listed with no protocols, as an
+// empty list: /v1/telemetry's schema says an array (a poll that came
+// before the first datagram read null).
+func TestSilentExporterListsNoProtocols(t *testing.T) {
+	d := newTestDecoder(t, DecoderConfig{})
+	b, err := json.Marshal(d.Exporters()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"protocols":[]`)) || !bytes.Contains(b, []byte(`"interfaces":[]`)) {
+		t.Errorf("%s", b)
 	}
 }
 
