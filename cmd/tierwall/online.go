@@ -93,12 +93,13 @@ func checkOnline(out io.Writer, cfg *config.Config) []error {
 			var local map[netip.Addr]bool
 			for i, l := range tc.Listen {
 				field := fmt.Sprintf("telemetry.listen[%d]", i)
-				ap, err := netip.ParseAddrPort(l)
+				host, _, err := net.SplitHostPort(l)
 				if err != nil {
 					fail(field, "%s: not address:port: %v", l, err)
 					continue
 				}
-				if a := ap.Addr().Unmap(); !a.IsUnspecified() {
+				if a, err := netip.ParseAddr(host); err == nil && !a.Unmap().IsUnspecified() {
+					a = a.Unmap()
 					if local == nil {
 						local = localAddrs()
 					}
@@ -107,7 +108,7 @@ func checkOnline(out io.Writer, cfg *config.Config) []error {
 						continue
 					}
 				}
-				fmt.Fprintf(out, "online: telemetry listens on %s (UDP), an address of this host\n", ap)
+				fmt.Fprintf(out, "online: telemetry listens on %s (UDP), an address of this host\n", l)
 			}
 		}
 	}

@@ -4,8 +4,10 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,6 +157,20 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 		out.Listen = nil
 	} else if len(t.Exporters) == 0 {
 		return out, bad("telemetry.exporters", "[]", "needs at least one exporter: datagrams from others are ignored")
+	}
+	// Checked here, not first at start: a listen address the socket
+	// cannot take passed --check and stopped the daemon.
+	for i, l := range t.Listen {
+		host, port, err := net.SplitHostPort(l)
+		if err != nil {
+			return out, bad(fmt.Sprintf("telemetry.listen[%d]", i), l, "is not host:port (e.g. 0.0.0.0:6343, [::]:6343)")
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 && port != "0" {
+			return out, bad(fmt.Sprintf("telemetry.listen[%d]", i), l, "has no UDP port (0-65535)")
+		}
+		if _, err := netip.ParseAddr(host); host != "" && err != nil {
+			return out, bad(fmt.Sprintf("telemetry.listen[%d]", i), l, "needs an IP address or none (\":6343\": every address), not a name")
+		}
 	}
 	for i, e := range t.Exporters {
 		a, err := netip.ParseAddr(e.Address)

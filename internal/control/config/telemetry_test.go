@@ -90,6 +90,22 @@ func TestTelemetryRefused(t *testing.T) {
 	}
 }
 
+// A listen address the socket could not take is refused by the file's
+// check, not first when the daemon starts.
+func TestTelemetryListenChecked(t *testing.T) {
+	for listen, ok := range map[string]bool{
+		`["127.0.0.1:6343"]`: true, `[":6343"]`: true, `["[::]:2055"]`: true, `["127.0.0.1:0"]`: true,
+		`["127.0.0.1"]`: false, `["127.0.0.1:70000"]`: false, `["127.0.0.1:sflow"]`: false,
+		`["collector.example:6343"]`: false, `["300.1.1.1:6343"]`: false,
+	} {
+		y := strings.Replace(telemetryYAML, `listen: ["127.0.0.1:6343"]`, "listen: "+listen, 1)
+		_, err := ParseFile("tierwall.yaml", []byte(y))
+		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), "telemetry.listen[0]")) {
+			t.Errorf("listen %s: %v, want accepted %v", listen, err, ok)
+		}
+	}
+}
+
 // The example configurations parse and build: deploy/network.yaml's
 // network mode, and deploy/tierwall.yaml's section (off).
 func TestTelemetryExamples(t *testing.T) {
