@@ -130,9 +130,10 @@ func minRecord(format uint32, b []byte) int {
 // walkSFlow walks an sFlow v5 datagram, calling v (when not nil) for
 // each flow sample and record, and says whether the datagram is one the
 // fast path takes: flow and expanded flow samples only, none cut short,
-// each record long enough for goflow2. Anything else, even a datagram
-// goflow2 would decode in part, returns false before v sees anything
-// only when v is nil: callers check first, then visit.
+// each record long enough for goflow2. Anything else returns false, even
+// a datagram goflow2 would decode in part. A walk may return false after
+// visiting some samples, so callers walk once with v nil to check, then
+// again with v to read.
 func walkSFlow(b []byte, v *sflowVisitor) (sflowHeader, bool) {
 	be := binary.BigEndian
 	var h sflowHeader
