@@ -74,7 +74,7 @@ func newMetrics(d *Daemon) *Metrics {
 	m.entropyLearned = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_entropy_learned_intervals",
 		Help: "Intervals the entropy detector learned its baseline from; it judges from detectors.entropy.history on."})
 	m.entropy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tierwall_entropy",
-		Help: "The entropy detector's numbers: of=interval is the last interval's, of=baseline the mean it judges against; signal pps is the packet rate, src and dst the normalized entropies of sources and destinations (0: one carries all, 1: all alike)."}, []string{"signal", "of"})
+		Help: "The entropy detector's numbers: of=interval is the last interval's, of=baseline the mean it judges against; signal pps is the packet rate, src and dst the entropies in bits of sources and destinations (0: one carries all, log2 n: n alike)."}, []string{"signal", "of"})
 	m.victimsAttacked = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_victims_under_attack", Help: "Destinations the per-victim detector judged attacked in the last interval."})
 	m.mitigations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_mitigations_total", Help: "Mitigations the ladder chose, by rung."}, []string{"rung"})
 	m.flowRules = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tierwall_flow_rules", Help: "Flow rules in the data plane."})

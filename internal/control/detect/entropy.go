@@ -113,11 +113,18 @@ func (w *welford) sd() float64 {
 	return math.Sqrt(w.m2 / (w.n - 1))
 }
 
-// normEntropy is the Shannon entropy of the n counts at(0..n-1), divided
-// by its maximum (log2 of the number of keys): 0 = one key, 1 = uniform.
-// The counts are read in place (a million sources are not copied into a
-// map first).
-func normEntropy(n int, at func(int) uint64) float64 {
+// entropyBits is the Shannon entropy in bits of the n counts
+// at(0..n-1): 0 = one key carries all, log2(n) = n keys alike. The
+// counts are read in place (a million sources are not copied into a map
+// first).
+//
+// Not divided by its maximum (log2 n): normalized, a flood from 100,000
+// spoofed addresses sending alike reads as even as 64 clients did (0.95
+// against 1.00), and on a server whose clients use one address the
+// destinations read 0 before and during. In bits the sources go from 6
+// to 16: how many addresses carry the traffic is what a spoofed flood
+// changes.
+func entropyBits(n int, at func(int) uint64) float64 {
 	var total float64
 	for i := range n {
 		total += float64(at(i))
@@ -134,7 +141,7 @@ func normEntropy(n int, at func(int) uint64) float64 {
 		p := float64(v) / total
 		h -= p * math.Log2(p)
 	}
-	return h / math.Log2(float64(n))
+	return h
 }
 
 // State is what the detector learned, as named numbers for the state
@@ -142,21 +149,29 @@ func normEntropy(n int, at func(int) uint64) float64 {
 // the first History intervals after a start would be learned as normal).
 func (e *Entropy) State() map[string]float64 {
 	out := map[string]float64{"n": float64(e.learned())}
-	for name, w := range map[string]*welford{"pps": &e.pps, "hsrc": &e.hsrc, "hdst": &e.hdst} {
+	for name, w := range e.named() {
 		out[name+"_n"], out[name+"_mean"], out[name+"_m2"] = w.n, w.mean, w.m2
 	}
 	return out
 }
 
+// named is the learned numbers by their names in the state file. The
+// entropies are named for their unit: a state saved when they were
+// normalized (0 to 1) is not restored as bits, and the baseline is
+// learned again.
+func (e *Entropy) named() map[string]*welford {
+	return map[string]*welford{"pps": &e.pps, "hsrc_bits": &e.hsrc, "hdst_bits": &e.hdst}
+}
+
 // Restore takes back what State returned; a state without "n" (none
-// saved) changes nothing.
+// saved), or of normalized entropies, changes nothing.
 func (e *Entropy) Restore(st map[string]float64) {
 	n, ok := st["n"]
-	if !ok || n < 0 {
+	if _, bits := st["hsrc_bits_n"]; !ok || !bits || n < 0 {
 		return
 	}
 	e.n = int(n)
-	for name, w := range map[string]*welford{"pps": &e.pps, "hsrc": &e.hsrc, "hdst": &e.hdst} {
+	for name, w := range e.named() {
 		*w = welford{n: st[name+"_n"], mean: st[name+"_mean"], m2: st[name+"_m2"]}
 	}
 }
@@ -181,7 +196,7 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 	e.defaults()
 	srcPkts := func(i int) uint64 { return t.Sources[i].Packets }
 	dstPkts := func(i int) uint64 { return t.Dests[i].Packets }
-	pps, hs, hd := t.Rate(t.Total.Packets), normEntropy(len(t.Sources), srcPkts), normEntropy(len(t.Dests), dstPkts)
+	pps, hs, hd := t.Rate(t.Total.Packets), entropyBits(len(t.Sources), srcPkts), entropyBits(len(t.Dests), dstPkts)
 	e.lastHsrc, e.lastHdst, e.vol = hs, hd, pps
 
 	if e.Hold {
@@ -206,9 +221,11 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 		return nil
 	}
 	// Floors on the bands: a perfectly steady baseline must not turn
-	// every small wobble into an attack.
+	// every small wobble into an attack. An entropy moves by at least
+	// K quarter-bits (0.75 at K=3): the sources that carry the traffic
+	// became 1.7 times as many, or as few.
 	volBand := e.K * max(e.pps.sd(), 0.1*e.pps.mean)
-	hBand := func(w *welford) float64 { return e.K * max(w.sd(), 0.05) }
+	hBand := func(w *welford) float64 { return e.K * max(w.sd(), 0.25) }
 	volume := pps > e.MinPPS && pps > e.pps.mean+volBand
 	dstShift := math.Abs(hd-e.hdst.mean) > hBand(&e.hdst)
 	srcShift := math.Abs(hs-e.hsrc.mean) > hBand(&e.hsrc)
@@ -229,7 +246,7 @@ func (e *Entropy) Detect(t *Traffic) []Detection {
 			}
 		}
 	}
-	why := fmt.Sprintf("volume %.0f pps vs normal %.0f; entropy src %.2f (normal %.2f) dst %.2f (normal %.2f)",
+	why := fmt.Sprintf("volume %.0f pps vs normal %.0f; entropy in bits src %.2f (normal %.2f) dst %.2f (normal %.2f)",
 		pps, e.pps.mean, hs, e.hsrc.mean, hd, e.hdst.mean)
 	best := map[netip.Prefix]Detection{}
 	name := func(d Detection) {
