@@ -59,4 +59,12 @@ struct {
 	__uint(max_entries, TW_SP_MAX);
 } tw_sp_stats SEC(".maps");
 
+/* The coarse clock, read once per tick per CPU (tw_sp_now_ms). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_clock);
+	__uint(max_entries, 1);
+} tw_sp_clock SEC(".maps");
+
 #endif

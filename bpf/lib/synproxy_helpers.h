@@ -116,6 +116,47 @@ static long tw_sp_opt_step(__u32 i, void *arg)
 	return 0;
 }
 
+/* Linux's SYN options, the layout most SYNs carry (and floods copying
+ * it): MSS, SACK_PERM, timestamps, NOP, window scale, 20 bytes. Read at
+ * their fixed offsets, this layout costs no walk: each step of
+ * tw_sp_opt_step is a call from bpf_loop, and a call returns through the
+ * CPU's return thunk. Any other layout is walked. */
+static __always_inline int tw_sp_opts_linux(struct tw_sp_syn *s)
+{
+	const __u8 *o = s->hdr + 20;
+	if (s->end != 40 || o[0] != TW_TCPOPT_MSS || o[1] != TW_TCPOLEN_MSS ||
+	    o[4] != TW_TCPOPT_SACK_PERM || o[5] != TW_TCPOLEN_SACK_PERM ||
+	    o[6] != TW_TCPOPT_TIMESTAMP || o[7] != TW_TCPOLEN_TIMESTAMP ||
+	    o[16] != TW_TCPOPT_NOP || o[17] != TW_TCPOPT_WINDOW ||
+	    o[18] != TW_TCPOLEN_WINDOW)
+		return 0;
+	s->sack = 1;
+	s->ts = 1;
+	__builtin_memcpy(&s->tsval, &o[8], 4);
+	s->ws = 1;
+	s->wscale = o[19];
+	return 1;
+}
+
+/* Milliseconds of the coarse monotonic clock, for the timestamp cookie,
+ * whose low six bits carry the client's options (64 ms steps): a tick's
+ * resolution is plenty. The clock is read once per tick per CPU, as the
+ * filter's (table.h's tw_coarse_now): bpf_jiffies64 is inlined into a
+ * load where any ktime helper is a call. */
+static __always_inline __u32 tw_sp_now_ms(void)
+{
+	__u32 zero = 0;
+	struct tw_clock *c = bpf_map_lookup_elem(&tw_sp_clock, &zero);
+	__u64 j = bpf_jiffies64();
+	if (!c)
+		return bpf_ktime_get_coarse_ns() / 1000000;
+	if (c->jiffies != j) {
+		c->jiffies = j;
+		c->now = bpf_ktime_get_coarse_ns();
+	}
+	return c->now / 1000000;
+}
+
 /* The SYN-ACK's TCP header, options at most MSS, SACK_PERM + timestamp,
  * NOP + window scale: the order Linux uses. */
 struct tw_sp_tcp {
@@ -177,7 +218,7 @@ static __always_inline __u32 tw_sp_build_synack(struct tw_sp_tcp *t,
 				      s->wscale;
 		if (s->sack)
 			low |= TW_TS_SACK;
-		__u32 now = bpf_ktime_get_ns() / 1000000;
+		__u32 now = tw_sp_now_ms();
 		__u32 first = TW_TCPOPT_NOP << 24 | TW_TCPOPT_NOP << 16;
 		if (s->sack)
 			first = TW_TCPOPT_SACK_PERM << 24 | TW_TCPOLEN_SACK_PERM
@@ -198,13 +239,35 @@ static __always_inline __u32 tw_sp_build_synack(struct tw_sp_tcp *t,
 	return hl;
 }
 
+/* The SYN-ACK's IP and TCP headers, in the order they go on the wire:
+ * written with one store. */
+struct tw_sp_out4 {
+	struct iphdr ip;
+	struct tw_sp_tcp t;
+};
+
+struct tw_sp_out6 {
+	struct ipv6hdr ip;
+	struct tw_sp_tcp t;
+};
+
+_Static_assert(sizeof(struct tw_sp_out4) == 60, "IPv4 SYN-ACK size");
+_Static_assert(sizeof(struct tw_sp_out6) == 80, "IPv6 SYN-ACK size");
+
 /* Answers the SYN in p with a cookie SYN-ACK, rewriting the frame in
  * place: MACs swapped (VLAN tags stay), a fresh IP header without options
  * or extension headers from the SYN's destination to its source, the
  * SYN-ACK's TCP header, nothing after it. The SYN's checksum is not
  * checked: a corrupted SYN costs one reply like any spoofed one of the
  * flood, its ACK fails the cookie (or SYNPROXY's checksum check), and
- * frames from a local sender (veth) carry only a partial checksum. */
+ * frames from a local sender (veth) carry only a partial checksum.
+ *
+ * A flood is answered here packet by packet, so the helper calls are
+ * counted: every call returns through the CPU's return thunk. The TCP
+ * header is read with one copy (its length from the frame first), its
+ * options walked only when they are not Linux's layout, the frame's tail
+ * moved only when the SYN-ACK's length differs (a Linux SYN's does not),
+ * and the headers written with one store. */
 static __always_inline __u32 tw_sp_answer_syn(struct xdp_md *ctx,
 					      const struct tw_pkt *p)
 {
@@ -213,14 +276,15 @@ static __always_inline __u32 tw_sp_answer_syn(struct xdp_md *ctx,
 	struct tw_sp_syn s = {};
 	struct tcphdr *sth = (void *)s.hdr;
 
-	if (bpf_xdp_load_bytes(ctx, p->l4off, s.hdr, sizeof(*sth)))
+	/* The parser read the TCP header's fixed part from the frame's
+	 * linear part: the data offset is there too. */
+	__u8 *doff = data + (p->l4off & TW_SP_OFF_MASK) + 12;
+	if ((void *)(doff + 1) > data_end)
 		return TW_SP_SYN_UNFIT;
-	__u32 thl = sth->doff * 4;
+	__u32 thl = (*doff >> 4) * 4;
 	if (thl < sizeof(*sth) || p->l4off + thl > p->l3end)
 		return TW_SP_SYN_UNFIT;
-	if (thl > sizeof(*sth) &&
-	    bpf_xdp_load_bytes(ctx, p->l4off + sizeof(*sth),
-			       s.hdr + sizeof(*sth), thl - sizeof(*sth)))
+	if (bpf_xdp_load_bytes(ctx, p->l4off, s.hdr, thl))
 		return TW_SP_SYN_UNFIT;
 
 	/* The helpers read the addresses from the IP header and the ports,
@@ -244,49 +308,53 @@ static __always_inline __u32 tw_sp_answer_syn(struct xdp_md *ctx,
 
 	s.end = thl;
 	s.off = sizeof(*sth);
-	bpf_loop(TW_TCP_HDR_MAX - sizeof(*sth), tw_sp_opt_step, &s, 0);
+	if (thl > sizeof(*sth) && !tw_sp_opts_linux(&s))
+		bpf_loop(TW_TCP_HDR_MAX - sizeof(*sth), tw_sp_opt_step, &s, 0);
 
-	struct tw_sp_tcp t = {};
-	__u32 hl = tw_sp_build_synack(&t, &s, (__u32)cookie);
+	struct tw_sp_out4 o4 = {};
+	struct tw_sp_out6 o6 = {};
+	struct tw_sp_tcp *t = p->family == 4 ? &o4.t : &o6.t;
+	__u32 hl = tw_sp_build_synack(t, &s, (__u32)cookie);
 	__u32 sum = bpf_htons(IPPROTO_TCP) + bpf_htons(hl);
-	sum = tw_csum_add(sum, &t, sizeof(t) / 2);
+	sum = tw_csum_add(sum, t, sizeof(*t) / 2);
 
-	struct iphdr ip = {};
-	struct ipv6hdr ip6 = {};
-	__u32 iplen;
-	if (p->family == 4) {
-		ip.version = 4;
-		ip.ihl = sizeof(ip) / 4;
-		ip.tot_len = bpf_htons(sizeof(ip) + hl);
-		ip.frag_off = bpf_htons(TW_IP_DF);
-		ip.ttl = tw_sp_ttl;
-		ip.protocol = IPPROTO_TCP;
-		ip.saddr = p->dst4;
-		ip.daddr = p->src4;
-		ip.check = tw_csum_fold(tw_csum_add(0, &ip, sizeof(ip) / 2));
-		sum = tw_csum_add(sum, &ip.saddr, 4);
-		iplen = sizeof(ip);
-	} else {
-		ip6.version = 6;
-		ip6.payload_len = bpf_htons(hl);
-		ip6.nexthdr = IPPROTO_TCP;
-		ip6.hop_limit = tw_sp_ttl;
-		__builtin_memcpy(&ip6.saddr, p->dst6, 16);
-		__builtin_memcpy(&ip6.daddr, p->src6, 16);
-		sum = tw_csum_add(sum, &ip6.saddr, 16);
-		iplen = sizeof(ip6);
-	}
-	t.th.check = tw_csum_fold(sum);
-
-	int delta = (int)(p->l3off + iplen + hl) - (int)(data_end - data);
-	if (bpf_xdp_adjust_tail(ctx, delta))
-		return TW_SP_SYN_UNFIT;
 	long err;
-	if (p->family == 4)
-		err = bpf_xdp_store_bytes(ctx, p->l3off, &ip, sizeof(ip));
-	else
-		err = bpf_xdp_store_bytes(ctx, p->l3off, &ip6, sizeof(ip6));
-	if (err || bpf_xdp_store_bytes(ctx, p->l3off + iplen, &t, hl))
+	if (p->family == 4) {
+		o4.ip.version = 4;
+		o4.ip.ihl = sizeof(o4.ip) / 4;
+		o4.ip.tot_len = bpf_htons(sizeof(o4.ip) + hl);
+		o4.ip.frag_off = bpf_htons(TW_IP_DF);
+		o4.ip.ttl = tw_sp_ttl;
+		o4.ip.protocol = IPPROTO_TCP;
+		o4.ip.saddr = p->dst4;
+		o4.ip.daddr = p->src4;
+		o4.ip.check =
+			tw_csum_fold(tw_csum_add(0, &o4.ip, sizeof(o4.ip) / 2));
+		sum = tw_csum_add(sum, &o4.ip.saddr, 4);
+		o4.t.th.check = tw_csum_fold(sum);
+		int delta = (int)(p->l3off + sizeof(o4.ip) + hl) -
+			    (int)(data_end - data);
+		if (delta && bpf_xdp_adjust_tail(ctx, delta))
+			return TW_SP_SYN_UNFIT;
+		err = bpf_xdp_store_bytes(ctx, p->l3off, &o4,
+					  sizeof(o4.ip) + hl);
+	} else {
+		o6.ip.version = 6;
+		o6.ip.payload_len = bpf_htons(hl);
+		o6.ip.nexthdr = IPPROTO_TCP;
+		o6.ip.hop_limit = tw_sp_ttl;
+		__builtin_memcpy(&o6.ip.saddr, p->dst6, 16);
+		__builtin_memcpy(&o6.ip.daddr, p->src6, 16);
+		sum = tw_csum_add(sum, &o6.ip.saddr, 16);
+		o6.t.th.check = tw_csum_fold(sum);
+		int delta = (int)(p->l3off + sizeof(o6.ip) + hl) -
+			    (int)(data_end - data);
+		if (delta && bpf_xdp_adjust_tail(ctx, delta))
+			return TW_SP_SYN_UNFIT;
+		err = bpf_xdp_store_bytes(ctx, p->l3off, &o6,
+					  sizeof(o6.ip) + hl);
+	}
+	if (err)
 		return TW_SP_SYN_UNFIT;
 
 	data = (void *)(long)ctx->data;

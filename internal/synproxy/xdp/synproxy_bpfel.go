@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type synproxyTwClock struct {
+	_       structs.HostLayout
+	Jiffies uint64
+	Now     uint64
+}
+
 type synproxyTwCtr struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -38,6 +44,7 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	synproxyMapTwSpClock   = "tw_sp_clock"
 	synproxyMapTwSpStats   = "tw_sp_stats"
 	synproxyProgTwSynproxy = "tw_synproxy"
 	synproxyVarTwSpMss     = "tw_sp_mss"
@@ -94,6 +101,7 @@ type synproxyProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type synproxyMapSpecs struct {
+	TwSpClock *ebpf.MapSpec `ebpf:"tw_sp_clock"`
 	TwSpStats *ebpf.MapSpec `ebpf:"tw_sp_stats"`
 }
 
@@ -126,11 +134,13 @@ func (o *synproxyObjects) Close() error {
 //
 // It can be passed to loadSynproxyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type synproxyMaps struct {
+	TwSpClock *ebpf.Map `ebpf:"tw_sp_clock"`
 	TwSpStats *ebpf.Map `ebpf:"tw_sp_stats"`
 }
 
 func (m *synproxyMaps) Close() error {
 	return _SynproxyClose(
+		m.TwSpClock,
 		m.TwSpStats,
 	)
 }

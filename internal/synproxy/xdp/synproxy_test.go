@@ -49,6 +49,13 @@ var (
 	tsOnlyOpts = []byte{1, 1, 8, 10, 0xa1, 0xb2, 0xc3, 0xd4, 0, 0, 0, 0, 2, 4, 0x05, 0x78}
 	// Windows: MSS, NOP, WS, NOP, NOP, SACK_PERM; no timestamps.
 	windowsOpts = []byte{2, 4, 0x05, 0xb4, 1, 3, 3, 8, 1, 1, 4, 2}
+	// macOS: MSS, NOP, WS, NOP, NOP, TS, SACK_PERM, EOL, EOL.
+	macOpts = []byte{2, 4, 0x05, 0xb4, 1, 3, 3, 6, 1, 1, 8, 10, 0xa1, 0xb2, 0xc3, 0xd4, 0, 0, 0, 0, 4, 2, 0, 0}
+	// Linux's options and length in another order: TS, MSS, WS,
+	// SACK_PERM, EOL.
+	reorderedOpts = []byte{8, 10, 0xa1, 0xb2, 0xc3, 0xd4, 0, 0, 0, 0, 2, 4, 0x05, 0xb4, 3, 3, 7, 4, 2, 0}
+	// Linux's layout with a window scale over RFC 7323's 14.
+	linuxScale15 = []byte{2, 4, 0x05, 0xb4, 4, 2, 8, 10, 0xa1, 0xb2, 0xc3, 0xd4, 0, 0, 0, 0, 1, 3, 3, 15}
 )
 
 func seg(src, dst netip.AddrPort, flags uint8, seq, ackn uint32, opts []byte) pkt.Frame {
@@ -179,6 +186,11 @@ func TestSynAnswered(t *testing.T) {
 		{"windows: no timestamps, MSS only", seg(cli4, srv4, syn, isn, 0, windowsOpts), 4, 0xff, false, false},
 		{"timestamps only", seg(cli6, srv6, syn, isn, 0, tsOnlyOpts), 16, 0xf, false, false},
 		{"ECE and CWR not accepted", seg(cli4, srv4, syn|0x40|0x80, isn, 0, linuxOpts), 20, 9 | 1<<4, true, true},
+		// Linux's layout is read at fixed offsets, any other walked:
+		// the same options in other orders, one of them as long.
+		{"macOS: walked", seg(cli4, srv4, syn, isn, 0, macOpts), 20, 6 | 1<<4, true, true},
+		{"linux's length, another order: walked", seg(cli6, srv6, syn, isn, 0, reorderedOpts), 20, 7 | 1<<4, true, true},
+		{"linux's layout, scale over 14", seg(cli4, srv4, syn, isn, 0, linuxScale15), 20, 14 | 1<<4, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ret, out := run(t, s, tc.in.Build())
