@@ -79,9 +79,12 @@ api:
 	d := startWith(t, "daemon", harness.Options{Tierwall: bin, Netns: p.Host, Exec: true, Config: cfgPath, Socket: sock})
 
 	dns := rulepkg.FlowRule{Dst: netip.PrefixFrom(p.Host4, 32), Proto: 17, DstPorts: rulepkg.PortRange{Lo: 53, Hi: 53}, Action: rulepkg.FlowDrop}
+	// Applied with the known-good bypass, which FlowSpec cannot carry.
+	applied := dns
+	applied.KnownGoodBypass = true
 	waitFor(t, "the udp/53 rule enforced", 30*time.Second, func() bool {
 		rs, err := d.Client.FlowRules(t.Context())
-		return err == nil && slices.ContainsFunc(rs, func(r mitigate.Rule) bool { return r.FlowRule == dns && r.Origin == mitigate.Remote })
+		return err == nil && slices.ContainsFunc(rs, func(r mitigate.Rule) bool { return r.FlowRule == applied && r.Origin == mitigate.Remote })
 	})
 	remoteBans := func() (n int, own bool) {
 		rs, err := d.Client.Rules(t.Context())
@@ -118,7 +121,7 @@ api:
 		t.Fatal(err)
 	}
 	for _, r := range rs {
-		if r.Origin == mitigate.Remote && r.FlowRule != dns {
+		if r.Origin == mitigate.Remote && r.FlowRule != applied {
 			t.Errorf("a peer's rule on the host is enforced: %s", r.FlowRule)
 		}
 	}

@@ -438,7 +438,8 @@ api:
 			t.Logf("BIRD log:\n%s", bird.Log())
 		}
 	})
-	want := rulepkg.FlowRule{Dst: netip.PrefixFrom(p.Host4, 32), Proto: 17, DstPorts: rulepkg.PortRange{Lo: 53, Hi: 53}, Action: rulepkg.FlowDrop}
+	// Applied with the known-good bypass, which FlowSpec cannot carry.
+	want := rulepkg.FlowRule{Dst: netip.PrefixFrom(p.Host4, 32), Proto: 17, DstPorts: rulepkg.PortRange{Lo: 53, Hi: 53}, Action: rulepkg.FlowDrop, KnownGoodBypass: true}
 	remote := func() bool {
 		rs, err := d.Client.FlowRules(t.Context())
 		return err == nil && slices.ContainsFunc(rs, func(r mitigate.Rule) bool { return r.FlowRule == want && r.Origin == mitigate.Remote })

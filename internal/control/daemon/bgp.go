@@ -178,13 +178,13 @@ func newBGPMetrics(reg *prometheus.Registry, d *Daemon) bgpMetrics {
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_bgp_updates_total",
 			Help: "Routes the speaker announced and withdrew, and remote rules applied and lifted."}, []string{"change"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tierwall_bgp_refusals_total",
-			Help: "Routes not announced or not enforced, by why (encode: the speaker could not; validation: a peer's FlowSpec failed RFC 8955 §6 or what the data plane matches; rail: the rails (guarded space, the widest ban, the per-interval limit, the circuit breaker, a destination not this host's, a rule that would cut the host off); full: max_total or the peers' share of the flow-rule table)."},
+			Help: "Routes not announced or not enforced, by why (encode: the speaker could not; validation: a peer's FlowSpec failed RFC 8955 §6 or what the data plane matches; rail: the rails (guarded space, the widest ban, the per-interval limit, the circuit breaker, a destination not this host's, a rule that would cut the host off); known_good: a peer's ban over this host's known-good clients; full: max_total or the peers' share of the flow-rule table)."},
 			[]string{"reason"}),
 	}
 	for _, c := range []string{"announced", "withdrawn", "applied", "lifted"} {
 		m.changes.WithLabelValues(c)
 	}
-	for _, r := range []string{"encode", "validation", "rail", "full"} {
+	for _, r := range []string{"encode", "validation", "rail", "known_good", "full"} {
 		m.refusals.WithLabelValues(r)
 	}
 	reg.MustRegister(m.changes, m.refusals, &bgpCollector{b: &d.bgp})

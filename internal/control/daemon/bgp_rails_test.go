@@ -200,3 +200,35 @@ func TestBGPStatusShowsLoopRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A peer's source ban that covers one of this host's known-good clients
+// is refused: the peer judged from its own clients, and a flood spoofed
+// from the prefix where this host's clients live would otherwise cut them
+// off here. A ban of a prefix without them passes.
+func TestBGPRemoteBanSparesKnownGood(t *testing.T) {
+	h, _ := newFlowHarness(t, false)
+	h.d.cfg.BGP = bgpConfig(t).BGP
+	fs := &fakeSpeaker{neighbors: []bgp.Neighbor{{Address: peerRR, State: "established", Since: t0.Add(-time.Hour)}}}
+	fakeBGP(h.d, fs)
+	fdp := h.d.dp.(*flowDP)
+	client := netip.MustParseAddr("203.0.113.20")
+	fakeConnections(t, flowVictim, client)
+	fdp.deliver(client, flowVictim, 6, 20)
+	h.step(t)
+	if !h.d.flow.victims.Good.Contains(client) {
+		t.Fatal("the client did not become known-good")
+	}
+	mk := func(src string) bgp.Remote {
+		return bgp.Remote{Peer: peerRR, Flow: bgp.Flow{Src: netip.MustParsePrefix(src), FlowRule: rule.FlowRule{Dst: netip.PrefixFrom(flowVictim, 32), Action: rule.FlowDrop}}}
+	}
+	fs.received = []bgp.Remote{mk("203.0.113.0/24"), mk("203.0.113.20/32"), mk("198.18.7.0/24")}
+	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
+	for src, want := range map[string]bool{"203.0.113.0/24": false, "203.0.113.20/32": false, "198.18.7.0/24": true} {
+		if _, got := h.d.store.Get(netip.MustParsePrefix(src)); got != want {
+			t.Errorf("remote ban of %s applied %v, want %v", src, got, want)
+		}
+	}
+	if !hasEvent(h.d, "refused", "known-good clients") {
+		t.Error("the refusal is not in the events")
+	}
+}

@@ -285,8 +285,10 @@ func TestBGPRemoteFlowRule(t *testing.T) {
 	fr := rule.FlowRule{Dst: netip.MustParsePrefix("192.0.2.53/32"), Proto: 17, DstPorts: rule.PortRange{Lo: 53, Hi: 53}, Action: rule.FlowDrop}
 	fs.received = []bgp.Remote{{Peer: peerRR, Flow: bgp.Flow{FlowRule: fr}}}
 	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
-	if !slices.Contains(fdp.rules, fr) {
-		t.Fatalf("data plane rules %v, want the remote rule", fdp.rules)
+	// With the known-good bypass: this host's verified clients pass a
+	// peer's rule as they pass its own.
+	if !slices.Contains(fdp.rules, bypassing(fr)) {
+		t.Fatalf("data plane rules %v, want the remote rule with the known-good bypass", fdp.rules)
 	}
 	rs := h.d.flow.set.Rules()
 	if len(rs) != 1 || rs[0].Origin != mitigate.Remote {
@@ -345,7 +347,7 @@ func TestBGPRemoteFlowRuleCannotCutOff(t *testing.T) {
 	}
 	h.d.bgp.applyRemote(h.now, h.d.fleetHost())
 	for fr, want := range map[rule.FlowRule]bool{dns: true, all: false, tcp: false, limit: true} {
-		if got := slices.Contains(fdp.rules, fr); got != want {
+		if got := slices.Contains(fdp.rules, bypassing(fr)); got != want {
 			t.Errorf("%s enforced %v, want %v", fr, got, want)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tierwall/tierwall/internal/control/ban"
 	"github.com/tierwall/tierwall/internal/control/bgp"
+	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -39,6 +40,10 @@ type fleetHost struct {
 	// share is the share of the established sources a prefix covers,
 	// for the circuit breaker (built only when a ban is proposed).
 	share func() func(netip.Prefix) float64
+	// good is this host's known-good list (nil without the victim
+	// detector): the clients that completed handshakes with it, which no
+	// peer's rule may take from it.
+	good *detect.KnownGood
 	// changed marks the state file to be written.
 	changed func()
 }
@@ -51,7 +56,15 @@ func (d *Daemon) fleetHost() fleetHost {
 			share, _ := d.src.establishedShare()
 			return share
 		},
-		changed: func() { d.dirty = true }}
+		changed: func() { d.dirty = true }, good: d.knownGood()}
+}
+
+// knownGood is the victim detector's known-good list, nil without it.
+func (d *Daemon) knownGood() *detect.KnownGood {
+	if d.flow.victims == nil {
+		return nil
+	}
+	return &d.flow.victims.Good
 }
 
 // applyRemote makes the remote bans and remote flow rules equal what the
@@ -96,7 +109,11 @@ func (b *bgpStage) applyRemote(now time.Time, h fleetHost) {
 // peer's ban is also applied only when its route's destination is this
 // host's (one of its addresses or protected prefixes): a source ban drops
 // the source for every destination here, and a route about another host
-// of the fleet is not a reason to. A local ban of p stays the local one.
+// of the fleet is not a reason to. Nor is a ban over this host's verified
+// clients applied: the peer judged from its own clients, and a flood
+// spoofed from a prefix where this host's clients live (and the peer's do
+// not) would otherwise cut them off here, as spareKnownGood keeps a local
+// detection from doing. A local ban of p stays the local one.
 // What the limits hold back waits, as a detection does, for a later
 // interval.
 func (b *bgpStage) applyRemoteBans(now time.Time, h fleetHost, want map[netip.Prefix]remoteBan) {
@@ -113,6 +130,11 @@ func (b *bgpStage) applyRemoteBans(now time.Time, h fleetHost, want map[netip.Pr
 		if !h.rail.oursDst(rb.flow.Dst) {
 			b.refuse(now, "rail", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
 				fmt.Sprintf("its destination %s holds none of this host's addresses or protected prefixes", rb.flow.Dst))
+			continue
+		}
+		if n := goodIn(h.good, p); n > 0 {
+			b.refuse(now, "known_good", p, rb.peer, rb.flow, fmt.Sprintf("remote ban from %s", rb.peer),
+				fmt.Sprintf("it covers %d of this host's known-good clients (completed handshakes)", n))
 			continue
 		}
 		fresh = append(fresh, p)
@@ -164,6 +186,21 @@ func (b *bgpStage) applyRemoteBans(now time.Time, h fleetHost, want map[netip.Pr
 	}
 }
 
+// goodIn is how many members of good p covers.
+func goodIn(good *detect.KnownGood, p netip.Prefix) int {
+	if good == nil || good.Len() == 0 {
+		return 0
+	}
+	if p.IsSingleIP() {
+		if good.Contains(p.Addr()) {
+			return 1
+		}
+		return 0
+	}
+	_, n := good.PrefixFree(p)
+	return n
+}
+
 // applyRemoteBan bans p for peer once the rails admitted it.
 func (b *bgpStage) applyRemoteBan(now time.Time, h fleetHost, p netip.Prefix, peer netip.Addr) {
 	if err := h.admit(p); err != nil {
@@ -183,7 +220,10 @@ func (b *bgpStage) applyRemoteBan(now time.Time, h fleetHost, p netip.Prefix, pe
 }
 
 // applyRemoteRules puts the peers' flow rules in the set (origin "bgp")
-// and takes out those gone; the set goes to the data plane as one.
+// and takes out those gone; the set goes to the data plane as one. Each
+// is applied with the known-good bypass (which FlowSpec cannot carry):
+// a peer's rule is about the flood it saw, and this host's verified
+// clients pass it as they pass the host's own ladder rules.
 func (b *bgpStage) applyRemoteRules(now time.Time, h fleetHost, want map[rule.FlowRule]netip.Addr, gone func(netip.Addr) bool, monitor bool) {
 	f := h.flow
 	if f.set == nil || f.fp == nil {
@@ -198,8 +238,10 @@ func (b *bgpStage) applyRemoteRules(now time.Time, h fleetHost, want map[rule.Fl
 		if r.Origin != mitigate.Remote {
 			continue
 		}
-		if _, still := want[r.FlowRule]; still && !monitor {
-			delete(want, r.FlowRule)
+		received := r.FlowRule
+		received.KnownGoodBypass = false // FlowSpec carries none
+		if _, still := want[received]; still && !monitor {
+			delete(want, received)
 			continue
 		}
 		peer, _ := netip.ParseAddr(strings.TrimPrefix(r.Reason, remoteReason))
@@ -240,7 +282,7 @@ func (b *bgpStage) applyRemoteRules(now time.Time, h fleetHost, want map[rule.Fl
 				fmt.Sprintf("peers' rules may take %d of the %d flow-rule slots; the rest are this host's own", room, f.set.Cap()))
 			continue
 		}
-		added, err := f.set.Add(mitigate.Rule{FlowRule: fr, Origin: mitigate.Remote, Reason: remoteReason + peer.String(), Added: now})
+		added, err := f.set.Add(mitigate.Rule{FlowRule: bypassing(fr), Origin: mitigate.Remote, Reason: remoteReason + peer.String(), Added: now})
 		if err != nil {
 			b.refuse(now, "full", fr.Dst, peer, bgp.Flow{FlowRule: fr}, what, err.Error())
 			continue
@@ -253,6 +295,12 @@ func (b *bgpStage) applyRemoteRules(now time.Time, h fleetHost, want map[rule.Fl
 		}
 	}
 	f.pushFlowRules(now)
+}
+
+// bypassing is fr as it is applied: with the known-good bypass.
+func bypassing(fr rule.FlowRule) rule.FlowRule {
+	fr.KnownGoodBypass = true
+	return fr
 }
 
 // remoteFlowSlots is how many of the flow-rule table's slots peers' rules
