@@ -28,8 +28,8 @@ func TestRunCheckOnline(t *testing.T) {
 	probe := write("probe.yaml", "role: probe\ninterface: lo\nprobe:\n  export:\n    collectors:\n      - {address: \"localhost:4739\"}\n")
 	bad := write("bad.yaml", "interface: tw-nosuch0\nbgp:\n  asn: 65001\n  router_id: 10.0.0.2\n  neighbors:\n    - {address: 127.0.0.2, asn: 65002, local_address: 192.0.2.200}\n")
 	// Role network attaches nothing: no interface to look for.
-	network := write("network.yaml", "role: network\nhardware: {backend: none}\ntelemetry:\n  enabled: true\n  listen: [\"0.0.0.0:6343\", \":2055\"]\n  exporters: [{address: 127.0.0.1}]\n  thresholds: {all: {pps: 50000}}\n")
-	badNetwork := write("badnetwork.yaml", "role: network\nhardware: {backend: none}\ntelemetry:\n  enabled: true\n  listen: [\"192.0.2.201:6343\"]\n  exporters: [{address: 127.0.0.1}]\n  thresholds: {all: {pps: 50000}}\n")
+	network := write("network.yaml", "role: network\nhardware: {backend: none}\ntelemetry:\n  enabled: true\n  listen: [\"0.0.0.0:6343\", \":2055\"]\n  exporters: [{address: 127.0.0.1}]\n  networks: [198.51.100.0/24]\n  thresholds: {all: {pps: 50000}}\n")
+	badNetwork := write("badnetwork.yaml", "role: network\nhardware: {backend: none}\ntelemetry:\n  enabled: true\n  listen: [\"192.0.2.201:6343\"]\n  exporters: [{address: 127.0.0.1}]\n  networks: [198.51.100.0/24]\n  thresholds: {all: {pps: 50000}}\n")
 	badProbe := write("badprobe.yaml", "role: probe\ninterface: lo\nprobe:\n  export:\n    collectors:\n      - {address: \"collector.invalid:4739\"}\n")
 	for _, tc := range []struct {
 		path      string

@@ -56,7 +56,7 @@ func TestCollectAndDetect(t *testing.T) {
 	cfg := filepath.Join(dir, "tierwall.yaml")
 	conf := "interface: lo\nhostgroups:\n  - {name: none, prefixes: [198.18.63.0/24]}\n" +
 		"telemetry:\n  enabled: true\n  mode: monitor\n  listen: [\"" + udp.String() + "\"]\n  exporters:\n    - {address: 127.0.0.1, name: r}\n" +
-		"  thresholds:\n    all: {pps: 50000}\n"
+		"  networks: [198.51.100.0/24]\n  thresholds:\n    all: {pps: 50000}\n"
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

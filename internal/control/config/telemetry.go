@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tierwall/tierwall/internal/control/bgp"
+	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/control/telemetry"
 	"github.com/tierwall/tierwall/internal/rule"
 )
@@ -27,6 +28,11 @@ type Telemetry struct {
 	// (detect only).
 	Mode      string              `yaml:"mode"`
 	Exporters []TelemetryExporter `yaml:"exporters"`
+	// Networks are the prefixes network mode protects (FastNetMon's
+	// networks_list): only destinations inside them are judged. Default:
+	// the host groups' prefixes and rails.protected; one of the three is
+	// needed (telemetryNetworks).
+	Networks []string `yaml:"networks"`
 	// Bounds: templates per exporter, exporters, destinations tracked.
 	MaxTemplates    int `yaml:"max_templates"`
 	MaxExporters    int `yaml:"max_exporters"`
@@ -199,6 +205,9 @@ func (c *Config) TelemetryConfig() (telemetry.Config, error) {
 	if out.Detector.Groups, err = c.DetectHostGroups(); err != nil {
 		return out, err
 	}
+	if out.Detector.Protects, err = c.telemetryNetworks(); err != nil {
+		return out, err
+	}
 	rtbh := map[string]telemetry.Communities{}
 	for name, g := range t.Groups {
 		f := "telemetry.groups." + name
@@ -291,4 +300,43 @@ func telemetryUplinks(field string, ups []TelemetryUplink, exs []telemetry.Expor
 		out = append(out, up)
 	}
 	return out, nil
+}
+
+// telemetryNetworks is the lookup of the network network mode protects:
+// telemetry.networks, else the host groups' prefixes and rails.protected.
+// A network is required. Routers export what crosses them in both
+// directions, and judged wherever it goes, a flood of spoofed SYNs "from"
+// an address outside the network (a verified client of it, say) to its
+// servers turned their SYN-ACKs into an attack on that address, which
+// network mode then announced upstream: a FlowSpec rule on every packet
+// to the client, replies included, or its blackhole.
+func (c *Config) telemetryNetworks() (func(netip.Addr) bool, error) {
+	var nets []netip.Prefix
+	if len(c.Telemetry.Networks) > 0 {
+		var err error
+		if nets, err = prefixes("telemetry.networks", c.Telemetry.Networks); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, g := range c.HostGroups {
+			nets = append(nets, g.Parsed...)
+		}
+		nets = append(nets, c.Rails.ProtectedPrefixes...)
+	}
+	if len(nets) == 0 {
+		return nil, bad("telemetry.networks", "[]", "needs the prefixes network mode protects (or host groups, or rails.protected): a destination outside them is not this network's to judge, and judging every one lets spoofed traffic aim the routers at any address")
+	}
+	seen := map[netip.Prefix]bool{}
+	var uniq []netip.Prefix
+	for _, p := range nets {
+		if p = p.Masked(); !seen[p] {
+			seen[p] = true
+			uniq = append(uniq, p)
+		}
+	}
+	h, err := detect.NewHostGroups([]detect.HostGroup{{Name: "networks", Prefixes: uniq}})
+	if err != nil {
+		return nil, bad("telemetry.networks", fmt.Sprint(c.Telemetry.Networks), err.Error())
+	}
+	return func(a netip.Addr) bool { return h.Lookup(a) != nil }, nil
 }

@@ -4,7 +4,9 @@ package config
 
 import (
 	"errors"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -171,5 +173,41 @@ func TestTelemetryGroupCommunities(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error with %q", repl, err, want)
 		}
+	}
+}
+
+// Network mode judges only the network it protects: telemetry.networks,
+// else the host groups' prefixes and rails.protected; a configuration
+// with none of them is refused. Routers export both directions, and a
+// flood of SYNs spoofed from a client outside the network turned its
+// servers' SYN-ACKs into an "attack" on the client.
+func TestTelemetryNetworks(t *testing.T) {
+	judged := func(tc telemetry.Config, addrs ...string) (out []bool) {
+		for _, a := range addrs {
+			out = append(out, tc.Detector.Protects(netip.MustParseAddr(a)))
+		}
+		return out
+	}
+	// Default: the host groups' prefixes and rails.protected.
+	y := strings.Replace(telemetryYAML, "telemetry:\n", "rails:\n  protected: [203.0.113.0/25]\ntelemetry:\n", 1)
+	got := judged(telemetryOf(t, y), "198.51.100.7", "203.0.113.9", "203.0.113.200", "192.0.2.77", "::ffff:198.51.100.7")
+	if want := []bool{true, true, false, false, true}; !slices.Equal(got, want) {
+		t.Errorf("from the host groups and rails.protected: judged %v, want %v", got, want)
+	}
+	// telemetry.networks replaces them.
+	y = strings.Replace(telemetryYAML, "  thresholds:\n", "  networks: [192.0.2.0/24, 2001:db8::/32]\n  thresholds:\n", 1)
+	got = judged(telemetryOf(t, y), "192.0.2.77", "2001:db8::1", "198.51.100.7")
+	if want := []bool{true, true, false}; !slices.Equal(got, want) {
+		t.Errorf("from telemetry.networks: judged %v, want %v", got, want)
+	}
+	// None of them: refused, with the field.
+	y = strings.Replace(telemetryYAML, "hostgroups:\n  - name: customers\n    prefixes: [198.51.100.0/24]\n", "", 1)
+	y = strings.Replace(y, "  groups:\n    customers:\n      total: {all: {pps: 200000}}\n      uplink_bps: 10e9\n", "", 1)
+	if _, err := ParseFile("tierwall.yaml", []byte(y)); err == nil || !strings.Contains(err.Error(), "telemetry.networks") {
+		t.Errorf("no network: %v, want an error naming telemetry.networks", err)
+	}
+	y = strings.Replace(telemetryYAML, "  thresholds:\n", "  networks: [192.0.2.0/33]\n  thresholds:\n", 1)
+	if _, err := ParseFile("tierwall.yaml", []byte(y)); err == nil || !strings.Contains(err.Error(), "telemetry.networks[0]") {
+		t.Errorf("a bad network: %v, want an error naming telemetry.networks[0]", err)
 	}
 }

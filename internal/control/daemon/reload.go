@@ -105,7 +105,7 @@ func needsRestart(path string) bool {
 }
 
 // telemetryReloaded are the fields of telemetry: a reload applies
-// (reloadTelemetry); the others (enabled, listen, exporters, max_*, tick,
+// (reloadTelemetry); the others (enabled, listen, exporters, networks, max_*, tick,
 // window) open the collector's sockets or size it, or give its decayed
 // sums their meaning.
 var telemetryReloaded = []string{"mode", "thresholds", "groups", "flowspec", "min_samples", "withdraw_after"}

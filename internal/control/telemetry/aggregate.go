@@ -215,6 +215,7 @@ func (d *Detector) AddAggregates(as []Aggregate) (invalid int) {
 			continue
 		}
 		if d.cfg.Protects != nil && !d.cfg.Protects(a.Dst) {
+			d.outside += uint64(a.Records)
 			continue
 		}
 		s := d.dests[a.Dst]

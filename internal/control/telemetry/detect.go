@@ -279,6 +279,7 @@ type Detector struct {
 	// tick a destination's sums are (filled).
 	at        time.Time
 	untracked uint64 // records to destinations past MaxDests
+	outside   uint64 // records to destinations outside Protects
 	attacks   []*Attack
 	ended     []Attack // recent, newest last, at most maxEnded
 	nextID    uint64
@@ -350,6 +351,7 @@ func (d *Detector) Add(now time.Time, rs []Record) {
 	for i := range rs {
 		r := &rs[i]
 		if d.cfg.Protects != nil && !d.cfg.Protects(r.Dst) {
+			d.outside++
 			continue
 		}
 		s := d.dests[r.Dst]
@@ -760,6 +762,14 @@ func (d *Detector) Untracked() uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.untracked
+}
+
+// Outside is how many records (aggregates' records over the bus) went to
+// destinations outside the protected network, judged nowhere.
+func (d *Detector) Outside() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.outside
 }
 
 // UnmarshalText reads what MarshalText wrote (the API's clients).

@@ -269,3 +269,29 @@ func TestSteadyRateReadAtItsValue(t *testing.T) {
 		}
 	}
 }
+
+// Spoofed SYNs "from" a client outside the network to its servers come
+// back through the routers as SYN-ACKs to the client: a flood on the
+// client as the feed reads it. With the network it protects (Protects,
+// from telemetry.networks or the host groups) the client is never judged;
+// the same SYN-ACKs to an address inside it are.
+func TestOutsideDestinationNeverJudged(t *testing.T) {
+	inside := netip.MustParsePrefix("198.51.100.0/24")
+	cfg := DetectorConfig{Host: hostLimits(50_000), Protects: inside.Contains}
+	client := netip.MustParseAddr("203.0.113.50")
+	for _, c := range []struct {
+		dst  netip.Addr
+		want bool
+	}{{client, false}, {victim, true}} {
+		d := NewDetector(cfg)
+		at, ok := feedSFlow(t, d, time.Unix(1700000000, 0), 3*time.Second, 300_000, 1000, func(i int) Record {
+			return Record{Src: netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + i%200)}), Dst: c.dst, IPProto: 6, TCPFlags: 0x12, SrcPort: 443, DstPort: uint16(1024 + i%60000), MinLen: 60, MaxLen: 60}
+		})
+		if ok != c.want {
+			t.Errorf("300 kpps of SYN-ACKs to %s: detected %v (after %v), want %v", c.dst, ok, at, c.want)
+		}
+		if n := d.Outside(); (n > 0) == c.want {
+			t.Errorf("to %s: %d records counted outside the network", c.dst, n)
+		}
+	}
+}

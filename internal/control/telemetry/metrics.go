@@ -41,6 +41,7 @@ var (
 	mLast     = prometheus.NewDesc("tierwall_telemetry_last_seen_timestamp_seconds", "When the exporter's last datagram arrived.", exLabels, nil)
 	mUnknown  = prometheus.NewDesc("tierwall_telemetry_unknown_datagrams_total", "Datagrams from exporters not configured (ignored).", nil, nil)
 	mUntrack  = prometheus.NewDesc("tierwall_telemetry_untracked_records_total", "Records to destinations past the detector's max_destinations (counted in their group only).", nil, nil)
+	mOutside  = prometheus.NewDesc("tierwall_telemetry_outside_records_total", "Records to destinations outside the protected network (telemetry.networks, or the host groups' prefixes), judged nowhere.", nil, nil)
 	mAttacks  = prometheus.NewDesc("tierwall_telemetry_attacks", "Attacks the feed shows now.", nil, nil)
 	mPlan     = prometheus.NewDesc("tierwall_telemetry_actions", "Upstream actions planned now, by kind.", []string{"kind"}, nil)
 
@@ -65,7 +66,7 @@ var (
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ExporterMetrics{m.s.dec}.Describe(ch)
-	for _, d := range []*prometheus.Desc{mUntrack, mAttacks, mPlan, mCapacity} {
+	for _, d := range []*prometheus.Desc{mUntrack, mOutside, mAttacks, mPlan, mCapacity} {
 		ch <- d
 	}
 }
@@ -80,6 +81,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
 	}
 	c(mUntrack, float64(m.s.det.Untracked()))
+	c(mOutside, float64(m.s.det.Outside()))
 	on := 0
 	for _, a := range m.s.det.Attacks() {
 		if a.Ended.IsZero() {

@@ -12,7 +12,8 @@ import (
 )
 
 // handWrittenConfig is netcollect's file as the experiment wrote it
-// before its configuration was built from config.Config.
+// before its configuration was built from config.Config, with the
+// network it protects since.
 func handWrittenConfig(p Params, addr netip.AddrPort, cells []Cell) string {
 	var b strings.Builder
 	// The daemon's interface is required by the configuration; netcollect
@@ -33,6 +34,9 @@ func handWrittenConfig(p Params, addr netip.AddrPort, cells []Cell) string {
 	for i := range 101 {
 		fmt.Fprintf(&b, "    - {address: 127.0.0.%d, name: r%d}\n", 1+i, i)
 	}
+	// Since telemetry.networks (2026-12-07): the run's network, as
+	// FastNetMon's networks_list.
+	b.WriteString("  networks: [198.18.0.0/18]\n")
 	fmt.Fprintf(&b, "  thresholds:\n    all: {pps: %g}\n", p.Threshold)
 	if len(groups) > 0 {
 		b.WriteString("  groups:\n")

@@ -258,10 +258,11 @@ type Stall struct {
 	Late time.Duration `json:"late"`
 }
 
-// Addresses of the run: everything inside 198.18.0.0/18 (FastNetMon's
-// networks_list: it allocates counters for every address in it).
+// Addresses of the run: everything inside 198.18.0.0/18, both tools'
+// protected network (FastNetMon's networks_list: it allocates counters for
+// every address in it; tierwall's telemetry.networks).
 var (
-	netProtected = netip.MustParsePrefix("198.18.0.0/18")
+	netProtected = evalkit.Protected
 	netBenign    = netip.MustParsePrefix("198.18.1.0/24")
 )
 
