@@ -457,25 +457,32 @@ func announcePolicy(c *config.BGP, bans iter.Seq[ban.Ban], flows []mitigate.Rule
 			out = append(out, rt)
 		}
 	}
-	// Top-N per kind and family, heaviest first; ties by key, so the set
-	// is stable from one interval to the next.
-	slices.SortFunc(out, func(a, b bgp.Route) int {
+	kept, _ := topRoutes(out, c.Announce.MaxRoutes)
+	return kept
+}
+
+// topRoutes keeps the heaviest max routes per kind and family of rs
+// (which it reorders), and says how many it cut: ties by key, so the set
+// is stable from one interval to the next.
+func topRoutes(rs []bgp.Route, max int) (kept []bgp.Route, cut int) {
+	slices.SortFunc(rs, func(a, b bgp.Route) int {
 		if c := cmp.Compare(b.Rate, a.Rate); c != 0 {
 			return c
 		}
 		return strings.Compare(a.String(), b.String())
 	})
 	n := map[string]int{}
-	kept := out[:0]
-	for _, r := range out {
+	kept = rs[:0]
+	for _, r := range rs {
 		k := fmt.Sprintf("%s/%v", r.Kind, routePrefix(r).Addr().Is4())
-		if n[k] >= c.Announce.MaxRoutes {
+		if n[k] >= max {
+			cut++
 			continue
 		}
 		n[k]++
 		kept = append(kept, r)
 	}
-	return kept
+	return kept, cut
 }
 
 // routePrefix is the prefix an event names: the source of a ban, else the

@@ -35,12 +35,15 @@ type telemetryState struct {
 	merged *mergedSpeaker // nil without BGP
 	ctx    context.Context
 	cancel context.CancelFunc
-	// mu guards announce and mode: the loop sets them on a reload, the
+	// mu guards announce, maxRoutes and mode: the loop sets them on a reload, the
 	// ticker reads them (it must not read d.cfg, which the loop replaces
 	// on SIGHUP). announce: enforce mode and not rails.monitor_only.
 	mu       sync.Mutex
 	announce bool
-	mode     telemetry.Mode
+	// maxRoutes is bgp.announce.max_routes, read by the telemetry
+	// goroutine (the loop owns d.cfg).
+	maxRoutes int
+	mode      telemetry.Mode
 	// started is the section network mode was built with: what opens
 	// sockets or sizes the collector keeps these values until a restart.
 	// seen* are the loop's last look at what a reload may change
@@ -132,6 +135,7 @@ func (d *Daemon) openTelemetry() error {
 	}
 	d.tele.mode = tc.Action.Mode
 	d.tele.announce = tc.Action.Mode == telemetry.Enforce && !d.cfg.Rails.MonitorOnly
+	d.tele.maxRoutes = d.cfg.BGP.Announce.MaxRoutes
 	d.tele.started, d.tele.seen = d.cfg.Telemetry, d.cfg.Telemetry
 	d.tele.seenGroups, d.tele.seenMonitorOnly = d.cfg.HostGroups, d.cfg.Rails.MonitorOnly
 	d.tele.ctx, d.tele.cancel = context.WithCancel(context.Background())
@@ -224,13 +228,22 @@ func (d *Daemon) telemetryChanged(c telemetry.Change) {
 	var announced []bgp.Route
 	var aerr error
 	d.tele.mu.Lock()
-	announcing, mode := d.tele.merged != nil && d.tele.announce, d.tele.mode
+	announcing, mode, maxRoutes := d.tele.merged != nil && d.tele.announce, d.tele.mode, d.tele.maxRoutes
 	d.tele.mu.Unlock()
-	withdrawn := 0
+	withdrawn, cut := 0, 0
 	switch {
 	case c.PlanChanged && announcing:
 		var perr error
 		announced, perr = upstreamRoutes(c.Plan)
+		// The heaviest bgp.announce.max_routes per kind and family, as
+		// the loop's half: a flood over thousands of the network's
+		// addresses must not announce a route for each and trip the
+		// upstream's maximum-prefix limit, which tears the session down
+		// and withdraws every mitigation with it.
+		if maxRoutes <= 0 {
+			maxRoutes = 100 // bgp.announce.max_routes' default
+		}
+		announced, cut = topRoutes(announced, maxRoutes)
 		_, aerr = d.tele.merged.announceExtra(announced)
 		aerr = errors.Join(perr, aerr)
 	case c.PlanChanged && d.tele.merged != nil:
@@ -258,6 +271,9 @@ func (d *Daemon) telemetryChanged(c telemetry.Change) {
 			d.event(c.Now, "error", netip.Prefix{}, "telemetry: announcing %d routes: %v", len(announced), aerr)
 		case announcing:
 			d.event(c.Now, "telemetry", netip.Prefix{}, "upstream: %d routes announced for network attacks", len(announced))
+			if cut > 0 {
+				d.event(c.Now, "refused", netip.Prefix{}, "upstream: %d routes of network attacks not announced: past bgp.announce.max_routes (%d per kind and family, the heaviest kept)", cut, maxRoutes)
+			}
 		default:
 			if withdrawn > 0 {
 				d.event(c.Now, "telemetry", netip.Prefix{}, "upstream: %d routes of network attacks withdrawn (%s, or rails.monitor_only)", withdrawn, mode)
@@ -344,6 +360,7 @@ func (d *Daemon) reloadTelemetry(now time.Time) {
 	t.mu.Lock()
 	t.mode = tc.Action.Mode
 	t.announce = tc.Action.Mode == telemetry.Enforce && !d.cfg.Rails.MonitorOnly
+	t.maxRoutes = d.cfg.BGP.Announce.MaxRoutes
 	announce := t.announce
 	t.mu.Unlock()
 	d.event(now, "telemetry", netip.Prefix{}, "network mode reloaded: mode %s, announcing %v", tc.Action.Mode, announce && t.merged != nil)

@@ -347,3 +347,58 @@ func TestBGPReloadedCommunitiesReachTheSpeaker(t *testing.T) {
 		t.Errorf("given %+v, want the reloaded large community once", as.set)
 	}
 }
+
+// Network mode's routes are capped as the loop's are: the heaviest
+// bgp.announce.max_routes per kind and family, the rest refused and
+// reported. A flood over thousands of the network's addresses must not
+// trip the upstream's maximum-prefix limit, which tears the session down
+// and withdraws every mitigation with it.
+func TestTelemetryRoutesCapped(t *testing.T) {
+	cfg := bgpConfig(t)
+	cfg.BGP.Announce.MaxRoutes = 3
+	cfg.HostGroups = []config.HostGroup{{Name: "customers", Prefixes: []string{"198.51.100.0/24"}}}
+	cfg.Telemetry = config.Telemetry{Enabled: true, Listen: []string{"127.0.0.1:0"},
+		Exporters:     []config.TelemetryExporter{{Address: "127.0.0.1"}},
+		Thresholds:    map[string]config.TelemetryLimits{"all": {PPS: 50000}},
+		WithdrawAfter: 300 * time.Millisecond}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h, fs := bgpHarness(t, cfg)
+	t.Cleanup(h.d.closeTelemetry)
+	serve(h.d) // network mode reports through the loop
+	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(h.d.tele.svc.Addrs()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Ten victims, each heavier than the last.
+	sf := tt.SFlow{Agent: netip.MustParseAddr("127.0.0.1")}
+	for i := range 10 {
+		for range 20 + 2*i {
+			sf.Flow(10000, tt.Packet{Src: netip.MustParseAddr("203.0.113.9"), Dst: netip.AddrFrom4([4]byte{198, 51, 100, byte(10 + i)}),
+				Proto: 17, SrcPort: 11211, DstPort: 80, Length: 1400})
+		}
+	}
+	if _, err := conn.Write(sf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"flowspec dst 198.51.100.17/32 proto udp dport 80 sport 11211 length 1400-1400 drop",
+		"flowspec dst 198.51.100.18/32 proto udp dport 80 sport 11211 length 1400-1400 drop",
+		"flowspec dst 198.51.100.19/32 proto udp dport 80 sport 11211 length 1400-1400 drop"}
+	waitAnnounced(t, h.d, fs, func(g []string) bool { return slices.Equal(g, want) })
+	// Events are the loop's: read on it.
+	cut := func() (found bool) {
+		_ = h.d.Do(t.Context(), func() {
+			found = hasEvent(h.d, "refused", "routes of network attacks not announced: past bgp.announce.max_routes (3 per kind")
+		})
+		return found
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !cut() {
+		if time.Now().After(deadline) {
+			t.Fatal("the cut routes are not in the events")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
