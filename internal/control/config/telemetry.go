@@ -57,7 +57,7 @@ type Telemetry struct {
 type TelemetryExporter struct {
 	Address      string `yaml:"address"`
 	Name         string `yaml:"name"`
-	SamplingRate uint32 `yaml:"sampling_rate"` // when its datagrams say none
+	SamplingRate uint32 `yaml:"sampling_rate"` // when its datagrams say none; the lower when they differ (Decoder.rate)
 }
 
 // TelemetryLimits: zero fields are not tested.

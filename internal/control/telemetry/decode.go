@@ -183,7 +183,15 @@ func (d *Decoder) Decode(from netip.Addr, b []byte, now time.Time, emit func(*Re
 }
 
 // rate is the sampling rate for a record whose datagram said said (0:
-// nothing).
+// nothing). Where the exporter has a configured rate and the datagram says
+// another, the lower is used: a higher one multiplies every record the
+// router sends (an options record sticks to its observation domain), and
+// from a datagram spoofed from the router's address that made busy
+// destinations floods, then FlowSpec rules and blackholes; a router
+// whose rate really went up is read low until the configuration follows,
+// which misses floods rather than stopping clients. A lower one is a
+// router sampling more often: read at the configured rate its records
+// would be multiplied by what it no longer skips.
 func (d *Decoder) rate(e *exporter, said uint32) uint32 {
 	if said > d.cfg.MaxRate {
 		said = 0
@@ -196,9 +204,10 @@ func (d *Decoder) rate(e *exporter, said uint32) uint32 {
 		r = 1
 	case e.Configured > 0 && said != e.Configured:
 		e.RateMismatches++
+		r = min(said, e.Configured)
 		if !e.warned {
 			e.warned = true
-			d.log.Warn("telemetry: exporter's sampling rate differs from the configured one; using the exporter's",
+			d.log.Warn("telemetry: exporter's sampling rate differs from the configured one; using the lower",
 				"exporter", e.Address, "datagram", said, "configured", e.Configured)
 		}
 	}

@@ -122,6 +122,16 @@ func TestNetFlow5RateMismatch(t *testing.T) {
 	if st.RateMismatches != 2 || st.SequenceGaps != 3 || st.SamplingRate != 1000 {
 		t.Errorf("mismatches %d gaps %d rate %d, want 2, 3 and the configured 1000 once none is said", st.RateMismatches, st.SequenceGaps, st.SamplingRate)
 	}
+	// A datagram that says more than the configured rate (spoofed from the
+	// router's address, say) is read at the configured one: it cannot
+	// multiply the router's records.
+	rs, err = decodeAll(t, d, tt.NetFlow5(6, 0x4000|16000, f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 1 || rs[0].Rate != 1000 {
+		t.Fatalf("a datagram saying 1:16000 against the configured 1:1000: records %+v, want rate 1000", rs)
+	}
 }
 
 func TestNetFlow9AndIPFIX(t *testing.T) {
