@@ -60,6 +60,10 @@ func Listen(addrs []string, dec *Decoder, sink Sink, log *slog.Logger) (*Collect
 			log.Warn("telemetry: socket buffer smaller than asked; bursts beyond it are dropped (raise net.core.rmem_max, or run with CAP_NET_ADMIN)",
 				"listen", a, "asked", readBuffer, "got", got, "err", err)
 		}
+		if err := filterExporters(conn, dec.exporterAddrs()); err != nil {
+			// The decoder still refuses them, one at a time.
+			log.Warn("telemetry: no socket filter: datagrams from anyone reach the decoder", "listen", a, "err", err)
+		}
 		c.conns = append(c.conns, conn)
 	}
 	for _, conn := range c.conns {

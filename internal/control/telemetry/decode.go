@@ -112,6 +112,15 @@ func NewDecoder(cfg DecoderConfig, log *slog.Logger) (*Decoder, error) {
 	return d, nil
 }
 
+// exporterAddrs are the configured exporters' addresses.
+func (d *Decoder) exporterAddrs() []netip.Addr {
+	out := make([]netip.Addr, 0, len(d.cfg.Exporters))
+	for _, c := range d.cfg.Exporters {
+		out = append(out, c.Address.Unmap())
+	}
+	return out
+}
+
 // Unknown is how many datagrams came from exporters not configured, and
 // the last such address.
 func (d *Decoder) Unknown() (uint64, netip.Addr) {

@@ -39,7 +39,7 @@ var (
 	mRate     = prometheus.NewDesc("tierwall_telemetry_sampling_rate", "Sampling rate last applied to the exporter's records (1 in N).", exLabels, nil)
 	mMismatch = prometheus.NewDesc("tierwall_telemetry_sampling_rate_mismatches_total", "Records whose datagram's sampling rate differed from the configured one.", exLabels, nil)
 	mLast     = prometheus.NewDesc("tierwall_telemetry_last_seen_timestamp_seconds", "When the exporter's last datagram arrived.", exLabels, nil)
-	mUnknown  = prometheus.NewDesc("tierwall_telemetry_unknown_datagrams_total", "Datagrams from exporters not configured (ignored).", nil, nil)
+	mUnknown  = prometheus.NewDesc("tierwall_telemetry_unknown_datagrams_total", "Datagrams from exporters not configured (ignored): the 1 in 1,024 of them the socket's filter lets through.", nil, nil)
 	mUntrack  = prometheus.NewDesc("tierwall_telemetry_untracked_records_total", "Records to destinations past the detector's max_destinations (counted in their group only).", nil, nil)
 	mOutside  = prometheus.NewDesc("tierwall_telemetry_outside_records_total", "Records to destinations outside the protected network (telemetry.networks, or the host groups' prefixes), judged nowhere.", nil, nil)
 	mAttacks  = prometheus.NewDesc("tierwall_telemetry_attacks", "Attacks the feed shows now.", nil, nil)
