@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"net/netip"
 	"strings"
 	"time"
@@ -48,6 +49,13 @@ type handshakeState struct {
 // an interval reads the table; a failed read answers no (nobody joins on
 // a guess) and is reported once per interval.
 func (d *Daemon) verifyHandshake(src, dst netip.Addr) bool {
+	conns, ok := d.connections()
+	return ok && conns.Has(src, dst)
+}
+
+// connections is this interval's dump of the kernel's connections, read
+// at the first question; false when the read failed (reported once).
+func (d *Daemon) connections() (Connections, bool) {
 	h := &d.flow.hs
 	if h.step != d.steps {
 		h.step = d.steps
@@ -57,7 +65,23 @@ func (d *Daemon) verifyHandshake(src, dst netip.Addr) bool {
 			d.event(d.lastAt, "error", netip.Prefix{}, "known-good: reading this host's TCP connections: %v (nobody joins this interval)", err)
 		}
 	}
-	return !h.failed && h.conns.Has(src, dst)
+	return h.conns, !h.failed
+}
+
+// connected is Victims.Connections: this interval's connections as
+// (remote, local) pairs, none when the read failed.
+func (d *Daemon) connected() iter.Seq2[netip.Addr, netip.Addr] {
+	return func(yield func(netip.Addr, netip.Addr) bool) {
+		conns, ok := d.connections()
+		if !ok {
+			return
+		}
+		for k := range conns {
+			if !yield(k[0], k[1]) {
+				return
+			}
+		}
+	}
 }
 
 // protects reports whether the daemon protects destination a: one of this

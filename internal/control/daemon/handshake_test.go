@@ -183,3 +183,35 @@ func TestSockDiagFindsConnection(t *testing.T) {
 		t.Fatal("a connection that does not exist was found")
 	}
 }
+
+// A random-source flood fills the feature buffers within milliseconds of
+// each interval, and the traffic then holds only its first packets'
+// sources: a client that connected during the flood was never asked about
+// and could not join. In an interval that overflowed, the remote ends of
+// this host's connections to what it protects join from the kernel's
+// table; a connection to an address it does not protect teaches nothing,
+// and without overflow the table is not read for it.
+func TestKnownGoodJoinsFromConnectionsWhenBuffersOverflow(t *testing.T) {
+	h, fdp := newFlowHarness(t, false)
+	client := netip.MustParseAddr("198.51.100.20")
+	elsewhere := netip.MustParseAddr("198.51.100.21")
+	conns := Connections{{client, flowVictim}: {}, {elsewhere, netip.MustParseAddr("203.0.113.1")}: {}}
+	old := dumpConnections
+	dumpConnections = func() (Connections, error) { return conns, nil }
+	t.Cleanup(func() { dumpConnections = old })
+	h.step(t)
+	if h.d.flow.victims.Good.Contains(client) {
+		t.Fatal("a client with no traffic joined in a complete interval")
+	}
+	fdp.overflow += 350_885 // the feature buffers full
+	h.step(t)
+	if !h.d.flow.victims.Good.Contains(client) {
+		t.Fatal("the connected client did not join in an interval whose buffers overflowed")
+	}
+	if h.d.flow.victims.Good.Contains(elsewhere) {
+		t.Fatal("a connection to an address this host does not protect made its client known-good")
+	}
+	if !fdp.good[client] {
+		t.Fatal("the client is not on the data plane's known-good list")
+	}
+}

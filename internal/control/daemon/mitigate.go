@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -70,9 +71,10 @@ type flowStage struct {
 	metrics         *Metrics
 	dp              DataPlane
 	log             *slog.Logger
-	publish         func()                         // the flow rules' view for the API (publishFlows)
-	verifyHandshake func(src, dst netip.Addr) bool // known-good's proof (handshake.go)
-	protects        func(netip.Addr) bool          // whether a destination is the daemon's to protect
+	publish         func()                                   // the flow rules' view for the API (publishFlows)
+	verifyHandshake func(src, dst netip.Addr) bool           // known-good's proof (handshake.go)
+	connected       func() iter.Seq2[netip.Addr, netip.Addr] // the same proof, listed (handshake.go)
+	protects        func(netip.Addr) bool                    // whether a destination is the daemon's to protect
 }
 
 // newFlowStage wires the flow-rule stage to the daemon.
@@ -86,6 +88,7 @@ func (d *Daemon) newFlowStage() flowStage {
 		log:             d.log,
 		publish:         d.publishFlows,
 		verifyHandshake: d.verifyHandshake,
+		connected:       d.connected,
 		protects:        d.protects,
 	}
 }
@@ -517,6 +520,7 @@ func (f *flowStage) buildVictims() {
 		WithdrawAfter: c.WithdrawAfter, MaxVictims: c.MaxVictims, MinBits4: max(w4, 1), MinBits6: max(w6, 1)})
 	f.victims.Good.Verify = f.verifyHandshake
 	f.victims.Protects = f.protects
+	f.victims.Connections = f.connected
 	f.goodVersion, f.good = 0, nil
 }
 

@@ -144,6 +144,38 @@ func (g *KnownGood) see(k Key, dst netip.Addr, nonSYN bool) bool {
 	return true
 }
 
+// vouched takes the kernel's word that k holds a connection past its
+// handshake with a destination the daemon protects, without traffic from
+// it (Victims.Connections): a member is seen and, when due, verified
+// again; a newcomer joins under see's MaxJoin and slots. It reports
+// whether k is a member.
+func (g *KnownGood) vouched(k Key) bool {
+	g.defaults()
+	if i, ok := g.idx[k]; ok {
+		e := &g.ents[i]
+		e.last = g.epoch
+		if g.epoch-e.verified >= uint32(g.Reverify) {
+			e.verified, e.again = g.epoch, true
+		}
+		return true
+	}
+	if g.joined >= g.MaxJoin {
+		g.RateCapped++
+		return false
+	}
+	i, ok := g.slot()
+	if !ok {
+		g.Refused++
+		return false
+	}
+	g.ents[i] = kgEntry{key: k, last: g.epoch, verified: g.epoch}
+	g.idx[k] = i
+	g.nMem++
+	g.joined++
+	g.version++
+	return true
+}
+
 // slot finds room for a newcomer: a free entry, a new one under Cap, or
 // the least recently seen of a sample of members verified only once and
 // not seen this interval.

@@ -4,6 +4,7 @@ package detect
 
 import (
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"strings"
@@ -46,6 +47,10 @@ type Victims struct {
 	// host's addresses, the protected and host-group prefixes): only
 	// their clients can become known-good. nil: none.
 	Protects func(netip.Addr) bool
+	// Connections lists this host's TCP connections past their
+	// handshake, as (remote, local) addresses (nil: none); read only in
+	// an interval whose feature buffers overflowed (learnGood).
+	Connections func() iter.Seq2[netip.Addr, netip.Addr]
 
 	idx     map[Key]int32
 	vs      []victimState
@@ -459,6 +464,7 @@ func (v *Victims) Observe(in Input) Decision {
 		}
 	}
 	v.learnGood(t)
+	v.learnConnected(t)
 	v.recent.tick()
 	v.Good.tick(v.attacks > 0)
 	return dec
@@ -492,6 +498,32 @@ func (v *Victims) learnGood(t *Traffic) {
 			continue
 		}
 		v.Good.see(t.srcs.keys[p.Src], t.DestAddr(int(p.Dst)), t.PairNonSYN(i))
+	}
+}
+
+// learnConnected joins, in an interval whose feature buffers overflowed,
+// the remote ends of this host's connections to the destinations it
+// protects. A random-source flood fills the buffers within milliseconds of
+// each interval, and the traffic then holds only the sources of its first
+// packets: a client that connected during the flood was never asked about
+// and could not join, so the flood's rate limit held it and the prefix
+// rung could not see it; members that kept talking were not verified
+// again and left after MaxAge. The kernel's table is the same proof the
+// traffic leads to (verifyHandshake), read without the traffic.
+func (v *Victims) learnConnected(t *Traffic) {
+	if t.Overflow == 0 || v.Connections == nil || v.Protects == nil {
+		return
+	}
+	prot := map[netip.Addr]bool{}
+	for remote, local := range v.Connections() {
+		p, ok := prot[local]
+		if !ok {
+			p = v.Protects(local)
+			prot[local] = p
+		}
+		if p {
+			v.Good.vouched(KeyOf(remote))
+		}
 	}
 }
 
