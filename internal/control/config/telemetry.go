@@ -329,10 +329,27 @@ func (c *Config) telemetryNetworks() (func(netip.Addr) bool, error) {
 	seen := map[netip.Prefix]bool{}
 	var uniq []netip.Prefix
 	for _, p := range nets {
-		if p = p.Masked(); !seen[p] {
+		if p = p.Masked(); p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		if !seen[p] {
 			seen[p] = true
 			uniq = append(uniq, p)
 		}
+	}
+	// Asked for every record: a few prefixes (the common network) are
+	// compared in turn, a few ns each, where the map's probe cost some
+	// 40 ns, 8% of what a datagram of six records costs to ingest.
+	if len(uniq) <= 8 {
+		return func(a netip.Addr) bool {
+			a = a.Unmap()
+			for _, p := range uniq {
+				if p.Contains(a) {
+					return true
+				}
+			}
+			return false
+		}, nil
 	}
 	h, err := detect.NewHostGroups([]detect.HostGroup{{Name: "networks", Prefixes: uniq}})
 	if err != nil {

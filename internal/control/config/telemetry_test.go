@@ -200,6 +200,12 @@ func TestTelemetryNetworks(t *testing.T) {
 	if want := []bool{true, true, false}; !slices.Equal(got, want) {
 		t.Errorf("from telemetry.networks: judged %v, want %v", got, want)
 	}
+	// Many (looked up by prefix length rather than in turn).
+	y = strings.Replace(telemetryYAML, "  thresholds:\n", "  networks: [192.0.2.0/24, 10.1.0.0/16, 10.2.0.0/16, 10.3.0.0/16, 10.4.0.0/16, 10.5.0.0/16, 10.6.0.0/16, 10.7.0.0/16, 10.8.0.0/16, 2001:db8::/32]\n  thresholds:\n", 1)
+	got = judged(telemetryOf(t, y), "192.0.2.77", "10.8.3.4", "2001:db8::1", "10.9.0.1", "::ffff:10.1.2.3")
+	if want := []bool{true, true, true, false, true}; !slices.Equal(got, want) {
+		t.Errorf("from ten networks: judged %v, want %v", got, want)
+	}
 	// None of them: refused, with the field.
 	y = strings.Replace(telemetryYAML, "hostgroups:\n  - name: customers\n    prefixes: [198.51.100.0/24]\n", "", 1)
 	y = strings.Replace(y, "  groups:\n    customers:\n      total: {all: {pps: 200000}}\n      uplink_bps: 10e9\n", "", 1)
