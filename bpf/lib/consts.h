@@ -15,8 +15,8 @@ enum tw_layout {
 	 * exact rules' counters in their slots, shared by the CPUs; 8: the
 	 * heavy hitter counts in jiffies, samples, and marks its catches; 9:
 	 * known-good members carry a token bucket, the config its rate; 10:
-	 * the known-good sieve */
-	TW_LAYOUT_VERSION = 10,
+	 * the known-good sieve; 11: the known-good lists are plain hashes */
+	TW_LAYOUT_VERSION = 11,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy

@@ -212,17 +212,22 @@ struct {
 } tw_frule_tb SEC(".maps");
 
 /* Known-good sources (network order), consulted only by a rule with the
- * bypass flag. LRU: the capacity set at load is the bound, and the least
- * recently seen entries make room for new ones. */
+ * bypass flag. A plain hash, not an LRU: the daemon bounds the members
+ * (KnownGood.Cap, no more than the capacity set at load) and chooses whom
+ * to let go. The kernel's common LRU keeps free slots on each CPU's own
+ * list, and an insert on a CPU whose list and the shared one ran dry
+ * evicted a member (the least recently used, whatever the daemon knew of
+ * it) long before the map was full; the daemon, which pushes only its
+ * changes, never put it back. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u32);
 	__type(value, struct tw_good);
 	__uint(max_entries, 1);
 } tw_good4 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u8[16]);
 	__type(value, struct tw_good);
 	__uint(max_entries, 1);

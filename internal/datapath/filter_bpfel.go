@@ -277,7 +277,7 @@ const (
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 10
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 11
 )
 
 type filterTwLpm4Key struct {

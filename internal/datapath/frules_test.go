@@ -361,22 +361,39 @@ func TestKnownGoodVerbs(t *testing.T) {
 }
 
 // LRU eviction is the bound: a full list takes new entries.
-func TestKnownGoodEvicts(t *testing.T) {
+func TestKnownGoodFullRefusesNeverEvicts(t *testing.T) {
 	testutil.RequireRoot(t)
 	d, err := LoadDetached(Options{ExactCapacity4: 64, ExactCapacity6: 64, PrefixCapacity: 64, AllowCapacity: 64, FeatureCapacity: 64, KnownGoodCapacity: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	var as []netip.Addr
-	for i := 0; i < 1024; i++ {
-		as = append(as, netip.AddrFrom4([4]byte{10, 8, byte(i >> 8), byte(i)}))
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 8, byte(i >> 8), byte(i)}) }
+	var first []netip.Addr
+	for i := range 256 {
+		first = append(first, addr(i))
 	}
-	if err := d.AddKnownGood(as); err != nil {
+	// Added one at a time, from whichever CPU this thread is on: an LRU
+	// evicted members here before it was full.
+	for _, a := range first {
+		if err := d.AddKnownGood([]netip.Addr{a}); err != nil {
+			t.Fatalf("member %s of 256 in a list of 256: %v", a, err)
+		}
+	}
+	if err := d.AddKnownGood([]netip.Addr{addr(300)}); err == nil {
+		t.Error("a 257th member went into a list of 256")
+	}
+	held, err := d.KnownGood()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := d.KnownGoodCount(); err != nil || n == 0 || n > 256 {
-		t.Errorf("%d entries (%v) in a list of 256", n, err)
+	if len(held) != 256 {
+		t.Fatalf("%d members held, want the 256 added", len(held))
+	}
+	for _, a := range held {
+		if !slices.Contains(first, a) {
+			t.Fatalf("%s held: a member was evicted for it", a)
+		}
 	}
 }
 

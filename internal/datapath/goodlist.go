@@ -12,10 +12,13 @@ import (
 
 // The known-good list: sources that flow rules with KnownGoodBypass let
 // pass whatever their action (clients that completed a TCP handshake, or
-// that were steady before the attack). Two LRU hashes, tw_good4 and
-// tw_good6, of the capacity set at load (Options.KnownGoodCapacity): the
-// bound is eviction of the least recently used entries, never a refusal,
-// so a full list costs the oldest clients their bypass and nothing else.
+// that were steady before the attack). Two hashes, tw_good4 and tw_good6,
+// of the capacity set at load (Options.KnownGoodCapacity): a full one
+// refuses an insert (AddKnownGood fails, and the daemon tries again), and
+// never drops a member on its own. The daemon keeps its members under the
+// capacity and chooses whom to let go; an LRU chose for it, before it was
+// full (the kernel keeps free slots on each CPU's list), and the members
+// it dropped were never put back.
 // Sources are looked up as the filter sees them, an IPv4-mapped source as
 // its IPv4 address, so IPv4-mapped inputs are stored as IPv4.
 //
@@ -108,9 +111,9 @@ func (d *Datapath) AddKnownGood(addrs []netip.Addr) error {
 }
 
 // RemoveKnownGood takes addresses off the known-good list. One that is not
-// there is no error: the list evicts on its own, so a caller cannot know
-// whether an entry is still present. An invalid or zoned address is
-// rule.ErrInvalid and removes nothing.
+// there is no error: a caller's view may be older than the list (an
+// insert it was told failed, another process), and the result is the same.
+// An invalid or zoned address is rule.ErrInvalid and removes nothing.
 func (d *Datapath) RemoveKnownGood(addrs []netip.Addr) error {
 	v4, v6, err := goodKeys(addrs)
 	if err != nil {

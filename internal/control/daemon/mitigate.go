@@ -519,6 +519,14 @@ func (f *flowStage) buildVictims() {
 		LearnIntervals: c.LearnIntervals, Coverage: c.Coverage, RateFactor: c.RateFactor, RateFloorPPS: c.RateFloorPPS,
 		WithdrawAfter: c.WithdrawAfter, MaxVictims: c.MaxVictims, MinBits4: max(w4, 1), MinBits6: max(w6, 1)})
 	f.victims.Good.Verify = f.verifyHandshake
+	// The data plane's lists hold capacity.known_good a family and refuse
+	// past it: the members stay under it, so an insert never meets a
+	// full list.
+	kg := f.cfg().Capacity.KnownGood
+	if kg <= 0 {
+		kg = datapath.DefaultKnownGoodCapacity
+	}
+	f.victims.Good.Cap = min(detect.DefaultKnownGoodCap, kg)
 	f.victims.Protects = f.protects
 	f.victims.Connections = f.connected
 	f.goodVersion, f.good = 0, nil

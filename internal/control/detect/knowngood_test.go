@@ -3,6 +3,7 @@
 package detect
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 )
@@ -194,4 +195,59 @@ func TestVictimNeverBansMember(t *testing.T) {
 	if !s.v.Good.Contains(member) {
 		t.Fatal("member lost its membership to traffic from its address")
 	}
+}
+
+// PrefixFree by binary search counts what a scan of every member counts,
+// for prefixes of both families, of every width, holding none, one or
+// many members, after members joined and left.
+func TestKnownGoodPrefixFreeAgreesWithScan(t *testing.T) {
+	g := &KnownGood{Verify: func(netip.Addr, netip.Addr) bool { return true }, MaxJoin: 1 << 20, MaxChecks: 1 << 20}
+	rng := rand.New(rand.NewPCG(3, 4))
+	dst := netip.MustParseAddr("192.0.2.1")
+	var added []netip.Addr
+	for i := range 3000 {
+		var a netip.Addr
+		if i%3 == 0 {
+			a = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, byte(rng.IntN(4)), 6: byte(rng.IntN(256)), 15: byte(rng.IntN(256))})
+		} else {
+			a = netip.AddrFrom4([4]byte{10, byte(rng.IntN(4)), byte(rng.IntN(256)), byte(rng.IntN(256))})
+		}
+		g.see(KeyOf(a), dst, true)
+		added = append(added, a)
+	}
+	scan := func(p netip.Prefix) int {
+		n := 0
+		for _, a := range g.AppendMembers(nil) {
+			if p.Contains(a) {
+				n++
+			}
+		}
+		return n
+	}
+	check := func(when string) {
+		for range 2000 {
+			a := added[rng.IntN(len(added))]
+			p, _ := a.Prefix(rng.IntN(a.BitLen() + 1))
+			if rng.IntN(4) == 0 { // an address next to it: maybe no member
+				b := a.As16()
+				b[15] ^= 0x80
+				if a.Is4() {
+					p, _ = netip.AddrFrom4([4]byte(b[12:])).Prefix(rng.IntN(33))
+				} else {
+					p, _ = netip.AddrFrom16(b).Prefix(rng.IntN(129))
+				}
+			}
+			free, n := g.PrefixFree(p)
+			if want := scan(p); n != want || free != (want == 0) {
+				t.Fatalf("%s: PrefixFree(%s) = %v, %d; the scan counts %d", when, p, free, n, want)
+			}
+		}
+	}
+	check("after 3,000 joins")
+	for i := 0; i < len(g.ents); i += 3 {
+		if !g.ents[i].free {
+			g.drop(i)
+		}
+	}
+	check("after a third left")
 }
