@@ -115,41 +115,7 @@ func (g *KnownGood) defaults() {
 // protects, this interval (nonSYN: TCP beyond SYNs, the only traffic after
 // which the kernel is asked). It reports whether k is a member.
 func (g *KnownGood) see(k Key, dst netip.Addr, nonSYN bool) bool {
-	g.defaults()
-	if i, ok := g.idx[k]; ok {
-		e := &g.ents[i]
-		e.last = g.epoch
-		if nonSYN && g.epoch-e.verified >= uint32(g.Reverify) && g.Verify != nil && g.Verify(k.Addr(), dst) {
-			e.verified, e.again = g.epoch, true
-		}
-		return true
-	}
-	if !nonSYN || g.Verify == nil {
-		return false
-	}
-	if g.joined >= g.MaxJoin {
-		g.RateCapped++
-		return false
-	}
-	if g.checks >= g.MaxChecks {
-		return false
-	}
-	g.checks++
-	if !g.Verify(k.Addr(), dst) {
-		g.Unverified++
-		return false
-	}
-	i, ok := g.slot()
-	if !ok {
-		g.Refused++
-		return false
-	}
-	g.ents[i] = kgEntry{key: k, last: g.epoch, verified: g.epoch}
-	g.idx[k] = i
-	g.nMem++
-	g.joined++
-	g.version++
-	return true
+	return g.offer(k, dst, nonSYN, false)
 }
 
 // vouched takes the kernel's word that k holds a connection past its
@@ -158,17 +124,38 @@ func (g *KnownGood) see(k Key, dst netip.Addr, nonSYN bool) bool {
 // again; a newcomer joins under see's MaxJoin and slots. It reports
 // whether k is a member.
 func (g *KnownGood) vouched(k Key) bool {
+	return g.offer(k, netip.Addr{}, false, true)
+}
+
+// offer is see and vouched: the kernel is asked (Verify) only when it has
+// not vouched already, and only for non-SYN traffic.
+func (g *KnownGood) offer(k Key, dst netip.Addr, nonSYN, vouched bool) bool {
 	g.defaults()
+	proven := func() bool { return vouched || g.Verify(k.Addr(), dst) }
+	askable := vouched || nonSYN && g.Verify != nil
 	if i, ok := g.idx[k]; ok {
 		e := &g.ents[i]
 		e.last = g.epoch
-		if g.epoch-e.verified >= uint32(g.Reverify) {
+		if askable && g.epoch-e.verified >= uint32(g.Reverify) && proven() {
 			e.verified, e.again = g.epoch, true
 		}
 		return true
 	}
+	if !askable {
+		return false
+	}
 	if g.joined >= g.MaxJoin {
 		g.RateCapped++
+		return false
+	}
+	if !vouched {
+		if g.checks >= g.MaxChecks {
+			return false
+		}
+		g.checks++
+	}
+	if !proven() {
+		g.Unverified++
 		return false
 	}
 	i, ok := g.slot()
