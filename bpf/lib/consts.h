@@ -15,8 +15,9 @@ enum tw_layout {
 	 * exact rules' counters in their slots, shared by the CPUs; 8: the
 	 * heavy hitter counts in jiffies, samples, and marks its catches; 9:
 	 * known-good members carry a token bucket, the config its rate; 10:
-	 * the known-good sieve; 11: the known-good lists are plain hashes */
-	TW_LAYOUT_VERSION = 11,
+	 * the known-good sieve; 11: the known-good lists are plain hashes;
+	 * 12: the port profile's fifth row, SYNs by length */
+	TW_LAYOUT_VERSION = 12,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy
@@ -94,10 +95,16 @@ enum tw_jmp_slot {
 
 /* The port profile: packets that passed, per CPU, by (protocol, side,
  * port), in four rows of 65536 __u64 counters (TCP source, TCP
- * destination, UDP source, UDP destination) kept in the feature buffers
- * after the CPU headers, eight counters per 64-byte slot. */
+ * destination, UDP source, UDP destination), and a fifth of the SYNs
+ * (without ACK) that passed by IP length (IPv4 at [length], IPv6 at
+ * [TW_SYNLEN_V6 | length], lengths from TW_SYNLEN_MAX counted at it),
+ * kept in the feature buffers after the CPU headers, eight counters per
+ * 64-byte slot. */
 enum tw_port_profile {
-	TW_PORT_ROWS = 4,
+	TW_PORT_ROW_SYNLEN = 4,
+	TW_SYNLEN_V6 = 0x8000,
+	TW_SYNLEN_MAX = 0x7fff,
+	TW_PORT_ROWS = 5,
 	TW_PORT_SLOTS = TW_PORT_ROWS * 65536 / 8, /* per CPU */
 };
 

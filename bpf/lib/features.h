@@ -55,9 +55,9 @@ static __always_inline void tw_feat_overflow(void)
 }
 
 static __always_inline void tw_port_bump(void *buf, __u32 base, __u32 row,
-					 __be16 port)
+					 __u32 col)
 {
-	__u32 n = row * 65536 + bpf_ntohs(port);
+	__u32 n = row * 65536 + (col & 0xffff);
 	__u32 idx = base + n / 8;
 	__u64 *s = bpf_map_lookup_elem(buf, &idx);
 	if (s)
@@ -67,7 +67,11 @@ static __always_inline void tw_port_bump(void *buf, __u32 base, __u32 row,
 /* The port profile: one counter per side of a TCP or UDP packet that
  * passed, by port, so the control plane can see what a flood shares when
  * its sources share nothing (a reflection's source port, a victim's
- * service) and pick a flow rule. Later fragments carry no ports. */
+ * service) and pick a flow rule. Later fragments carry no ports. A SYN
+ * also counts by its IP length: a flood tool's SYNs all have one size
+ * (its option layout), which the host's clients may never send, and a
+ * flow rule can drop that size where answering each SYN with a cookie
+ * costs the host a transmitted SYN-ACK. */
 static __always_inline void tw_ports(void *buf, const struct tw_pkt *p,
 				     __u32 cpu)
 {
@@ -81,8 +85,14 @@ static __always_inline void tw_ports(void *buf, const struct tw_pkt *p,
 	else
 		return;
 	__u32 base = tw_nr_cpus * (tw_feat_slots + 1) + cpu * TW_PORT_SLOTS;
-	tw_port_bump(buf, base, row, p->sport);
-	tw_port_bump(buf, base, row + 1, p->dport);
+	tw_port_bump(buf, base, row, bpf_ntohs(p->sport));
+	tw_port_bump(buf, base, row + 1, bpf_ntohs(p->dport));
+	if (p->syn) {
+		__u32 l = p->l3len < TW_SYNLEN_MAX ? p->l3len : TW_SYNLEN_MAX;
+		if (p->family == 6)
+			l |= TW_SYNLEN_V6;
+		tw_port_bump(buf, base, TW_PORT_ROW_SYNLEN, l);
+	}
 }
 
 static __always_inline void tw_features(const struct tw_pkt *p, __u32 len,

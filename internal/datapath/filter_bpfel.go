@@ -277,7 +277,7 @@ const (
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 11
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 12
 )
 
 type filterTwLpm4Key struct {

@@ -442,7 +442,8 @@ func TestSynproxyTailCall(t *testing.T) {
 }
 
 // The port profile counts both ports of TCP and UDP traffic that passed,
-// per snapshot: nothing dropped, no later fragment.
+// per snapshot: nothing dropped, no later fragment; and SYNs without ACK
+// by IP length, IPv6 apart.
 func TestPortProfile(t *testing.T) {
 	d := loadTestDatapath(t)
 	if err := d.SetFlowRules(mustFlowRules(t, []string{"dst 198.18.0.0/24 proto udp sport 19 drop"})); err != nil {
@@ -458,6 +459,10 @@ func TestPortProfile(t *testing.T) {
 	sendN(t, d, flowPkt{src: "10.9.9.9", dst: "198.18.0.1", proto: udp, sport: 19, dport: 4444}.build(), 9) // dropped
 	sendN(t, d, flowPkt{src: "10.9.9.9", dst: "198.18.0.1", proto: udp, later: true}.build(), 4)            // no ports
 	sendN(t, d, flowPkt{src: "10.9.9.9", dst: "198.18.0.1", proto: udp, sport: 53, first: true}.build(), 1) // first fragment: ports
+	sendN(t, d, flowPkt{src: "10.9.9.8", dst: "198.18.0.1", proto: tcp, sport: 1, dport: 80, flags: pkt.TCPFlagSYN, payload: -1}.build(), 6)
+	sendN(t, d, flowPkt{src: "2001:db8:c1ea::1", dst: "2001:db8::1", proto: tcp, sport: 1, dport: 80, flags: pkt.TCPFlagSYN, payload: -1}.build(), 7)
+	sendN(t, d, flowPkt{src: "10.9.9.8", dst: "198.18.0.1", proto: tcp, sport: 1, dport: 80, flags: pkt.TCPFlagSYN | pkt.TCPFlagACK, payload: -1}.build(), 2) // no SYN without ACK
+	sendN(t, d, flowPkt{src: "10.9.9.8", dst: "198.18.0.1", proto: tcp, sport: 1, dport: 80, flags: pkt.TCPFlagSYN, payload: 1400}.build(), 1)
 	s, err := d.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -466,6 +471,16 @@ func TestPortProfile(t *testing.T) {
 	if p.UDPSrc[53] != 8 || p.UDPDst[4444] != 5 || p.UDPDst[5555] != 2 || p.TCPSrc[40000] != 3 || p.TCPDst[443] != 3 || p.UDPSrc[19] != 0 {
 		t.Errorf("profile: udp src 53=%d dst 4444=%d 5555=%d, tcp src 40000=%d dst 443=%d, udp src 19=%d",
 			p.UDPSrc[53], p.UDPDst[4444], p.UDPDst[5555], p.TCPSrc[40000], p.TCPDst[443], p.UDPSrc[19])
+	}
+	// 3 SYNs of 48 bytes (20 + 20 + "tierwall"), 6 of 40, 7 IPv6 ones
+	// of 60, one of 1,440.
+	var syns uint64
+	for _, n := range p.SYNLen {
+		syns += n
+	}
+	if p.SYNLen[48] != 3 || p.SYNLen[40] != 6 || p.SYNLen[SYNLenV6|60] != 7 || p.SYNLen[1440] != 1 || syns != 17 {
+		t.Errorf("SYN lengths: 48=%d 40=%d v6 60=%d 1440=%d, %d in all; want 3, 6, 7, 1 of 17",
+			p.SYNLen[48], p.SYNLen[40], p.SYNLen[SYNLenV6|60], p.SYNLen[1440], syns)
 	}
 	top, total := p.Top(17, true, 1)
 	if len(top) != 1 || top[0] != (PortCount{Port: 53, Packets: 8}) || total != 8 {

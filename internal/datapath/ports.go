@@ -12,16 +12,26 @@ import (
 // headers and swapped with them, so it covers exactly a Snapshot's
 // interval. It shows what a flood shares when its sources share nothing —
 // "most of it is UDP from source port 53" — which is what a flow rule can
-// name.
+// name. Its fifth row counts the SYNs by IP length: what a SYN flood's
+// packets share when they share no port but the victim's service.
 
-// portSlots is TW_PORT_SLOTS: per CPU, four rows of 65536 counters (TCP
-// source, TCP destination, UDP source, UDP destination), eight to a slot.
-const portSlots = 4 * 65536 / 8
+// portSlots is TW_PORT_SLOTS: per CPU, five rows of 65536 counters (TCP
+// source, TCP destination, UDP source, UDP destination, SYN length),
+// eight to a slot.
+const portSlots = 5 * 65536 / 8
+
+// The SYN-length row's columns (TW_SYNLEN_*): IPv4 SYNs at their IP
+// length, IPv6 ones at SYNLenV6 | length, lengths from SYNLenMax at it.
+const (
+	SYNLenV6  = 0x8000
+	SYNLenMax = 0x7fff
+)
 
 // PortProfile is the packets that passed in one snapshot interval, by
-// port. Non-first fragments carry no ports and are not in it.
+// port, and the SYNs (without ACK) among them by IP length (SYNLenV6,
+// SYNLenMax). Non-first fragments carry no ports and are not in it.
 type PortProfile struct {
-	TCPSrc, TCPDst, UDPSrc, UDPDst [65536]uint64
+	TCPSrc, TCPDst, UDPSrc, UDPDst, SYNLen [65536]uint64
 }
 
 // PortCount is one port's packets.
@@ -78,7 +88,7 @@ func (p *PortProfile) Top(proto uint8, source bool, n int) (top []PortCount, tot
 func (b *drainBufs) drainPorts(buf []filterTwFeatSlot, sz sizes) *PortProfile {
 	p := &b.ports
 	*p = PortProfile{}
-	rows := [4]*[65536]uint64{&p.TCPSrc, &p.TCPDst, &p.UDPSrc, &p.UDPDst}
+	rows := [...]*[65536]uint64{&p.TCPSrc, &p.TCPDst, &p.UDPSrc, &p.UDPDst, &p.SYNLen}
 	base := int(sz.portBase())
 	for cpu := 0; cpu < int(sz.ncpu); cpu++ {
 		region := buf[base+cpu*portSlots : base+(cpu+1)*portSlots]

@@ -408,7 +408,7 @@ func (v *Victims) synEscalation(in Input, dst int32, s *victimState, ev Evidence
 	var why []string
 	rules, _ := v.flowRules(in, dst, s, ev, &why)
 	for _, r := range rules {
-		if r.Action == rule.FlowSYNCookie {
+		if isSYNRule(r) {
 			m.Rules = append(m.Rules, r)
 		}
 	}
@@ -423,7 +423,9 @@ func (v *Victims) synEscalation(in Input, dst int32, s *victimState, ev Evidence
 // prefix rule can stop, and the share of the excess they match:
 //   - a SYN flood (SYN rate over baseline and at least SYNShare of the
 //     victim's TCP): syn-cookie for the victim, on the dominant TCP
-//     destination port if one carries PortShare;
+//     destination port if one carries PortShare, and before it a drop of
+//     the SYN sizes that carry the flood and clean traffic does not send
+//     (synsize.go);
 //   - reflection (UDP over baseline, and amplification source ports
 //     carrying PortShare of UDP): per port, drop when the victim's clean
 //     traffic did not use that source port (under AmpBaselineShare),
@@ -495,6 +497,11 @@ func (v *Victims) flowRules(in Input, dst int32, s *victimState, ev Evidence, wh
 			}
 		}
 		add(r, float64(d.TCP.SYNs), note)
+		if ppTCP != nil {
+			for _, sr := range v.synSizeRules(r, ppTCP, s, why) {
+				add(sr, 0, "") // its SYNs are the cookie rule's count already
+			}
+		}
 		tcpFlood = false
 	}
 	if pp := ppUDP; udpFlood && pp != nil {

@@ -11,7 +11,28 @@ package detect
 // detector one profile of all passed traffic or one per victim; with one
 // for all, shares are of all traffic, which a flood dominates anyway.
 type PortProfile struct {
-	TCPSrc, TCPDst, UDPSrc, UDPDst [65536]uint64
+	TCPSrc, TCPDst, UDPSrc, UDPDst, SYNLen [65536]uint64
+}
+
+// The SYN-length columns (bpf/lib/consts.h TW_SYNLEN_*).
+const (
+	SYNLenV6  = 0x8000
+	SYNLenMax = 0x7fff
+)
+
+// SYNLenIndex is the SYNLen column of a SYN of IP length n in family 4 or
+// 6.
+func SYNLenIndex(family uint8, n int) uint16 {
+	i := uint16(min(max(n, 0), SYNLenMax))
+	if family == 6 {
+		i |= SYNLenV6
+	}
+	return i
+}
+
+// AddSYN counts packets SYNs of IP length n in family 4 or 6.
+func (p *PortProfile) AddSYN(family uint8, n int, packets uint64) {
+	p.SYNLen[SYNLenIndex(family, n)] += packets
 }
 
 // Port directions.

@@ -65,6 +65,7 @@ type Victims struct {
 	dprot  []bool  // position in Traffic.Dests → protected (learnGood)
 	acc    []destAcc
 	totals map[*PortProfile]uint64
+	sizes  *synSizes // the host's clean SYN sizes (synsize.go)
 }
 
 // quietDest marks, in dslot, a destination too quiet to judge
@@ -463,6 +464,14 @@ func (v *Victims) Observe(in Input) Decision {
 			v.recent.add(t.srcs.keys[p.Src])
 		}
 	}
+	clean := t.Overflow == 0 && v.attacks == 0 && dec.Unjudged == 0 && len(dec.Attacks) == 0
+	for i := range v.acc {
+		clean = clean && v.acc[i].clean
+	}
+	if v.sizes == nil {
+		v.sizes = new(synSizes)
+	}
+	v.sizes.observe(in.Ports, secs, clean)
 	v.learnGood(t)
 	v.learnConnected(t)
 	v.recent.tick()

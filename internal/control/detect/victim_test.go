@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,18 @@ type flow struct {
 	packets      uint64
 	syns         uint64
 	size         uint64
+	synLen       int // its SYNs' IP length (0: Linux's, 60 or 80)
+}
+
+// synIPLen is the IP length of f's SYNs.
+func (f flow) synIPLen() int {
+	switch {
+	case f.synLen > 0:
+		return f.synLen
+	case f.dst.Is4():
+		return 60
+	}
+	return 80
 }
 
 type emit func(flow)
@@ -87,6 +100,13 @@ func (s *sim) step(gens ...func(emit)) Decision {
 			if passed > 0 {
 				s.tr.Add(f.src, f.dst, f.proto, passed, passed*f.size, syns)
 				s.pp.Add(f.proto, f.sport, f.dport, passed)
+				if f.proto == 6 && syns > 0 {
+					fam := uint8(4)
+					if !f.dst.Is4() {
+						fam = 6
+					}
+					s.pp.AddSYN(fam, f.synIPLen(), syns)
+				}
 			}
 		})
 	}
@@ -145,11 +165,11 @@ func (s *sim) filter(f flow, budget map[string]uint64) (uint64, uint64) {
 	good := s.v.Good.Contains(f.src)
 	for id, m := range s.active {
 		for i, r := range m.Rules {
-			flags := uint8(rule.TCPAck)
+			flags, length := uint8(rule.TCPAck), uint16(0)
 			if f.syns == f.packets {
-				flags = rule.TCPSyn
+				flags, length = rule.TCPSyn, uint16(f.synIPLen())
 			}
-			if !r.Match(f.dst, f.proto, f.sport, f.dport, flags, 0, rule.FragNone) {
+			if !r.Match(f.dst, f.proto, f.sport, f.dport, flags, length, rule.FragNone) {
 				continue
 			}
 			if r.KnownGoodBypass && good {
@@ -931,5 +951,130 @@ func TestVictimUnlearnedWithdrawsWhenFloodGone(t *testing.T) {
 			}
 			t.Fatalf("the attack still on 12 intervals after the flood stopped (%d active)", s.v.Attacks())
 		})
+	}
+}
+
+// synSized is gen with every SYN of n bytes.
+func synSized(n int, gen func(emit)) func(emit) {
+	return func(e emit) {
+		gen(func(f flow) {
+			f.synLen = n
+			e(f)
+		})
+	}
+}
+
+// synSizeRule is the drop of SYNs of n bytes to victim A's port 443.
+func synSizeRule(lo, hi uint16) rule.FlowRule {
+	return rule.FlowRule{Dst: host(victimA), Proto: 6, DstPorts: rule.PortRange{Lo: 443, Hi: 443},
+		TCPFlags: rule.TCPFlagMatch{Mask: rule.TCPSyn | rule.TCPAck, Value: rule.TCPSyn},
+		Length:   rule.Range16{Lo: lo, Hi: hi}, Action: rule.FlowDrop, KnownGoodBypass: true}
+}
+
+// synFloodRules runs a SYN flood of gen after warm-up intervals of
+// clean traffic (with extra, if any) and returns the first mitigation's
+// rules.
+func synFloodRules(t *testing.T, warm int, extra func(emit), flood func(emit)) []rule.FlowRule {
+	t.Helper()
+	s := newSim(t, VictimConfig{})
+	clean := []func(emit){s.regularClients}
+	if extra != nil {
+		clean = append(clean, extra)
+	}
+	for range warm {
+		if dec := s.step(clean...); len(dec.Apply) > 0 {
+			t.Fatalf("clean interval %d judged an attack: %s", s.n, dec.Apply[0].Reason)
+		}
+	}
+	for range 3 {
+		if dec := s.step(append(clean, flood)...); len(dec.Apply) > 0 {
+			t.Logf("%s", dec.Apply[0].Reason)
+			return dec.Apply[0].Rules
+		}
+	}
+	t.Fatal("no mitigation")
+	return nil
+}
+
+// A SYN flood of bare 40-byte SYNs, a size the clients' stacks never send,
+// is dropped by its size ahead of the SYN cookies, which stay for the
+// rest; a client's 60-byte SYN is never the size rule's.
+func TestVictimSYNSizeRule(t *testing.T) {
+	all4 := netip.MustParsePrefix("0.0.0.0/0")
+	rules := synFloodRules(t, 30, nil, synSized(40, spoofed(4, all4, clients, 300000, victimA, 6, 443, 2, true)))
+	want := synSizeRule(40, 40)
+	if !slices.Contains(rules, want) {
+		t.Fatalf("rules %v, want %v among them", rules, want)
+	}
+	if !slices.ContainsFunc(rules, func(r rule.FlowRule) bool { return r.Action == rule.FlowSYNCookie }) {
+		t.Fatalf("rules %v have no SYN cookies for the other sizes", rules)
+	}
+	if want.Match(victimA, 6, 40000, 443, rule.TCPSyn, 60, rule.FragNone) ||
+		want.Match(victimA, 6, 40000, 443, rule.TCPAck, 40, rule.FragNone) {
+		t.Error("the size rule matches a client's SYN or a bare ACK")
+	}
+
+	// A flood of random sizes from 100 to 1,400 bytes: one range from its
+	// smallest to its largest, the clients' 60 outside it.
+	spread := func(e emit) {
+		i := 0
+		spoofed(5, all4, clients, 300000, victimA, 6, 443, 2, true)(func(f flow) {
+			f.synLen = 100 + i%1301
+			i++
+			e(f)
+		})
+	}
+	rules = synFloodRules(t, 30, nil, spread)
+	if want := synSizeRule(100, 1400); !slices.Contains(rules, want) {
+		t.Fatalf("rules %v, want %v among them", rules, want)
+	}
+}
+
+// A size the host's clean traffic sends is never dropped by size, however
+// much of the flood has it: SYN cookies alone.
+func TestVictimSYNSizeCleanSizeSpared(t *testing.T) {
+	all4 := netip.MustParsePrefix("0.0.0.0/0")
+	// 20 clients whose stack sends bare SYNs, 5% of the host's SYNs.
+	bare := func(e emit) {
+		for c := range 20 {
+			e(flow{src: netip.AddrFrom4([4]byte{172, 17, 0, byte(c + 1)}), dst: victimA, proto: 6, sport: 1000, dport: 443, packets: 1, syns: 1, size: 40, synLen: 40})
+		}
+	}
+	rules := synFloodRules(t, 30, bare, synSized(40, spoofed(4, all4, clients, 300000, victimA, 6, 443, 2, true)))
+	for _, r := range rules {
+		if r.Action == rule.FlowDrop {
+			t.Fatalf("rules %v drop SYNs of a size clean traffic sends", rules)
+		}
+	}
+	// Too few intervals to have learned the sizes: cookies alone.
+	rules = synFloodRules(t, 3, nil, synSized(40, spoofed(4, all4, clients, 300000, victimA, 6, 443, 2, true)))
+	for _, r := range rules {
+		if r.Action == rule.FlowDrop {
+			t.Fatalf("rules %v drop by size before the sizes are learned", rules)
+		}
+	}
+}
+
+// A flood that begins as an interval ends, too small yet to be judged,
+// does not teach its size as clean: an interval is learned only once the
+// next one has no attack either.
+func TestVictimSYNSizeNotLearnedFromFloodStart(t *testing.T) {
+	all4 := netip.MustParsePrefix("0.0.0.0/0")
+	s := newSim(t, VictimConfig{})
+	for range 30 {
+		s.step(s.regularClients)
+	}
+	// 10 bare SYNs/s, under every threshold, the interval before: learned,
+	// they would be 0.6 SYN/s of clean traffic, over the 0.2 (1% of the
+	// victim's 20 SYN/s) that a size rule allows.
+	if dec := s.step(s.regularClients, synSized(40, spoofed(6, all4, clients, 5, victimA, 6, 443, 2, true))); len(dec.Attacks) > 0 {
+		t.Fatalf("the flood's start was judged an attack already: %+v", dec.Attacks)
+	}
+	dec := s.step(s.regularClients, synSized(40, spoofed(4, all4, clients, 300000, victimA, 6, 443, 2, true)))
+	if len(dec.Apply) == 0 {
+		t.Fatal("no mitigation")
+	}
+	if want := synSizeRule(40, 40); !slices.Contains(dec.Apply[0].Rules, want) {
+		t.Fatalf("rules %v, want %v among them: the flood's start taught its size", dec.Apply[0].Rules, want)
 	}
 }
