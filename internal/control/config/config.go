@@ -199,6 +199,14 @@ type VictimDetector struct {
 	// connections' SYNs, UDP), all CPUs together: its address alone can
 	// be spoofed, its connections cannot (0: 1000).
 	KnownGoodPPS int `yaml:"known_good_pps"`
+	// SYNSizeDrop lets a SYN flood's rules drop its SYNs by IP length
+	// where the host's clean traffic does not send that size, ahead of
+	// the SYN cookies (off: cookies answer every SYN). A dropped SYN
+	// costs a verdict, a cookie a SYN-ACK sent to the spoofed address;
+	// a new client whose SYNs have the flood's size and that is not
+	// known-good is refused while the rule lasts. docs/ARCHITECTURE.md
+	// has what was measured either way.
+	SYNSizeDrop bool `yaml:"syn_size_drop"`
 }
 
 type ListDetector struct {

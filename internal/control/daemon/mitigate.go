@@ -517,7 +517,8 @@ func (f *flowStage) buildVictims() {
 	w4, w6 := f.cfg().Rails.AutoBanLimits()
 	f.victims = detect.NewVictims(detect.VictimConfig{K: c.K, MinPPS: c.MinPPS, ColdPPS: c.ColdPPS,
 		LearnIntervals: c.LearnIntervals, Coverage: c.Coverage, RateFactor: c.RateFactor, RateFloorPPS: c.RateFloorPPS,
-		WithdrawAfter: c.WithdrawAfter, MaxVictims: c.MaxVictims, MinBits4: max(w4, 1), MinBits6: max(w6, 1)})
+		WithdrawAfter: c.WithdrawAfter, MaxVictims: c.MaxVictims, MinBits4: max(w4, 1), MinBits6: max(w6, 1),
+		SYNSizeDrop: c.SYNSizeDrop})
 	f.victims.Good.Verify = f.verifyHandshake
 	// The data plane's lists hold capacity.known_good a family and refuse
 	// past it: the members stay under it, so an insert never meets a

@@ -73,7 +73,7 @@ func (z *synSizes) observe(pp *PortProfile, secs float64, clean bool) {
 func (v *Victims) synSizeRules(cookie rule.FlowRule, pp *PortProfile, s *victimState, why *[]string) []rule.FlowRule {
 	c := &v.Config
 	z := v.sizes
-	if z == nil || z.n < uint32(c.LearnIntervals) || !s.learned(c.LearnIntervals) {
+	if !c.SYNSizeDrop || z == nil || z.n < uint32(c.LearnIntervals) || !s.learned(c.LearnIntervals) {
 		return nil
 	}
 	lo, hi := 0, SYNLenV6

@@ -114,8 +114,12 @@ type VictimConfig struct {
 	// UDP from one of them gets a drop rule for it, else a rate-limit.
 	AmpPorts         []uint16
 	AmpBaselineShare float64
-	RateFactor       float64 // rate-limit = max(RateFactor × baseline pps, RateFloorPPS) (4)
-	RateFloorPPS     float64 // (1000)
+	// SYNSizeDrop adds to a SYN flood's cookies a drop of its SYN sizes
+	// that clean traffic sent at under AmpBaselineShare of the victim's
+	// clean SYN rate (synsize.go); off by default.
+	SYNSizeDrop  bool
+	RateFactor   float64 // rate-limit = max(RateFactor × baseline pps, RateFloorPPS) (4)
+	RateFloorPPS float64 // (1000)
 
 	// Withdrawal: offered traffic (passed + dropped by the mitigation)
 	// under mean + WithdrawK·band for WithdrawAfter intervals in a row.

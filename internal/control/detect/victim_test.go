@@ -976,7 +976,12 @@ func synSizeRule(lo, hi uint16) rule.FlowRule {
 // rules.
 func synFloodRules(t *testing.T, warm int, extra func(emit), flood func(emit)) []rule.FlowRule {
 	t.Helper()
-	s := newSim(t, VictimConfig{})
+	return synFloodRulesWith(t, VictimConfig{SYNSizeDrop: true}, warm, extra, flood)
+}
+
+func synFloodRulesWith(t *testing.T, c VictimConfig, warm int, extra func(emit), flood func(emit)) []rule.FlowRule {
+	t.Helper()
+	s := newSim(t, c)
 	clean := []func(emit){s.regularClients}
 	if extra != nil {
 		clean = append(clean, extra)
@@ -1031,7 +1036,8 @@ func TestVictimSYNSizeRule(t *testing.T) {
 }
 
 // A size the host's clean traffic sends is never dropped by size, however
-// much of the flood has it: SYN cookies alone.
+// much of the flood has it: SYN cookies alone, as without syn_size_drop
+// or before the sizes are learned.
 func TestVictimSYNSizeCleanSizeSpared(t *testing.T) {
 	all4 := netip.MustParsePrefix("0.0.0.0/0")
 	// 20 clients whose stack sends bare SYNs, 5% of the host's SYNs.
@@ -1044,6 +1050,13 @@ func TestVictimSYNSizeCleanSizeSpared(t *testing.T) {
 	for _, r := range rules {
 		if r.Action == rule.FlowDrop {
 			t.Fatalf("rules %v drop SYNs of a size clean traffic sends", rules)
+		}
+	}
+	// Off (the default): cookies alone.
+	rules = synFloodRulesWith(t, VictimConfig{}, 30, nil, synSized(40, spoofed(4, all4, clients, 300000, victimA, 6, 443, 2, true)))
+	for _, r := range rules {
+		if r.Action == rule.FlowDrop {
+			t.Fatalf("rules %v drop by size with syn_size_drop off", rules)
 		}
 	}
 	// Too few intervals to have learned the sizes: cookies alone.
@@ -1060,7 +1073,7 @@ func TestVictimSYNSizeCleanSizeSpared(t *testing.T) {
 // next one has no attack either.
 func TestVictimSYNSizeNotLearnedFromFloodStart(t *testing.T) {
 	all4 := netip.MustParsePrefix("0.0.0.0/0")
-	s := newSim(t, VictimConfig{})
+	s := newSim(t, VictimConfig{SYNSizeDrop: true})
 	for range 30 {
 		s.step(s.regularClients)
 	}

@@ -99,12 +99,14 @@ func daemonConfig(p Params, dir string) *config.Config {
 	return c
 }
 
-// startSpoofDaemon writes the scenarios' daemon configuration into dir
+// startSpoofDaemon writes the scenario's daemon configuration into dir
 // and starts the daemon on the lab's host.
-func startSpoofDaemon(p Params, dir string) (*harness.Daemon, error) {
+func startSpoofDaemon(p Params, sc Scenario, dir string) (*harness.Daemon, error) {
 	sock := filepath.Join(dir, "api.sock")
 	cfgPath := filepath.Join(dir, "tierwall.yaml")
-	if err := harness.WriteConfig(cfgPath, daemonConfig(p, dir)); err != nil {
+	c := daemonConfig(p, dir)
+	c.Detectors.Victim.SYNSizeDrop = sc.SYNSizeDrop
+	if err := harness.WriteConfig(cfgPath, c); err != nil {
 		return nil, err
 	}
 	harness.RemovePins(lab.NSHost)

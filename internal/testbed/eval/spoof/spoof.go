@@ -75,6 +75,9 @@ type Scenario struct {
 	// WarmupQuiet for the baseline to finish from quiet intervals; the
 	// row says whether the entropy detector named the main flood.
 	Warmup time.Duration `json:"warmup_ns,omitempty"`
+	// SYNSizeDrop runs the daemon with detectors.victim.syn_size_drop:
+	// the SYN flood's size dropped before its cookies.
+	SYNSizeDrop bool `json:"syn_size_drop,omitempty"`
 }
 
 // WarmupQuiet is how long a Warmup scenario's reference phase runs after
@@ -103,6 +106,11 @@ func Scenarios() []Scenario {
 		{Name: "syn-spoof", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, DstPort: 80},
 		{Name: "syn-spoof-500k", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, DstPort: 80, Rate: 500_000},
 		{Name: "syn-spoof-200k", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, DstPort: 80, Rate: 200_000},
+		// The same flood as syn-spoof-500k met by the daemon with
+		// syn_size_drop: the flood's bare 40-byte SYNs, a size the
+		// clients' Linux stacks (60 bytes) never send, dropped before
+		// the cookies; no SYN-ACK leaves for a spoofed address.
+		{Name: "syn-spoof-500k-sizes", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.128.0.0/9"), SYN: true, DstPort: 80, Rate: 500_000, SYNSizeDrop: true},
 		// Issue 32's: the defence aimed at the clients it protects.
 		{Name: "acks-then-syn-2000", Dst: lab.Host4, Spoof: netip.MustParsePrefix("10.201.0.0/16"), Sources: 2000, PreACKs: 3, SYN: true, DstPort: 80},
 		{Name: "client-spoofed", Dst: lab.Host4, SpoofClient: true, DstPort: 9, FirstRate: 150_000, FirstFor: 2 * time.Second, Rate: 3_000},
@@ -453,7 +461,7 @@ func spoofCell(ctx context.Context, p Params, sc Scenario, clients []netip.Addr)
 		return row, err
 	}
 	defer os.RemoveAll(dir)
-	dmn, err := startSpoofDaemon(p, dir)
+	dmn, err := startSpoofDaemon(p, sc, dir)
 	if err != nil {
 		return row, err
 	}

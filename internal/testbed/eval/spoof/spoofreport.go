@@ -177,6 +177,9 @@ func Report(dir, md string, rows []Row, p Params, took time.Duration, now time.T
 			if r.Scenario.Rate != 0 {
 				rate = fmt.Sprintf("at %d Kpps", r.Scenario.Rate/1000)
 			}
+			if r.Scenario.SYNSizeDrop {
+				rate += ", `syn_size_drop: true`"
+			}
 			fmt.Fprintf(&b, "| %s (%s): no attack SYN reaches the host's TCP stack (from the 3rd interval: before the first decision only the kernel meets it); new client connections ≥ 90%% of their rate | %d attack SYNs reached the host's stack from the 3rd interval (%d in all; XDP passed it %d packets of sources not known good then, the lab's IPv6 router solicitations and MLD reports among them); %d passive opens for %d client connections (and up to %d in flight from before); the kernel's own SYN cookies %d in all, %d from the 3rd interval (the clients' SYNs meeting a backlog the flood filled before the decision); %d SYN-ACKs to spoofed sources left for the internet, %d refused by the full ring to the card; %.0f%% of the connection rate | %s |\n",
 				r.Scenario.Name, rate, r.SYNsToStackFrom3, r.SYNsToStack, r.PassedFrom3, r.PassiveOpens, r.ClientConns, p.Clients, r.KernelCookies, r.KernelCookiesFrom3, r.EgressInternet, r.TxRefused, 100*r.AttackRPS/max(r.BaselineRPS, 1), yes(ok))
 		}
