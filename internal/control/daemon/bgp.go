@@ -446,7 +446,7 @@ func announcePolicy(c *config.BGP, bans iter.Seq[ban.Ban], flows []mitigate.Rule
 		for _, r := range flows {
 			// A flow rule's destination is ours by nature (the victim): the
 			// source-ban rails are not about it.
-			if r.Origin == mitigate.Remote || r.Action == rule.FlowSYNCookie {
+			if r.Origin == mitigate.Remote || r.Action == rule.FlowSYNCookie || r.Rung == mitigate.RungSYNSize {
 				continue
 			}
 			rt := bgp.Route{Kind: bgp.FlowSpec, Flow: bgp.Flow{FlowRule: r.FlowRule}, Reason: fmt.Sprintf("%s flow rule: %s", r.Origin, r.Reason), Rate: r.MatchedPPS}

@@ -148,8 +148,12 @@ func TestBGPAnnouncePolicy(t *testing.T) {
 	web := rule.FlowRule{Dst: p("192.0.2.80/32"), Proto: 17, DstPorts: rule.PortRange{Lo: 53, Hi: 53}, Action: rule.FlowDrop}
 	syn := rule.FlowRule{Dst: p("192.0.2.80/32"), Proto: 6, Action: rule.FlowSYNCookie}
 	remote := rule.FlowRule{Dst: p("192.0.2.81/32"), Action: rule.FlowDrop}
+	// The drop of a SYN flood's size stays here too: upstream it would
+	// lose the known-good bypass.
+	size := rule.FlowRule{Dst: p("192.0.2.80/32"), Proto: 6, TCPFlags: rule.TCPFlagMatch{Mask: rule.TCPSyn | rule.TCPAck, Value: rule.TCPSyn},
+		Length: rule.Range16{Lo: 40, Hi: 40}, Action: rule.FlowDrop, KnownGoodBypass: true}
 	flows := []mitigate.Rule{{FlowRule: web, Origin: mitigate.Ladder, MatchedPPS: 50000}, {FlowRule: syn, Origin: mitigate.Ladder, MatchedPPS: 1e6},
-		{FlowRule: remote, Origin: mitigate.Remote, MatchedPPS: 1e6}}
+		{FlowRule: remote, Origin: mitigate.Remote, MatchedPPS: 1e6}, {FlowRule: size, Origin: mitigate.Ladder, Rung: mitigate.RungSYNSize, MatchedPPS: 2e6}}
 	// By default a detector's ban of one address stays local: its source
 	// may be spoofed. A prefix ban and an operator's host ban go up.
 	cfg.Announce.HostBans = false

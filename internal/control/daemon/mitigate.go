@@ -169,8 +169,18 @@ func (f *flowStage) mitigate(now time.Time) {
 		}
 		for _, r := range m.Rules {
 			rung := "flow-rule"
-			if r.Action == rule.FlowSYNCookie {
+			switch {
+			case r.Action == rule.FlowSYNCookie:
 				rung = "syn-cookie"
+			case detect.IsSYNSizeRule(r):
+				// Optional beside the flood's cookies: never at the cost
+				// of another victim's cookie rule in the data plane's
+				// 64 (a carpet SYN flood).
+				rung = mitigate.RungSYNSize
+				if f.set.Len() >= f.set.Cap()/2 {
+					f.event(now, "refused", victim, "flow rule %s: the flow rules are half full, kept for other victims' SYN cookies", r)
+					continue
+				}
 			}
 			added, err := f.set.Add(mitigate.Rule{FlowRule: r, Origin: mitigate.Ladder, Rung: rung, Reason: m.Reason,
 				Added: now, Victim: m.Victim, Mitigation: m.ID})

@@ -33,6 +33,13 @@ const synSizeMaxRules = 2
 // to get a rule.
 const synSizeMinShare = 0.05
 
+// synSizeMaxGap is the most sizes without a flood SYN a range spans: a
+// range runs over the sizes the flood sends, not the ones between its
+// smallest and largest that it does not (MPTCP's, TCP-AO's, a Fast Open
+// SYN's with data), which new clients may send though the host has not
+// seen them yet.
+const synSizeMaxGap = 8
+
 // synSizes is the host's clean SYN rate by SYNLen column.
 type synSizes struct {
 	rate    [65536]float32 // SYN/s, an average of clean intervals
@@ -80,6 +87,20 @@ func (v *Victims) synSizeRules(cookie rule.FlowRule, pp *PortProfile, s *victimS
 	if !cookie.Dst.Addr().Is4() {
 		lo, hi = SYNLenV6, 65536
 	}
+	// The sizes are learned from intervals in which every destination
+	// was clean, the victim's baseline from its own: when the host's
+	// clean SYNs of the victim's family fall short of the victim's own
+	// (a new service, or an attacker who keeps some other destination
+	// anomalous so that no interval is learned), the sizes do not know
+	// the victim's clients, and every size would read as unused.
+	var known float32
+	for _, r := range z.rate[lo:hi] {
+		known += r
+	}
+	if float64(known) < 0.5*s.syn.mean {
+		*why = append(*why, fmt.Sprintf("no SYN size dropped: the clean SYN sizes learned (%.0f SYN/s) do not cover the victim's clean %.0f SYN/s", known, s.syn.mean))
+		return nil
+	}
 	var total uint64
 	for _, n := range pp.SYNLen[lo:hi] {
 		total += n
@@ -115,6 +136,10 @@ func (v *Victims) synSizeRules(cookie rule.FlowRule, pp *PortProfile, s *victimS
 			}
 			cur.first = i
 		}
+		if n == 0 && i-cur.last > synSizeMaxGap {
+			end()
+			continue
+		}
 		clean += r
 		if n > 0 {
 			cur.last, cur.clean = i, clean
@@ -147,6 +172,13 @@ func (v *Victims) synSizeRules(cookie rule.FlowRule, pp *PortProfile, s *victimS
 // isSYNRule reports whether r is one of a SYN flood's rules: its SYN
 // cookies, or a drop of its SYN sizes.
 func isSYNRule(r rule.FlowRule) bool {
-	return r.Action == rule.FlowSYNCookie ||
-		r.Proto == 6 && r.TCPFlags == rule.TCPFlagMatch{Mask: rule.TCPSyn | rule.TCPAck, Value: rule.TCPSyn} && !r.Length.Any()
+	return r.Action == rule.FlowSYNCookie || IsSYNSizeRule(r)
+}
+
+// IsSYNSizeRule reports whether r has the shape of the ladder's drop of a
+// SYN flood's sizes (SYN without ACK, a length range, the known-good
+// bypass).
+func IsSYNSizeRule(r rule.FlowRule) bool {
+	return r.Action == rule.FlowDrop && r.Proto == 6 && r.KnownGoodBypass && !r.Length.Any() &&
+		r.TCPFlags == rule.TCPFlagMatch{Mask: rule.TCPSyn | rule.TCPAck, Value: rule.TCPSyn}
 }

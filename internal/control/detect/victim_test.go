@@ -1033,6 +1033,46 @@ func TestVictimSYNSizeRule(t *testing.T) {
 	if want := synSizeRule(100, 1400); !slices.Contains(rules, want) {
 		t.Fatalf("rules %v, want %v among them", rules, want)
 	}
+
+	// Two sizes far apart: a rule each, not one over the sizes between
+	// (MPTCP's 72, a Fast Open SYN with data), which the flood does not
+	// send and new clients may.
+	two := func(e emit) {
+		i := 0
+		spoofed(6, all4, clients, 300000, victimA, 6, 443, 2, true)(func(f flow) {
+			f.synLen = 100 + 100*(i%2)
+			i++
+			e(f)
+		})
+	}
+	rules = synFloodRules(t, 30, nil, two)
+	if !slices.Contains(rules, synSizeRule(100, 100)) || !slices.Contains(rules, synSizeRule(200, 200)) {
+		t.Fatalf("rules %v, want drops of 100-100 and 200-200", rules)
+	}
+}
+
+// Sizes learned while the victim's clients were not seen (no interval
+// clean for every destination, or a new service) do not know them: no
+// size is dropped.
+func TestVictimSYNSizeStaleSizes(t *testing.T) {
+	all4 := netip.MustParsePrefix("0.0.0.0/0")
+	s := newSim(t, VictimConfig{SYNSizeDrop: true})
+	s.warm(30)
+	s.v.sizes.rate = [65536]float32{} // learned, but none of the victim's family
+	for range 3 {
+		for _, m := range s.step(s.regularClients, synSized(40, spoofed(4, all4, clients, 300000, victimA, 6, 443, 2, true))).Apply {
+			for _, r := range m.Rules {
+				if r.Action == rule.FlowDrop {
+					t.Fatalf("rules %v drop by size with sizes that do not cover the victim's clients", m.Rules)
+				}
+			}
+			if !strings.Contains(m.Reason, "do not cover") {
+				t.Errorf("reason %q does not say why no size was dropped", m.Reason)
+			}
+			return
+		}
+	}
+	t.Fatal("no mitigation")
 }
 
 // A size the host's clean traffic sends is never dropped by size, however

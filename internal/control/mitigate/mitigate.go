@@ -30,6 +30,12 @@ const (
 // ErrFull means the set is at its capacity (the data plane's rule table).
 var ErrFull = errors.New("flow rule table full")
 
+// RungSYNSize is the rung of the ladder's drop of a SYN flood's sizes
+// beside its cookies: a rule that knows the host's clients only by the
+// sizes their SYNs had, kept to this host (never announced upstream,
+// where the known-good bypass does not go with it).
+const RungSYNSize = "syn-size"
+
 // ErrNotFound means no such rule.
 var ErrNotFound = errors.New("no such flow rule")
 
@@ -37,8 +43,8 @@ var ErrNotFound = errors.New("no such flow rule")
 type Rule struct {
 	rule.FlowRule
 	Origin string `json:"origin"`
-	// Rung is the ladder's rung ("flow-rule", "syn-cookie"); empty for
-	// the operator's rules.
+	// Rung is the ladder's rung ("flow-rule", "syn-cookie",
+	// RungSYNSize); empty for the operator's rules.
 	Rung   string    `json:"rung,omitempty"`
 	Reason string    `json:"reason"`
 	Added  time.Time `json:"added"`
