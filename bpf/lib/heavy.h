@@ -41,6 +41,7 @@
 #include "maps.h"
 #include "parse.h"
 #include "table.h"
+#include "goodsieve.h"
 
 /* Types user space needs that no map or program signature names (the
  * event goes through a ring buffer, the enums through bytes): BTF only
@@ -493,6 +494,21 @@ static __always_inline void tw_hh_catch(const struct tw_pkt *p,
 	tw_hh_report(p, c, &k, st, kind, flags, count, now);
 }
 
+/* Whether an IPv4 source caught before it joined the known-good list has
+ * joined since: the catch was judged without it (a client whose address a
+ * flood spoofed in the moments before its handshake was verified), and
+ * the daemon's revocation takes up to an interval and a half. The sieve
+ * first, one bit, so a caught flood's packets pay a hash of their source,
+ * not a lookup in the list. */
+static __always_inline int tw_hh_joined4(__u32 src4)
+{
+	__u32 zero = 0;
+	struct tw_config *cfg = bpf_map_lookup_elem(&tw_cfg, &zero);
+	if (!cfg || !tw_good_maybe(&src4, 1, cfg->seed ^ TW_GOOD_SIEVE_SALT))
+		return 0;
+	return bpf_map_lookup_elem(&tw_good4, &src4) != NULL;
+}
+
 /* tw_hh_count counts a packet that no rule decided and catches its
  * source when it is over a threshold (or makes it a candidate, when
  * sampling), from what the provisional check worked out (pre). */
@@ -573,6 +589,8 @@ static __always_inline int tw_hh_check(struct tw_pkt *p, __u32 len,
 		__builtin_memcpy(k6, p->src6, 16);
 		if (bpf_map_lookup_elem(&tw_good6, k6))
 			return TW_R_MAX;
+	} else if (tw_hh_joined4(p->src4)) {
+		return TW_R_MAX;
 	}
 	__sync_fetch_and_add(&v->packets, 1);
 	__sync_fetch_and_add(&v->bytes, len);

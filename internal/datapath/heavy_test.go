@@ -303,6 +303,26 @@ func TestHeavyHitterExemptions(t *testing.T) {
 	if got["pass"] != 100 {
 		t.Errorf("known-good client inside a caught prefix: %v", got)
 	}
+
+	// An IPv4 client caught before it joined (its address spoofed in the
+	// moments before its handshake was verified) passes from the packet
+	// after it joins, before the daemon revokes the catch.
+	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.7.7.7"), 3*testPktThresh) })
+	if got["drop_provisional"] == 0 {
+		t.Fatalf("10.7.7.7 flood: %v", got)
+	}
+	if err := d.AddKnownGood(mustAddrs(t, []string{"10.7.7.7"})); err != nil {
+		t.Fatal(err)
+	}
+	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("10.7.7.7"), 100) })
+	if got["pass"] != 100 {
+		t.Errorf("caught, then known-good: %v", got)
+	}
+	// A caught source that never joined stays dropped.
+	got = verdictDelta(t, d, func() { sendN(t, d, udpFrom("2001:db8:1::1"), 100) })
+	if got["drop_provisional"] != 100 {
+		t.Errorf("caught prefix, no member: %v", got)
+	}
 }
 
 // Revoked: the source passes and is not caught again; monitor-only:
