@@ -9,8 +9,25 @@ import (
 
 	"github.com/tierwall/tierwall/internal/control/detect"
 	"github.com/tierwall/tierwall/internal/control/mitigate"
+	"github.com/tierwall/tierwall/internal/datapath"
 	"github.com/tierwall/tierwall/internal/rule"
 )
+
+// The daemon hands the data plane's port profile to the detector as it
+// is (observe.go converts the pointer): the SYN-length columns must mean
+// the same on both sides.
+func TestSYNLenColumnsAgree(t *testing.T) {
+	if datapath.SYNLenV6 != detect.SYNLenV6 || datapath.SYNLenMax != detect.SYNLenMax {
+		t.Fatalf("SYN-length columns: data plane v6 %#x max %#x, detector v6 %#x max %#x",
+			datapath.SYNLenV6, datapath.SYNLenMax, detect.SYNLenV6, detect.SYNLenMax)
+	}
+	if got := detect.SYNLenIndex(6, 60); got != datapath.SYNLenV6|60 {
+		t.Errorf("SYNLenIndex(6, 60) = %#x", got)
+	}
+	if got := detect.SYNLenIndex(4, 70000); got != datapath.SYNLenMax {
+		t.Errorf("SYNLenIndex(4, 70000) = %#x, want the last column", got)
+	}
+}
 
 // The drop of a SYN flood's size is optional beside its cookies: it goes
 // in with its rung while the flow rules are under half full, and is
