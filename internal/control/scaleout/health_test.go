@@ -102,6 +102,15 @@ func TestTickCompleted(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the first tick never completed; collectors %+v", c.Collectors())
 	}
+	// The first tick completes once every collector heard from has
+	// reported it, which can be a alone: the publishers are separate, and
+	// b's first messages may reach the stream after a's next ones. The
+	// detector must know both before a's next tick means anything.
+	for deadline := time.Now().Add(10 * time.Second); len(c.Collectors()) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("collectors %+v, want a and b", c.Collectors())
+		}
+	}
 	next := start.Add(tick)
 	want := next.UnixNano() / int64(tick)
 	parts[0].Flush(next.Add(tick)) // an empty tick from a
