@@ -3,8 +3,9 @@
  * the blocklist (exact /32 and /128 first, then prefixes), let allowlisted
  * sources through whatever else matches, then apply the flow rules (by
  * destination and packet shape, for floods whose sources cannot be
- * listed), and count what passes into the feature buffers for detection.
- * An IPv4-mapped IPv6 source is checked and counted as the IPv4 address it
+ * listed), and count what passes into the feature buffers for detection;
+ * SYNs that no list or rule decided, from sources with no proof, are held
+ * to the SYN guard's budget. An IPv4-mapped IPv6 source is checked and counted as the IPv4 address it
  * carries. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -18,6 +19,7 @@
 #include "../lib/features.h"
 #include "../lib/sample.h"
 #include "../lib/heavy.h"
+#include "../lib/synguard.h"
 
 /* The parser as two global functions, which the verifier checks once
  * each, on their own: the filter then continues from one state whatever
@@ -169,6 +171,10 @@ int tw_filter(struct xdp_md *ctx)
 	}
 	if (cfg->features)
 		tw_features(&p, len, cpu, cfg->feat_seed);
+	/* After the features: what the guard drops, the detector still
+	 * counts, and its rule then takes the flood ahead of the guard. */
+	if (r == TW_R_PASS && p.syn && cfg->syn_guard)
+		r = tw_syn_guard(ctx, &p, cfg);
 	return tw_exit(ctx, r, len);
 }
 

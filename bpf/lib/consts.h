@@ -16,8 +16,9 @@ enum tw_layout {
 	 * heavy hitter counts in jiffies, samples, and marks its catches; 9:
 	 * known-good members carry a token bucket, the config its rate; 10:
 	 * the known-good sieve; 11: the known-good lists are plain hashes;
-	 * 12: the port profile's fifth row, SYNs by length */
-	TW_LAYOUT_VERSION = 12,
+	 * 12: the port profile's fifth row, SYNs by length; 13: the SYN
+	 * guard (its verdict, its per-CPU window, the config's budget) */
+	TW_LAYOUT_VERSION = 13,
 };
 
 /* Parser bounds. Two tags cover 802.1Q and QinQ (802.1ad or the legacy
@@ -183,6 +184,7 @@ enum tw_reason {
 	TW_R_SYNPROXY_MISSING, /* syn-cookie rule, no SYN proxy: passed */
 	TW_R_DROP_PROVISIONAL, /* heavy hitter, dropped before the daemon saw it */
 	TW_R_PASS_PROVISIONAL, /* heavy hitter in monitor-only mode: passed */
+	TW_R_DROP_SYN_GUARD, /* SYN over the guard's budget, source not known good */
 	TW_R_MAX,
 };
 

@@ -54,6 +54,14 @@ struct {
 	__uint(max_entries, 1);
 } tw_clock SEC(".maps");
 
+/* Each CPU's window of the SYN guard (synguard.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tw_sg);
+	__uint(max_entries, 1);
+} tw_sg SEC(".maps");
+
 /* [cpu * TW_HOT_SLOTS + slot & (TW_HOT_SLOTS - 1)], sized at load;
  * mmapable so that user space reads it with the tables. */
 struct {

@@ -52,6 +52,13 @@ struct tw_clock {
 	__u64 now; /* CLOCK_MONOTONIC_COARSE ns */
 };
 
+/* One CPU's window of the SYN guard (synguard.h): the jiffy it counts,
+ * and the SYNs it passed in that jiffy. */
+struct tw_sg {
+	__u64 jiffies;
+	__u64 passed;
+};
+
 /* Per-rule counter of the prefix and allowlist tries. Stored per CPU as
  * [cpu * cap + id] in a plain array: each core writes only its own block,
  * so no atomics are needed. */
@@ -104,7 +111,10 @@ struct tw_config {
 	 * may pass a bypass rule with outside the host's connections: its
 	 * address alone is no proof, since anyone can spoof it. 0: none. */
 	__u32 good_pps;
-	__u32 _pad_cfg;
+	/* The SYN guard's budget (synguard.h): SYNs per CPU per jiffy that
+	 * sources which are not known good may pass to the host's stack when
+	 * no list or rule decided them; 0: the guard is off. */
+	__u32 syn_guard;
 };
 
 /* Feature-extraction key: one per (family, source, destination, protocol). */

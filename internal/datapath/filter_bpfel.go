@@ -38,7 +38,7 @@ type filterTwConfig struct {
 	FruleN    uint32
 	FeatSeed  [10]uint32
 	GoodPps   uint32
-	PadCfg    uint32
+	SynGuard  uint32
 }
 
 type filterTwCtr struct {
@@ -277,7 +277,7 @@ const (
 type filterTwLayout uint32
 
 const (
-	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 12
+	filterTwLayoutTW_LAYOUT_VERSION filterTwLayout = 13
 )
 
 type filterTwLpm4Key struct {
@@ -352,8 +352,15 @@ const (
 	filterTwReasonTW_R_SYNPROXY_MISSING filterTwReason = 24
 	filterTwReasonTW_R_DROP_PROVISIONAL filterTwReason = 25
 	filterTwReasonTW_R_PASS_PROVISIONAL filterTwReason = 26
-	filterTwReasonTW_R_MAX              filterTwReason = 27
+	filterTwReasonTW_R_DROP_SYN_GUARD   filterTwReason = 27
+	filterTwReasonTW_R_MAX              filterTwReason = 28
 )
+
+type filterTwSg struct {
+	_       structs.HostLayout
+	Jiffies uint64
+	Passed  uint64
+}
 
 type filterTwSlotState uint32
 
@@ -404,6 +411,7 @@ const (
 	filterMapTwProv6          = "tw_prov6"
 	filterMapTwSample         = "tw_sample"
 	filterMapTwSampleRb       = "tw_sample_rb"
+	filterMapTwSg             = "tw_sg"
 	filterMapTwVerdicts       = "tw_verdicts"
 	filterProgTwFilter        = "tw_filter"
 	filterVarTwAllowCap       = "tw_allow_cap"
@@ -504,6 +512,7 @@ type filterMapSpecs struct {
 	TwProv6     *ebpf.MapSpec `ebpf:"tw_prov6"`
 	TwSample    *ebpf.MapSpec `ebpf:"tw_sample"`
 	TwSampleRb  *ebpf.MapSpec `ebpf:"tw_sample_rb"`
+	TwSg        *ebpf.MapSpec `ebpf:"tw_sg"`
 	TwVerdicts  *ebpf.MapSpec `ebpf:"tw_verdicts"`
 }
 
@@ -580,6 +589,7 @@ type filterMaps struct {
 	TwProv6     *ebpf.Map `ebpf:"tw_prov6"`
 	TwSample    *ebpf.Map `ebpf:"tw_sample"`
 	TwSampleRb  *ebpf.Map `ebpf:"tw_sample_rb"`
+	TwSg        *ebpf.Map `ebpf:"tw_sg"`
 	TwVerdicts  *ebpf.Map `ebpf:"tw_verdicts"`
 }
 
@@ -622,6 +632,7 @@ func (m *filterMaps) Close() error {
 		m.TwProv6,
 		m.TwSample,
 		m.TwSampleRb,
+		m.TwSg,
 		m.TwVerdicts,
 	)
 }

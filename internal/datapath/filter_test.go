@@ -511,7 +511,7 @@ func TestFixtures(t *testing.T) {
 	if err := d.AddKnownGood(mustAddrs(t, knownGood)); err != nil {
 		t.Fatal(err)
 	}
-	fixtures := append(append(append(append(wellFormed(), malformed()...), tagged()...), flowFixtures()...), heavyFixtures()...)
+	fixtures := append(append(append(append(append(wellFormed(), malformed()...), tagged()...), flowFixtures()...), heavyFixtures()...), synGuardFixtures()...)
 	if len(fixtures) < 200 {
 		t.Fatalf("only %d fixtures", len(fixtures))
 	}

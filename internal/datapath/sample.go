@@ -16,8 +16,8 @@ import (
 // they are not pinned, so a daemon that re-adopts older pinned state needs
 // no new pins, and a sampler left on by a daemon that died goes with its
 // program. tw_clock is a per-CPU cache of the clock (bpf/lib/table.h),
-// no state either.
-var unpinned = map[string]bool{"tw_sample": true, "tw_sample_rb": true, "tw_clock": true}
+// no state either, nor tw_sg, the SYN guard's count in the current jiffy.
+var unpinned = map[string]bool{"tw_sample": true, "tw_sample_rb": true, "tw_clock": true, "tw_sg": true}
 
 // SampleSnap is how many bytes of a sampled packet the data plane keeps
 // (TW_SAMPLE_SNAP in bpf/lib/sample.h).

@@ -44,6 +44,8 @@ var reasonNames = map[filterTwReason]string{
 
 	filterTwReasonTW_R_DROP_PROVISIONAL: "drop_provisional",
 	filterTwReasonTW_R_PASS_PROVISIONAL: "pass_provisional",
+
+	filterTwReasonTW_R_DROP_SYN_GUARD: "drop_syn_guard",
 }
 
 // passing are the reasons whose packets tw_verdict passes (tw_action in

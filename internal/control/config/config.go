@@ -207,7 +207,27 @@ type VictimDetector struct {
 	// known-good is refused while the rule lasts. docs/ARCHITECTURE.md
 	// has what was measured either way.
 	SYNSizeDrop bool `yaml:"syn_size_drop"`
+	// SYNGuardPPS is the SYN guard's rate (bpf/lib/synguard.h): SYNs a
+	// second per CPU that sources which are not known good may pass to
+	// the host's stack while no rule decides them; the rest are dropped
+	// in XDP within the jiffy, after the detector counted them. It holds
+	// the interval before the ladder's SYN-cookie rule, in which the
+	// kernel alone would meet a SYN flood. 0: off.
+	SYNGuardPPS int `yaml:"syn_guard_pps"`
 }
+
+// DefaultSYNGuardPPS is detectors.victim.syn_guard_pps unless set: far
+// above the new connections a host's unverified clients open on one CPU,
+// and a small share of that CPU for the stack, where a SYN and its cookie
+// SYN-ACK cost microseconds. At 50,000 the lab's host, under a busy loop,
+// still lost a 0.8 Mpps flood's clients' SYNs in its receive ring before
+// the rule (they kept 88-89% of their connections); at 10,000, 97%
+// (docs/ARCHITECTURE.md).
+const DefaultSYNGuardPPS = 10000
+
+// MaxSYNGuardPPS bounds detectors.victim.syn_guard_pps (the data plane's
+// own bound, datapath.MaxSynGuardPPS).
+const MaxSYNGuardPPS = 100_000_000
 
 type ListDetector struct {
 	Enabled bool     `yaml:"enabled"`
@@ -360,7 +380,7 @@ func Default() *Config {
 			// idle link must not teach one a single real client crosses.
 			Rate:    RateDetector{Enabled: true, LearnIntervals: 30, Margin: 2, MinPPS: 1000, CeilingPPS: 5000, Quantile: 0.99},
 			Entropy: EntropyDetector{Enabled: true, History: 30, K: 3, MinPPS: 1000, Prefix4: 24, Prefix6: 48},
-			Victim:  VictimDetector{Enabled: true},
+			Victim:  VictimDetector{Enabled: true, SYNGuardPPS: DefaultSYNGuardPPS},
 			Heavy:   defaultHeavy(),
 		},
 		Bans:   Bans{TTL: time.Hour, Hold: 30 * time.Second, AggregateIPv6: 64, AggregateMin: 3},
@@ -468,7 +488,8 @@ func (c *Config) Validate() error {
 	for f, x := range map[string]float64{"detectors.victim.k": v.K, "detectors.victim.min_pps": v.MinPPS, "detectors.victim.cold_pps": v.ColdPPS,
 		"detectors.victim.rate_factor": v.RateFactor, "detectors.victim.rate_floor_pps": v.RateFloorPPS,
 		"detectors.victim.learn_intervals": float64(v.LearnIntervals), "detectors.victim.withdraw_after": float64(v.WithdrawAfter),
-		"detectors.victim.max_victims": float64(v.MaxVictims), "detectors.victim.known_good_pps": float64(v.KnownGoodPPS)} {
+		"detectors.victim.max_victims": float64(v.MaxVictims), "detectors.victim.known_good_pps": float64(v.KnownGoodPPS),
+		"detectors.victim.syn_guard_pps": float64(v.SYNGuardPPS)} {
 		if x < 0 {
 			return bad(f, x, "is negative")
 		}
@@ -487,6 +508,9 @@ func (c *Config) Validate() error {
 	}
 	if v.KnownGoodPPS > 1<<30 {
 		return bad("detectors.victim.known_good_pps", v.KnownGoodPPS, "above 1073741824")
+	}
+	if v.SYNGuardPPS > MaxSYNGuardPPS {
+		return bad("detectors.victim.syn_guard_pps", v.SYNGuardPPS, fmt.Sprintf("above %d", MaxSYNGuardPPS))
 	}
 	if c.Detectors.Lists.Enabled {
 		for i, p := range c.Detectors.Lists.Paths {

@@ -28,6 +28,12 @@ func TestDefaultsAndOverrides(t *testing.T) {
 	if c, err := Parse([]byte("interface: eth0\nnice: 0\n")); err != nil || c.NiceOrDefault() != 0 {
 		t.Errorf("nice: 0 read as %v, %v (0 is a niceness, not unset)", c, err)
 	}
+	if c.Detectors.Victim.SYNGuardPPS != DefaultSYNGuardPPS {
+		t.Errorf("SYN guard %d, want the default %d", c.Detectors.Victim.SYNGuardPPS, DefaultSYNGuardPPS)
+	}
+	if c, err := Parse([]byte("interface: eth0\ndetectors:\n  victim: {enabled: true, syn_guard_pps: 0}\n")); err != nil || c.Detectors.Victim.SYNGuardPPS != 0 {
+		t.Errorf("syn_guard_pps: 0 read as %v, %v (0 turns the guard off)", c, err)
+	}
 }
 
 func TestErrorsNameFieldAndValue(t *testing.T) {
@@ -52,6 +58,8 @@ func TestErrorsNameFieldAndValue(t *testing.T) {
 		{"interface: eth0\ndetectors:\n  lists: {enabled: true, paths: [/nonexistent/feed]}\n", "detectors.lists.paths[0]: /nonexistent/feed"},
 		{"interface: eth0\nrails:\n  max_established_share: 2\n", "rails.max_established_share: 2"},
 		{"interface: eth0\ndetectors:\n  heavy: {window: 0s}\n", "detectors.heavy.window: 0s"},
+		{"interface: eth0\ndetectors:\n  victim: {syn_guard_pps: -1}\n", "detectors.victim.syn_guard_pps: -1 is negative"},
+		{"interface: eth0\ndetectors:\n  victim: {syn_guard_pps: 100000001}\n", "detectors.victim.syn_guard_pps: 100000001 above 100000000"},
 		{"interface: eth0\ndetectors:\n  heavy: {window: 10ms, pps: 100}\n", "under two packets per 10ms window"},
 		{"interface: eth0\ndetectors:\n  heavy: {pps: 0, syn_pps: 0}\n", "set a threshold or disable"},
 		{"interface: eth0\ndetectors:\n  heavy: {prefix6: 16}\n", "detectors.heavy.prefix6: 16"},

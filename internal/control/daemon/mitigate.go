@@ -56,8 +56,10 @@ type flowStage struct {
 
 	goodVersion uint64
 	good        map[netip.Addr]struct{} // what the data plane's known-good list holds
-	dec         detect.Decision         // this interval's, from detect to mitigate
-	dropped     map[netip.Addr]uint64   // per victim, packets its flow rules dropped last interval
+	guard       uint32                  // the SYN guard's rate the data plane was given, when guardSet
+	guardSet    bool
+	dec         detect.Decision       // this interval's, from detect to mitigate
+	dropped     map[netip.Addr]uint64 // per victim, packets its flow rules dropped last interval
 	lastRead    time.Time
 	syn         synStage
 	hs          handshakeState // this interval's TCP connections, for known-good (handshake.go)
@@ -220,6 +222,7 @@ func (f *flowStage) mitigate(now time.Time) {
 		f.event(now, "withdraw", r.Dst, "flow rule %s: TTL over", r.FlowRule)
 	}
 	f.syncKnownGood(now)
+	f.syncSynGuard(now)
 	f.pushFlowRules(now)
 	f.syncSynproxyGood(now)
 	f.police(now)
@@ -286,6 +289,37 @@ func (f *flowStage) pushFlowRules(now time.Time) {
 	f.pushed, f.dirty, f.saved = want, false, false
 	f.metrics.flowRules.Set(float64(len(want)))
 	f.syncSynproxy(now, want)
+}
+
+// synGuarder is the data plane's SYN guard (datapath.SetSynGuard): SYNs a
+// second per CPU from sources not known good that reach the host's stack
+// while no rule decides them.
+type synGuarder interface {
+	SetSynGuard(pps uint32) error
+}
+
+// syncSynGuard gives the data plane the guard's rate when it is not what
+// it was given last (at start, and after a reload that changed it):
+// detectors.victim.syn_guard_pps, or off without the victim detector,
+// whose rules the guard holds the place of, or in monitor-only mode,
+// which drops nothing of its own.
+func (f *flowStage) syncSynGuard(now time.Time) {
+	g, ok := f.fp.(synGuarder)
+	if !ok {
+		return
+	}
+	var want uint32
+	if c := f.cfg(); f.victims != nil && !c.Rails.MonitorOnly {
+		want = uint32(c.Detectors.Victim.SYNGuardPPS)
+	}
+	if f.guardSet && f.guard == want {
+		return
+	}
+	if err := g.SetSynGuard(want); err != nil {
+		f.event(now, "error", netip.Prefix{}, "SYN guard: setting %d SYN/s per CPU: %v", want, err)
+		return
+	}
+	f.guard, f.guardSet = want, true
 }
 
 // syncKnownGood brings the data plane's list to the detector's set when
@@ -504,6 +538,7 @@ func (d *Daemon) openFlowRules(now time.Time) error {
 		d.flow.loadXDPProxy()
 	}
 	d.flow.syncKnownGood(now) // before the rules: their bypass must not pass an earlier run's list
+	d.flow.syncSynGuard(now)  // from the start: a flood may be running already
 	if f.fp != nil && set.Len() > 0 {
 		f.dirty = true
 		d.flow.pushFlowRules(now)

@@ -26,11 +26,17 @@ type flowDP struct {
 	sets    int
 	refuse  bool
 	dropped uint64
-	rate    int64 // SetKnownGoodRate's, -1 before
+	rate    int64    // SetKnownGoodRate's, -1 before
+	guard   []uint32 // SetSynGuard's, in order
 }
 
 func (f *flowDP) SetKnownGoodRate(pps uint32) error {
 	f.rate = int64(pps)
+	return nil
+}
+
+func (f *flowDP) SetSynGuard(pps uint32) error {
+	f.guard = append(f.guard, pps)
 	return nil
 }
 

@@ -38,7 +38,7 @@ type benchpartsTwConfig struct {
 	FruleN    uint32
 	FeatSeed  [10]uint32
 	GoodPps   uint32
-	PadCfg    uint32
+	SynGuard  uint32
 }
 
 type benchpartsTwCtr struct {
@@ -253,8 +253,15 @@ const (
 	benchpartsTwReasonTW_R_SYNPROXY_MISSING benchpartsTwReason = 24
 	benchpartsTwReasonTW_R_DROP_PROVISIONAL benchpartsTwReason = 25
 	benchpartsTwReasonTW_R_PASS_PROVISIONAL benchpartsTwReason = 26
-	benchpartsTwReasonTW_R_MAX              benchpartsTwReason = 27
+	benchpartsTwReasonTW_R_DROP_SYN_GUARD   benchpartsTwReason = 27
+	benchpartsTwReasonTW_R_MAX              benchpartsTwReason = 28
 )
+
+type benchpartsTwSg struct {
+	_       structs.HostLayout
+	Jiffies uint64
+	Passed  uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
@@ -295,6 +302,7 @@ const (
 	benchpartsMapTwProtect6       = "tw_protect6"
 	benchpartsMapTwProv4          = "tw_prov4"
 	benchpartsMapTwProv6          = "tw_prov6"
+	benchpartsMapTwSg             = "tw_sg"
 	benchpartsMapTwVerdicts       = "tw_verdicts"
 	benchpartsProgBpCallsCoarse   = "bp_calls_coarse"
 	benchpartsProgBpCallsGlobal   = "bp_calls_global"
@@ -411,6 +419,7 @@ type benchpartsMapSpecs struct {
 	TwProtect6  *ebpf.MapSpec `ebpf:"tw_protect6"`
 	TwProv4     *ebpf.MapSpec `ebpf:"tw_prov4"`
 	TwProv6     *ebpf.MapSpec `ebpf:"tw_prov6"`
+	TwSg        *ebpf.MapSpec `ebpf:"tw_sg"`
 	TwVerdicts  *ebpf.MapSpec `ebpf:"tw_verdicts"`
 }
 
@@ -485,6 +494,7 @@ type benchpartsMaps struct {
 	TwProtect6  *ebpf.Map `ebpf:"tw_protect6"`
 	TwProv4     *ebpf.Map `ebpf:"tw_prov4"`
 	TwProv6     *ebpf.Map `ebpf:"tw_prov6"`
+	TwSg        *ebpf.Map `ebpf:"tw_sg"`
 	TwVerdicts  *ebpf.Map `ebpf:"tw_verdicts"`
 }
 
@@ -525,6 +535,7 @@ func (m *benchpartsMaps) Close() error {
 		m.TwProtect6,
 		m.TwProv4,
 		m.TwProv6,
+		m.TwSg,
 		m.TwVerdicts,
 	)
 }
