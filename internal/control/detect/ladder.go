@@ -449,9 +449,26 @@ func (v *Victims) flowRules(in Input, dst int32, s *victimState, ev Evidence, wh
 			return pp
 		}
 		var total uint64
-		if proto == 17 {
+		switch {
+		case t.Overflow > 0:
+			// The profile counts every packet that passed, the feature
+			// buffers only the keys they had room for: a flood that
+			// overflowed them is in the profile whole and in the
+			// victim's count in part, and compared with the profile it
+			// looked like another server's (a SYN flood then got a
+			// cookie rule on every port, which the management rail
+			// refused, and no rule at all). Like with like: the
+			// victim's share of what the buffers counted.
+			for i := range t.Dests {
+				if proto == 17 {
+					total += t.Dests[i].UDP.Packets
+				} else {
+					total += t.Dests[i].TCP.Packets
+				}
+			}
+		case proto == 17:
 			total = v.udpTotal(pp)
-		} else {
+		default:
 			_, _, total = pp.Top(6, DstPort)
 		}
 		if total == 0 || float64(pkts) < v.Config.PortShare*float64(total) {
