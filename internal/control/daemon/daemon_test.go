@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/config"
 	"github.com/tierwall/tierwall/internal/datapath"
@@ -149,6 +151,24 @@ type harness struct {
 	dp  *fakeDP
 	hw  *tiertest.Table
 	now time.Time
+}
+
+// reloadWith writes the running configuration, changed by edit, to a
+// file and reloads the daemon from it.
+func (h *harness) reloadWith(t *testing.T, edit func(*config.Config)) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "tierwall.yaml")
+	h.d.cfgPath = file
+	c := *h.d.cfg
+	edit(&c)
+	y, err := yaml.Marshal(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, y, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.d.reload(h.now)
 }
 
 func newHarness(t *testing.T, cfg *config.Config, withHW bool) *harness {

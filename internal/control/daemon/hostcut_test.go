@@ -6,15 +6,12 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-	"gopkg.in/yaml.v3"
 
 	"github.com/tierwall/tierwall/internal/control/apiv1"
 	"github.com/tierwall/tierwall/internal/control/ban"
@@ -292,18 +289,7 @@ func TestDaemonReloadWithdrawsRuleThatNowCutsOff(t *testing.T) {
 	if !slices.Contains(fdp.rules, fr) {
 		t.Fatalf("data plane %v, want %s", fdp.rules, fr)
 	}
-	file := filepath.Join(t.TempDir(), "tierwall.yaml")
-	h.d.cfgPath = file
-	c := *h.d.cfg
-	c.Rails.ManagementPorts = []uint16{22, 2222}
-	y, err := yaml.Marshal(&c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, y, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h.d.reload(h.now)
+	h.reloadWith(t, func(c *config.Config) { c.Rails.ManagementPorts = []uint16{22, 2222} })
 	if slices.Contains(fdp.rules, fr) {
 		t.Errorf("after the reload the data plane still holds %s: %v", fr, fdp.rules)
 	}

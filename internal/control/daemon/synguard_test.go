@@ -3,12 +3,8 @@
 package daemon
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/tierwall/tierwall/internal/control/config"
 )
@@ -30,18 +26,7 @@ func TestDaemonSynGuard(t *testing.T) {
 	}
 	reload := func(edit func(*config.Config)) {
 		t.Helper()
-		file := filepath.Join(t.TempDir(), "tierwall.yaml")
-		h.d.cfgPath = file
-		c := *h.d.cfg
-		edit(&c)
-		y, err := yaml.Marshal(&c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(file, y, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		h.d.reload(h.now)
+		h.reloadWith(t, edit)
 		h.step(t)
 	}
 	reload(func(c *config.Config) { c.Detectors.Victim.SYNGuardPPS = 20000 })
